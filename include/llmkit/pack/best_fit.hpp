@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/pack/best_fit.hpp
+/// Best-fit decreasing: items largest first, each into the bin it fills
+/// most tightly (least room left that still fits; among equals the
+/// lowest-numbered), a new bin when none fits. At most 11/9 OPT + 6/9 bins.
+///
+/// O(n log n): bins are bucketed by their remaining room, with a successor
+/// set over the room values (O(log_64 capacity) per query) and a min-heap of
+/// bin numbers per bucket; when the capacity is huge next to the item count,
+/// an ordered set of (room, bin) pairs replaces the buckets.
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <ranges>
+#include <set>
+#include <span>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "llmkit/pack/detail/prepare.hpp"
+#include "llmkit/pack/detail/successor_set.hpp"
+#include "llmkit/pack/packing.hpp"
+
+namespace llmkit::pack {
+namespace detail {
+
+/// Best-fit over pieces in `order`, rooms bucketed by value. Returns n_bins.
+/// `[n] sizes` in piece order, `[n] bin_of` output.
+inline std::size_t best_fit_buckets(std::span<const piece> pieces, std::span<const std::size_t> order,
+                                    std::size_t capacity, std::span<std::size_t> bin_of) {
+  successor_set nonempty(capacity + 1);
+  std::vector<std::vector<std::size_t>> bucket(capacity + 1);  // min-heaps of bin numbers
+  const auto later = std::greater<std::size_t>{};
+  std::size_t n_bins = 0;
+  for (std::size_t i : order) {
+    const std::size_t s = pieces[i].size;
+    std::size_t bin = 0, room = 0;
+    if (const auto r = nonempty.successor(s)) {
+      room = *r;
+      auto& heap = bucket[room];
+      std::pop_heap(heap.begin(), heap.end(), later);
+      bin = heap.back();
+      heap.pop_back();
+      if (heap.empty()) nonempty.erase(room);
+    } else {
+      bin = n_bins++;
+      room = capacity;
+    }
+    bin_of[i] = bin;
+    auto& heap = bucket[room - s];
+    heap.push_back(bin);
+    std::push_heap(heap.begin(), heap.end(), later);
+    nonempty.insert(room - s);
+  }
+  return n_bins;
+}
+
+/// Best-fit with an ordered set of (room, bin): any capacity. Returns n_bins.
+inline std::size_t best_fit_ordered(std::span<const piece> pieces, std::span<const std::size_t> order,
+                                    std::size_t capacity, std::span<std::size_t> bin_of) {
+  std::set<std::pair<std::size_t, std::size_t>> bins;  // (room, bin)
+  std::size_t n_bins = 0;
+  for (std::size_t i : order) {
+    const std::size_t s = pieces[i].size;
+    std::size_t bin = 0, room = 0;
+    if (auto it = bins.lower_bound({s, 0}); it != bins.end()) {
+      std::tie(room, bin) = *it;
+      bins.erase(it);
+    } else {
+      bin = n_bins++;
+      room = capacity;
+    }
+    bin_of[i] = bin;
+    bins.emplace(room - s, bin);
+  }
+  return n_bins;
+}
+
+}  // namespace detail
+
+/// Best-fit decreasing. Same parameters and errors as `first_fit_decreasing`;
+/// each bin's pieces are in placement order (largest first).
+template <class R, class Proj = std::identity>
+  requires sized_items<R, Proj>
+packing best_fit_decreasing(R&& items, const pack_options& options = {}, Proj proj = {}) {
+  auto prepared = detail::prepare(detail::item_sizes(items, proj, "best_fit_decreasing"), options,
+                                  "best_fit_decreasing");
+  const auto order = detail::decreasing_order(prepared.packable, prepared.capacity);
+  std::vector<std::size_t> bin_of(prepared.packable.size());
+  const bool small_capacity = prepared.capacity <= 8 * prepared.packable.size() + 65536;
+  const std::size_t n_bins =
+      small_capacity ? detail::best_fit_buckets(prepared.packable, order, prepared.capacity, bin_of)
+                     : detail::best_fit_ordered(prepared.packable, order, prepared.capacity, bin_of);
+  return detail::assemble(std::move(prepared), order, bin_of, n_bins);
+}
+
+}  // namespace llmkit::pack

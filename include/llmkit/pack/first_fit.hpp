@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/pack/first_fit.hpp
+/// First-fit bin packing: each item goes into the lowest-numbered bin with
+/// room for it, a new bin when none has. `first_fit_decreasing` places the
+/// items largest first (at most 11/9 OPT + 6/9 bins); `online_first_fit`
+/// places them in input order, and `first_fit_bins` is the same as an
+/// incremental object for items that arrive one at a time. O(log n_bins) per
+/// item through a tree of the bins' remaining room.
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <numeric>
+#include <ranges>
+#include <vector>
+
+#include "llmkit/core/error.hpp"
+#include "llmkit/pack/detail/capacity_tree.hpp"
+#include "llmkit/pack/detail/prepare.hpp"
+#include "llmkit/pack/packing.hpp"
+
+namespace llmkit::pack {
+
+/// Incremental (online) first-fit over bins of a fixed capacity.
+class first_fit_bins {
+ public:
+  /// @param capacity room of every bin, > 0.
+  explicit first_fit_bins(std::size_t capacity) : tree_(check_capacity(capacity)) {}
+
+  /// Places an item of `size` (<= capacity) and returns its bin.
+  std::size_t add(std::size_t size) {
+    LLMKIT_CHECK(size <= tree_.capacity(), "first_fit_bins::add: size ", size, " > capacity ", tree_.capacity());
+    return tree_.place(size);
+  }
+  /// Bins opened so far.
+  std::size_t n_bins() const noexcept { return tree_.n_bins(); }
+  /// Room left in bin b.
+  std::size_t room(std::size_t b) const {
+    LLMKIT_CHECK(b < n_bins(), "first_fit_bins::room: b = ", b, " is out of range [0, ", n_bins(), ")");
+    return tree_.room(b);
+  }
+  std::size_t capacity() const noexcept { return tree_.capacity(); }
+
+ private:
+  static std::size_t check_capacity(std::size_t capacity) {
+    LLMKIT_CHECK(capacity > 0, "first_fit_bins: capacity must be > 0, got ", capacity);
+    return capacity;
+  }
+  detail::capacity_tree tree_;
+};
+
+namespace detail {
+inline packing first_fit_in_order(prepared_items&& items, std::vector<std::size_t>&& order) {
+  std::vector<std::size_t> bin_of(items.packable.size());
+  capacity_tree tree(std::max<std::size_t>(items.capacity, 1), items.packable.size() / 8 + 1);
+  for (std::size_t i : order) bin_of[i] = tree.place(items.packable[i].size);
+  const std::size_t n_bins = tree.n_bins();
+  return assemble(std::move(items), order, bin_of, n_bins);
+}
+}  // namespace detail
+
+/// First-fit decreasing.
+/// @param items any sized forward range; `proj(item)` gives its size (an integer >= 0).
+/// @param options capacity (0 = the largest item) and chunking of oversized items.
+/// @return bins of pieces; each bin's pieces in placement order (largest first).
+/// @throws llmkit::error for a negative size, or an item larger than the
+///   capacity when `split_oversized` is false.
+template <class R, class Proj = std::identity>
+  requires sized_items<R, Proj>
+packing first_fit_decreasing(R&& items, const pack_options& options = {}, Proj proj = {}) {
+  auto prepared = detail::prepare(detail::item_sizes(items, proj, "first_fit_decreasing"), options,
+                                  "first_fit_decreasing");
+  auto order = detail::decreasing_order(prepared.packable, prepared.capacity);
+  return detail::first_fit_in_order(std::move(prepared), std::move(order));
+}
+
+/// First-fit in input order (the online algorithm, run over a whole range).
+/// Same parameters and errors as `first_fit_decreasing`.
+template <class R, class Proj = std::identity>
+  requires sized_items<R, Proj>
+packing online_first_fit(R&& items, const pack_options& options = {}, Proj proj = {}) {
+  auto prepared = detail::prepare(detail::item_sizes(items, proj, "online_first_fit"), options, "online_first_fit");
+  std::vector<std::size_t> order(prepared.packable.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  return detail::first_fit_in_order(std::move(prepared), std::move(order));
+}
+
+}  // namespace llmkit::pack
