@@ -14,3 +14,12 @@
 
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/dot.hpp"
+
+#include "llmkit/pack/best_fit.hpp"
+#include "llmkit/pack/first_fit.hpp"
+#include "llmkit/pack/length_distribution.hpp"
+#include "llmkit/pack/next_fit.hpp"
+#include "llmkit/pack/packed_batch.hpp"
+#include "llmkit/pack/packers.hpp"
+#include "llmkit/pack/packing.hpp"
+#include "llmkit/pack/padded_batch.hpp"
