@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/sched/scheduler.hpp
+/// The stateful front end an engine drives: requests in (with their tokens
+/// and stop criteria), one step plan out, sampled tokens back, finished
+/// requests out. It holds a `sched_state` and calls the pure `plan_step` /
+/// `commit_step`.
+///
+/// Engine loop:
+/// @code
+///   sched::scheduler s(limits, sched::policy{.chunked_prefill = true, .max_step_tokens = 512});
+///   s.submit(req);
+///   while (!s.idle()) {
+///     const sched::step_plan& plan = s.next_step();
+///     // apply plan.preempted / swapped_out / swapped_in to the KV cache,
+///     // run the model over plan.items, sample one token per item with samples
+///     for (auto& done : s.complete_step(sampled)) deliver(done);
+///   }
+/// @endcode
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "llmkit/core/error.hpp"
+#include "llmkit/sched/policy.hpp"
+#include "llmkit/sched/request.hpp"
+#include "llmkit/sched/state.hpp"
+#include "llmkit/sched/step_plan.hpp"
+
+namespace llmkit::sched {
+
+/// A request that left the scheduler, with its generated tokens.
+struct finished_request {
+  request_id id = 0;
+  /// `[n_generated]` tokens generated (possibly empty when cancelled early).
+  std::vector<token_id> output;
+  stop_reason reason = stop_reason::none;
+};
+
+/// Drives `plan_step` / `commit_step` over owned requests.
+class scheduler {
+ public:
+  /// Raises `llmkit::error` for unusable limits or a policy that cannot serve
+  /// them (see `make_state`, `validate_policy`).
+  scheduler(const engine_limits& limits, policy p) : state_(make_state(limits)), policy_(std::move(p)) {
+    validate_policy(policy_, limits);
+  }
+
+  /// Queues `r`. Raises `llmkit::error` (and changes nothing) for a
+  /// duplicate id, an empty prompt, zero max_new_tokens, or a prompt that
+  /// does not fit the context; other requests are unaffected.
+  void submit(request r) {
+    LLMKIT_CHECK(!state_.seen_ids.contains(r.id), "submit: duplicate request id ", r.id);
+    validate_request(r, state_.limits.max_context);
+    sched::submit(state_, r.id, static_cast<std::int64_t>(r.prompt.size()), r.max_new_tokens, r.arrival_s);
+    const request_id id = r.id;
+    live_.emplace(id, entry{std::move(r), {}});
+  }
+
+  /// Cancels a live request: its blocks are free at once. Returns it with
+  /// the tokens generated so far, or nothing when `id` is not live.
+  std::optional<finished_request> cancel(request_id id) {
+    if (!sched::cancel(state_, id)) return std::nullopt;
+    auto it = live_.find(id);
+    finished_request out{id, std::move(it->second.output), stop_reason::cancelled};
+    live_.erase(it);
+    return out;
+  }
+
+  /// Plans the next step. The plan stays valid until `complete_step`.
+  const step_plan& next_step() {
+    plan_ = plan_step(state_, policy_);
+    planned_ = true;
+    return plan_;
+  }
+
+  /// Reports the step's results: `[plan.n_samples()] sampled`, one token per
+  /// item with `samples`, in item order (tokens of requests cancelled in the
+  /// meantime are ignored). Returns the requests that finished.
+  std::vector<finished_request> complete_step(std::span<const token_id> sampled) {
+    LLMKIT_CHECK(planned_, "complete_step: no step was planned (call next_step first)");
+    LLMKIT_CHECK(static_cast<std::int64_t>(sampled.size()) == plan_.n_samples(), "complete_step: sampled has ",
+                 sampled.size(), " tokens, the plan samples ", plan_.n_samples());
+    planned_ = false;
+    std::vector<request_id> stopped;
+    std::vector<std::pair<request_id, stop_reason>> reasons;
+    std::size_t k = 0;
+    for (const step_item& it : plan_.items) {
+      if (!it.samples) continue;
+      const token_id t = sampled[k++];
+      auto e = live_.find(it.id);
+      if (e == live_.end()) continue;
+      e->second.output.push_back(t);
+      const stop_reason why = check_stop(e->second.req, e->second.output);
+      if (why != stop_reason::none) {
+        stopped.push_back(it.id);
+        reasons.emplace_back(it.id, why);
+      }
+    }
+    std::vector<finished_request> done;
+    for (const seq_record& f : commit_step(state_, plan_, stopped)) {
+      auto e = live_.find(f.id);
+      stop_reason why = stop_reason::max_tokens;
+      for (const auto& [id, r] : reasons)
+        if (id == f.id) why = r;
+      done.push_back({f.id, std::move(e->second.output), why});
+      live_.erase(e);
+    }
+    return done;
+  }
+
+  /// The request with id `id`; raises `llmkit::error` when it is not live.
+  const request& get(request_id id) const {
+    const auto it = live_.find(id);
+    LLMKIT_CHECK(it != live_.end(), "scheduler::get: request id ", id, " is not live");
+    return it->second.req;
+  }
+  /// `[n_generated]` tokens generated so far by live request `id`.
+  std::span<const token_id> output(request_id id) const {
+    const auto it = live_.find(id);
+    LLMKIT_CHECK(it != live_.end(), "scheduler::output: request id ", id, " is not live");
+    return it->second.output;
+  }
+  /// True when no request is waiting, running or swapped.
+  bool idle() const noexcept { return n_live(state_) == 0; }
+  const sched_state& state() const noexcept { return state_; }
+  const policy& get_policy() const noexcept { return policy_; }
+
+ private:
+  struct entry {
+    request req;
+    std::vector<token_id> output;
+  };
+  sched_state state_;
+  policy policy_;
+  std::unordered_map<request_id, entry> live_;
+  step_plan plan_;
+  bool planned_ = false;
+};
+
+}  // namespace llmkit::sched
