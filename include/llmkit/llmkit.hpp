@@ -23,3 +23,10 @@
 #include "llmkit/pack/packers.hpp"
 #include "llmkit/pack/packing.hpp"
 #include "llmkit/pack/padded_batch.hpp"
+
+#include "llmkit/sched/policy.hpp"
+#include "llmkit/sched/prefill_packer.hpp"
+#include "llmkit/sched/request.hpp"
+#include "llmkit/sched/scheduler.hpp"
+#include "llmkit/sched/state.hpp"
+#include "llmkit/sched/step_plan.hpp"
