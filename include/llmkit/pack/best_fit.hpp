@@ -28,16 +28,16 @@
 namespace llmkit::pack {
 namespace detail {
 
-/// Best-fit over pieces in `order`, rooms bucketed by value. Returns n_bins.
-/// `[n] sizes` in piece order, `[n] bin_of` output.
-inline std::size_t best_fit_buckets(std::span<const piece> pieces, std::span<const std::size_t> order,
-                                    std::size_t capacity, std::span<std::size_t> bin_of) {
+/// Best-fit over `[n] sizes` (in placement order, each <= capacity), rooms
+/// bucketed by value; writes `[n] bins` (bin of each) and returns the number of bins.
+inline std::size_t best_fit_buckets(std::span<const std::size_t> sizes, std::size_t capacity,
+                                    std::span<std::size_t> bins) {
   successor_set nonempty(capacity + 1);
   std::vector<std::vector<std::size_t>> bucket(capacity + 1);  // min-heaps of bin numbers
   const auto later = std::greater<std::size_t>{};
   std::size_t n_bins = 0;
-  for (std::size_t i : order) {
-    const std::size_t s = pieces[i].size;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::size_t s = sizes[k];
     std::size_t bin = 0, room = 0;
     if (const auto r = nonempty.successor(s)) {
       room = *r;
@@ -50,7 +50,7 @@ inline std::size_t best_fit_buckets(std::span<const piece> pieces, std::span<con
       bin = n_bins++;
       room = capacity;
     }
-    bin_of[i] = bin;
+    bins[k] = bin;
     auto& heap = bucket[room - s];
     heap.push_back(bin);
     std::push_heap(heap.begin(), heap.end(), later);
@@ -59,23 +59,24 @@ inline std::size_t best_fit_buckets(std::span<const piece> pieces, std::span<con
   return n_bins;
 }
 
-/// Best-fit with an ordered set of (room, bin): any capacity. Returns n_bins.
-inline std::size_t best_fit_ordered(std::span<const piece> pieces, std::span<const std::size_t> order,
-                                    std::size_t capacity, std::span<std::size_t> bin_of) {
-  std::set<std::pair<std::size_t, std::size_t>> bins;  // (room, bin)
+/// Best-fit with an ordered set of (room, bin), for any capacity; same
+/// arguments and result as `best_fit_buckets`.
+inline std::size_t best_fit_ordered(std::span<const std::size_t> sizes, std::size_t capacity,
+                                    std::span<std::size_t> bins) {
+  std::set<std::pair<std::size_t, std::size_t>> open_bins;  // (room, bin)
   std::size_t n_bins = 0;
-  for (std::size_t i : order) {
-    const std::size_t s = pieces[i].size;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::size_t s = sizes[k];
     std::size_t bin = 0, room = 0;
-    if (auto it = bins.lower_bound({s, 0}); it != bins.end()) {
+    if (auto it = open_bins.lower_bound({s, 0}); it != open_bins.end()) {
       std::tie(room, bin) = *it;
-      bins.erase(it);
+      open_bins.erase(it);
     } else {
       bin = n_bins++;
       room = capacity;
     }
-    bin_of[i] = bin;
-    bins.emplace(room - s, bin);
+    bins[k] = bin;
+    open_bins.emplace(room - s, bin);
   }
   return n_bins;
 }
@@ -90,12 +91,12 @@ packing best_fit_decreasing(R&& items, const pack_options& options = {}, Proj pr
   auto prepared = detail::prepare(detail::item_sizes(items, proj, "best_fit_decreasing"), options,
                                   "best_fit_decreasing");
   const auto order = detail::decreasing_order(prepared.packable, prepared.capacity);
-  std::vector<std::size_t> bin_of(prepared.packable.size());
-  const bool small_capacity = prepared.capacity <= 8 * prepared.packable.size() + 65536;
-  const std::size_t n_bins =
-      small_capacity ? detail::best_fit_buckets(prepared.packable, order, prepared.capacity, bin_of)
-                     : detail::best_fit_ordered(prepared.packable, order, prepared.capacity, bin_of);
-  return detail::assemble(std::move(prepared), order, bin_of, n_bins);
+  const auto sizes = detail::sizes_in_order(prepared.packable, order);
+  std::vector<std::size_t> bins(sizes.size());
+  const bool small_capacity = prepared.capacity <= 8 * sizes.size() + 65536;
+  const std::size_t n_bins = small_capacity ? detail::best_fit_buckets(sizes, prepared.capacity, bins)
+                                            : detail::best_fit_ordered(sizes, prepared.capacity, bins);
+  return detail::assemble(std::move(prepared), order, bins, n_bins);
 }
 
 }  // namespace llmkit::pack

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <functional>
 #include <numeric>
 #include <ranges>
@@ -48,16 +50,30 @@ class first_fit_bins {
     LLMKIT_CHECK(capacity > 0, "first_fit_bins: capacity must be > 0, got ", capacity);
     return capacity;
   }
-  detail::capacity_tree tree_;
+  detail::capacity_tree<std::size_t> tree_;
 };
 
 namespace detail {
+/// First-fit over `[n] sizes` (in placement order, each <= capacity); writes
+/// `[n] bins` (bin of each) and returns the number of bins.
+template <class Room>
+std::size_t first_fit_engine(std::span<const std::size_t> sizes, std::size_t capacity, std::span<std::size_t> bins) {
+  // Start the tree near the bins first-fit will need (a little over the lower bound).
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  capacity = std::max<std::size_t>(capacity, 1);
+  capacity_tree<Room> tree(capacity, total / capacity + total / capacity / 16 + 64);
+  for (std::size_t k = 0; k < sizes.size(); ++k) bins[k] = tree.place(sizes[k]);
+  return tree.n_bins();
+}
+
 inline packing first_fit_in_order(prepared_items&& items, std::vector<std::size_t>&& order) {
-  std::vector<std::size_t> bin_of(items.packable.size());
-  capacity_tree tree(std::max<std::size_t>(items.capacity, 1), items.packable.size() / 8 + 1);
-  for (std::size_t i : order) bin_of[i] = tree.place(items.packable[i].size);
-  const std::size_t n_bins = tree.n_bins();
-  return assemble(std::move(items), order, bin_of, n_bins);
+  const auto sizes = sizes_in_order(items.packable, order);
+  std::vector<std::size_t> bins(sizes.size());
+  const std::size_t n_bins = items.capacity <= UINT32_MAX
+                                 ? first_fit_engine<std::uint32_t>(sizes, items.capacity, bins)
+                                 : first_fit_engine<std::size_t>(sizes, items.capacity, bins);
+  return assemble(std::move(items), order, bins, n_bins);
 }
 }  // namespace detail
 

@@ -23,7 +23,7 @@ template <class R, class Proj = std::identity>
 packing next_fit(R&& items, const pack_options& options = {}, Proj proj = {}) {
   auto prepared = detail::prepare(detail::item_sizes(items, proj, "next_fit"), options, "next_fit");
   const std::size_t n = prepared.packable.size();
-  std::vector<std::size_t> order(n), bin_of(n);
+  std::vector<std::size_t> order(n), bins(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::size_t n_bins = 0, room = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -33,9 +33,9 @@ packing next_fit(R&& items, const pack_options& options = {}, Proj proj = {}) {
       room = prepared.capacity;
     }
     room -= s;
-    bin_of[i] = n_bins - 1;
+    bins[i] = n_bins - 1;
   }
-  return detail::assemble(std::move(prepared), order, bin_of, n_bins);
+  return detail::assemble(std::move(prepared), order, bins, n_bins);
 }
 
 }  // namespace llmkit::pack

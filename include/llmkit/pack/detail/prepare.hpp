@@ -96,20 +96,30 @@ inline std::vector<std::size_t> decreasing_order(std::span<const piece> pieces, 
   return order;
 }
 
+/// Sizes of the packable pieces in placement order: `[n_packable]`, so the
+/// packers' hot loops read and write sequentially.
+inline std::vector<std::size_t> sizes_in_order(std::span<const piece> pieces, std::span<const std::size_t> order) {
+  std::vector<std::size_t> sizes(order.size());
+  for (std::size_t k = 0; k < order.size(); ++k) sizes[k] = pieces[order[k]].size;
+  return sizes;
+}
+
 /// Builds the packing: the dedicated bins first, then the packer's bins,
 /// each bin's pieces in placement order.
-/// `[n_packable] placement_order`, `[n_packable] bin_of` (bin of each packable piece).
+/// `[n_packable] placement_order` (piece placed k-th), `[n_packable] bin_in_order`
+/// (bin of the piece placed k-th).
 inline packing assemble(prepared_items&& items, std::span<const std::size_t> placement_order,
-                        std::span<const std::size_t> bin_of, std::size_t n_bins) {
+                        std::span<const std::size_t> bin_in_order, std::size_t n_bins) {
   const std::size_t n_dedicated = items.dedicated.size();
   std::vector<std::size_t> offsets(n_dedicated + n_bins + 1, 0);
   for (std::size_t b = 0; b <= n_dedicated; ++b) offsets[b] = b;
-  for (std::size_t b : bin_of) ++offsets[n_dedicated + b + 1];
+  for (std::size_t b : bin_in_order) ++offsets[n_dedicated + b + 1];
   for (std::size_t b = n_dedicated + 1; b < offsets.size(); ++b) offsets[b] += offsets[b - 1];
   std::vector<piece> pieces(n_dedicated + items.packable.size());
   std::copy(items.dedicated.begin(), items.dedicated.end(), pieces.begin());
-  std::vector<std::size_t> fill(offsets.begin() + n_dedicated, offsets.end() - 1);
-  for (std::size_t i : placement_order) pieces[fill[bin_of[i]]++] = items.packable[i];
+  std::vector<std::size_t> fill(offsets.begin() + static_cast<std::ptrdiff_t>(n_dedicated), offsets.end() - 1);
+  for (std::size_t k = 0; k < placement_order.size(); ++k)
+    pieces[fill[bin_in_order[k]]++] = items.packable[placement_order[k]];
   return packing(items.capacity, items.n_items, std::move(pieces), std::move(offsets));
 }
 
