@@ -14,6 +14,7 @@
 
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/dot.hpp"
+#include "llmkit/simd/simd.hpp"
 
 #include "llmkit/pack/best_fit.hpp"
 #include "llmkit/pack/first_fit.hpp"

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/simd/convert.hpp  Vectorised storage conversions.
+///
+/// - f32 <-> f16 and f32 <-> bf16: round to nearest even, inf kept, NaN kept
+///   as (quiet, for f32 -> 16 bit) NaN; bit-identical to the scalar
+///   conversions of llmkit/core/dtype.hpp.
+/// - Q8_0 blocks (GGUF/ggml layout and semantics): per block of 32 values
+///   d = amax / 127, q = round_half_away(x / d) computed as x * (1 / d), the
+///   scale stored as f16(d); value = f32(scale) * q.
+/// - int8 rows with one symmetric f32 scale (for KV caches): scale = amax / 127
+///   (0 for an all-zero row), q = round_half_away(x * (1 / scale)).
+/// Quantisers reject non-finite inputs with llmkit::error.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include <xsimd/xsimd.hpp>
+
+#include "llmkit/core/dtype.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/simd/arch.hpp"
+
+namespace llmkit::simd {
+
+namespace detail {
+
+/// f32 bit patterns -> f16 bit patterns (in int32 lanes), round to nearest even.
+template <class Arch>
+inline xsimd::batch<std::int32_t, Arch> f32_to_f16_lanes(const xsimd::batch<float, Arch>& v) noexcept {
+  using ibatch = xsimd::batch<std::int32_t, Arch>;
+  using batch = xsimd::batch<float, Arch>;
+  const ibatch f = xsimd::bitwise_cast<ibatch>(v);
+  const ibatch sign = (f >> 16) & ibatch(0x8000);
+  const ibatch a = f & ibatch(0x7fffffff);
+  // NaN keeps its top payload bits and is quieted; >= 2^16 overflows to inf.
+  const ibatch special = xsimd::select(a > ibatch(0x7f800000), ibatch(0x7e00) | ((a >> 13) & ibatch(0x3ff)),
+                                       ibatch(0x7c00));
+  // Subnormal halves: adding 0.5f rounds to a multiple of 2^-24 (nearest even) in the FPU.
+  const ibatch sub = xsimd::bitwise_cast<ibatch>(xsimd::bitwise_cast<batch>(a) + batch(0.5f)) - ibatch(0x3f000000);
+  // Normal halves: rebias the exponent and round the 13 dropped bits to nearest even.
+  const ibatch odd = (a >> 13) & ibatch(1);
+  const ibatch normal = (a + ibatch(static_cast<std::int32_t>(0xc8000fffu)) + odd) >> 13;
+  ibatch h = xsimd::select(a < ibatch(0x38800000), sub, normal);
+  h = xsimd::select(a >= ibatch(0x47800000), special, h);
+  return h | sign;
+}
+
+/// f16 bit patterns (in int32 lanes) -> f32, exact.
+template <class Arch>
+inline xsimd::batch<float, Arch> f16_lanes_to_f32(const xsimd::batch<std::int32_t, Arch>& h) noexcept {
+  using ibatch = xsimd::batch<std::int32_t, Arch>;
+  using batch = xsimd::batch<float, Arch>;
+  const ibatch sign = (h & ibatch(0x8000)) << 16;
+  ibatch o = (h & ibatch(0x7fff)) << 13;
+  const ibatch e = o & ibatch(0x0f800000);
+  o = o + ibatch((127 - 15) << 23);
+  const ibatch inf_nan = o + ibatch((128 - 16) << 23);
+  // Zero / subnormal: give it exponent 2^-14 and subtract 2^-14 in the FPU (exact).
+  const batch sub = xsimd::bitwise_cast<batch>(o + ibatch(1 << 23)) - xsimd::bitwise_cast<batch>(ibatch(113 << 23));
+  o = xsimd::select(e == ibatch(0x0f800000), inf_nan, o);
+  o = xsimd::select(e == ibatch(0), xsimd::bitwise_cast<ibatch>(sub), o);
+  return xsimd::bitwise_cast<batch>(o | sign);
+}
+
+/// f32 -> bf16 bit patterns (in int32 lanes), round to nearest even, NaN quieted.
+template <class Arch>
+inline xsimd::batch<std::int32_t, Arch> f32_to_bf16_lanes(const xsimd::batch<float, Arch>& v) noexcept {
+  using ibatch = xsimd::batch<std::int32_t, Arch>;
+  const ibatch x = xsimd::bitwise_cast<ibatch>(v);
+  const ibatch hi = (x >> 16) & ibatch(0xffff);
+  const ibatch rounded = ((x + ibatch(0x7fff) + (hi & ibatch(1))) >> 16) & ibatch(0xffff);
+  return xsimd::select((x & ibatch(0x7fffffff)) > ibatch(0x7f800000), hi | ibatch(0x40), rounded);
+}
+
+/// Largest |x[i]| of n values; sets `finite` false if any value is inf or NaN.
+template <class Arch>
+inline float abs_max(const float* x, std::size_t n, bool& finite) noexcept {
+  float amax = 0.0f;
+  bool ok = true;
+  std::size_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::size_t lanes = batch::size;
+    batch m(0.0f);
+    auto bad = batch(0.0f) != batch(0.0f);
+    for (; i + lanes <= n; i += lanes) {
+      const batch a = xsimd::abs(batch::load_unaligned(x + i));
+      bad = bad | !(a <= batch(std::numeric_limits<float>::max()));
+      m = xsimd::max(m, a);
+    }
+    ok = !xsimd::any(bad);
+    alignas(64) float lanes_out[lanes];
+    m.store_aligned(lanes_out);
+    for (std::size_t j = 0; j < lanes; ++j) amax = lanes_out[j] > amax ? lanes_out[j] : amax;
+  }
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    ok = ok && a <= std::numeric_limits<float>::max();
+    amax = a > amax ? a : amax;
+  }
+  finite = ok;
+  return amax;
+}
+
+/// out[i] = round_half_away(x[i] * inv_scale) as int8 (|x[i] * inv_scale| <= 127.5 by construction).
+template <class Arch>
+inline void quantize_round(const float* x, std::size_t n, float inv_scale, std::int8_t* out) noexcept {
+  std::size_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using batch = xsimd::batch<float, Arch>;
+    using ibatch = xsimd::batch<std::int32_t, Arch>;
+    constexpr std::size_t lanes = batch::size;
+    const batch vs(inv_scale);
+    alignas(64) std::int32_t q[lanes];
+    for (; i + lanes <= n; i += lanes) {
+      xsimd::batch_cast<std::int32_t>(xsimd::round(batch::load_unaligned(x + i) * vs)).store_aligned(q);
+      for (std::size_t j = 0; j < lanes; ++j) out[i + j] = static_cast<std::int8_t>(q[j]);
+    }
+    static_cast<void>(sizeof(ibatch));
+  }
+  for (; i < n; ++i) out[i] = static_cast<std::int8_t>(std::round(x[i] * inv_scale));
+}
+
+/// out[i] = scale * q[i].
+template <class Arch>
+inline void dequantize_scaled(const std::int8_t* q, std::size_t n, float scale, float* out) noexcept {
+  std::size_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using batch = xsimd::batch<float, Arch>;
+    using ibatch = xsimd::batch<std::int32_t, Arch>;
+    constexpr std::size_t lanes = batch::size;
+    const batch vs(scale);
+    alignas(64) std::int32_t wide[lanes];
+    for (; i + lanes <= n; i += lanes) {
+      for (std::size_t j = 0; j < lanes; ++j) wide[j] = q[i + j];
+      (xsimd::batch_cast<float>(ibatch::load_aligned(wide)) * vs).store_unaligned(out + i);
+    }
+  }
+  for (; i < n; ++i) out[i] = scale * static_cast<float>(q[i]);
+}
+
+}  // namespace detail
+
+/// out[i] = f16(in[i]), round to nearest even. @pre in.size() == out.size()  ([n] in, [n] out)
+template <class Arch = default_arch>
+void convert(std::span<const float> in, std::span<f16> out) {
+  LLMKIT_CHECK(in.size() == out.size(), "convert: in.size() = ", in.size(), " differs from out.size() = ",
+               out.size());
+  const std::size_t n = in.size();
+  std::size_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::size_t lanes = batch::size;
+    alignas(64) std::int32_t h[lanes];
+    for (; i + lanes <= n; i += lanes) {
+      detail::f32_to_f16_lanes<Arch>(batch::load_unaligned(in.data() + i)).store_aligned(h);
+      for (std::size_t j = 0; j < lanes; ++j) out[i + j].bits = static_cast<std::uint16_t>(h[j]);
+    }
+  }
+  for (; i < n; ++i) out[i] = to_f16(in[i]);
+}
+
+/// out[i] = bf16(in[i]), round to nearest even. @pre in.size() == out.size()  ([n] in, [n] out)
+template <class Arch = default_arch>
+void convert(std::span<const float> in, std::span<bf16> out) {
+  LLMKIT_CHECK(in.size() == out.size(), "convert: in.size() = ", in.size(), " differs from out.size() = ",
+               out.size());
+  const std::size_t n = in.size();
+  std::size_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::size_t lanes = batch::size;
+    alignas(64) std::int32_t h[lanes];
+    for (; i + lanes <= n; i += lanes) {
+      detail::f32_to_bf16_lanes<Arch>(batch::load_unaligned(in.data() + i)).store_aligned(h);
+      for (std::size_t j = 0; j < lanes; ++j) out[i + j].bits = static_cast<std::uint16_t>(h[j]);
+    }
+  }
+  for (; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+
+/// out[i] = f32(in[i]) (exact). @pre in.size() == out.size()  ([n] in, [n] out)
+template <class Arch = default_arch>
+void convert(std::span<const f16> in, std::span<float> out) {
+  LLMKIT_CHECK(in.size() == out.size(), "convert: in.size() = ", in.size(), " differs from out.size() = ",
+               out.size());
+  const std::size_t n = in.size();
+  std::size_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using ibatch = xsimd::batch<std::int32_t, Arch>;
+    constexpr std::size_t lanes = ibatch::size;
+    alignas(64) std::int32_t h[lanes];
+    for (; i + lanes <= n; i += lanes) {
+      for (std::size_t j = 0; j < lanes; ++j) h[j] = in[i + j].bits;
+      detail::f16_lanes_to_f32<Arch>(ibatch::load_aligned(h)).store_unaligned(out.data() + i);
+    }
+  }
+  for (; i < n; ++i) out[i] = to_f32(in[i]);
+}
+
+/// out[i] = f32(in[i]) (exact). @pre in.size() == out.size()  ([n] in, [n] out)
+template <class Arch = default_arch>
+void convert(std::span<const bf16> in, std::span<float> out) {
+  LLMKIT_CHECK(in.size() == out.size(), "convert: in.size() = ", in.size(), " differs from out.size() = ",
+               out.size());
+  const std::size_t n = in.size();
+  std::size_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using ibatch = xsimd::batch<std::int32_t, Arch>;
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::size_t lanes = ibatch::size;
+    alignas(64) std::int32_t h[lanes];
+    for (; i + lanes <= n; i += lanes) {
+      for (std::size_t j = 0; j < lanes; ++j) h[j] = in[i + j].bits;
+      xsimd::bitwise_cast<batch>(ibatch::load_aligned(h) << 16).store_unaligned(out.data() + i);
+    }
+  }
+  for (; i < n; ++i) out[i] = to_f32(in[i]);
+}
+
+/// Quantises to GGUF Q8_0 blocks (see the file comment for the rounding).
+/// @pre in.size() % 32 == 0; out.size() == in.size() / 32; every in[i] finite
+/// ([n] in, [n / 32] out)
+template <class Arch = default_arch>
+void quantize_q8_0(std::span<const float> in, std::span<block_q8_0> out) {
+  LLMKIT_CHECK(in.size() % q8_block_size == 0, "quantize_q8_0: in.size() = ", in.size(),
+               " is not a multiple of the block size 32");
+  LLMKIT_CHECK(out.size() == in.size() / q8_block_size, "quantize_q8_0: out.size() = ", out.size(),
+               " differs from in.size() / 32 = ", in.size() / q8_block_size);
+  for (std::size_t b = 0; b < out.size(); ++b) {
+    const float* x = in.data() + b * q8_block_size;
+    bool finite = true;
+    const float amax = detail::abs_max<Arch>(x, q8_block_size, finite);
+    LLMKIT_CHECK(finite, "quantize_q8_0: block ", b, " (in[", b * q8_block_size, ", ", (b + 1) * q8_block_size,
+                 ")) holds a non-finite value");
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].scale = to_f16(d);
+    detail::quantize_round<Arch>(x, q8_block_size, id, out[b].qs);
+  }
+}
+
+/// Expands Q8_0 blocks: out[32 b + j] = f32(in[b].scale) * in[b].qs[j].
+/// @pre out.size() == in.size() * 32  ([n_blocks] in, [n_blocks * 32] out)
+template <class Arch = default_arch>
+void dequantize_q8_0(std::span<const block_q8_0> in, std::span<float> out) {
+  LLMKIT_CHECK(out.size() == in.size() * q8_block_size, "dequantize_q8_0: out.size() = ", out.size(),
+               " differs from in.size() * 32 = ", in.size() * q8_block_size);
+  for (std::size_t b = 0; b < in.size(); ++b)
+    detail::dequantize_scaled<Arch>(in[b].qs, q8_block_size, to_f32(in[b].scale), out.data() + b * q8_block_size);
+}
+
+/// Symmetric int8 quantisation of one row; returns its scale (amax / 127, or 0
+/// for an all-zero row) so that in[i] ~= scale * out[i].
+/// @pre in.size() == out.size(); every in[i] finite  ([n] in, [n] out)
+template <class Arch = default_arch>
+float quantize_i8(std::span<const float> in, std::span<std::int8_t> out) {
+  LLMKIT_CHECK(in.size() == out.size(), "quantize_i8: in.size() = ", in.size(), " differs from out.size() = ",
+               out.size());
+  bool finite = true;
+  const float amax = detail::abs_max<Arch>(in.data(), in.size(), finite);
+  LLMKIT_CHECK(finite, "quantize_i8: in holds a non-finite value");
+  const float scale = amax / 127.0f;
+  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  detail::quantize_round<Arch>(in.data(), in.size(), inv, out.data());
+  return scale;
+}
+
+/// out[i] = scale * in[i].  @pre in.size() == out.size()  ([n] in, [n] out)
+template <class Arch = default_arch>
+void dequantize_i8(std::span<const std::int8_t> in, float scale, std::span<float> out) {
+  LLMKIT_CHECK(in.size() == out.size(), "dequantize_i8: in.size() = ", in.size(), " differs from out.size() = ",
+               out.size());
+  detail::dequantize_scaled<Arch>(in.data(), in.size(), scale, out.data());
+}
+
+}  // namespace llmkit::simd

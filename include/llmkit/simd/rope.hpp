@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/simd/rope.hpp  Rotary position embedding (RoPE) of one token's heads.
+///
+/// The first `rotary_dim` dimensions of each head are split into pairs that
+/// are rotated by the angle position * freq_scale * theta^(-2i / rotary_dim)
+/// for pair i; the remaining dimensions are left alone. Two pair layouts:
+/// - `rope_layout::interleaved`: pairs (2i, 2i + 1), as Llama/GGUF (llama.cpp's
+///   "normal" RoPE);
+/// - `rope_layout::half_split`: pairs (i, i + rotary_dim / 2), as GPT-NeoX.
+///
+/// Angles are computed in double precision and rounded to f32 cos/sin, the
+/// same way in `rope_table` (precomputed) and in the on-the-fly overload, so
+/// both give bit-identical results.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/batch_ops.hpp"
+
+namespace llmkit::simd {
+
+/// Which dimensions of a head form a rotated pair.
+enum class rope_layout {
+  interleaved, ///< pairs (2i, 2i + 1): Llama / GGUF
+  half_split,  ///< pairs (i, i + rotary_dim / 2): GPT-NeoX
+};
+
+/// RoPE parameters of a model.
+struct rope_config {
+  float theta = 10000.0f;                        ///< base of the frequencies (> 0)
+  rope_layout layout = rope_layout::interleaved; ///< pair layout
+  std::size_t rotary_dim = 0;                    ///< rotated dimensions per head (even); 0 = the whole head
+  float freq_scale = 1.0f;                       ///< linear position scaling (position * freq_scale)
+};
+
+namespace detail {
+
+/// Validates config against head_dim and returns the effective rotary_dim.
+inline std::size_t rope_rotary_dim(const rope_config& config, std::size_t head_dim) {
+  LLMKIT_CHECK(head_dim > 0, "rope: head_dim must be > 0, got ", head_dim);
+  const std::size_t rotary_dim = config.rotary_dim == 0 ? head_dim : config.rotary_dim;
+  LLMKIT_CHECK(rotary_dim <= head_dim, "rope: rotary_dim = ", rotary_dim, " exceeds head_dim = ", head_dim);
+  LLMKIT_CHECK(rotary_dim % 2 == 0, "rope: rotary_dim must be even, got ", rotary_dim);
+  LLMKIT_CHECK(config.theta > 0.0f && std::isfinite(config.theta), "rope: theta must be finite and > 0, got ",
+               config.theta);
+  LLMKIT_CHECK(std::isfinite(config.freq_scale), "rope: freq_scale must be finite, got ", config.freq_scale);
+  return rotary_dim;
+}
+
+/// Per-dimension factors for one position: out[j] = x[j] * cos_e[j] + x[partner(j)] * sin_e[j]
+/// with the sign of the sine folded into sin_e. ([rotary_dim] cos_e, [rotary_dim] sin_e)
+inline void rope_factors(const rope_config& config, std::size_t rotary_dim, std::int32_t position, float* cos_e,
+                         float* sin_e) {
+  const std::size_t half = rotary_dim / 2;
+  for (std::size_t i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(static_cast<double>(config.theta),
+                                     -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
+    const double angle = static_cast<double>(position) * static_cast<double>(config.freq_scale) * inv_freq;
+    const float c = static_cast<float>(std::cos(angle));
+    const float s = static_cast<float>(std::sin(angle));
+    const std::size_t first = config.layout == rope_layout::interleaved ? 2 * i : i;
+    const std::size_t second = config.layout == rope_layout::interleaved ? 2 * i + 1 : i + half;
+    cos_e[first] = c;
+    cos_e[second] = c;
+    sin_e[first] = -s;
+    sin_e[second] = s;
+  }
+}
+
+/// Rotates every head of one token with per-dimension factors.
+/// ([n_heads * head_dim] x, [rotary_dim] cos_e, [rotary_dim] sin_e)
+template <class Arch>
+inline void rope_rotate(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t rotary_dim,
+                        rope_layout layout, const float* cos_e, const float* sin_e) noexcept {
+  const std::size_t half = rotary_dim / 2;
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    float* head = x + h * head_dim;
+    std::size_t done = 0;  // pairs rotated by the vector loop
+    if constexpr (!is_scalar_v<Arch>) {
+      using batch = xsimd::batch<float, Arch>;
+      constexpr std::size_t lanes = batch::size;
+      if (layout == rope_layout::interleaved) {
+        using ubatch = xsimd::batch<std::uint32_t, Arch>;
+        constexpr auto swap = xsimd::make_batch_constant<ubatch, swap_pairs_index>();
+        std::size_t j = 0;
+        for (; j + lanes <= rotary_dim; j += lanes) {
+          const batch v = batch::load_unaligned(head + j);
+          const batch r = v * batch::load_unaligned(cos_e + j) + xsimd::swizzle(v, swap) * batch::load_unaligned(sin_e + j);
+          r.store_unaligned(head + j);
+        }
+        done = j / 2;
+      } else {
+        std::size_t i = 0;
+        for (; i + lanes <= half; i += lanes) {
+          const batch lo = batch::load_unaligned(head + i);
+          const batch hi = batch::load_unaligned(head + i + half);
+          const batch new_lo = lo * batch::load_unaligned(cos_e + i) + hi * batch::load_unaligned(sin_e + i);
+          const batch new_hi =
+              hi * batch::load_unaligned(cos_e + i + half) + lo * batch::load_unaligned(sin_e + i + half);
+          new_lo.store_unaligned(head + i);
+          new_hi.store_unaligned(head + i + half);
+        }
+        done = i;
+      }
+    }
+    for (std::size_t i = done; i < half; ++i) {
+      const std::size_t p = layout == rope_layout::interleaved ? 2 * i : i;
+      const std::size_t q = layout == rope_layout::interleaved ? 2 * i + 1 : i + half;
+      const float a = head[p], b = head[q];
+      head[p] = a * cos_e[p] + b * sin_e[p];
+      head[q] = b * cos_e[q] + a * sin_e[q];
+    }
+  }
+}
+
+inline void rope_check_x(std::size_t x_size, std::size_t head_dim, std::int32_t position) {
+  LLMKIT_CHECK(x_size % head_dim == 0, "apply_rope: x.size() = ", x_size, " is not a multiple of head_dim = ",
+               head_dim);
+  LLMKIT_CHECK(position >= 0, "apply_rope: position must be >= 0, got ", position);
+}
+
+}  // namespace detail
+
+/// cos/sin factors of every position below `max_positions`, precomputed once
+/// per model (max_positions * rotary_dim * 2 floats).
+class rope_table {
+ public:
+  /// @pre config valid for head_dim (see rope_config); max_positions > 0
+  rope_table(const rope_config& config, std::size_t head_dim, std::size_t max_positions)
+      : config_(config),
+        head_dim_(head_dim),
+        rotary_dim_(detail::rope_rotary_dim(config, head_dim)),
+        max_positions_(max_positions) {
+    LLMKIT_CHECK(max_positions > 0, "rope_table: max_positions must be > 0, got ", max_positions);
+    cos_.resize(max_positions_ * rotary_dim_);
+    sin_.resize(max_positions_ * rotary_dim_);
+    for (std::size_t p = 0; p < max_positions_; ++p)
+      detail::rope_factors(config_, rotary_dim_, static_cast<std::int32_t>(p), cos_.data() + p * rotary_dim_,
+                           sin_.data() + p * rotary_dim_);
+  }
+
+  const rope_config& config() const noexcept { return config_; }
+  std::size_t head_dim() const noexcept { return head_dim_; }
+  std::size_t rotary_dim() const noexcept { return rotary_dim_; }
+  std::size_t max_positions() const noexcept { return max_positions_; }
+
+  /// Per-dimension cosine factors of `position`: [rotary_dim], cos of pair i
+  /// at both dimensions of the pair. @pre 0 <= position < max_positions
+  std::span<const float> cos_row(std::int32_t position) const {
+    check_position(position);
+    return {cos_.data() + static_cast<std::size_t>(position) * rotary_dim_, rotary_dim_};
+  }
+  /// Per-dimension sine factors of `position`: [rotary_dim], -sin at the first
+  /// dimension of each pair and +sin at the second, so that
+  /// out[j] = x[j] * cos_row[j] + x[partner(j)] * sin_row[j].
+  std::span<const float> sin_row(std::int32_t position) const {
+    check_position(position);
+    return {sin_.data() + static_cast<std::size_t>(position) * rotary_dim_, rotary_dim_};
+  }
+
+ private:
+  void check_position(std::int32_t position) const {
+    LLMKIT_CHECK(position >= 0 && static_cast<std::size_t>(position) < max_positions_, "rope_table: position = ",
+                 position, " outside [0, max_positions = ", max_positions_, ")");
+  }
+
+  rope_config config_;
+  std::size_t head_dim_;
+  std::size_t rotary_dim_;
+  std::size_t max_positions_;
+  aligned_vector<float> cos_;
+  aligned_vector<float> sin_;
+};
+
+/// Rotates the heads of one token in place, computing the angles on the fly.
+/// @pre x.size() a multiple of head_dim; position >= 0; config valid for head_dim
+/// ([n_heads, head_dim] x)
+template <class Arch = default_arch>
+void apply_rope(std::span<float> x, std::size_t head_dim, std::int32_t position, const rope_config& config) {
+  const std::size_t rotary_dim = detail::rope_rotary_dim(config, head_dim);
+  detail::rope_check_x(x.size(), head_dim, position);
+  constexpr std::size_t stack_dims = 512;
+  alignas(64) float cos_stack[stack_dims], sin_stack[stack_dims];
+  std::vector<float> heap;
+  float* cos_e = cos_stack;
+  float* sin_e = sin_stack;
+  if (rotary_dim > stack_dims) {
+    heap.resize(2 * rotary_dim);
+    cos_e = heap.data();
+    sin_e = heap.data() + rotary_dim;
+  }
+  detail::rope_factors(config, rotary_dim, position, cos_e, sin_e);
+  detail::rope_rotate<Arch>(x.data(), x.size() / head_dim, head_dim, rotary_dim, config.layout, cos_e, sin_e);
+}
+
+/// Rotates the heads of one token in place with precomputed angles.
+/// @pre head_dim == table.head_dim(); x.size() a multiple of head_dim;
+/// 0 <= position < table.max_positions()  ([n_heads, head_dim] x)
+template <class Arch = default_arch>
+void apply_rope(std::span<float> x, std::size_t head_dim, std::int32_t position, const rope_table& table) {
+  LLMKIT_CHECK(head_dim == table.head_dim(), "apply_rope: head_dim = ", head_dim,
+               " differs from the table's head_dim = ", table.head_dim());
+  detail::rope_check_x(x.size(), head_dim, position);
+  detail::rope_rotate<Arch>(x.data(), x.size() / head_dim, head_dim, table.rotary_dim(), table.config().layout,
+                            table.cos_row(position).data(), table.sin_row(position).data());
+}
+
+}  // namespace llmkit::simd
