@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// bench_roofline: this machine's limits, the denominators of every
+// "fraction of roofline" figure the other benches print.
+//
+//   read_bw/threads:T   sustained read bandwidth of T threads streaming a
+//                       1 GiB buffer (far beyond the caches), GB/s
+//   fma_peak/threads:T  peak fp32 FMA rate of T threads, 16 independent
+//                       vector FMA chains each, GFLOP/s
+//
+// After the run the figures (best of the repetitions) are written as JSON to
+// $LLMKIT_ROOFLINE_JSON or <source dir>/build/roofline.json, which
+// bench/roofline.hpp reads. With LLMKIT_BENCH_SMOKE=1 the sizes shrink and
+// nothing is written (the figures would be meaningless).
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "roofline.hpp"
+
+namespace {
+
+bool smoke() {
+  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
+  return v != nullptr && std::string(v) != "0";
+}
+
+unsigned all_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+std::size_t read_bytes() { return smoke() ? std::size_t{8} << 20 : std::size_t{1} << 30; }
+
+// Best figure per benchmark name, filled by the benchmarks themselves.
+std::map<std::string, double>& best() {
+  static std::map<std::string, double> m;
+  return m;
+}
+
+void BM_read_bw(benchmark::State& state, unsigned n_threads) {
+  double gbps = 0.0;
+  for (auto _ : state) {
+    gbps = llmkit_bench::measure_read_gbps(n_threads, read_bytes(), smoke() ? 1 : 5);
+    benchmark::DoNotOptimize(gbps);
+  }
+  state.counters["GB/s"] = gbps;
+  state.counters["threads"] = n_threads;
+  auto& b = best()["read_" + std::to_string(n_threads)];
+  b = std::max(b, gbps);
+}
+
+void BM_fma_peak(benchmark::State& state, unsigned n_threads) {
+  double gflops = 0.0;
+  for (auto _ : state) {
+    gflops = llmkit_bench::measure_fma_gflops(n_threads, smoke() ? 10'000 : 20'000'000, smoke() ? 1 : 5);
+    benchmark::DoNotOptimize(gflops);
+  }
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["threads"] = n_threads;
+  auto& b = best()["fma_" + std::to_string(n_threads)];
+  b = std::max(b, gflops);
+}
+
+void register_all() {
+  for (unsigned t : {1u, all_threads()}) {
+    benchmark::RegisterBenchmark(("read_bw/threads:" + std::to_string(t)).c_str(), BM_read_bw, t)
+        ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("fma_peak/threads:" + std::to_string(t)).c_str(), BM_fma_peak, t)
+        ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+    if (all_threads() == 1) break;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::printf("bench_roofline  arch: %s  hardware threads: %u\n",
+              llmkit::simd::arch_name<llmkit::simd::default_arch>(), all_threads());
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+
+  llmkit_bench::roofline r;
+  r.threads_all = all_threads();
+  r.read_gbps_1t = best()["read_1"];
+  r.read_gbps_all = best()["read_" + std::to_string(all_threads())];
+  r.fma_gflops_1t = best()["fma_1"];
+  r.fma_gflops_all = best()["fma_" + std::to_string(all_threads())];
+  r.arch = llmkit::simd::arch_name<llmkit::simd::default_arch>();
+  std::printf("roofline: read %.1f GB/s (1 thread), %.1f GB/s (%u threads); fma %.1f GFLOP/s (1 thread), %.1f GFLOP/s (%u threads)\n",
+              r.read_gbps_1t, r.read_gbps_all, r.threads_all, r.fma_gflops_1t, r.fma_gflops_all, r.threads_all);
+  if (smoke()) {
+    std::printf("smoke run: %s not written\n", llmkit_bench::roofline_json_path().c_str());
+    return 0;
+  }
+  if (r.read_gbps_1t <= 0 || r.fma_gflops_1t <= 0) {
+    std::printf("a benchmark was filtered out: %s not written\n", llmkit_bench::roofline_json_path().c_str());
+    return 0;
+  }
+  const std::string path = llmkit_bench::roofline_json_path();
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  std::ofstream out(path);
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return 1;
+  }
+  out << r.to_json().dump(2) << "\n";
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}

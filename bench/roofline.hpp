@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file bench/roofline.hpp
+/// The machine's limits for benchmarks: sustained read bandwidth and peak
+/// fp32 FMA rate, one core and all cores. `bench_roofline` measures them
+/// carefully and writes them as JSON; every other bench includes this header
+/// and calls `llmkit_bench::roofline::get()` to print its figures as
+/// fractions of those limits. When the JSON file is missing (or unreadable)
+/// the limits are measured quickly in-process instead, and `source` says so.
+///
+/// The JSON file is the path in the environment variable LLMKIT_ROOFLINE_JSON,
+/// else `<source dir>/build/roofline.json`.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <xsimd/xsimd.hpp>
+
+#include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/simd/arch.hpp"
+
+namespace llmkit_bench {
+
+/// Where the roofline JSON lives (LLMKIT_ROOFLINE_JSON, else <source>/build/roofline.json).
+inline std::string roofline_json_path() {
+  if (const char* p = std::getenv("LLMKIT_ROOFLINE_JSON"); p != nullptr && *p != '\0') return p;
+#if defined(LLMKIT_SOURCE_DIR)
+  return std::string(LLMKIT_SOURCE_DIR) + "/build/roofline.json";
+#else
+  return "roofline.json";
+#endif
+}
+
+namespace detail {
+
+/// Runs fn(thread_index) on n_threads threads released together; returns the
+/// wall time in seconds from the release to the last thread's end.
+template <class Fn>
+double run_together(unsigned n_threads, Fn&& fn) {
+  std::atomic<unsigned> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < n_threads; ++t)
+    threads.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      fn(t);
+    });
+  while (ready.load() != n_threads) {
+  }
+  const auto start = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  for (auto& th : threads) th.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// Reads n floats with eight independent vector accumulators: as close to the
+/// load ports' and the memory system's limit as plain loads get.
+inline float read_kernel(const float* p, std::size_t n) {
+  using arch = llmkit::simd::default_arch;
+  if constexpr (llmkit::simd::is_scalar_v<arch>) {
+    float acc = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) acc += p[i];
+    return acc;
+  } else {
+    using batch = xsimd::batch<float, arch>;
+    constexpr std::size_t l = batch::size;
+    batch a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f), a4(0.0f), a5(0.0f), a6(0.0f), a7(0.0f);
+    std::size_t i = 0;
+    for (; i + 8 * l <= n; i += 8 * l) {
+      a0 += batch::load_aligned(p + i);
+      a1 += batch::load_aligned(p + i + l);
+      a2 += batch::load_aligned(p + i + 2 * l);
+      a3 += batch::load_aligned(p + i + 3 * l);
+      a4 += batch::load_aligned(p + i + 4 * l);
+      a5 += batch::load_aligned(p + i + 5 * l);
+      a6 += batch::load_aligned(p + i + 6 * l);
+      a7 += batch::load_aligned(p + i + 7 * l);
+    }
+    float acc = xsimd::hadd(((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)));
+    for (; i < n; ++i) acc += p[i];
+    return acc;
+  }
+}
+
+/// Peak-FMA loop: 16 independent chains (enough for 2 FMA ports x 4-cycle
+/// latency with room to spare). Returns the flops done.
+inline double fma_kernel(std::size_t iterations, float seed) {
+  using arch = llmkit::simd::default_arch;
+  if constexpr (llmkit::simd::is_scalar_v<arch>) {
+    float a[16];
+    for (int k = 0; k < 16; ++k) a[k] = seed + k;
+    for (std::size_t it = 0; it < iterations; ++it)
+      for (int k = 0; k < 16; ++k) a[k] = a[k] * 0.999999f + 1e-7f;
+    volatile float sink = 0;
+    for (int k = 0; k < 16; ++k) sink = sink + a[k];
+    return 2.0 * 16.0 * static_cast<double>(iterations);
+  } else {
+    using batch = xsimd::batch<float, arch>;
+    const batch m(0.999999f), c(1e-7f);
+    batch a0(seed), a1(seed + 1), a2(seed + 2), a3(seed + 3), a4(seed + 4), a5(seed + 5), a6(seed + 6),
+        a7(seed + 7), a8(seed + 8), a9(seed + 9), a10(seed + 10), a11(seed + 11), a12(seed + 12),
+        a13(seed + 13), a14(seed + 14), a15(seed + 15);
+    for (std::size_t it = 0; it < iterations; ++it) {
+      a0 = xsimd::fma(a0, m, c); a1 = xsimd::fma(a1, m, c); a2 = xsimd::fma(a2, m, c); a3 = xsimd::fma(a3, m, c);
+      a4 = xsimd::fma(a4, m, c); a5 = xsimd::fma(a5, m, c); a6 = xsimd::fma(a6, m, c); a7 = xsimd::fma(a7, m, c);
+      a8 = xsimd::fma(a8, m, c); a9 = xsimd::fma(a9, m, c); a10 = xsimd::fma(a10, m, c); a11 = xsimd::fma(a11, m, c);
+      a12 = xsimd::fma(a12, m, c); a13 = xsimd::fma(a13, m, c); a14 = xsimd::fma(a14, m, c); a15 = xsimd::fma(a15, m, c);
+    }
+    const batch total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11)) +
+                        ((a12 + a13) + (a14 + a15));
+    volatile float sink = xsimd::hadd(total);
+    static_cast<void>(sink);
+    return 2.0 * 16.0 * static_cast<double>(batch::size) * static_cast<double>(iterations);
+  }
+}
+
+}  // namespace detail
+
+/// Sustained read bandwidth in GB/s (1e9 bytes/s) of n_threads threads each
+/// streaming its own share of `total_bytes` (first-touched by that thread),
+/// best of `repeats` timed passes after one warm-up pass.
+inline double measure_read_gbps(unsigned n_threads, std::size_t total_bytes, int repeats) {
+  const std::size_t per_thread = total_bytes / n_threads / sizeof(float) / 1024 * 1024;
+  std::vector<llmkit::aligned_vector<float>> buffers(n_threads);
+  detail::run_together(n_threads, [&](unsigned t) { buffers[t].assign(per_thread, 1.0f); });
+  std::vector<float> sinks(n_threads);
+  auto pass = [&](unsigned t) { sinks[t] += detail::read_kernel(buffers[t].data(), per_thread); };
+  detail::run_together(n_threads, pass);
+  double best = 1e300;
+  for (int r = 0; r < repeats; ++r) best = std::min(best, detail::run_together(n_threads, pass));
+  return static_cast<double>(per_thread * sizeof(float) * n_threads) / best / 1e9;
+}
+
+/// Peak fp32 FMA rate in GFLOP/s of n_threads threads, best of `repeats`.
+inline double measure_fma_gflops(unsigned n_threads, std::size_t iterations, int repeats) {
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> flops(n_threads);
+    const double seconds = detail::run_together(
+        n_threads, [&](unsigned t) { flops[t] = detail::fma_kernel(iterations, 1.0f + static_cast<float>(t)); });
+    double total = 0.0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / seconds / 1e9);
+  }
+  return best;
+}
+
+/// The machine limits, in GB/s and GFLOP/s.
+struct roofline {
+  double read_gbps_1t = 0.0;    ///< sustained read bandwidth, one thread
+  double read_gbps_all = 0.0;   ///< sustained read bandwidth, all hardware threads
+  double fma_gflops_1t = 0.0;   ///< peak fp32 FMA rate, one thread
+  double fma_gflops_all = 0.0;  ///< peak fp32 FMA rate, all hardware threads
+  unsigned threads_all = 1;     ///< the thread count of the *_all figures
+  std::string arch;             ///< SIMD arch of the measuring binary
+  std::string source;           ///< the JSON file read, or "measured in-process (quick)"
+
+  nlohmann::json to_json() const {
+    return {{"read_gbps_1t", read_gbps_1t}, {"read_gbps_all", read_gbps_all}, {"fma_gflops_1t", fma_gflops_1t},
+            {"fma_gflops_all", fma_gflops_all}, {"threads_all", threads_all}, {"arch", arch}};
+  }
+
+  /// Quick in-process measurement (about a second).
+  static roofline measure_quick() {
+    roofline r;
+    r.threads_all = std::max(1u, std::thread::hardware_concurrency());
+    r.read_gbps_1t = measure_read_gbps(1, std::size_t{256} << 20, 3);
+    r.read_gbps_all = measure_read_gbps(r.threads_all, std::size_t{256} << 20, 3);
+    r.fma_gflops_1t = measure_fma_gflops(1, 2'000'000, 3);
+    r.fma_gflops_all = measure_fma_gflops(r.threads_all, 2'000'000, 3);
+    r.arch = llmkit::simd::arch_name<llmkit::simd::default_arch>();
+    r.source = "measured in-process (quick)";
+    return r;
+  }
+
+  /// Reads the JSON at `path`; false if it is missing or malformed.
+  static bool load(const std::string& path, roofline& out) {
+    std::ifstream in(path);
+    if (!in) return false;
+    try {
+      const auto j = nlohmann::json::parse(in);
+      out.read_gbps_1t = j.at("read_gbps_1t").get<double>();
+      out.read_gbps_all = j.at("read_gbps_all").get<double>();
+      out.fma_gflops_1t = j.at("fma_gflops_1t").get<double>();
+      out.fma_gflops_all = j.at("fma_gflops_all").get<double>();
+      out.threads_all = j.value("threads_all", 1u);
+      out.arch = j.value("arch", std::string("?"));
+      out.source = path;
+      return out.read_gbps_1t > 0 && out.read_gbps_all > 0 && out.fma_gflops_1t > 0 && out.fma_gflops_all > 0;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+  /// The limits for this process: from the JSON file if present, else
+  /// measured quickly (once per process).
+  static const roofline& get() {
+    static const roofline instance = [] {
+      roofline r;
+      if (load(roofline_json_path(), r)) return r;
+      return measure_quick();
+    }();
+    return instance;
+  }
+};
+
+}  // namespace llmkit_bench
