@@ -199,6 +199,12 @@ TEST_CASE("prepacked prefill bin-packs the step's prompts into rows") {
   REQUIRE(b.prefill_rows == std::vector<std::vector<std::size_t>>{{0, 1}, {2, 3}});
   q.packer = [](std::span<const std::int64_t>, std::int64_t) { return std::vector<std::vector<std::size_t>>{{0, 0}}; };
   REQUIRE_THROWS_WITH(plan_step(s, q), "policy.packer: returned piece index 0 out of range or twice (4 pieces)");
+  q.packer = make_prefill_packer(llmkit::pack::packer::best_fit_decreasing);
+  REQUIRE(plan_step(s, q).prefill_rows.size() == 2);
+  q.packer = make_prefill_packer(llmkit::pack::packer::next_fit);  // in order: 5+3, 6+2
+  REQUIRE(plan_step(s, q).prefill_rows == std::vector<std::vector<std::size_t>>{{0, 1}, {2, 3}});
+  std::vector<std::int64_t> bad{3, 9};
+  REQUIRE_THROWS_WITH(pack_prefill(bad, 8), "pack_prefill: lengths[1] = 9 is outside [1, capacity = 8]");
   // Padded layout of the same step: one row per prompt at the longest.
   const policy r{.max_step_tokens = 24, .layout = prefill_layout::padded};
   step_plan c = plan_step(s, r);

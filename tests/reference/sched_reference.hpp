@@ -6,6 +6,7 @@
 // token is right only if every position was computed exactly once, in
 // order), and a double-precision cost oracle written term by term.
 
+#include <llmkit/sched/cost_model.hpp>
 #include <llmkit/sched/policy.hpp>
 #include <llmkit/sched/state.hpp>
 #include <llmkit/sched/step_plan.hpp>
@@ -120,5 +121,71 @@ struct fake_engine {
     return out;
   }
 };
+
+// The cost of a plan counted one token slot and one (query, key) pair at a
+// time, straight from the definitions in cost_model.hpp.
+struct reference_cost {
+  double flops = 0, bytes = 0;
+};
+
+inline reference_cost cost_by_enumeration(const llama_config& m, const step_plan& plan, std::int64_t block_size) {
+  reference_cost c;
+  const double q = static_cast<double>(m.n_heads) * m.head_dim, kv = static_cast<double>(m.n_kv_heads) * m.head_dim;
+  const double d = static_cast<double>(m.dim);
+  double per_token_flops = 0;  // one token through one layer's matrices
+  per_token_flops += 2 * d * q;       // wq
+  per_token_flops += 2 * 2 * d * kv;  // wk, wv
+  per_token_flops += 2 * q * d;       // wo
+  per_token_flops += 3 * 2 * d * static_cast<double>(m.ffn_dim);
+  const double per_pair_flops = 2 * q + 2 * q;  // q.k over all heads, then p * v
+  const double kv_bytes_token_layer = 2 * kv * m.bytes_per_kv;
+  auto add_token = [&](double visible_keys) {
+    for (std::int64_t l = 0; l < m.n_layers; ++l) {
+      c.flops += per_token_flops;
+      for (double k = 0; k < visible_keys; ++k) c.flops += per_pair_flops;
+    }
+  };
+  std::vector<char> padded(plan.items.size(), 0);
+  if (plan.layout == prefill_layout::padded) {
+    for (const auto& row : plan.prefill_rows) {
+      std::int64_t first = 0;
+      for (std::size_t k : row) {
+        padded[k] = 1;
+        first = std::max(first, plan.items[k].first_pos);
+      }
+      for (std::int64_t t = 0; t < plan.row_length; ++t) add_token(static_cast<double>(first + t + 1));
+    }
+  }
+  for (std::size_t i = 0; i < plan.items.size(); ++i) {
+    const step_item& it = plan.items[i];
+    for (std::int64_t t = 0; t < it.n_tokens; ++t) {
+      if (!padded[i]) add_token(static_cast<double>(it.first_pos + t + 1));
+      c.bytes += kv_bytes_token_layer * m.n_layers;  // write
+    }
+    c.bytes += static_cast<double>(it.first_pos + it.n_tokens) * kv_bytes_token_layer * m.n_layers;  // read
+    if (it.samples) c.flops += 2 * d * m.vocab;
+  }
+  // Padding slots of packed rows: matrices only.
+  if (plan.layout == prefill_layout::packed) {
+    std::int64_t packed_real = 0;
+    for (const auto& row : plan.prefill_rows)
+      for (std::size_t k : row) packed_real += plan.items[k].n_tokens;
+    const std::int64_t pad = static_cast<std::int64_t>(plan.prefill_rows.size()) * plan.row_length - packed_real;
+    for (std::int64_t t = 0; t < pad; ++t) add_token(0);
+  }
+  for (std::int64_t t = 0; t < plan.n_idle_slots; ++t) {
+    add_token(0);
+    c.flops += 2 * d * m.vocab;
+  }
+  if (!plan.items.empty()) {
+    double weights = 0;
+    for (std::int64_t l = 0; l < m.n_layers; ++l) weights += d * q + 2 * d * kv + q * d + 3 * d * m.ffn_dim;
+    weights += static_cast<double>(m.vocab) * d;
+    c.bytes += weights * m.bytes_per_weight;
+  }
+  for (const auto* list : {&plan.swapped_out, &plan.swapped_in})
+    for (const block_move& b : *list) c.bytes += 2.0 * b.n_blocks * block_size * kv_bytes_token_layer * m.n_layers;
+  return c;
+}
 
 }  // namespace sched_reference

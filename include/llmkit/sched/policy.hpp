@@ -75,7 +75,8 @@ struct policy {
   /// The head always goes first, so no request starves.
   std::int64_t length_window = 0;
   preemption preempt = preemption::recompute;
-  /// Bin-packer for layout `packed`; empty = `first_fit_decreasing`.
+  /// Bin-packer for layout `packed`; empty = first-fit decreasing of
+  /// llmkit/pack (`pack_prefill`).
   prefill_packer packer = {};
 };
 
@@ -196,7 +197,7 @@ inline void layout_prefill(step_plan& plan, const policy& p, const step_budget& 
   const std::int64_t capacity = effective_row_capacity(p);
   std::vector<std::int64_t> lengths;
   for (std::size_t i : pieces) lengths.push_back(plan.items[i].n_tokens);
-  auto rows = p.packer ? p.packer(lengths, capacity) : first_fit_decreasing(lengths, capacity);
+  auto rows = p.packer ? p.packer(lengths, capacity) : pack_prefill(lengths, capacity);
   // A user packer is checked; when it does worse than the online first fit
   // that the budget was computed with, that first fit is used.
   std::vector<int> seen(pieces.size(), 0);
