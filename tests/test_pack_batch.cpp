@@ -3,6 +3,7 @@
 #include <llmkit/pack/packed_batch.hpp>
 #include <llmkit/pack/packers.hpp>
 #include <llmkit/pack/padded_batch.hpp>
+#include <llmkit/pack/prefill.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -43,6 +44,7 @@ void check_batch(const packed_batch& batch, const std::vector<std::vector<std::i
     REQUIRE(row.cu_seqlens.front() == 0);
     REQUIRE(static_cast<std::size_t>(row.cu_seqlens.back()) == n);
     std::vector<std::int32_t> segment_of(n, -1);
+    std::size_t n_final = 0;
     for (std::size_t s = 0; s < row.n_segments(); ++s) {
       const auto first = row.cu_seqlens[s], last = row.cu_seqlens[s + 1];
       REQUIRE(first < last);
@@ -62,8 +64,15 @@ void check_batch(const packed_batch& batch, const std::vector<std::vector<std::i
         REQUIRE(batch.requests[q].row == static_cast<std::int32_t>(r));
         REQUIRE(batch.requests[q].segment == static_cast<std::int32_t>(s));
         REQUIRE(batch.requests[q].index == last - 1);
+        const auto logit = static_cast<std::size_t>(batch.requests[q].logit);
+        REQUIRE(logit < row.logit_rows.size());
+        REQUIRE(row.logit_rows[logit] == last - 1);
+        REQUIRE(row.logit_requests[logit] == q);
+        ++n_final;
       }
     }
+    REQUIRE(row.logit_rows.size() == n_final);
+    REQUIRE(row.logit_requests.size() == n_final);
     // The mask: block-diagonal causal, element by element.
     for (std::size_t qi = 0; qi < n; ++qi)
       for (std::size_t ki = 0; ki < n; ++ki)
@@ -117,6 +126,17 @@ TEST_CASE("build_packed_batch on a hand example") {
   REQUIRE(batch.requests[3].row == 1);
   REQUIRE(batch.requests[3].segment == 1);
   REQUIRE(batch.requests[3].index == 4);
+  REQUIRE(batch.requests[3].logit == 1);
+  REQUIRE(batch.rows[1].logit_rows == std::vector<std::int32_t>{2, 4});
+  REQUIRE(batch.rows[1].logit_requests == std::vector<std::int32_t>{0, 3});
+  // Cache sequences other than the request indices.
+  const std::vector<std::int32_t> seqs{7, 5, 9, 2};
+  const packed_batch mapped = build_packed_batch(prompts, first_fit_decreasing(prompt_lengths(prompts)), seqs);
+  REQUIRE(mapped.rows[1].seq_ids == std::vector<std::int32_t>{7, 7, 7, 2, 2});
+  REQUIRE(mapped.rows[1].segment_request == std::vector<std::int32_t>{0, 3});
+  REQUIRE_THROWS_WITH(build_packed_batch(prompts, first_fit_decreasing(prompt_lengths(prompts)),
+                                         std::vector<std::int32_t>{1, 2}),
+                      "build_packed_batch: seq_ids.size() = 2 differs from the 4 prompts");
   REQUIRE(batch.n_tokens == 11);
   REQUIRE(batch.slot_ratio() == Approx(15.0 / 11.0));
   REQUIRE(batch.rows[1].visible(4, 3));
@@ -163,6 +183,10 @@ TEST_CASE("padded and length-sorted batching") {
   REQUIRE(padded[0].token_ids == std::vector<std::int32_t>{1, -1, -1, -1, 2, 2, 2, 2});
   REQUIRE(padded[0].positions == std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 3});
   REQUIRE(padded[0].lengths == std::vector<std::int32_t>{1, 4});
+  REQUIRE(padded[0].seq_ids == std::vector<std::int32_t>{0, 0, 0, 0, 1, 1, 1, 1});
+  REQUIRE(padded[0].logit_rows == std::vector<std::int32_t>{0, 7});
+  REQUIRE(padded[0].logit_requests == std::vector<std::int32_t>{0, 1});
+  REQUIRE(padded[1].logit_rows == std::vector<std::int32_t>{1, 5});
   REQUIRE(padded[1].requests == std::vector<std::int32_t>{2, 3});
   REQUIRE(padded[1].row_length == 3);
   REQUIRE(padded[2].n_rows == 1);
@@ -182,6 +206,12 @@ TEST_CASE("padded and length-sorted batching") {
   // slots 8 + 4 + 1 = 13.
   REQUIRE(padding_ratio(sorted) == Approx(13.0 / 11.0));
   REQUIRE(sorted[1].token_ids == std::vector<std::int32_t>{3, 3, 1, 0});
+  REQUIRE(sorted[1].logit_rows == std::vector<std::int32_t>{1, 2});
+  const std::vector<std::int32_t> seqs{10, 11, 12, 13, 14};
+  const auto mapped = make_padded_batches(prompts, 2, batch_order::by_length, 0, seqs);
+  REQUIRE(mapped[1].seq_ids == std::vector<std::int32_t>{12, 12, 10, 10});
+  REQUIRE_THROWS_WITH(make_padded_batches(prompts, 2, batch_order::request, 0, std::vector<std::int32_t>{1}),
+                      "make_padded_batches: seq_ids.size() = 1 differs from the 5 prompts");
 
   // Random: every request exactly once, real tokens first in their row.
   std::mt19937_64 rng(8);
@@ -208,4 +238,75 @@ TEST_CASE("padded and length-sorted batching") {
   const std::vector<std::vector<std::int32_t>> with_empty{{1}, {}};
   REQUIRE_THROWS_WITH(make_padded_batches(with_empty, 2, batch_order::request),
                       "make_padded_batches: prompt 1 is empty (a prompt needs at least one token)");
+}
+
+namespace {
+// A stand-in causal "model": the logits of token i are a function of the
+// tokens and positions of i's own sequence up to i (what attention with the
+// right mask can see), so a prompt's logits are the same alone, packed or
+// padded exactly when the row layout and the request map are right.
+struct fake_model {
+  std::size_t vocab = 6;
+  std::vector<float> out;
+  template <class Row>
+  matrix_view<const float> operator()(const Row& row) {
+    out.assign(row.logit_rows.size() * vocab, 0.0f);
+    for (std::size_t k = 0; k < row.logit_rows.size(); ++k) {
+      const auto i = static_cast<std::size_t>(row.logit_rows[k]);
+      double acc = 0;
+      for (std::size_t j = 0; j <= i; ++j)
+        if (row.seq_ids[j] == row.seq_ids[i]) acc += row.token_ids[j] * (1.0 + row.positions[j]) + 0.5 * row.positions[j];
+      for (std::size_t v = 0; v < vocab; ++v) out[k * vocab + v] = static_cast<float>(acc * (v + 1));
+    }
+    return matrix_view<const float>(out.data(), row.logit_rows.size(), vocab);
+  }
+};
+float expected_logit(const std::vector<std::int32_t>& prompt, std::size_t v) {
+  double acc = 0;
+  for (std::size_t j = 0; j < prompt.size(); ++j) acc += prompt[j] * (1.0 + j) + 0.5 * j;
+  return static_cast<float>(acc * (v + 1));
+}
+}  // namespace
+
+TEST_CASE("run_prefill returns last-token logits in request order for packed and padded rows") {
+  std::mt19937_64 rng(31);
+  const auto prompts = random_prompts(rng, 23, 50);
+  fake_model model;
+  auto check = [&](const std::vector<float>& logits) {
+    for (std::size_t q = 0; q < prompts.size(); ++q)
+      for (std::size_t v = 0; v < model.vocab; ++v) REQUIRE(logits[q * model.vocab + v] == expected_logit(prompts[q], v));
+  };
+  for (packer p : all_packers) {
+    // (No chunking here: the stand-in has no cache to carry a prompt across rows.)
+    for (std::size_t capacity : {0u, 50u, 64u, 1000u}) {
+      const packed_batch batch = build_packed_batch(prompts, pack_items(prompt_lengths(prompts), p, {.capacity = capacity}));
+      std::vector<float> logits(prompts.size() * model.vocab, -1.0f);
+      run_prefill(std::span<const packed_row>(batch.rows), model,
+                  matrix_view<float>(logits.data(), prompts.size(), model.vocab));
+      check(logits);
+    }
+  }
+  for (auto order : {batch_order::request, batch_order::by_length}) {
+    const auto batches = make_padded_batches(prompts, 4, order, 3);
+    std::vector<float> logits(prompts.size() * model.vocab, -1.0f);
+    run_prefill(std::span<const padded_batch>(batches), model,
+                matrix_view<float>(logits.data(), prompts.size(), model.vocab));
+    check(logits);
+  }
+  // Bad forward results and maps.
+  const packed_batch batch = build_packed_batch(prompts, first_fit_decreasing(prompt_lengths(prompts)));
+  std::vector<float> logits(prompts.size() * model.vocab);
+  const matrix_view<float> out(logits.data(), prompts.size(), model.vocab);
+  std::vector<float> wrong(100);
+  REQUIRE_THROWS_WITH(run_prefill(std::span<const packed_row>(batch.rows),
+                                  [&](const packed_row&) { return matrix_view<const float>(wrong.data(), 0, 6); }, out),
+                      "run_prefill: forward of row 0 returned [0, 6] logits, expected [1, 6]");
+  REQUIRE_THROWS_WITH(run_prefill(std::span<const packed_row>(batch.rows.data(), 1), model, out),
+                      Catch::Matches("run_prefill: request [0-9]+ received no logits"));
+  auto twice = batch.rows;
+  twice.push_back(twice[0]);
+  REQUIRE_THROWS_WITH(run_prefill(std::span<const packed_row>(twice), model, out),
+                      Catch::Matches("run_prefill: request [0-9]+ has logits in two rows"));
+  REQUIRE_THROWS_WITH(run_prefill(std::span<const packed_row>(batch.rows), model, out.sub_rows(0, 3)),
+                      Catch::Matches("run_prefill: row [0-9]+ names request [0-9]+ outside the 3 rows of logits"));
 }

@@ -35,11 +35,13 @@ concept prompt_range = std::ranges::random_access_range<P> && std::ranges::sized
 struct packed_row {
   std::vector<std::int32_t> token_ids;        ///< [n_tokens]
   std::vector<std::int32_t> positions;        ///< [n_tokens] position inside the token's own prompt
-  std::vector<std::int32_t> seq_ids;          ///< [n_tokens] request index of the token's prompt
+  std::vector<std::int32_t> seq_ids;          ///< [n_tokens] cache sequence of the token's prompt (default: its request index)
   std::vector<std::int32_t> cu_seqlens;       ///< [n_segments + 1] segment s is tokens [cu[s], cu[s+1])
   std::vector<std::int32_t> last_token;       ///< [n_segments] row index of each segment's last token
   std::vector<std::int32_t> segment_request;  ///< [n_segments] request index of each segment
   std::vector<std::uint8_t> segment_is_final; ///< [n_segments] 1 when the segment ends its prompt
+  std::vector<std::int32_t> logit_rows;       ///< [n_final] last token of each final segment: the rows whose logits start decoding
+  std::vector<std::int32_t> logit_requests;   ///< [n_final] request of each of `logit_rows`
 
   std::size_t n_tokens() const noexcept { return token_ids.size(); }
   std::size_t n_segments() const noexcept { return segment_request.size(); }
@@ -53,6 +55,7 @@ struct last_token_ref {
   std::int32_t row = -1;      ///< row of the batch
   std::int32_t segment = -1;  ///< segment inside the row
   std::int32_t index = -1;    ///< token index inside the row
+  std::int32_t logit = -1;    ///< index into the row's `logit_rows`
 };
 
 /// Rows of packed prompts plus the map back to request order.
@@ -74,13 +77,20 @@ struct packed_batch {
 /// @param prompts `[n_requests]` prompts, each `[length >= 1]` token ids;
 ///   request q is prompts[q].
 /// @param layout a packing of the prompt lengths (any packer; chunked or not).
+/// @param seq_ids `[n_requests]` the cache sequence of each request, written
+///   into `packed_row::seq_ids` so a row is ready for a model whose KV cache
+///   holds one sequence per prompt (each prompt's K/V goes straight into its
+///   own sequence: no unpack copy); empty = the request indices.
 /// @return rows in bin order; a request split into chunks has its chunks in
 ///   rows of increasing index and positions continuing across them.
 /// @throws llmkit::error when a prompt is empty, or `layout` is not a packing
 ///   of exactly these prompt lengths (every token covered exactly once).
 template <prompt_range P>
-packed_batch build_packed_batch(const P& prompts, const packing& layout) {
+packed_batch build_packed_batch(const P& prompts, const packing& layout,
+                                std::span<const std::int32_t> seq_ids = {}) {
   const std::size_t n = std::ranges::size(prompts);
+  LLMKIT_CHECK(seq_ids.empty() || seq_ids.size() == n, "build_packed_batch: seq_ids.size() = ", seq_ids.size(),
+               " differs from the ", n, " prompts");
   LLMKIT_CHECK(layout.n_items() == n, "build_packed_batch: the packing is of ", layout.n_items(), " items but ", n,
                " prompts were given");
   std::vector<std::size_t> covered(n, 0);  // tokens placed so far, pieces must come in offset order
@@ -114,7 +124,8 @@ packed_batch build_packed_batch(const P& prompts, const packing& layout) {
                    ") of prompt ", p.item, " (", prompt.size(), " tokens, ", covered[p.item],
                    " placed before): the packing does not match the prompts");
       covered[p.item] += p.size;
-      const auto seq = static_cast<std::int32_t>(p.item);
+      const auto request = static_cast<std::int32_t>(p.item);
+      const std::int32_t seq = seq_ids.empty() ? request : seq_ids[p.item];
       for (std::size_t t = p.offset; t < p.offset + p.size; ++t) {
         row.token_ids.push_back(prompt[t]);
         row.positions.push_back(static_cast<std::int32_t>(t));
@@ -123,12 +134,15 @@ packed_batch build_packed_batch(const P& prompts, const packing& layout) {
       const auto end = static_cast<std::int32_t>(row.token_ids.size());
       row.cu_seqlens.push_back(end);
       row.last_token.push_back(end - 1);
-      row.segment_request.push_back(seq);
+      row.segment_request.push_back(request);
       const bool is_final = covered[p.item] == prompt.size();
       row.segment_is_final.push_back(is_final ? 1 : 0);
-      if (is_final)
+      if (is_final) {
         batch.requests[p.item] = {static_cast<std::int32_t>(b), static_cast<std::int32_t>(row.n_segments() - 1),
-                                  end - 1};
+                                  end - 1, static_cast<std::int32_t>(row.logit_rows.size())};
+        row.logit_rows.push_back(end - 1);
+        row.logit_requests.push_back(request);
+      }
     }
     batch.n_tokens += row.n_tokens();
   }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <ranges>
 #include <span>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct padded_batch {
   std::vector<std::int32_t> positions;  ///< [n_rows, row_length] 0 .. row_length - 1 in every row
   std::vector<std::int32_t> lengths;    ///< [n_rows] real tokens at the start of each row
   std::vector<std::int32_t> requests;   ///< [n_rows] request index of each row
+  std::vector<std::int32_t> seq_ids;    ///< [n_rows, row_length] cache sequence of each slot (its row's request, or the caller's map)
+  std::vector<std::int32_t> logit_rows;      ///< [n_rows] slot of each row's last real token: r * row_length + lengths[r] - 1
+  std::vector<std::int32_t> logit_requests;  ///< [n_rows] == requests
 
   /// Slots computed, pads included.
   std::size_t n_slots() const noexcept { return n_rows * row_length; }
@@ -53,11 +57,19 @@ enum class batch_order {
 /// @param batch_size prompts per batch, >= 1.
 /// @param order request order or length-sorted (ties by request index).
 /// @param pad_id token id written into pad slots.
-/// @throws llmkit::error for batch_size 0 or an empty prompt.
+/// @param seq_ids `[n_requests]` cache sequence of each request (empty = the
+///   request indices). A row is one sequence: its pads follow the prompt at
+///   positions length .. row_length - 1, so a causal model computes them like
+///   a padded engine does while the prompt's own outputs stay exact (right
+///   padding: no real token sees a pad); the pads' K/V land in the cache
+///   after the prompt's, where the caller truncates them (or masks them).
+/// @throws llmkit::error for batch_size 0, an empty prompt, or a seq_ids size mismatch.
 template <prompt_range P>
 std::vector<padded_batch> make_padded_batches(const P& prompts, std::size_t batch_size, batch_order order,
-                                              std::int32_t pad_id = 0) {
+                                              std::int32_t pad_id = 0, std::span<const std::int32_t> seq_ids = {}) {
   LLMKIT_CHECK(batch_size > 0, "make_padded_batches: batch_size must be >= 1, got ", batch_size);
+  LLMKIT_CHECK(seq_ids.empty() || seq_ids.size() == std::ranges::size(prompts), "make_padded_batches: seq_ids.size() = ",
+               seq_ids.size(), " differs from the ", std::ranges::size(prompts), " prompts");
   const std::vector<std::size_t> lengths = prompt_lengths(prompts);
   for (std::size_t q = 0; q < lengths.size(); ++q)
     LLMKIT_CHECK(lengths[q] > 0, "make_padded_batches: prompt ", q, " is empty (a prompt needs at least one token)");
@@ -74,14 +86,20 @@ std::vector<padded_batch> make_padded_batches(const P& prompts, std::size_t batc
     for (std::size_t r = 0; r < count; ++r) batch.row_length = std::max(batch.row_length, lengths[sequence[first + r]]);
     batch.token_ids.assign(batch.n_slots(), pad_id);
     batch.positions.resize(batch.n_slots());
+    batch.seq_ids.resize(batch.n_slots());
     for (std::size_t r = 0; r < count; ++r) {
       const std::size_t q = sequence[first + r];
       const std::span<const std::int32_t> prompt = prompts[q];
       std::copy(prompt.begin(), prompt.end(), batch.token_ids.begin() + static_cast<std::ptrdiff_t>(r * batch.row_length));
-      for (std::size_t t = 0; t < batch.row_length; ++t)
+      const std::int32_t seq = seq_ids.empty() ? static_cast<std::int32_t>(q) : seq_ids[q];
+      for (std::size_t t = 0; t < batch.row_length; ++t) {
         batch.positions[r * batch.row_length + t] = static_cast<std::int32_t>(t);
+        batch.seq_ids[r * batch.row_length + t] = seq;
+      }
       batch.lengths.push_back(static_cast<std::int32_t>(prompt.size()));
       batch.requests.push_back(static_cast<std::int32_t>(q));
+      batch.logit_rows.push_back(static_cast<std::int32_t>(r * batch.row_length + prompt.size() - 1));
+      batch.logit_requests.push_back(static_cast<std::int32_t>(q));
     }
     batches.push_back(std::move(batch));
   }
