@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/search/search.hpp  Every public header of the search module.
+
+#include "llmkit/search/beam_search.hpp"
+#include "llmkit/search/causal_lm.hpp"
+#include "llmkit/search/drafter.hpp"
+#include "llmkit/search/generate.hpp"
+#include "llmkit/search/model_drafter.hpp"
+#include "llmkit/search/ngram_drafter.hpp"
+#include "llmkit/search/speculative.hpp"
+#include "llmkit/search/stopping.hpp"
