@@ -195,8 +195,8 @@ TEST_CASE("prepacked prefill bin-packs the step's prompts into rows") {
     for (std::size_t i = 0; i < l.size(); ++i) rows.push_back({i});
     return rows;
   };
-  step_plan b = plan_step(s, q);  // 4 rows is worse than the online first fit: first fit is kept
-  REQUIRE(b.prefill_rows == std::vector<std::vector<std::size_t>>{{0, 1}, {2, 3}});
+  step_plan b = plan_step(s, q);  // 4 rows is worse than first-fit decreasing: FFD is kept
+  REQUIRE(b.prefill_rows == std::vector<std::vector<std::size_t>>{{2, 3}, {0, 1}});
   q.packer = [](std::span<const std::int64_t>, std::int64_t) { return std::vector<std::vector<std::size_t>>{{0, 0}}; };
   REQUIRE_THROWS_WITH(plan_step(s, q), "policy.packer: returned piece index 0 out of range or twice (4 pieces)");
   q.packer = make_prefill_packer(llmkit::pack::packer::best_fit_decreasing);
@@ -205,6 +205,13 @@ TEST_CASE("prepacked prefill bin-packs the step's prompts into rows") {
   REQUIRE(plan_step(s, q).prefill_rows == std::vector<std::vector<std::size_t>>{{0, 1}, {2, 3}});
   std::vector<std::int64_t> bad{3, 9};
   REQUIRE_THROWS_WITH(pack_prefill(bad, 8), "pack_prefill: lengths[1] = 9 is outside [1, capacity = 8]");
+  // Row capacity 0: rows as long as the longest piece (6): {6}, {5}, {3, 2}.
+  const policy dyn{.max_step_tokens = 24, .layout = prefill_layout::packed};
+  step_plan e = plan_step(s, dyn);
+  REQUIRE(e.prefill_rows == std::vector<std::vector<std::size_t>>{{2}, {0}, {1, 3}});
+  REQUIRE(e.row_length == 6);
+  REQUIRE(e.n_computed_tokens() == 18);
+  REQUIRE(check_plan(s, dyn, e).empty());
   // Padded layout of the same step: one row per prompt at the longest.
   const policy r{.max_step_tokens = 24, .layout = prefill_layout::padded};
   step_plan c = plan_step(s, r);
@@ -281,6 +288,10 @@ std::vector<scenario> scenarios() {
       {"packed",
        {.max_batch_seqs = 8, .max_step_tokens = 120, .layout = prefill_layout::packed, .row_capacity = 48},
        roomy},
+      {"packed dynamic rows", {.max_batch_seqs = 8, .max_step_tokens = 100, .layout = prefill_layout::packed}, tight},
+      {"packed dynamic rows chunked",
+       {.max_batch_seqs = 8, .max_step_tokens = 30, .chunked_prefill = true, .layout = prefill_layout::packed},
+       tight},
       {"packed chunked",
        {.max_batch_seqs = 8,
         .max_step_tokens = 40,

@@ -67,7 +67,8 @@ struct policy {
   bool chunked_prefill = false;
   /// Layout of the prefill pieces (continuous; request-level is padded).
   prefill_layout layout = prefill_layout::ragged;
-  /// Tokens per packed row (layout `packed`); 0 = `max_step_tokens`.
+  /// Tokens per packed row (layout `packed`); 0 = the longest prefill
+  /// piece of the step, as in the prepacking paper.
   std::int64_t row_capacity = 0;
   /// Length-aware formation: the next requests to admit after the head of
   /// the queue are taken from the first `length_window` waiting requests
@@ -79,11 +80,6 @@ struct policy {
   /// llmkit/pack (`pack_prefill`).
   prefill_packer packer = {};
 };
-
-/// Tokens per packed row after defaults.
-inline std::int64_t effective_row_capacity(const policy& p) noexcept {
-  return p.row_capacity > 0 ? p.row_capacity : p.max_step_tokens;
-}
 
 /// Raises `llmkit::error` naming the field when `p` cannot serve every
 /// request the limits allow: the budget must hold one token (one whole
@@ -99,8 +95,8 @@ inline void validate_policy(const policy& p, const engine_limits& limits) {
     LLMKIT_CHECK(p.max_step_tokens >= limits.max_context, "policy: max_step_tokens = ", p.max_step_tokens,
                  " is below max_context = ", limits.max_context,
                  "; prefills run whole without chunked_prefill, so the budget must hold one context");
-    if (p.mode == batching::continuous && p.layout == prefill_layout::packed)
-      LLMKIT_CHECK(effective_row_capacity(p) >= limits.max_context, "policy: row_capacity = ", p.row_capacity,
+    if (p.mode == batching::continuous && p.layout == prefill_layout::packed && p.row_capacity > 0)
+      LLMKIT_CHECK(p.row_capacity >= limits.max_context, "policy: row_capacity = ", p.row_capacity,
                    " is below max_context = ", limits.max_context, " without chunked_prefill");
   }
 }
@@ -110,57 +106,64 @@ namespace detail {
 /// Tracks the token slots of a step under construction for one layout.
 class step_budget {
  public:
+  /// `row_capacity`: packed row length, 0 = the longest piece.
   step_budget(prefill_layout layout, std::int64_t budget, std::int64_t row_capacity)
       : layout_(layout), budget_(budget), capacity_(row_capacity) {}
 
-  std::int64_t computed() const noexcept {
-    switch (layout_) {
-      case prefill_layout::ragged: return decodes_ + prefill_;
-      case prefill_layout::padded: return decodes_ + n_pieces_ * longest_;
-      case prefill_layout::packed: return decodes_ + static_cast<std::int64_t>(row_load_.size()) * capacity_;
-    }
-    return 0;
-  }
-  bool decode_fits() const noexcept { return computed() + 1 <= budget_; }
+  std::int64_t computed() const { return decodes_ + prefill_slots(pieces_, longest_); }
+  bool decode_fits() const { return computed() + 1 <= budget_; }
   void add_decode() noexcept { ++decodes_; }
 
-  /// Longest prefill piece that still fits (0 = none).
-  std::int64_t max_piece() const noexcept {
-    const std::int64_t room = budget_ - decodes_;
+  /// Tokens of a prefill piece that wants `want` tokens and can be cut
+  /// (`chunked`) or not: the largest n <= want that fits, 0 when none does
+  /// (or when the whole `want` does not fit and cutting is not allowed).
+  std::int64_t fit(std::int64_t want, bool chunked) const {
+    if (fits(want)) return want;
+    if (!chunked) return 0;
+    std::int64_t lo = 0, hi = want - 1;  // largest fitting n by bisection
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo + 1) / 2;
+      if (fits(mid))
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  }
+  void add_piece(std::int64_t n) {
+    pieces_.push_back(n);
+    longest_ = std::max(longest_, n);
+  }
+  /// Row length of the packed layout.
+  std::int64_t row_length() const noexcept { return capacity_ > 0 ? capacity_ : longest_; }
+
+ private:
+  bool fits(std::int64_t n) const {
+    if (n < 1) return false;
+    if (layout_ == prefill_layout::packed && capacity_ > 0 && n > capacity_) return false;
+    std::vector<std::int64_t> with(pieces_);
+    with.push_back(n);
+    return decodes_ + prefill_slots(with, std::max(longest_, n)) <= budget_;
+  }
+  std::int64_t prefill_slots(const std::vector<std::int64_t>& pieces, std::int64_t longest) const {
+    std::int64_t sum = 0;
+    for (std::int64_t l : pieces) sum += l;
     switch (layout_) {
-      case prefill_layout::ragged: return budget_ - computed();
-      case prefill_layout::padded: {
-        const std::int64_t w = room / (n_pieces_ + 1);
-        return w >= longest_ ? w : 0;
-      }
+      case prefill_layout::ragged: return sum;
+      case prefill_layout::padded: return static_cast<std::int64_t>(pieces.size()) * longest;
       case prefill_layout::packed: {
-        std::int64_t best = 0;
-        for (std::int64_t l : row_load_) best = std::max(best, capacity_ - l);
-        if (room - static_cast<std::int64_t>(row_load_.size() + 1) * capacity_ >= 0) best = capacity_;
-        return best;
+        if (pieces.empty()) return 0;
+        const std::int64_t cap = capacity_ > 0 ? capacity_ : longest;
+        return static_cast<std::int64_t>(pack_prefill(pieces, cap).size()) * cap;
       }
     }
     return 0;
   }
-  /// @pre 1 <= n <= max_piece()
-  void add_piece(std::int64_t n) {
-    ++n_pieces_;
-    prefill_ += n;
-    longest_ = std::max(longest_, n);
-    if (layout_ == prefill_layout::packed) {  // online first fit
-      std::size_t r = 0;
-      while (r < row_load_.size() && row_load_[r] + n > capacity_) ++r;
-      if (r == row_load_.size()) row_load_.push_back(0);
-      row_load_[r] += n;
-    }
-  }
-  std::size_t first_fit_rows() const noexcept { return row_load_.size(); }
 
- private:
   prefill_layout layout_;
   std::int64_t budget_, capacity_;
-  std::int64_t decodes_ = 0, prefill_ = 0, n_pieces_ = 0, longest_ = 0;
-  std::vector<std::int64_t> row_load_;
+  std::int64_t decodes_ = 0, longest_ = 0;
+  std::vector<std::int64_t> pieces_;
 };
 
 /// Waiting-queue indices in the order admission considers them.
@@ -194,37 +197,26 @@ inline void layout_prefill(step_plan& plan, const policy& p, const step_budget& 
     }
     return;
   }
-  const std::int64_t capacity = effective_row_capacity(p);
+  const std::int64_t capacity = b.row_length();
   std::vector<std::int64_t> lengths;
   for (std::size_t i : pieces) lengths.push_back(plan.items[i].n_tokens);
-  auto rows = p.packer ? p.packer(lengths, capacity) : pack_prefill(lengths, capacity);
-  // A user packer is checked; when it does worse than the online first fit
-  // that the budget was computed with, that first fit is used.
-  std::vector<int> seen(pieces.size(), 0);
-  for (const auto& row : rows) {
-    std::int64_t load = 0;
-    for (std::size_t k : row) {
-      LLMKIT_CHECK(k < pieces.size() && seen[k]++ == 0, "policy.packer: returned piece index ", k,
-                   " out of range or twice (", pieces.size(), " pieces)");
-      load += lengths[k];
-    }
-    LLMKIT_CHECK(load <= capacity, "policy.packer: a row holds ", load, " tokens > capacity ", capacity);
-  }
-  LLMKIT_CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }),
-               "policy.packer: some piece was not packed");
-  if (rows.size() > b.first_fit_rows()) {
-    rows.clear();
-    std::vector<std::int64_t> load;
-    for (std::size_t k = 0; k < pieces.size(); ++k) {
-      std::size_t r = 0;
-      while (r < rows.size() && load[r] + lengths[k] > capacity) ++r;
-      if (r == rows.size()) {
-        rows.emplace_back();
-        load.push_back(0);
+  auto rows = pack_prefill(lengths, capacity);  // what the budget was computed with
+  if (p.packer) {
+    // A user packer is checked, and used unless it needs more rows.
+    auto user = p.packer(lengths, capacity);
+    std::vector<int> seen(pieces.size(), 0);
+    for (const auto& row : user) {
+      std::int64_t load = 0;
+      for (std::size_t k : row) {
+        LLMKIT_CHECK(k < pieces.size() && seen[k]++ == 0, "policy.packer: returned piece index ", k,
+                     " out of range or twice (", pieces.size(), " pieces)");
+        load += lengths[k];
       }
-      rows[r].push_back(k);
-      load[r] += lengths[k];
+      LLMKIT_CHECK(load <= capacity, "policy.packer: a row holds ", load, " tokens > capacity ", capacity);
     }
+    LLMKIT_CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }),
+                 "policy.packer: some piece was not packed");
+    if (user.size() <= rows.size()) rows = std::move(user);
   }
   for (auto& row : rows) {
     for (std::size_t& k : row) k = pieces[k];
@@ -266,8 +258,7 @@ inline step_plan plan_continuous(const sched_state& s, const policy& p) {
   step_plan plan;
   plan.layout = p.layout;
   const std::int64_t bs = s.limits.block_size;
-  const std::int64_t capacity = p.layout == prefill_layout::packed ? effective_row_capacity(p) : p.max_step_tokens;
-  step_budget budget(p.layout, p.max_step_tokens, capacity);
+  step_budget budget(p.layout, p.max_step_tokens, p.row_capacity);
   std::int64_t free = s.n_free_blocks, free_swap = s.n_free_swap_blocks;
   const std::size_t n_run = s.running.size();
   std::vector<char> scheduled(n_run, 0), removed(n_run, 0);
@@ -277,9 +268,7 @@ inline step_plan plan_continuous(const sched_state& s, const policy& p) {
   // Tokens to compute for r in this step (0 = it does not fit).
   auto piece = [&](const seq_record& r) -> std::int64_t {
     if (is_decode(r)) return budget.decode_fits() ? 1 : 0;
-    const std::int64_t room = budget.max_piece();
-    if (p.chunked_prefill) return std::min(r.pending(), room);
-    return r.pending() <= room ? r.pending() : 0;
+    return budget.fit(r.pending(), p.chunked_prefill);
   };
   auto add_item = [&](const seq_record& r, std::int64_t n) {
     const bool decode = is_decode(r);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <unordered_map>
 #include <utility>
@@ -104,6 +105,9 @@ struct run_options {
   bool record_steps = false;
   /// Stop after this many steps (a guard for experiments; 0 = no limit).
   std::int64_t max_steps = 0;
+  /// Called after every step with (requests finished, requests in the
+  /// trace), e.g. to draw a progress bar.
+  std::function<void(std::int64_t, std::int64_t)> on_progress = {};
 };
 
 /// Serves `[n] trace` (any arrival order) under `p` with `limits`, in
@@ -183,6 +187,8 @@ run_result run_trace(std::vector<trace_request> trace, const engine_limits& limi
                            .n_decodes = n_decodes, .n_seqs = static_cast<std::int64_t>(plan.items.size()),
                            .blocks_used = used});
     ++out.n_steps;
+    if (options.on_progress)
+      options.on_progress(static_cast<std::int64_t>(out.requests.size()), static_cast<std::int64_t>(trace.size()));
     if (options.max_steps > 0 && out.n_steps >= options.max_steps) break;
   }
   out.requests_done = static_cast<std::int64_t>(out.requests.size());
