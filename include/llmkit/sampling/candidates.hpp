@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/sampling/candidates.hpp
+/// The working set of one logits row as it passes through a processor chain.
+///
+/// A row starts *dense*: a view of the caller's `[vocab]` logits, which
+/// processors modify in place (a removed token becomes -inf). Once a
+/// truncation keeps few tokens (top-k, or top-p/min-p/typical keeping at most
+/// 1/8 of the row) the set becomes *sparse*: `[n]` token ids and `[n]` logits
+/// in buffers owned here, so later processors and the sampler touch only
+/// those n entries. The distribution is the same either way: softmax over
+/// the candidates, every other token having probability 0.
+///
+/// A `candidates` object is also the workspace of the row: keep one per
+/// thread and reuse it, and no call allocates once buffers have grown to the
+/// vocabulary size.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/sampling/detail/kernels.hpp"
+
+namespace llmkit::sampling {
+
+namespace detail {
+/// Reusable buffers of the selection and sampling kernels.
+struct scratch_buffers {
+  aligned_vector<float> weights;
+  aligned_vector<float> weights2;
+  aligned_vector<std::uint32_t> keys;
+  aligned_vector<std::uint32_t> index;
+  aligned_vector<std::uint32_t> index2;
+  aligned_vector<double> block_sums;
+  aligned_vector<std::int32_t> tokens;
+  aligned_vector<std::int32_t> tokens2;
+  aligned_vector<std::int32_t> counts;
+};
+
+template <class V>
+inline void grow(V& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+}  // namespace detail
+
+/// One row's candidate tokens and their logits (dense or sparse, see above).
+class candidates {
+ public:
+  candidates() = default;
+
+  /// Starts a row on `[vocab] logits`, which later steps modify in place.
+  /// NaN entries become -inf.
+  /// @throws llmkit::error if logits is empty, holds +inf, or every entry is
+  /// -inf or NaN.
+  void reset(std::span<float> logits) {
+    LLMKIT_CHECK(!logits.empty(), "logits: the row is empty (vocab 0)");
+    LLMKIT_CHECK(logits.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
+                 "logits: vocab ", logits.size(), " exceeds the int32 token range");
+    dense_ = logits;
+    sparse_ = false;
+    sorted_ = false;
+    n_ = logits.size();
+    max_ = detail::sanitize_max(logits);
+    max_known_ = true;
+    LLMKIT_CHECK(max_ != -std::numeric_limits<float>::infinity(), "logits: every entry is -inf or NaN (vocab ",
+                 logits.size(), ")");
+  }
+
+  /// Vocabulary size of the row.
+  std::size_t vocab_size() const noexcept { return dense_.size(); }
+  /// True while the row is the caller's dense logits.
+  bool is_dense() const noexcept { return !sparse_; }
+  /// Entries in `values()`: the vocabulary when dense, the kept tokens when sparse.
+  std::size_t size() const noexcept { return n_; }
+  /// `[size()]` logits; entry i belongs to `token(i)`.
+  std::span<float> values() noexcept { return sparse_ ? std::span<float>(values_.data(), n_) : dense_; }
+  std::span<const float> values() const noexcept {
+    return sparse_ ? std::span<const float>(values_.data(), n_) : std::span<const float>(dense_);
+  }
+  /// Token id of entry i.
+  std::int32_t token(std::size_t i) const noexcept { return sparse_ ? ids_[i] : static_cast<std::int32_t>(i); }
+  /// `[size()]` token ids when sparse (empty when dense).
+  std::span<const std::int32_t> ids() const noexcept {
+    return sparse_ ? std::span<const std::int32_t>(ids_.data(), n_) : std::span<const std::int32_t>{};
+  }
+  /// True when sparse and ordered by logit descending, then token ascending.
+  bool is_sorted() const noexcept { return sparse_ && sorted_; }
+
+  /// Largest logit among the candidates (cached between calls).
+  float max() noexcept {
+    if (!max_known_) {
+      max_ = detail::max_value(values());
+      max_known_ = true;
+    }
+    return max_;
+  }
+  /// Processors call this after changing values arbitrarily (the maximum
+  /// and the sorted order are forgotten).
+  void values_changed() noexcept {
+    max_known_ = false;
+    sorted_ = false;
+  }
+  /// ... or after an order-preserving change whose new maximum is `new_max`.
+  void values_changed_monotone(float new_max) noexcept {
+    max_ = new_max;
+    max_known_ = true;
+  }
+
+  /// Keeps the entries i with keep(i) true (`n_keep` of them), in order.
+  /// Dense rows with n_keep <= vocab / 8 become sparse; otherwise removed
+  /// entries are set to -inf. The maximum stays valid only if `keeps_max`.
+  template <class Keep>
+  void retain(Keep&& keep, std::size_t n_keep, bool keeps_max = true) {
+    if (n_keep == n_) return;
+    if (!sparse_) {
+      if (n_keep * 8 <= n_) {
+        detail::grow(ids_, n_keep);
+        detail::grow(values_, n_keep);
+        std::size_t w = 0;
+        for (std::size_t i = 0; i < n_ && w < n_keep; ++i) {
+          if (keep(i)) {
+            ids_[w] = static_cast<std::int32_t>(i);
+            values_[w] = dense_[i];
+            ++w;
+          }
+        }
+        LLMKIT_ASSERT(w == n_keep);
+        sparse_ = true;
+        sorted_ = false;
+        n_ = w;
+      } else {
+        // Branch-free so the compiler can vectorise it.
+        constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+        float* v = dense_.data();
+        for (std::size_t i = 0; i < n_; ++i) v[i] = keep(i) ? v[i] : neg_inf;
+      }
+    } else {
+      std::size_t w = 0;
+      for (std::size_t i = 0; i < n_; ++i) {
+        if (keep(i)) {
+          ids_[w] = ids_[i];
+          values_[w] = values_[i];
+          ++w;
+        }
+      }
+      LLMKIT_ASSERT(w == n_keep);
+      n_ = w;
+    }
+    if (!keeps_max) max_known_ = false;
+  }
+
+  /// Replaces the set by `[n] ids` and `[n] values` (a sparse set); `sorted`
+  /// states their order (logit descending, then token ascending).
+  /// @pre ids.size() == values.size() >= 1
+  void assign_sparse(std::span<const std::int32_t> ids, std::span<const float> values, bool sorted) {
+    LLMKIT_ASSERT(ids.size() == values.size() && !ids.empty());
+    detail::grow(ids_, ids.size());
+    detail::grow(values_, values.size());
+    std::copy(ids.begin(), ids.end(), ids_.begin());
+    std::copy(values.begin(), values.end(), values_.begin());
+    n_ = ids.size();
+    sparse_ = true;
+    sorted_ = sorted;
+    max_known_ = false;
+  }
+
+  /// Calls fn(i, r) for every entry i whose token is `tokens[r]`.
+  /// `[m] tokens` sorted ascending, unique, each in [0, vocab).
+  template <class Fn>
+  void for_tokens(std::span<const std::int32_t> tokens, Fn&& fn) {
+    if (tokens.empty()) return;
+    if (!sparse_) {
+      for (std::size_t r = 0; r < tokens.size(); ++r) fn(static_cast<std::size_t>(tokens[r]), r);
+    } else {
+      for (std::size_t i = 0; i < n_; ++i) {
+        const auto it = std::lower_bound(tokens.begin(), tokens.end(), ids_[i]);
+        if (it != tokens.end() && *it == ids_[i]) fn(i, static_cast<std::size_t>(it - tokens.begin()));
+      }
+    }
+  }
+
+  /// Writes the processed row as `[vocab] out` logits (-inf for tokens that
+  /// are not candidates). `out` may be the row `reset` was given.
+  void to_logits(std::span<float> out) const {
+    LLMKIT_CHECK(out.size() == vocab_size(), "candidates::to_logits: out.size() = ", out.size(),
+                 " differs from vocab ", vocab_size());
+    if (!sparse_) {
+      if (out.data() != dense_.data()) std::copy(dense_.begin(), dense_.end(), out.begin());
+      return;
+    }
+    std::fill(out.begin(), out.end(), -std::numeric_limits<float>::infinity());
+    for (std::size_t i = 0; i < n_; ++i) out[static_cast<std::size_t>(ids_[i])] = values_[i];
+  }
+
+  /// Work buffers of the kernels (implementation detail).
+  detail::scratch_buffers& scratch() noexcept { return scratch_; }
+
+ private:
+  std::span<float> dense_{};
+  bool sparse_ = false;
+  bool sorted_ = false;
+  std::size_t n_ = 0;
+  float max_ = 0.0f;
+  bool max_known_ = false;
+  aligned_vector<std::int32_t> ids_;
+  aligned_vector<float> values_;
+  detail::scratch_buffers scratch_;
+};
+
+}  // namespace llmkit::sampling

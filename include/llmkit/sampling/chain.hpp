@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/sampling/chain.hpp
+/// Compiled processor chains: a variadic template that applies processors
+/// in the order given, with no virtual calls. Passes are fused through the
+/// shared `candidates`: the row's maximum is computed once (while NaNs are
+/// replaced) and kept by every processor that cannot move it, and after the
+/// first small truncation (top-k, ...) every later step touches only the
+/// survivors.
+///
+/// ```
+/// const processor_chain chain{penalties{.repeat_ = 1.1f}, top_k{40}, top_p{0.95f}, temperature{0.8f}};
+/// candidates ws;  // per thread, reused
+/// sample_result r = sample_row(logits_row, state.context(), chain, categorical{}, ws);
+/// ```
+
+#include <span>
+#include <tuple>
+#include <utility>
+
+#include "llmkit/sampling/candidates.hpp"
+#include "llmkit/sampling/concepts.hpp"
+#include "llmkit/sampling/context.hpp"
+
+namespace llmkit::sampling {
+
+/// Applies `Processors...` in order; itself a `logits_processor`.
+template <logits_processor... Processors>
+class processor_chain {
+ public:
+  constexpr processor_chain() = default;
+  constexpr explicit processor_chain(Processors... processors)
+    requires(sizeof...(Processors) > 0)
+      : processors_(std::move(processors)...) {}
+
+  void apply(candidates& c, const sampling_context& ctx) const {
+    std::apply([&](const auto&... p) { (p.apply(c, ctx), ...); }, processors_);
+  }
+
+  /// The processors, in order.
+  const std::tuple<Processors...>& processors() const noexcept { return processors_; }
+
+ private:
+  std::tuple<Processors...> processors_;
+};
+
+template <class... Processors>
+processor_chain(Processors...) -> processor_chain<Processors...>;
+
+/// Processes `[vocab] logits` (in place) with `chain` and draws a token with
+/// `pick`, using `workspace` for every buffer.
+/// @throws llmkit::error for an empty row, +inf logits, or when every logit is
+/// -inf/NaN before or after processing.
+template <logits_processor Chain, sampler Sampler>
+sample_result sample_row(std::span<float> logits, const sampling_context& ctx, const Chain& chain,
+                         const Sampler& pick, candidates& workspace) {
+  workspace.reset(logits);
+  chain.apply(workspace, ctx);
+  return pick.sample(workspace, ctx);
+}
+
+/// Processes `[vocab] logits` in place: afterwards removed tokens are -inf.
+template <logits_processor Chain>
+void process_row(std::span<float> logits, const sampling_context& ctx, const Chain& chain, candidates& workspace) {
+  workspace.reset(logits);
+  chain.apply(workspace, ctx);
+  workspace.to_logits(logits);
+}
+
+}  // namespace llmkit::sampling

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/sampling/temperature.hpp
+/// Temperature: logit_i <- logit_i / T. T <= 0 means greedy: the candidates
+/// shrink to the arg-max token (lowest token id on ties), so any sampler
+/// after it returns that token.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "llmkit/sampling/candidates.hpp"
+#include "llmkit/sampling/context.hpp"
+
+namespace llmkit::sampling {
+
+/// Divides every logit by `temperature_` (T = 1: no-op; T <= 0: greedy).
+struct temperature {
+  float temperature_ = 1.0f;
+
+  /// @throws llmkit::error if T is NaN.
+  void validate() const { LLMKIT_CHECK(temperature_ == temperature_, "temperature: T is NaN"); }
+
+  void apply(candidates& c, const sampling_context&) const {
+    validate();
+    if (temperature_ == 1.0f) return;
+    if (temperature_ <= 0.0f) {
+      const float m = c.max();
+      const auto v = c.values();
+      std::size_t best = 0;
+      bool found = false;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (v[i] == m && (!found || c.token(i) < c.token(best))) {
+          best = i;
+          found = true;
+          if (c.is_dense()) break;
+        }
+      }
+      const std::int32_t token = c.token(best);
+      c.assign_sparse({&token, 1}, {&m, 1}, true);
+      return;
+    }
+    const float t = temperature_;
+    const float m = c.max();  // before the division: x -> x / t is monotone, so max / t is the new max
+    for (float& x : c.values()) x = x / t;
+    c.values_changed_monotone(m / t);
+  }
+};
+
+}  // namespace llmkit::sampling
