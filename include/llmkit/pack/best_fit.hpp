@@ -90,13 +90,12 @@ template <class R, class Proj = std::identity>
 packing best_fit_decreasing(R&& items, const pack_options& options = {}, Proj proj = {}) {
   auto prepared = detail::prepare(detail::item_sizes(items, proj, "best_fit_decreasing"), options,
                                   "best_fit_decreasing");
-  const auto order = detail::decreasing_order(prepared.packable, prepared.capacity);
-  const auto sizes = detail::sizes_in_order(prepared.packable, order);
-  std::vector<std::size_t> bins(sizes.size());
-  const bool small_capacity = prepared.capacity <= 8 * sizes.size() + 65536;
-  const std::size_t n_bins = small_capacity ? detail::best_fit_buckets(sizes, prepared.capacity, bins)
-                                            : detail::best_fit_ordered(sizes, prepared.capacity, bins);
-  return detail::assemble(std::move(prepared), order, bins, n_bins);
+  const auto placed = detail::decreasing_order(prepared.sizes, prepared.capacity);
+  std::vector<std::size_t> bins(placed.sizes.size());
+  const bool small_capacity = prepared.capacity <= 8 * placed.sizes.size() + 65536;
+  const std::size_t n_bins = small_capacity ? detail::best_fit_buckets(placed.sizes, prepared.capacity, bins)
+                                            : detail::best_fit_ordered(placed.sizes, prepared.capacity, bins);
+  return detail::assemble(std::move(prepared), placed, bins, n_bins);
 }
 
 }  // namespace llmkit::pack

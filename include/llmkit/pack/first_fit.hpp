@@ -67,13 +67,12 @@ std::size_t first_fit_engine(std::span<const std::size_t> sizes, std::size_t cap
   return tree.n_bins();
 }
 
-inline packing first_fit_in_order(prepared_items&& items, std::vector<std::size_t>&& order) {
-  const auto sizes = sizes_in_order(items.packable, order);
-  std::vector<std::size_t> bins(sizes.size());
+inline packing first_fit_in_order(prepared_items&& items, const ordered_sizes& placed) {
+  std::vector<std::size_t> bins(placed.sizes.size());
   const std::size_t n_bins = items.capacity <= UINT32_MAX
-                                 ? first_fit_engine<std::uint32_t>(sizes, items.capacity, bins)
-                                 : first_fit_engine<std::size_t>(sizes, items.capacity, bins);
-  return assemble(std::move(items), order, bins, n_bins);
+                                 ? first_fit_engine<std::uint32_t>(placed.sizes, items.capacity, bins)
+                                 : first_fit_engine<std::size_t>(placed.sizes, items.capacity, bins);
+  return assemble(std::move(items), placed, bins, n_bins);
 }
 }  // namespace detail
 
@@ -88,8 +87,8 @@ template <class R, class Proj = std::identity>
 packing first_fit_decreasing(R&& items, const pack_options& options = {}, Proj proj = {}) {
   auto prepared = detail::prepare(detail::item_sizes(items, proj, "first_fit_decreasing"), options,
                                   "first_fit_decreasing");
-  auto order = detail::decreasing_order(prepared.packable, prepared.capacity);
-  return detail::first_fit_in_order(std::move(prepared), std::move(order));
+  const auto placed = detail::decreasing_order(prepared.sizes, prepared.capacity);
+  return detail::first_fit_in_order(std::move(prepared), placed);
 }
 
 /// First-fit in input order (the online algorithm, run over a whole range).
@@ -98,9 +97,8 @@ template <class R, class Proj = std::identity>
   requires sized_items<R, Proj>
 packing online_first_fit(R&& items, const pack_options& options = {}, Proj proj = {}) {
   auto prepared = detail::prepare(detail::item_sizes(items, proj, "online_first_fit"), options, "online_first_fit");
-  std::vector<std::size_t> order(prepared.packable.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  return detail::first_fit_in_order(std::move(prepared), std::move(order));
+  const auto placed = detail::input_order(prepared.sizes);
+  return detail::first_fit_in_order(std::move(prepared), placed);
 }
 
 }  // namespace llmkit::pack

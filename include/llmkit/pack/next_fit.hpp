@@ -22,12 +22,12 @@ template <class R, class Proj = std::identity>
   requires sized_items<R, Proj>
 packing next_fit(R&& items, const pack_options& options = {}, Proj proj = {}) {
   auto prepared = detail::prepare(detail::item_sizes(items, proj, "next_fit"), options, "next_fit");
-  const std::size_t n = prepared.packable.size();
-  std::vector<std::size_t> order(n), bins(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
+  const auto placed = detail::input_order(prepared.sizes);
+  const std::size_t n = placed.sizes.size();
+  std::vector<std::size_t> bins(n);
   std::size_t n_bins = 0, room = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t s = prepared.packable[i].size;
+    const std::size_t s = placed.sizes[i];
     if (n_bins == 0 || s > room) {
       ++n_bins;
       room = prepared.capacity;
@@ -35,7 +35,7 @@ packing next_fit(R&& items, const pack_options& options = {}, Proj proj = {}) {
     room -= s;
     bins[i] = n_bins - 1;
   }
-  return detail::assemble(std::move(prepared), order, bins, n_bins);
+  return detail::assemble(std::move(prepared), placed, bins, n_bins);
 }
 
 }  // namespace llmkit::pack

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <functional>
 #include <iterator>
+#include <utility>
 #include <ranges>
 #include <span>
 #include <type_traits>
@@ -49,77 +50,113 @@ std::vector<std::size_t> item_sizes(R&& items, Proj& proj, const char* who) {
 struct prepared_items {
   std::size_t capacity = 0;
   std::size_t n_items = 0;
-  std::vector<piece> dedicated;  ///< each alone in its own bin, placed first
-  std::vector<piece> packable;   ///< every piece has size <= capacity
+  std::vector<piece> dedicated;    ///< each alone in its own bin, placed first
+  std::vector<std::size_t> sizes;  ///< [n_packable] size of each packable piece (<= capacity)
+  /// True when nothing was cut: packable piece i is {i, 0, sizes[i]} and
+  /// `packable` stays empty (saves a pass and a random gather on 10^6 items).
+  bool whole = true;
+  std::vector<piece> packable;     ///< [n_packable] the pieces, when !whole
+
+  piece packable_piece(std::size_t i) const noexcept { return whole ? piece{i, 0, sizes[i]} : packable[i]; }
 };
 
-inline prepared_items prepare(const std::vector<std::size_t>& sizes, const pack_options& options, const char* who) {
+inline prepared_items prepare(std::vector<std::size_t>&& sizes, const pack_options& options, const char* who) {
   prepared_items out;
   out.n_items = sizes.size();
   out.capacity = options.capacity;
+  std::size_t largest = 0;
+  for (std::size_t s : sizes) largest = std::max(largest, s);
   if (out.capacity == 0) {
-    for (std::size_t s : sizes) out.capacity = std::max(out.capacity, s);
+    out.capacity = largest;
     LLMKIT_CHECK(out.capacity > 0 || sizes.empty(), who,
                  ": capacity 0 asks for the largest item's size, but every item has size 0");
   }
+  if (largest <= out.capacity) {
+    out.sizes = std::move(sizes);
+    return out;
+  }
+  out.whole = false;
   out.packable.reserve(sizes.size());
+  out.sizes.reserve(sizes.size());
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const std::size_t s = sizes[i];
     if (s <= out.capacity) {
       out.packable.push_back({i, 0, s});
+      out.sizes.push_back(s);
       continue;
     }
     LLMKIT_CHECK(options.split_oversized, who, ": item ", i, " has size ", s, " > capacity ", out.capacity,
                  " (set pack_options::split_oversized to cut it into chunks)");
     std::size_t offset = 0;
     for (; s - offset >= out.capacity; offset += out.capacity) out.dedicated.push_back({i, offset, out.capacity});
-    if (offset < s) out.packable.push_back({i, offset, s - offset});
+    if (offset < s) {
+      out.packable.push_back({i, offset, s - offset});
+      out.sizes.push_back(s - offset);
+    }
   }
   return out;
 }
 
-/// Indices of `pieces` by decreasing size, ties by increasing index (stable).
-/// Counting sort when the capacity is small next to the count (the usual case
-/// for token budgets), comparison sort otherwise.
-inline std::vector<std::size_t> decreasing_order(std::span<const piece> pieces, std::size_t capacity) {
-  std::vector<std::size_t> order(pieces.size());
-  if (capacity <= 4 * pieces.size() + 4096) {
+/// A placement order and the sizes in that order.
+struct ordered_sizes {
+  std::vector<std::size_t> order;  ///< [n] piece placed k-th
+  std::vector<std::size_t> sizes;  ///< [n] its size
+};
+
+/// Pieces by decreasing size, ties by increasing index (stable). Counting
+/// sort when the capacity is small next to the count (the usual case for
+/// token budgets; the sorted sizes then come out as runs, without a gather),
+/// comparison sort otherwise.
+inline ordered_sizes decreasing_order(std::span<const std::size_t> sizes, std::size_t capacity) {
+  ordered_sizes out;
+  out.order.resize(sizes.size());
+  out.sizes.resize(sizes.size());
+  if (capacity <= 4 * sizes.size() + 4096) {
     std::vector<std::size_t> start(capacity + 2, 0);
-    for (const piece& p : pieces) ++start[capacity - p.size + 1];
+    for (std::size_t s : sizes) ++start[capacity - s + 1];
     for (std::size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
-    for (std::size_t i = 0; i < pieces.size(); ++i) order[start[capacity - pieces[i].size]++] = i;
+    for (std::size_t key = 0; key <= capacity; ++key)
+      std::fill(out.sizes.begin() + static_cast<std::ptrdiff_t>(start[key]),
+                out.sizes.begin() + static_cast<std::ptrdiff_t>(start[key + 1]), capacity - key);
+    for (std::size_t i = 0; i < sizes.size(); ++i) out.order[start[capacity - sizes[i]]++] = i;
   } else {
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return pieces[a].size > pieces[b].size; });
+    for (std::size_t i = 0; i < out.order.size(); ++i) out.order[i] = i;
+    std::stable_sort(out.order.begin(), out.order.end(),
+                     [&](std::size_t a, std::size_t b) { return sizes[a] > sizes[b]; });
+    for (std::size_t k = 0; k < out.order.size(); ++k) out.sizes[k] = sizes[out.order[k]];
   }
-  return order;
+  return out;
 }
 
-/// Sizes of the packable pieces in placement order: `[n_packable]`, so the
-/// packers' hot loops read and write sequentially.
-inline std::vector<std::size_t> sizes_in_order(std::span<const piece> pieces, std::span<const std::size_t> order) {
-  std::vector<std::size_t> sizes(order.size());
-  for (std::size_t k = 0; k < order.size(); ++k) sizes[k] = pieces[order[k]].size;
-  return sizes;
+/// Input order.
+inline ordered_sizes input_order(std::span<const std::size_t> sizes) {
+  ordered_sizes out;
+  out.order.resize(sizes.size());
+  for (std::size_t i = 0; i < out.order.size(); ++i) out.order[i] = i;
+  out.sizes.assign(sizes.begin(), sizes.end());
+  return out;
 }
 
 /// Builds the packing: the dedicated bins first, then the packer's bins,
 /// each bin's pieces in placement order.
-/// `[n_packable] placement_order` (piece placed k-th), `[n_packable] bin_in_order`
-/// (bin of the piece placed k-th).
-inline packing assemble(prepared_items&& items, std::span<const std::size_t> placement_order,
-                        std::span<const std::size_t> bin_in_order, std::size_t n_bins) {
+/// `[n_packable] bin_in_order`: bin of the piece placed k-th (`placed.order[k]`).
+inline packing assemble(prepared_items&& items, const ordered_sizes& placed, std::span<const std::size_t> bin_in_order,
+                        std::size_t n_bins) {
   const std::size_t n_dedicated = items.dedicated.size();
   std::vector<std::size_t> offsets(n_dedicated + n_bins + 1, 0);
   for (std::size_t b = 0; b <= n_dedicated; ++b) offsets[b] = b;
   for (std::size_t b : bin_in_order) ++offsets[n_dedicated + b + 1];
   for (std::size_t b = n_dedicated + 1; b < offsets.size(); ++b) offsets[b] += offsets[b - 1];
-  std::vector<piece> pieces(n_dedicated + items.packable.size());
+  std::vector<piece> pieces(n_dedicated + items.sizes.size());
   std::copy(items.dedicated.begin(), items.dedicated.end(), pieces.begin());
   std::vector<std::size_t> fill(offsets.begin() + static_cast<std::ptrdiff_t>(n_dedicated), offsets.end() - 1);
-  for (std::size_t k = 0; k < placement_order.size(); ++k)
-    pieces[fill[bin_in_order[k]]++] = items.packable[placement_order[k]];
+  if (items.whole) {
+    for (std::size_t k = 0; k < placed.order.size(); ++k)
+      pieces[fill[bin_in_order[k]]++] = piece{placed.order[k], 0, placed.sizes[k]};
+  } else {
+    for (std::size_t k = 0; k < placed.order.size(); ++k)
+      pieces[fill[bin_in_order[k]]++] = items.packable[placed.order[k]];
+  }
   return packing(items.capacity, items.n_items, std::move(pieces), std::move(offsets));
 }
 
