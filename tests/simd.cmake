@@ -15,7 +15,12 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
     list(GET _parts 1 _flags)
     set(_path "${CMAKE_CURRENT_SOURCE_DIR}/${_file}")
     target_sources(${llmkit_test_target} PRIVATE "${_path}")
-    # The GCC 12 AVX-512 intrinsics trip -Wmaybe-uninitialized (GCC bug 105593).
-    set_source_files_properties("${_path}" PROPERTIES COMPILE_OPTIONS "${_flags};-Wno-maybe-uninitialized")
+    set_source_files_properties("${_path}" PROPERTIES COMPILE_OPTIONS "${_flags}")
   endforeach()
 endif()
+
+# docs/getting-started.md quotes the consumer test's program verbatim.
+add_test(NAME "docs: getting-started quotes the consumer program"
+  COMMAND ${CMAKE_COMMAND} -DDOC=${PROJECT_SOURCE_DIR}/docs/getting-started.md
+    -DSOURCE=${CMAKE_CURRENT_SOURCE_DIR}/consumer/project/main.cpp -P ${CMAKE_CURRENT_SOURCE_DIR}/simd_doc_sync.cmake)
+set_tests_properties("docs: getting-started quotes the consumer program" PROPERTIES LABELS unit)

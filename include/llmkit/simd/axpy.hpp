@@ -10,6 +10,9 @@
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd {
 
@@ -58,3 +61,5 @@ void scale(std::span<float> x, float a) {
 }
 
 }  // namespace llmkit::simd
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -5,7 +5,10 @@
 ///
 /// - f32 <-> f16 and f32 <-> bf16: round to nearest even, inf kept, NaN kept
 ///   as (quiet, for f32 -> 16 bit) NaN; bit-identical to the scalar
-///   conversions of llmkit/core/dtype.hpp.
+///   conversions of llmkit/core/dtype.hpp, except that f16 -> f32 may quiet a
+///   signalling NaN (the F16C / AVX-512 instruction does; sign and payload are
+///   kept). On x86 the f16 conversions use VCVTPS2PH / VCVTPH2PS when the arch
+///   has them (AVX-512F, or AVX2 compiled with F16C), else integer emulation.
 /// - Q8_0 blocks (GGUF/ggml layout and semantics): per block of 32 values
 ///   d = amax / 127, q = round_half_away(x / d) computed as x * (1 / d), the
 ///   scale stored as f16(d); value = f32(scale) * q.
@@ -24,6 +27,10 @@
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/x86_lanes.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd {
 
@@ -113,15 +120,10 @@ inline void quantize_round(const float* x, std::size_t n, float inv_scale, std::
   std::size_t i = 0;
   if constexpr (!is_scalar_v<Arch>) {
     using batch = xsimd::batch<float, Arch>;
-    using ibatch = xsimd::batch<std::int32_t, Arch>;
     constexpr std::size_t lanes = batch::size;
     const batch vs(inv_scale);
-    alignas(64) std::int32_t q[lanes];
-    for (; i + lanes <= n; i += lanes) {
-      xsimd::batch_cast<std::int32_t>(xsimd::round(batch::load_unaligned(x + i) * vs)).store_aligned(q);
-      for (std::size_t j = 0; j < lanes; ++j) out[i + j] = static_cast<std::int8_t>(q[j]);
-    }
-    static_cast<void>(sizeof(ibatch));
+    for (; i + lanes <= n; i += lanes)
+      store_i32_as_i8<Arch>(xsimd::batch_cast<std::int32_t>(xsimd::round(batch::load_unaligned(x + i) * vs)), out + i);
   }
   for (; i < n; ++i) out[i] = static_cast<std::int8_t>(std::round(x[i] * inv_scale));
 }
@@ -132,16 +134,94 @@ inline void dequantize_scaled(const std::int8_t* q, std::size_t n, float scale, 
   std::size_t i = 0;
   if constexpr (!is_scalar_v<Arch>) {
     using batch = xsimd::batch<float, Arch>;
-    using ibatch = xsimd::batch<std::int32_t, Arch>;
     constexpr std::size_t lanes = batch::size;
     const batch vs(scale);
-    alignas(64) std::int32_t wide[lanes];
-    for (; i + lanes <= n; i += lanes) {
-      for (std::size_t j = 0; j < lanes; ++j) wide[j] = q[i + j];
-      (xsimd::batch_cast<float>(ibatch::load_aligned(wide)) * vs).store_unaligned(out + i);
-    }
+    for (; i + lanes <= n; i += lanes)
+      (xsimd::batch_cast<float>(load_i8_as_i32<Arch>(q + i)) * vs).store_unaligned(out + i);
   }
   for (; i < n; ++i) out[i] = scale * static_cast<float>(q[i]);
+}
+
+/// 16 lanes of f32 -> f16 with the hardware instruction where the arch has
+/// one (AVX-512F; F16C next to AVX2), else the integer emulation.
+template <class Arch>
+inline void store_f32_as_f16(const xsimd::batch<float, Arch>& v, std::uint16_t* p) noexcept {
+#if defined(LLMKIT_SIMD_X86)
+  if constexpr (is_avx512_v<Arch>) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return;
+  }
+#if defined(__F16C__)
+  if constexpr (is_avx2_v<Arch>) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return;
+  }
+#endif
+#endif
+  store_i32_as_u16<Arch>(f32_to_f16_lanes<Arch>(v), p);
+}
+
+template <class Arch>
+inline xsimd::batch<float, Arch> load_f16_as_f32(const std::uint16_t* p) noexcept {
+#if defined(LLMKIT_SIMD_X86)
+  if constexpr (is_avx512_v<Arch>) {
+    return xsimd::batch<float, Arch>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+  }
+#if defined(__F16C__)
+  if constexpr (is_avx2_v<Arch>) {
+    return xsimd::batch<float, Arch>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+#endif
+#endif
+  return f16_lanes_to_f32<Arch>(load_u16_as_i32<Arch>(p));
+}
+
+/// Q8_0 block kernels: exactly 32 values, so the vector loops need no tail.
+template <class Arch>
+inline float block_abs_max(const float* x, bool& finite) noexcept {
+  if constexpr (is_scalar_v<Arch> || q8_block_size % float_lanes<Arch> != 0) {
+    return abs_max<Arch>(x, q8_block_size, finite);
+  } else {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::size_t lanes = batch::size;
+    batch m(0.0f);
+    auto bad = batch(0.0f) != batch(0.0f);
+    for (std::size_t i = 0; i < q8_block_size; i += lanes) {
+      const batch a = xsimd::abs(batch::load_unaligned(x + i));
+      bad = bad | !(a <= batch(std::numeric_limits<float>::max()));
+      m = xsimd::max(m, a);
+    }
+    finite = !xsimd::any(bad);
+    alignas(64) float lanes_out[lanes];
+    m.store_aligned(lanes_out);
+    float amax = 0.0f;
+    for (std::size_t j = 0; j < lanes; ++j) amax = lanes_out[j] > amax ? lanes_out[j] : amax;
+    return amax;
+  }
+}
+
+template <class Arch>
+inline void block_quantize(const float* x, float inv_scale, std::int8_t* out) noexcept {
+  if constexpr (is_scalar_v<Arch> || q8_block_size % float_lanes<Arch> != 0) {
+    quantize_round<Arch>(x, q8_block_size, inv_scale, out);
+  } else {
+    using batch = xsimd::batch<float, Arch>;
+    const batch vs(inv_scale);
+    for (std::size_t i = 0; i < q8_block_size; i += batch::size)
+      store_i32_as_i8<Arch>(xsimd::batch_cast<std::int32_t>(xsimd::round(batch::load_unaligned(x + i) * vs)), out + i);
+  }
+}
+
+template <class Arch>
+inline void block_dequantize(const std::int8_t* q, float scale, float* out) noexcept {
+  if constexpr (is_scalar_v<Arch> || q8_block_size % float_lanes<Arch> != 0) {
+    dequantize_scaled<Arch>(q, q8_block_size, scale, out);
+  } else {
+    using batch = xsimd::batch<float, Arch>;
+    const batch vs(scale);
+    for (std::size_t i = 0; i < q8_block_size; i += batch::size)
+      (xsimd::batch_cast<float>(load_i8_as_i32<Arch>(q + i)) * vs).store_unaligned(out + i);
+  }
 }
 
 }  // namespace detail
@@ -156,11 +236,8 @@ void convert(std::span<const float> in, std::span<f16> out) {
   if constexpr (!is_scalar_v<Arch>) {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::size_t lanes = batch::size;
-    alignas(64) std::int32_t h[lanes];
-    for (; i + lanes <= n; i += lanes) {
-      detail::f32_to_f16_lanes<Arch>(batch::load_unaligned(in.data() + i)).store_aligned(h);
-      for (std::size_t j = 0; j < lanes; ++j) out[i + j].bits = static_cast<std::uint16_t>(h[j]);
-    }
+    for (; i + lanes <= n; i += lanes)
+      detail::store_f32_as_f16<Arch>(batch::load_unaligned(in.data() + i), &out[i].bits);
   }
   for (; i < n; ++i) out[i] = to_f16(in[i]);
 }
@@ -175,11 +252,9 @@ void convert(std::span<const float> in, std::span<bf16> out) {
   if constexpr (!is_scalar_v<Arch>) {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::size_t lanes = batch::size;
-    alignas(64) std::int32_t h[lanes];
-    for (; i + lanes <= n; i += lanes) {
-      detail::f32_to_bf16_lanes<Arch>(batch::load_unaligned(in.data() + i)).store_aligned(h);
-      for (std::size_t j = 0; j < lanes; ++j) out[i + j].bits = static_cast<std::uint16_t>(h[j]);
-    }
+    for (; i + lanes <= n; i += lanes)
+      detail::store_i32_as_u16<Arch>(detail::f32_to_bf16_lanes<Arch>(batch::load_unaligned(in.data() + i)),
+                                     &out[i].bits);
   }
   for (; i < n; ++i) out[i] = to_bf16(in[i]);
 }
@@ -192,13 +267,8 @@ void convert(std::span<const f16> in, std::span<float> out) {
   const std::size_t n = in.size();
   std::size_t i = 0;
   if constexpr (!is_scalar_v<Arch>) {
-    using ibatch = xsimd::batch<std::int32_t, Arch>;
-    constexpr std::size_t lanes = ibatch::size;
-    alignas(64) std::int32_t h[lanes];
-    for (; i + lanes <= n; i += lanes) {
-      for (std::size_t j = 0; j < lanes; ++j) h[j] = in[i + j].bits;
-      detail::f16_lanes_to_f32<Arch>(ibatch::load_aligned(h)).store_unaligned(out.data() + i);
-    }
+    constexpr std::size_t lanes = xsimd::batch<float, Arch>::size;
+    for (; i + lanes <= n; i += lanes) detail::load_f16_as_f32<Arch>(&in[i].bits).store_unaligned(out.data() + i);
   }
   for (; i < n; ++i) out[i] = to_f32(in[i]);
 }
@@ -214,11 +284,8 @@ void convert(std::span<const bf16> in, std::span<float> out) {
     using ibatch = xsimd::batch<std::int32_t, Arch>;
     using batch = xsimd::batch<float, Arch>;
     constexpr std::size_t lanes = ibatch::size;
-    alignas(64) std::int32_t h[lanes];
-    for (; i + lanes <= n; i += lanes) {
-      for (std::size_t j = 0; j < lanes; ++j) h[j] = in[i + j].bits;
-      xsimd::bitwise_cast<batch>(ibatch::load_aligned(h) << 16).store_unaligned(out.data() + i);
-    }
+    for (; i + lanes <= n; i += lanes)
+      xsimd::bitwise_cast<batch>(detail::load_u16_as_i32<Arch>(&in[i].bits) << 16).store_unaligned(out.data() + i);
   }
   for (; i < n; ++i) out[i] = to_f32(in[i]);
 }
@@ -235,13 +302,13 @@ void quantize_q8_0(std::span<const float> in, std::span<block_q8_0> out) {
   for (std::size_t b = 0; b < out.size(); ++b) {
     const float* x = in.data() + b * q8_block_size;
     bool finite = true;
-    const float amax = detail::abs_max<Arch>(x, q8_block_size, finite);
+    const float amax = detail::block_abs_max<Arch>(x, finite);
     LLMKIT_CHECK(finite, "quantize_q8_0: block ", b, " (in[", b * q8_block_size, ", ", (b + 1) * q8_block_size,
                  ")) holds a non-finite value");
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out[b].scale = to_f16(d);
-    detail::quantize_round<Arch>(x, q8_block_size, id, out[b].qs);
+    detail::block_quantize<Arch>(x, id, out[b].qs);
   }
 }
 
@@ -252,7 +319,7 @@ void dequantize_q8_0(std::span<const block_q8_0> in, std::span<float> out) {
   LLMKIT_CHECK(out.size() == in.size() * q8_block_size, "dequantize_q8_0: out.size() = ", out.size(),
                " differs from in.size() * 32 = ", in.size() * q8_block_size);
   for (std::size_t b = 0; b < in.size(); ++b)
-    detail::dequantize_scaled<Arch>(in[b].qs, q8_block_size, to_f32(in[b].scale), out.data() + b * q8_block_size);
+    detail::block_dequantize<Arch>(in[b].qs, to_f32(in[b].scale), out.data() + b * q8_block_size);
 }
 
 /// Symmetric int8 quantisation of one row; returns its scale (amax / 127, or 0
@@ -280,3 +347,5 @@ void dequantize_i8(std::span<const std::int8_t> in, float scale, std::span<float
 }
 
 }  // namespace llmkit::simd
+
+LLMKIT_SIMD_DIAGNOSTICS_END

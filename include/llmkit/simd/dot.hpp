@@ -8,6 +8,9 @@
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd {
 
@@ -44,3 +47,5 @@ float dot(std::span<const float> a, std::span<const float> b) {
 }
 
 }  // namespace llmkit::simd
+
+LLMKIT_SIMD_DIAGNOSTICS_END

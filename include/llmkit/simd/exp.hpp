@@ -24,6 +24,9 @@
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd {
 
@@ -121,3 +124,5 @@ void exp(std::span<const float> in, std::span<float> out) {
 }
 
 }  // namespace llmkit::simd
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -17,6 +17,9 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/detail/batch_ops.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd {
 
@@ -134,3 +137,5 @@ std::size_t argmax(std::span<const float> x) {
 }
 
 }  // namespace llmkit::simd
+
+LLMKIT_SIMD_DIAGNOSTICS_END

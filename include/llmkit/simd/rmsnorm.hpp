@@ -11,6 +11,9 @@
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd {
 
@@ -63,3 +66,5 @@ void rmsnorm(std::span<const float> x, std::span<const float> weight, std::span<
 }
 
 }  // namespace llmkit::simd
+
+LLMKIT_SIMD_DIAGNOSTICS_END

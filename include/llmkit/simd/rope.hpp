@@ -26,6 +26,9 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/detail/batch_ops.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd {
 
@@ -216,3 +219,5 @@ void apply_rope(std::span<float> x, std::size_t head_dim, std::int32_t position,
 }
 
 }  // namespace llmkit::simd
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -6,12 +6,14 @@
 /// Both subtract the row maximum before exponentiating, so no finite input
 /// overflows. With temperature T the row is x / T. A row whose entries are all
 /// -inf (fully masked) gives all zeros from softmax and all -inf from
-/// log_softmax, never NaN. A NaN in the row makes the whole row NaN.
+/// log_softmax, never NaN. A NaN or a +inf in the row makes the whole row NaN.
 
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <vector>
+#include <algorithm>
 
 #include <xsimd/xsimd.hpp>
 
@@ -20,6 +22,9 @@
 #include "llmkit/simd/axpy.hpp"
 #include "llmkit/simd/exp.hpp"
 #include "llmkit/simd/reduce.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd {
 
@@ -78,35 +83,110 @@ inline float exp_shifted(const float* x, float* out, std::size_t n, float m, flo
 }
 }  // namespace detail
 
+/// Rows longer than this are processed in L1-sized chunks of this many values
+/// (see softmax).
+inline constexpr std::size_t softmax_chunk = 8192;
+
 /// x <- softmax(x / temperature), in place: e^((x_i - max) / T) / sum_j e^((x_j - max) / T).
 /// An all -inf row (or one whose max is -inf) becomes all zeros.
+///
+/// Memory traffic: a row of up to `softmax_chunk` values makes three passes
+/// (max; exp, store and sum; scale) over cache-resident data. A longer row is
+/// cut into chunks of `softmax_chunk` values (32 KiB, L1-resident): each chunk
+/// is read from memory once for its max, then exponentiated against that max
+/// while in L1; a last pass rescales each chunk by e^(max_c - max) / sum. So a
+/// long row is read twice and written twice (16 bytes per value), not 20.
+/// Rows longer than 4096 chunks (32 Mi values) allocate a small vector of the
+/// chunk maxima.
 /// @pre temperature finite and > 0  ([n] x; n == 0 is a no-op)
 template <class Arch = default_arch>
 void softmax(std::span<float> x, float temperature = 1.0f) {
   detail::check_temperature("softmax", temperature);
-  if (x.empty()) return;
-  const float m = max<Arch>(std::span<const float>(x));
-  if (m == -std::numeric_limits<float>::infinity()) {
-    for (float& v : x) v = 0.0f;
+  const std::size_t n = x.size();
+  if (n == 0) return;
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  const float inv_t = 1.0f / temperature;
+  if (n <= softmax_chunk) {
+    const float m = max<Arch>(std::span<const float>(x));
+    if (m == neg_inf) {
+      for (float& v : x) v = 0.0f;
+      return;
+    }
+    const float s = detail::exp_shifted<Arch, true>(x.data(), x.data(), n, m, inv_t);
+    scale<Arch>(x, 1.0f / s);
     return;
   }
-  const float s = detail::exp_shifted<Arch, true>(x.data(), x.data(), x.size(), m, 1.0f / temperature);
-  scale<Arch>(x, 1.0f / s);
+  const std::size_t n_chunks = (n + softmax_chunk - 1) / softmax_chunk;
+  constexpr std::size_t stack_chunks = 4096;
+  float maxima_stack[stack_chunks];
+  std::vector<float> maxima_heap;
+  float* maxima = maxima_stack;
+  if (n_chunks > stack_chunks) {
+    maxima_heap.resize(n_chunks);
+    maxima = maxima_heap.data();
+  }
+  // Pass 1 per chunk: its max (memory), then e^((x - max_c) / T) in place (L1).
+  // The running total is kept relative to the running max.
+  float running_max = neg_inf;
+  float total = 0.0f;
+  for (std::size_t c = 0; c < n_chunks; ++c) {
+    const std::size_t begin = c * softmax_chunk;
+    const std::size_t len = std::min(softmax_chunk, n - begin);
+    float* p = x.data() + begin;
+    const float m = max<Arch>(std::span<const float>(p, len));
+    maxima[c] = m;
+    if (m == neg_inf) {
+      for (std::size_t i = 0; i < len; ++i) p[i] = 0.0f;
+      continue;
+    }
+    const float s = detail::exp_shifted<Arch, true>(p, p, len, m, inv_t);
+    if (m > running_max) {
+      total = total * detail::exp_scalar<Arch>((running_max - m) * inv_t) + s;
+      running_max = m;
+    } else {
+      total += s * detail::exp_scalar<Arch>((m - running_max) * inv_t);
+    }
+  }
+  if (running_max == neg_inf) return;  // all zeros already
+  // Pass 2: rescale each chunk to the global max and normalise.
+  const float inv_total = 1.0f / total;
+  for (std::size_t c = 0; c < n_chunks; ++c) {
+    const std::size_t begin = c * softmax_chunk;
+    const std::size_t len = std::min(softmax_chunk, n - begin);
+    if (maxima[c] == neg_inf) continue;
+    scale<Arch>(x.subspan(begin, len), detail::exp_scalar<Arch>((maxima[c] - running_max) * inv_t) * inv_total);
+  }
 }
 
 /// x <- log_softmax(x / temperature), in place: (x_i - max) / T - log sum_j e^((x_j - max) / T).
-/// An all -inf row stays all -inf.
+/// An all -inf row stays all -inf. A long row is read twice and written once:
+/// per L1-sized chunk its max and its sum of exponentials (merged online),
+/// then one pass writes the result.
 /// @pre temperature finite and > 0  ([n] x; n == 0 is a no-op)
 template <class Arch = default_arch>
 void log_softmax(std::span<float> x, float temperature = 1.0f) {
   detail::check_temperature("log_softmax", temperature);
-  if (x.empty()) return;
-  const float m = max<Arch>(std::span<const float>(x));
-  if (m == -std::numeric_limits<float>::infinity()) return;
-  const float inv_t = 1.0f / temperature;
-  const float s = detail::exp_shifted<Arch, false>(x.data(), nullptr, x.size(), m, inv_t);
-  const float log_s = std::log(s);
   const std::size_t n = x.size();
+  if (n == 0) return;
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  const float inv_t = 1.0f / temperature;
+  float m = neg_inf;
+  float s = 0.0f;
+  for (std::size_t begin = 0; begin < n; begin += softmax_chunk) {
+    const std::size_t len = std::min(softmax_chunk, n - begin);
+    const float* p = x.data() + begin;
+    const float mc = max<Arch>(std::span<const float>(p, len));
+    if (mc == neg_inf) continue;
+    const float sc = detail::exp_shifted<Arch, false>(p, nullptr, len, mc, inv_t);
+    if (mc > m) {
+      s = s * detail::exp_scalar<Arch>((m - mc) * inv_t) + sc;
+      m = mc;
+    } else {
+      s += sc * detail::exp_scalar<Arch>((mc - m) * inv_t);
+    }
+  }
+  if (m == neg_inf) return;
+  const float log_s = std::log(s);
   float* p = x.data();
   if constexpr (is_scalar_v<Arch>) {
     for (std::size_t i = 0; i < n; ++i) p[i] = (p[i] - m) * inv_t - log_s;
@@ -121,3 +201,5 @@ void log_softmax(std::span<float> x, float temperature = 1.0f) {
 }
 
 }  // namespace llmkit::simd
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -11,6 +11,9 @@
 #include <limits>
 
 #include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd::detail {
 
@@ -32,3 +35,5 @@ struct swap_pairs_index {
 };
 
 }  // namespace llmkit::simd::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/simd/detail/diagnostics.hpp
+/// GCC 12's AVX-512 intrinsics (`_mm512_max_ps`, `_mm512_min_ps`,
+/// `_mm512_cvtepi32_ps`, ...) start from `_mm512_undefined_ps()`, which
+/// -Wmaybe-uninitialized reports once the intrinsic is inlined (GCC bug
+/// 105593, fixed in GCC 13). The simd headers bracket their kernels with these
+/// macros so users' -Wall builds stay clean; the suppression also covers the
+/// kernels where they are inlined into user code.
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define LLMKIT_SIMD_DIAGNOSTICS_BEGIN                                  \
+  _Pragma("GCC diagnostic push")                                       \
+  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")          \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define LLMKIT_SIMD_DIAGNOSTICS_END _Pragma("GCC diagnostic pop")
+#else
+#define LLMKIT_SIMD_DIAGNOSTICS_BEGIN
+#define LLMKIT_SIMD_DIAGNOSTICS_END
+#endif
