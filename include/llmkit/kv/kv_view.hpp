@@ -71,4 +71,17 @@ concept kv_cache = kv_readable<C> && requires(C& c, seq_id s, std::size_t layer,
   c.store(s, layer, first_token, k, v);
 };
 
+/// Rows attention reads for s: the sum of its chunks' n_tokens (layer 0,
+/// KV head 0; every layer and head has the same chunking). Equals
+/// n_tokens(s) for every cache except `sliding_window_cache`, whose
+/// n_tokens(s) counts every position appended (the next token's position)
+/// while its chunks hold only the sinks and the window.
+template <kv_readable C>
+std::size_t n_visible_rows(const C& c, seq_id s) {
+  std::size_t rows = 0;
+  const std::size_t n = c.n_chunks(s);
+  for (std::size_t i = 0; i < n; ++i) rows += c.chunk(s, 0, 0, i).n_tokens;
+  return rows;
+}
+
 }  // namespace llmkit::kv

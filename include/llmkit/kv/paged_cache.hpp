@@ -106,6 +106,15 @@ class paged_cache {
     return sequences_.insert(std::move(seq));
   }
 
+  /// Adds a reference to a used block, held by the caller rather than a
+  /// sequence (a prefix cache keeps its cached blocks alive this way); the
+  /// block becomes read-only for sequences until release_block.
+  /// @throws llmkit::error for a bad or free block.
+  void retain_block(block_id b) { pool_.retain(b); }
+  /// Drops a reference taken with retain_block; returns true when the block
+  /// went back to the free list. @throws llmkit::error for a bad or free block.
+  bool release_block(block_id b) { return pool_.release(b); }
+
   /// Frees the sequence: every block loses a reference, unshared ones return
   /// to the pool. @throws llmkit::error for an unknown id.
   void free(seq_id s) {

@@ -6,7 +6,8 @@
 /// f32 scale per token and head), their run-time names, and the row
 /// encoders every cache uses on `store`: f32 rows in, storage rows out.
 ///
-/// int8 is symmetric per row: scale = max|x| / 127, q = round(x / scale),
+/// int8 is symmetric per row (simd::quantize_i8): scale = max|x| / 127,
+/// q = round_half_away(x * (1 / scale)),
 /// so the real value is q * scale (scale 0 for an all-zero row). A row that
 /// holds NaN or infinity cannot be represented in int8; caches reject it
 /// with `llmkit::error` before writing anything.
@@ -20,6 +21,8 @@
 
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
+#include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/convert.hpp"
 
 namespace llmkit::kv {
 
@@ -55,40 +58,19 @@ constexpr float decode_element(const T* row, std::size_t d, float scale) noexcep
 
 namespace detail {
 
-/// True when every element of [n] src is finite (needed before int8 encoding).
-inline bool all_finite(std::span<const float> src) noexcept {
-  bool ok = true;
-  for (float x : src) ok &= std::isfinite(x);
-  return ok;
-}
-
-/// Encodes `[n] src` into `[n] dst`; returns the row scale (int8) or 1.
-/// @pre for int8, every element of src is finite.
-template <kv_storage T>
-inline float encode_row(const float* src, T* dst, std::size_t n) noexcept {
+/// Encodes `[n] src` into `[n] dst` with the simd/ conversion kernels;
+/// returns the row scale (int8) or 1.
+/// @pre for int8, every element of src is finite (checked by the caches first).
+template <kv_storage T, class Arch = simd::default_arch>
+inline float encode_row(const float* src, T* dst, std::size_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy_n(src, n, dst);
     return 1.0f;
-  } else if constexpr (std::is_same_v<T, f16>) {
-    for (std::size_t i = 0; i < n; ++i) dst[i] = to_f16(src[i]);
-    return 1.0f;
-  } else if constexpr (std::is_same_v<T, bf16>) {
-    for (std::size_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
-    return 1.0f;
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {
+    return simd::quantize_i8<Arch>(std::span<const float>(src, n), std::span<std::int8_t>(dst, n));
   } else {
-    float amax = 0.0f;
-    for (std::size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(src[i]));
-    if (amax == 0.0f) {
-      std::fill_n(dst, n, std::int8_t{0});
-      return 0.0f;
-    }
-    const float scale = amax / 127.0f;
-    const float inverse = 127.0f / amax;
-    for (std::size_t i = 0; i < n; ++i) {
-      const float q = std::nearbyint(src[i] * inverse);
-      dst[i] = static_cast<std::int8_t>(std::clamp(q, -127.0f, 127.0f));
-    }
-    return scale;
+    simd::convert<Arch>(std::span<const float>(src, n), std::span<T>(dst, n));
+    return 1.0f;
   }
 }
 
