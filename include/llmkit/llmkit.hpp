@@ -16,6 +16,15 @@
 #include "llmkit/simd/dot.hpp"
 #include "llmkit/simd/simd.hpp"
 
+#include "llmkit/kv/block_pool.hpp"
+#include "llmkit/kv/cache_usage.hpp"
+#include "llmkit/kv/contiguous_cache.hpp"
+#include "llmkit/kv/kv_view.hpp"
+#include "llmkit/kv/paged_cache.hpp"
+#include "llmkit/kv/prefix_cache.hpp"
+#include "llmkit/kv/sliding_window_cache.hpp"
+#include "llmkit/kv/storage.hpp"
+
 #include "llmkit/pack/best_fit.hpp"
 #include "llmkit/pack/first_fit.hpp"
 #include "llmkit/pack/length_distribution.hpp"
