@@ -6,10 +6,15 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <llmkit/core/dtype.hpp>
+#include <llmkit/model/gguf.hpp>
 
 namespace llmkit::reference {
 
@@ -62,5 +67,143 @@ inline std::vector<std::int32_t> spm_encode(const std::vector<std::string>& toke
   }
   return out;
 }
+
+/// A Llama forward pass in double precision over one whole sequence (no
+/// cache, dense causal attention), weights read straight from the GGUF.
+struct llama_reference {
+  std::size_t n_vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn = 0, rot = 0;
+  double eps = 1e-5, theta = 10000.0, freq_scale = 1.0;
+  const model::gguf_file* file = nullptr;
+
+  explicit llama_reference(const model::gguf_file& f) : file(&f) {
+    dim = f.get<std::size_t>("llama.embedding_length");
+    n_layers = f.get<std::size_t>("llama.block_count");
+    n_heads = f.get<std::size_t>("llama.attention.head_count");
+    n_kv_heads = f.get_optional<std::size_t>("llama.attention.head_count_kv").value_or(n_heads);
+    ffn = f.get<std::size_t>("llama.feed_forward_length");
+    head_dim = dim / n_heads;
+    rot = f.get_optional<std::size_t>("llama.rope.dimension_count").value_or(head_dim);
+    eps = f.get_optional<double>("llama.attention.layer_norm_rms_epsilon").value_or(1e-5);
+    theta = f.get_optional<double>("llama.rope.freq_base").value_or(10000.0);
+    if (auto factor = f.get_optional<double>("llama.rope.scaling.factor")) freq_scale = 1.0 / *factor;
+    n_vocab = f.tensor("token_embd.weight").rows();
+  }
+
+  // Element i of a tensor as double, decoded from the file's bytes.
+  double at(const model::gguf_tensor& t, std::size_t i) const {
+    switch (t.type) {
+      case model::ggml_type::f32: {
+        float v;
+        std::memcpy(&v, t.data + 4 * i, 4);
+        return v;
+      }
+      case model::ggml_type::f16: {
+        std::uint16_t b;
+        std::memcpy(&b, t.data + 2 * i, 2);
+        return f16_bits_to_f32(b);
+      }
+      case model::ggml_type::bf16: {
+        std::uint16_t b;
+        std::memcpy(&b, t.data + 2 * i, 2);
+        return bf16_bits_to_f32(b);
+      }
+      case model::ggml_type::q8_0: {
+        const std::byte* blk = t.data + (i / 32) * 34;
+        std::uint16_t s;
+        std::memcpy(&s, blk, 2);
+        return double(f16_bits_to_f32(s)) * double(static_cast<std::int8_t>(blk[2 + i % 32]));
+      }
+    }
+    return 0;
+  }
+  std::vector<double> load(const std::string& name) const {
+    const auto& t = file->tensor(name);
+    std::vector<double> v(t.n_elements);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = at(t, i);
+    return v;
+  }
+  // y[o] = sum_i w[o * in + i] * x[i]
+  static std::vector<double> matvec(const std::vector<double>& w, const std::vector<double>& x, std::size_t out) {
+    std::vector<double> y(out, 0.0);
+    const std::size_t in = x.size();
+    for (std::size_t o = 0; o < out; ++o)
+      for (std::size_t i = 0; i < in; ++i) y[o] += w[o * in + i] * x[i];
+    return y;
+  }
+  std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<double>& w) const {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / double(x.size()) + eps);
+    std::vector<double> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
+    return y;
+  }
+  void rope(std::vector<double>& v, std::size_t n_h, std::size_t pos) const {
+    for (std::size_t h = 0; h < n_h; ++h)
+      for (std::size_t i = 0; i < rot / 2; ++i) {
+        const double angle = double(pos) * freq_scale * std::pow(theta, -2.0 * double(i) / double(rot));
+        double& a = v[h * head_dim + 2 * i];
+        double& b = v[h * head_dim + 2 * i + 1];
+        const double a0 = a, b0 = b;
+        a = a0 * std::cos(angle) - b0 * std::sin(angle);
+        b = b0 * std::cos(angle) + a0 * std::sin(angle);
+      }
+  }
+
+  /// Logits at every position: [tokens.size()][n_vocab].
+  std::vector<std::vector<double>> logits(const std::vector<std::int32_t>& tokens) const {
+    const std::size_t n = tokens.size(), qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
+    const auto emb = load("token_embd.weight");
+    std::vector<std::vector<double>> x(n, std::vector<double>(dim));
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t d = 0; d < dim; ++d) x[t][d] = emb[std::size_t(tokens[t]) * dim + d];
+    for (std::size_t l = 0; l < n_layers; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      const auto an = load(b + "attn_norm.weight"), wq = load(b + "attn_q.weight"), wk = load(b + "attn_k.weight"),
+                 wv = load(b + "attn_v.weight"), wo = load(b + "attn_output.weight"), fn = load(b + "ffn_norm.weight"),
+                 wg = load(b + "ffn_gate.weight"), wu = load(b + "ffn_up.weight"), wd = load(b + "ffn_down.weight");
+      std::vector<std::vector<double>> q(n), k(n), v(n);
+      for (std::size_t t = 0; t < n; ++t) {
+        const auto xn = rmsnorm(x[t], an);
+        q[t] = matvec(wq, xn, qd);
+        k[t] = matvec(wk, xn, kvd);
+        v[t] = matvec(wv, xn, kvd);
+        rope(q[t], n_heads, t);
+        rope(k[t], n_kv_heads, t);
+      }
+      for (std::size_t t = 0; t < n; ++t) {
+        std::vector<double> att(qd, 0.0);
+        for (std::size_t h = 0; h < n_heads; ++h) {
+          const std::size_t g = h / (n_heads / n_kv_heads);
+          std::vector<double> s(t + 1);
+          double m = -1e300;
+          for (std::size_t j = 0; j <= t; ++j) {
+            double d = 0;
+            for (std::size_t e = 0; e < head_dim; ++e) d += q[t][h * head_dim + e] * k[j][g * head_dim + e];
+            s[j] = d / std::sqrt(double(head_dim));
+            m = std::max(m, s[j]);
+          }
+          double z = 0;
+          for (auto& e : s) z += (e = std::exp(e - m));
+          for (std::size_t j = 0; j <= t; ++j)
+            for (std::size_t e = 0; e < head_dim; ++e) att[h * head_dim + e] += s[j] / z * v[j][g * head_dim + e];
+        }
+        const auto o = matvec(wo, att, dim);
+        for (std::size_t d = 0; d < dim; ++d) x[t][d] += o[d];
+        const auto xn = rmsnorm(x[t], fn);
+        const auto gate = matvec(wg, xn, ffn), up = matvec(wu, xn, ffn);
+        std::vector<double> h(ffn);
+        for (std::size_t j = 0; j < ffn; ++j) h[j] = gate[j] / (1.0 + std::exp(-gate[j])) * up[j];
+        const auto down = matvec(wd, h, dim);
+        for (std::size_t d = 0; d < dim; ++d) x[t][d] += down[d];
+      }
+    }
+    const auto on = load("output_norm.weight");
+    const auto wout = load(file->find_tensor("output.weight") ? "output.weight" : "token_embd.weight");
+    std::vector<std::vector<double>> out(n);
+    for (std::size_t t = 0; t < n; ++t) out[t] = matvec(wout, rmsnorm(x[t], on), n_vocab);
+    return out;
+  }
+};
 
 }  // namespace llmkit::reference

@@ -112,26 +112,18 @@ class gguf_writer {
 
   /// The complete file image.
   std::vector<std::byte> bytes() const {
-    std::vector<std::byte> out;
-    put<std::uint32_t>(out, 0x46554747u);
-    put<std::uint32_t>(out, version_);
-    put<std::uint64_t>(out, n_tensors_);
-    put<std::uint64_t>(out, n_kv_);
-    out.insert(out.end(), meta_.begin(), meta_.end());
-    out.insert(out.end(), infos_.begin(), infos_.end());
-    if (n_tensors_ > 0) {
-      while (out.size() % alignment_) out.push_back(std::byte{0});
-      out.insert(out.end(), data_.begin(), data_.end());
-    }
+    std::vector<std::byte> out = head();
+    out.insert(out.end(), data_.begin(), data_.end());
     return out;
   }
 
-  /// Writes the image to `path` (replacing it).
+  /// Writes the image to `path` (replacing it), streaming the tensor data.
   void write(const std::string& path) const {
-    const auto image = bytes();
+    const auto h = head();
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     LLMKIT_CHECK(f.good(), "gguf_writer: cannot open '", path, "' for writing");
-    f.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+    f.write(reinterpret_cast<const char*>(h.data()), static_cast<std::streamsize>(h.size()));
+    f.write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(data_.size()));
     LLMKIT_CHECK(f.good(), "gguf_writer: writing '", path, "' failed");
   }
 
@@ -167,6 +159,20 @@ class gguf_writer {
   }
 
  private:
+  // Header, metadata, tensor infos and the padding before the data section.
+  std::vector<std::byte> head() const {
+    std::vector<std::byte> out;
+    put<std::uint32_t>(out, 0x46554747u);
+    put<std::uint32_t>(out, version_);
+    put<std::uint64_t>(out, n_tensors_);
+    put<std::uint64_t>(out, n_kv_);
+    out.insert(out.end(), meta_.begin(), meta_.end());
+    out.insert(out.end(), infos_.begin(), infos_.end());
+    if (n_tensors_ > 0)
+      while (out.size() % alignment_) out.push_back(std::byte{0});
+    return out;
+  }
+
   template <class T>
   static void put_scalar(std::vector<std::byte>& out, T v) {
     if constexpr (std::is_same_v<T, bool>) put<std::uint8_t>(out, v ? 1 : 0);

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/synthetic.hpp
+/// Writes a Llama-architecture GGUF with seeded random weights, so that
+/// benchmarks and tests can run models of any size (e.g. dim 768, 12 layers,
+/// 12 heads, 4 KV heads, vocab 32000: ~110M parameters) through the same
+/// loader as real files. The file carries full `llama.*` metadata and a
+/// SentencePiece tokenizer section (control tokens, the 256 byte tokens when
+/// the vocabulary has room, then distinct letter pieces), so
+/// `tokenizer::from_gguf` and `llama_model` load it like a trained model.
+///
+/// Weights: matrices uniform in +-sqrt(3 / in) (unit-variance activations),
+/// norm weights 1 + uniform(+-0.1), embedding uniform(+-1); stored as F32,
+/// F16, BF16 or Q8_0. The same options and seed give the same bytes.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "llmkit/core/dtype.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/model/gguf.hpp"
+#include "llmkit/model/gguf_writer.hpp"
+#include "llmkit/model/llama.hpp"
+
+namespace llmkit::model {
+
+/// What to generate.
+struct synthetic_options {
+  llama_config config{};                  ///< n_vocab, dim, n_layers, n_heads, n_kv_heads, ffn_dim, ... (head_dim = dim / n_heads)
+  ggml_type weight_type = ggml_type::f32;  ///< storage of the matrices (norms stay F32)
+  std::uint64_t seed = 0;
+  bool tied_output = false;                ///< omit output.weight
+};
+
+/// A Llama config of roughly `dim`-wide GPT-2-small shape: the synthetic
+/// ~100M model of the benchmarks (dim 768, 12 layers, 12 heads, 4 KV heads,
+/// ffn 2048, vocab 32000).
+inline llama_config synthetic_100m_config() {
+  llama_config c;
+  c.n_vocab = 32000;
+  c.dim = 768;
+  c.n_layers = 12;
+  c.n_heads = 12;
+  c.n_kv_heads = 4;
+  c.head_dim = 64;
+  c.ffn_dim = 2048;
+  c.context_length = 2048;
+  c.rms_eps = 1e-5f;
+  c.rope.theta = 10000.0f;
+  c.rope.rotary_dim = 64;
+  return c;
+}
+
+namespace detail {
+/// Encodes `[n] values` as `type` bytes.
+inline std::vector<std::byte> encode_weights(std::span<const float> values, ggml_type type) {
+  std::vector<std::byte> out(values.size() / ggml_block_elements(type) * ggml_block_bytes(type));
+  switch (type) {
+    case ggml_type::f32: std::memcpy(out.data(), values.data(), out.size()); break;
+    case ggml_type::f16:
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::uint16_t b = f32_to_f16_bits(values[i]);
+        std::memcpy(out.data() + 2 * i, &b, 2);
+      }
+      break;
+    case ggml_type::bf16:
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::uint16_t b = f32_to_bf16_bits(values[i]);
+        std::memcpy(out.data() + 2 * i, &b, 2);
+      }
+      break;
+    case ggml_type::q8_0:
+      for (std::size_t blk = 0; blk < values.size() / q8_block_size; ++blk) {
+        const float* v = values.data() + blk * q8_block_size;
+        float amax = 0.0f;
+        for (std::size_t j = 0; j < q8_block_size; ++j) amax = std::max(amax, std::abs(v[j]));
+        const float scale = amax / 127.0f;
+        const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+        block_q8_0 q;
+        q.scale = to_f16(scale);
+        for (std::size_t j = 0; j < q8_block_size; ++j)
+          q.qs[j] = static_cast<std::int8_t>(std::clamp(std::lround(v[j] * inv), -127L, 127L));
+        std::memcpy(out.data() + blk * sizeof(block_q8_0), &q, sizeof q);
+      }
+      break;
+  }
+  return out;
+}
+
+/// Distinct vocabulary pieces: "▁", then a..z, aa..zz, ... with and without
+/// the "▁" prefix, alternately.
+inline std::string synthetic_piece(std::size_t i) {
+  const bool word_start = i % 2 == 0;
+  std::size_t k = i / 2;
+  std::string s;
+  do {
+    s.insert(s.begin(), static_cast<char>('a' + k % 26));
+    k /= 26;
+  } while (k-- > 0);
+  return word_start ? "\xe2\x96\x81" + s : s;
+}
+}  // namespace detail
+
+/// Builds the synthetic GGUF image.
+/// @throws llmkit::error for an invalid config, or a Q8_0 weight type with a
+/// matrix row length (dim or ffn_dim) that is not a multiple of 32.
+inline gguf_writer synthetic_llama(const synthetic_options& options) {
+  llama_config c = options.config;
+  c.tied_output = options.tied_output;
+  if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
+  if (c.rope.rotary_dim == 0) c.rope.rotary_dim = c.head_dim;
+  c.validate();
+  LLMKIT_CHECK(c.dim == c.n_heads * c.head_dim, "synthetic_llama: dim = ", c.dim, " is not n_heads * head_dim = ",
+               c.n_heads * c.head_dim);
+  LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
+  const std::size_t block = ggml_block_elements(options.weight_type);
+  LLMKIT_CHECK(c.dim % block == 0 && c.ffn_dim % block == 0, "synthetic_llama: weight type ",
+               ggml_type_name(std::uint32_t(options.weight_type)), " needs dim (", c.dim, ") and ffn_dim (",
+               c.ffn_dim, ") to be multiples of ", block);
+
+  gguf_writer w;
+  w.add("general.architecture", std::string_view("llama"));
+  w.add("general.name", std::string_view("llmkit-synthetic"));
+  w.add("llama.context_length", std::uint32_t(c.context_length));
+  w.add("llama.embedding_length", std::uint32_t(c.dim));
+  w.add("llama.feed_forward_length", std::uint32_t(c.ffn_dim));
+  w.add("llama.block_count", std::uint32_t(c.n_layers));
+  w.add("llama.attention.head_count", std::uint32_t(c.n_heads));
+  w.add("llama.attention.head_count_kv", std::uint32_t(c.n_kv_heads));
+  w.add("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.add("llama.rope.freq_base", c.rope.theta);
+  w.add("llama.rope.dimension_count", std::uint32_t(c.rope.rotary_dim));
+  if (c.rope.freq_scale != 1.0f) {
+    w.add("llama.rope.scaling.type", std::string_view("linear"));
+    w.add("llama.rope.scaling.factor", 1.0f / c.rope.freq_scale);
+  }
+
+  // Tokenizer: <unk>, <s>, </s>, byte tokens if there is room, then pieces.
+  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
+  std::vector<float> scores{0.0f, 0.0f, 0.0f};
+  std::vector<std::int32_t> types{2, 3, 3};
+  if (c.n_vocab >= 3 + 256 + 27) {
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      tokens.emplace_back(name);
+      scores.push_back(0.0f);
+      types.push_back(6);
+    }
+  }
+  for (std::size_t i = 0; tokens.size() < c.n_vocab; ++i) {
+    tokens.push_back(i == 0 ? std::string("\xe2\x96\x81") : detail::synthetic_piece(i - 1));
+    scores.push_back(-static_cast<float>(i));
+    types.push_back(1);
+  }
+  w.add("tokenizer.ggml.model", std::string_view("llama"));
+  w.add_string_array("tokenizer.ggml.tokens", std::span<const std::string>(tokens));
+  w.add_array("tokenizer.ggml.scores", std::span<const float>(scores));
+  w.add_array("tokenizer.ggml.token_type", std::span<const std::int32_t>(types));
+  w.add("tokenizer.ggml.unknown_token_id", std::uint32_t{0});
+  w.add("tokenizer.ggml.bos_token_id", std::uint32_t{1});
+  w.add("tokenizer.ggml.eos_token_id", std::uint32_t{2});
+
+  std::mt19937_64 rng(options.seed);
+  std::vector<float> buffer;
+  auto uniform = [&](std::size_t n, float center, float half_width) {
+    buffer.resize(n);
+    // 24 random bits per value: uniform in [center - half_width, center + half_width).
+    for (auto& v : buffer)
+      v = center + half_width * (static_cast<float>(rng() >> 40) * 0x1p-23f - 1.0f);
+    return std::span<const float>(buffer);
+  };
+  auto matrix = [&](const std::string& name, std::size_t rows, std::size_t cols, float half_width) {
+    const auto values = uniform(rows * cols, 0.0f, half_width);
+    const auto bytes = detail::encode_weights(values, options.weight_type);
+    w.add_tensor(name, options.weight_type, {cols, rows}, bytes);
+  };
+  auto norm = [&](const std::string& name, std::size_t n) {
+    const auto values = uniform(n, 1.0f, 0.1f);
+    w.add_tensor(name, ggml_type::f32, {n}, std::as_bytes(values));
+  };
+  const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  const float in_dim = std::sqrt(3.0f / float(c.dim)), in_q = std::sqrt(3.0f / float(qd)),
+              in_ffn = std::sqrt(3.0f / float(c.ffn_dim));
+  matrix("token_embd.weight", c.n_vocab, c.dim, 1.0f);
+  norm("output_norm.weight", c.dim);
+  if (!c.tied_output) matrix("output.weight", c.n_vocab, c.dim, in_dim);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    matrix(b + "attn_q.weight", qd, c.dim, in_dim);
+    matrix(b + "attn_k.weight", kvd, c.dim, in_dim);
+    matrix(b + "attn_v.weight", kvd, c.dim, in_dim);
+    matrix(b + "attn_output.weight", c.dim, qd, in_q);
+    norm(b + "attn_norm.weight", c.dim);
+    matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
+    matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, in_ffn);
+    matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, in_dim);
+    norm(b + "ffn_norm.weight", c.dim);
+  }
+  return w;
+}
+
+/// Writes the synthetic model to `path`.
+inline void write_synthetic_llama(const std::string& path, const synthetic_options& options) {
+  synthetic_llama(options).write(path);
+}
+
+}  // namespace llmkit::model
