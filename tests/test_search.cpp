@@ -275,7 +275,10 @@ TEST_CASE("beam_search: paged beams share blocks; contiguous copies; both give t
   auto paged_cache = make_paged(1024, 64);
   const auto shared = beam_search(m, paged_cache, prompt, opt);
   dense copying(kv::kv_shape{1, 1, 2}, {.max_sequences = 64, .max_tokens = 64});
-  const auto copied = beam_search(m, copying, prompt, opt);
+  beam_options naive = opt;
+  naive.copy_all_beams = true;
+  const auto copied = beam_search(m, copying, prompt, naive);
+  REQUIRE(copied.n_forks >= 8 * 10);  // every beam of every step after the first
   REQUIRE(shared.hypotheses.size() == copied.hypotheses.size());
   for (std::size_t i = 0; i < shared.hypotheses.size(); ++i) REQUIRE(shared.hypotheses[i].tokens == copied.hypotheses[i].tokens);
   // 8 beams x 48 cached tokens would be 384 rows; the prompt is held once.
@@ -470,6 +473,7 @@ double speculative_chi_square(toy_lm& target, Drafter& d, std::size_t n, std::si
     ++counts[static_cast<std::size_t>((r.tokens[0] * 4 + r.tokens[1]) * 4 + r.tokens[2])];
     total.n_drafted += r.stats.n_drafted;
     total.n_accepted += r.stats.n_accepted;
+    total.n_rejected += r.stats.n_rejected;
     total.n_rounds += r.stats.n_rounds;
     total.n_generated += r.stats.n_generated;
   }

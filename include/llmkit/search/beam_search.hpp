@@ -71,6 +71,11 @@ struct beam_options {
   float length_penalty = 1.0f;     ///< alpha in score = logprob / n^alpha (finite)
   early_stopping stopping = early_stopping::when_no_better;
   stop_criteria stop{};            ///< EOS tokens, stop sequences, max_new_tokens
+  /// Naive baseline for measurements: every step each child beam gets its
+  /// own fork of its parent and all parents are freed (a dense cache
+  /// reordered by beam index, as frameworks without shared KV do). Same
+  /// hypotheses, more copying; needs room for 2 x beam_width sequences.
+  bool copy_all_beams = false;
 };
 
 /// One finished sequence.
@@ -329,9 +334,10 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
     // KV: reuse each chosen parent's sequence once, fork it for further children, free the rest.
     n_children.assign(live.size(), 0);
     for (const beam& bm : next) ++n_children[static_cast<std::size_t>(bm.node)];
-    for (std::size_t i = 0; i < live.size(); ++i)
-      if (n_children[i] == 0) cache.free(live[i].seq);
-    std::vector<bool> taken(live.size(), false);
+    if (!options.copy_all_beams)
+      for (std::size_t i = 0; i < live.size(); ++i)
+        if (n_children[i] == 0) cache.free(live[i].seq);
+    std::vector<bool> taken(live.size(), options.copy_all_beams);
     for (beam& bm : next) {
       const auto parent = static_cast<std::size_t>(bm.node);
       if (!taken[parent]) {
@@ -347,6 +353,8 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
       tree.push_back({live[parent].node});
       bm.node = static_cast<std::ptrdiff_t>(tree.size() - 1);
     }
+    if (options.copy_all_beams)
+      for (const beam& bm : live) cache.free(bm.seq);
     std::erase_if(owned.ids, [&](kv::seq_id s) { return !cache.contains(s); });
     live.swap(next);
     b.clear();

@@ -75,9 +75,17 @@ struct speculative_stats {
   std::size_t n_rounds = 0;         ///< draft + verify rounds (= target forward passes)
   std::size_t n_drafted = 0;        ///< guesses verified
   std::size_t n_accepted = 0;       ///< guesses kept
+  std::size_t n_rejected = 0;       ///< guesses rejected (at most one per round; later guesses are not tested)
   std::size_t n_generated = 0;      ///< tokens output
-  /// Fraction of guesses kept (0 when none was drafted).
+  /// alpha: the probability that a tested guess is accepted,
+  /// n_accepted / (n_accepted + n_rejected) (0 when nothing was tested). With
+  /// k guesses per round, expected tokens per pass = (1 - alpha^(k+1)) / (1 - alpha).
   double acceptance_rate() const noexcept {
+    const std::size_t tested = n_accepted + n_rejected;
+    return tested ? static_cast<double>(n_accepted) / static_cast<double>(tested) : 0.0;
+  }
+  /// Fraction of all guesses kept, n_accepted / n_drafted (untested guesses count as lost).
+  double kept_fraction() const noexcept {
     return n_drafted ? static_cast<double>(n_accepted) / static_cast<double>(n_drafted) : 0.0;
   }
   /// Output tokens per target forward pass.
@@ -241,6 +249,7 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
     LLMKIT_ASSERT(own >= 0);
     out.stats.n_drafted += n;
     out.stats.n_accepted += accepted;
+    out.stats.n_rejected += accepted < n ? 1 : 0;
     accepted_w = decay * accepted_w + static_cast<double>(accepted);
     rejected_w = decay * rejected_w + (accepted < n ? 1.0 : 0.0);
 

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/search/self_draft.hpp
+/// A draft model made from the target itself, as a GGUF image that any
+/// GGUF Llama loader reads (`model::llama_model(model::gguf_file(bytes))`):
+/// - its first `n_layers` layers (`<arch>.block_count` rewritten, later
+///   `blk.N.*` tensors dropped; embedding, final norm and output kept):
+///   the layer-skip / early-exit self-draft, cheaper by the dropped layers;
+/// - and/or its 2-D weight matrices stored as Q8_0 (int8 with one f16 scale
+///   per 32 values, round to nearest): the quantized self-draft.
+/// Only `general.architecture`, `general.alignment` and the `<arch>.*`
+/// scalar and string keys are copied (no tokenizer: the draft shares the
+/// target's). Note that llmkit's reference Llama dequantizes Q8_0 to f32 at
+/// load, so there the int8 draft has the int8 model's outputs but not its
+/// speed.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "llmkit/core/dtype.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/model/gguf.hpp"
+#include "llmkit/model/gguf_writer.hpp"
+
+namespace llmkit::search {
+
+/// What to keep of the target.
+struct self_draft_options {
+  std::size_t n_layers = 0;    ///< layers kept, in [1, block_count]; 0 keeps all
+  bool int8_weights = false;   ///< store 2-D weights whose rows are a multiple of 32 as Q8_0
+};
+
+namespace detail {
+/// Elements of a tensor as f32 (F32, F16, BF16, Q8_0).
+inline std::vector<float> tensor_as_f32(const model::gguf_tensor& t) {
+  const std::size_t n = static_cast<std::size_t>(t.n_elements);
+  std::vector<float> out(n);
+  switch (t.type) {
+    case model::ggml_type::f32: std::memcpy(out.data(), t.data, n * sizeof(float)); break;
+    case model::ggml_type::f16:
+    case model::ggml_type::bf16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t b;
+        std::memcpy(&b, t.data + 2 * i, 2);
+        out[i] = t.type == model::ggml_type::f16 ? f16_bits_to_f32(b) : bf16_bits_to_f32(b);
+      }
+      break;
+    case model::ggml_type::q8_0:
+      for (std::size_t blk = 0; blk < n / q8_block_size; ++blk) {
+        block_q8_0 q;
+        std::memcpy(&q, t.data + blk * sizeof(block_q8_0), sizeof(block_q8_0));
+        for (std::size_t j = 0; j < q8_block_size; ++j) out[blk * q8_block_size + j] = to_f32(q.scale) * float(q.qs[j]);
+      }
+      break;
+  }
+  return out;
+}
+
+/// f32 values (a multiple of 32) as Q8_0 blocks: scale = max|x| / 127, q = round(x / scale).
+inline std::vector<std::byte> encode_q8_0(std::span<const float> values) {
+  std::vector<std::byte> out(values.size() / q8_block_size * sizeof(block_q8_0));
+  for (std::size_t blk = 0; blk < values.size() / q8_block_size; ++blk) {
+    const float* x = values.data() + blk * q8_block_size;
+    float amax = 0.0f;
+    for (std::size_t j = 0; j < q8_block_size; ++j) amax = std::max(amax, std::fabs(x[j]));
+    block_q8_0 q;
+    q.scale = to_f16(amax / 127.0f);
+    const float scale = to_f32(q.scale);
+    for (std::size_t j = 0; j < q8_block_size; ++j)
+      q.qs[j] = scale > 0.0f ? static_cast<std::int8_t>(std::clamp(std::lround(x[j] / scale), -127l, 127l)) : 0;
+    std::memcpy(out.data() + blk * sizeof(block_q8_0), &q, sizeof q);
+  }
+  return out;
+}
+
+/// The layer index of a "blk.N.*" tensor name, or -1.
+inline long block_index(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  long n = 0;
+  std::size_t i = 4;
+  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) n = n * 10 + (name[i] - '0');
+  return i < name.size() && name[i] == '.' ? n : -1;
+}
+}  // namespace detail
+
+/// The GGUF image of the self-draft of `target` (see the file comment).
+/// @throws llmkit::error when the file has no architecture or block count,
+/// or n_layers exceeds it.
+inline std::vector<std::byte> self_draft_gguf(const model::gguf_file& target, const self_draft_options& options) {
+  const auto arch = target.get<std::string_view>("general.architecture");
+  const std::string prefix = std::string(arch) + ".";
+  const std::string block_key = prefix + "block_count";
+  const auto n_blocks = target.get<std::uint64_t>(block_key);
+  const std::size_t keep = options.n_layers == 0 ? static_cast<std::size_t>(n_blocks) : options.n_layers;
+  LLMKIT_CHECK(keep >= 1 && keep <= n_blocks, "self_draft_gguf: n_layers = ", options.n_layers, " is outside [1, ",
+               n_blocks, "] (", block_key, ")");
+  model::gguf_writer w(3, static_cast<std::uint32_t>(target.alignment()));
+  w.add("general.architecture", arch);
+  for (const auto& [key, value] : target.metadata()) {
+    if (key.substr(0, prefix.size()) != prefix) continue;
+    if (key == block_key) {
+      w.add(key, static_cast<std::uint32_t>(keep));
+      continue;
+    }
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (!std::is_same_v<V, model::gguf_array>) w.add(key, v);
+        },
+        value);
+  }
+  for (const model::gguf_tensor& t : target.tensors()) {
+    const long layer = detail::block_index(t.name);
+    if (layer >= static_cast<long>(keep)) continue;
+    const std::span<const std::uint64_t> dims(t.dims.data(), t.n_dims);
+    const bool quantize = options.int8_weights && t.n_dims == 2 && t.dims[0] % q8_block_size == 0 &&
+                          t.type != model::ggml_type::q8_0;
+    if (quantize) {
+      const std::vector<float> values = detail::tensor_as_f32(t);
+      const std::vector<std::byte> q = detail::encode_q8_0(values);
+      w.add_tensor(t.name, model::ggml_type::q8_0, dims, q);
+    } else {
+      w.add_tensor(t.name, t.type, dims, std::span<const std::byte>(t.data, static_cast<std::size_t>(t.n_bytes)));
+    }
+  }
+  return w.bytes();
+}
+
+}  // namespace llmkit::search
