@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // llmkit-generate: text generation with the reference Llama on llmkit's
-// blocks (GGUF reader, tokenizer, KV cache, forward pass, sampling).
+// blocks (GGUF reader, tokenizer, KV cache, forward pass, llmkit::sampling).
 //
 //   llmkit-generate [--model PATH] [--prompt TEXT] [--tokens N] [--temperature T]
-//                   [--top-k K] [--top-p P] [--seed S] [--threads N]
+//                   [--top-k K] [--top-p P] [--seed S] [--threads N] [--sampling CHAIN]
 //
 // The continuation alone goes to stdout; the SIMD arch, prompt tokens and
 // prefill / decode tokens per second go to stderr. With no arguments it
@@ -14,6 +14,9 @@
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/tokenizer.hpp>
+#include <llmkit/sampling/candidates.hpp>
+#include <llmkit/sampling/context.hpp>
+#include <llmkit/sampling/runtime_chain.hpp>
 #include <llmkit/simd/arch.hpp>
 
 #include <CLI/CLI.hpp>
@@ -37,40 +40,13 @@ struct sampling_options {
   float top_p = 1.0f;        // 1: off
 };
 
-// Greedy, or temperature -> top-k -> top-p -> sample.
-std::int32_t sample(std::span<const float> logits, const sampling_options& o, std::mt19937_64& rng,
-                    std::vector<std::pair<float, std::int32_t>>& scratch) {
-  if (o.temperature <= 0.0f)
-    return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  scratch.clear();
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    scratch.emplace_back(logits[i] / o.temperature, static_cast<std::int32_t>(i));
-  const std::size_t k = o.top_k == 0 ? scratch.size() : std::min(o.top_k, scratch.size());
-  std::partial_sort(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(k), scratch.end(),
-                    [](const auto& a, const auto& b) { return a.first > b.first; });
-  scratch.resize(k);
-  const float m = scratch.front().first;
-  double z = 0;
-  for (auto& [l, id] : scratch) z += (l = std::exp(l - m));
-  std::size_t keep = scratch.size();
-  if (o.top_p < 1.0f) {
-    double cum = 0;
-    for (std::size_t i = 0; i < scratch.size(); ++i) {
-      cum += scratch[i].first / z;
-      if (cum >= o.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double total = 0;
-  for (std::size_t i = 0; i < keep; ++i) total += scratch[i].first;
-  double u = std::uniform_real_distribution<double>(0.0, total)(rng);
-  for (std::size_t i = 0; i < keep; ++i) {
-    u -= scratch[i].first;
-    if (u <= 0) return scratch[i].second;
-  }
-  return scratch[keep - 1].second;
+// The llmkit::sampling run-time chain for the command-line options.
+std::string chain_config(const sampling_options& o) {
+  if (o.temperature <= 0.0f) return "greedy";
+  std::string config;
+  if (o.top_k > 0) config += "top_k(" + std::to_string(o.top_k) + ");";
+  if (o.top_p < 1.0f) config += "top_p(" + std::to_string(o.top_p) + ");";
+  return config + "temperature(" + std::to_string(o.temperature) + ");sample";
 }
 
 }  // namespace
@@ -94,6 +70,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
+  std::string chain_text;
+  app.add_option("--sampling", chain_text,
+                 "llmkit::sampling chain, e.g. \"penalties(repeat=1.1);top_k(40);top_p(0.95);temperature(0.8);sample\" "
+                 "(overrides --temperature/--top-k/--top-p)");
   app.add_option("--threads", threads, "threads (>= 1)")->check(CLI::PositiveNumber)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!(so.top_p > 0.0f)) {
@@ -114,22 +94,34 @@ int main(int argc, char** argv) {
                 << "\n";
       return 2;
     }
-    std::cerr << "llmkit-generate: " << model_path << "\n  arch " << llmkit::simd::arch_name<llmkit::simd::default_arch>()
+    std::cerr << "llmkit-generate: " << model_path << "\n  sampling: "
+              << (chain_text.empty() ? chain_config(so) : chain_text) << "\n  arch " << llmkit::simd::arch_name<llmkit::simd::default_arch>()
               << ", " << threads << " thread(s); dim " << c.dim << ", " << c.n_layers << " layers, " << c.n_heads
               << " heads (" << c.n_kv_heads << " KV), vocab " << c.n_vocab << "\n";
 
     llmkit::thread_pool pool(threads);
     llmkit::kv::contiguous_cache<float> cache(model.kv_shape(), {.max_sequences = 1, .max_tokens = capacity});
     const llmkit::kv::seq_id seq = *cache.add_sequence();
-    std::mt19937_64 rng(seed);
-    std::vector<std::pair<float, std::int32_t>> scratch;
+    const auto chain = llmkit::sampling::runtime_chain::parse(chain_text.empty() ? chain_config(so) : chain_text);
+    llmkit::sampling::sampling_state state(seed, 0, prompt_ids);
+    llmkit::sampling::candidates cands;
+    std::vector<float> row(c.n_vocab);
+    auto sample = [&](llmkit::matrix_view<const float> logits) {
+      std::copy(logits.row(0).begin(), logits.row(0).end(), row.begin());
+      cands.reset(row);
+      const auto ctx = state.context();
+      chain.apply(cands, ctx);
+      const std::int32_t t = chain.sample(cands, ctx).token;
+      state.accept(t);
+      return t;
+    };
 
     llmkit::model::batch_builder b;
     b.add(seq, prompt_ids, 0);
     const auto t0 = clock::now();
     auto logits = model.forward(b.view(), cache, pool);
     const auto t1 = clock::now();
-    std::int32_t token = sample(logits.row(0), so, rng, scratch);
+    std::int32_t token = sample(logits);
 
     std::string piece;
     std::size_t generated = 0;
@@ -145,7 +137,7 @@ int main(int argc, char** argv) {
       b.clear();
       b.add(seq, {&token, 1}, static_cast<std::int32_t>(cache.n_tokens(seq)));
       logits = model.forward(b.view(), cache, pool);
-      token = sample(logits.row(0), so, rng, scratch);
+      token = sample(logits);
     }
     const auto t3 = clock::now();
     std::fputc('\n', stdout);
