@@ -62,6 +62,26 @@ class scheduler {
     live_.emplace(id, entry{std::move(r), {}});
   }
 
+  /// Takes over a request prefilled by another worker (disaggregation): its
+  /// `[n_generated] generated` tokens so far (at least one) come with it and
+  /// the KV of its prompt and of all generated tokens but the last arrives
+  /// as an exported buffer, which the engine imports
+  /// when a plan lists the request in `swapped_in`. Returns false, with
+  /// nothing changed, when the staging area (`engine_limits::n_swap_blocks`)
+  /// has no room yet. Raises `llmkit::error` as `submit` does, and when
+  /// `generated` is empty or already reaches max_new_tokens.
+  bool submit_prefilled(request r, std::vector<token_id> generated) {
+    LLMKIT_CHECK(!state_.seen_ids.contains(r.id), "submit_prefilled: duplicate request id ", r.id);
+    validate_request(r, state_.limits.max_context);
+    const auto n_prompt = static_cast<std::int64_t>(r.prompt.size());
+    if (!sched::submit_prefilled(state_, r.id, n_prompt, r.max_new_tokens, static_cast<std::int64_t>(generated.size()),
+                                 r.arrival_s))
+      return false;
+    const request_id id = r.id;
+    live_.emplace(id, entry{std::move(r), std::move(generated)});
+    return true;
+  }
+
   /// Cancels a live request: its blocks are free at once. Returns it with
   /// the tokens generated so far, or nothing when `id` is not live.
   std::optional<finished_request> cancel(request_id id) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -110,6 +111,121 @@ struct run_options {
   std::function<void(std::int64_t, std::int64_t)> on_progress = {};
 };
 
+namespace detail {
+
+/// Collects the timeline of a run and summarises it (shared by the
+/// single-engine and the disaggregated serving loops).
+class run_recorder {
+ public:
+  explicit run_recorder(bool record_steps) : record_steps_(record_steps) {}
+
+  void arrive(const trace_request& r) {
+    timing_[r.id] = {.id = r.id, .arrival_s = r.arrival_s, .n_prompt = r.n_prompt};
+    out_.prompt_tokens += r.n_prompt;
+  }
+
+  /// A step of `plan` ran over [start, start + duration); `finished` left
+  /// the engine at its end; `kv_use` is the fraction of the pool in use
+  /// (negative: not counted).
+  void step(const step_plan& plan, std::span<const seq_record> finished, double start, double duration,
+            double kv_use, std::int64_t blocks_used) {
+    const double t = start + duration;
+    if (kv_use >= 0) {
+      kv_area_ += kv_use * duration;
+      kv_time_ += duration;
+      out_.kv_use_peak = std::max(out_.kv_use_peak, kv_use);
+    }
+    out_.n_preemptions += static_cast<std::int64_t>(plan.preempted.size() + plan.swapped_out.size());
+    out_.n_swaps += static_cast<std::int64_t>(plan.swapped_out.size());
+    computed_ += plan.n_computed_tokens();
+    real_ += plan.n_tokens();
+    std::int64_t n_decodes = 0;
+    for (const step_item& it : plan.items) {
+      n_decodes += it.is_prefill ? 0 : 1;
+      if (it.samples) token(it.id, t);
+    }
+    for (const seq_record& f : finished) finish(f.id, t, f.n_preemptions);
+    if (record_steps_)
+      out_.steps.push_back({.start_s = start, .duration_s = duration, .n_tokens = plan.n_tokens(),
+                            .n_computed_tokens = plan.n_computed_tokens(), .n_prefill_tokens = plan.n_prefill_tokens(),
+                            .n_decodes = n_decodes, .n_seqs = static_cast<std::int64_t>(plan.items.size()),
+                            .blocks_used = blocks_used});
+    ++out_.n_steps;
+  }
+
+  void token(request_id id, double t) {
+    request_timing& rt = timing_[id];
+    if (rt.n_output == 0) rt.first_token_s = t;
+    ++rt.n_output;
+    ++out_.generated_tokens;
+    if (auto lt = last_token_.find(id); lt != last_token_.end()) itl_.push_back(t - lt->second);
+    last_token_[id] = t;
+  }
+
+  void finish(request_id id, double t, std::int64_t n_preemptions) {
+    request_timing& rt = timing_[id];
+    rt.finish_s = t;
+    rt.n_preemptions += n_preemptions;
+    out_.requests.push_back(rt);
+    last_token_.erase(id);
+  }
+
+  std::int64_t n_done() const noexcept { return static_cast<std::int64_t>(out_.requests.size()); }
+  std::int64_t n_steps() const noexcept { return out_.n_steps; }
+
+  run_result summary(double t0, double t_end) {
+    run_result out = std::move(out_);
+    out.requests_done = static_cast<std::int64_t>(out.requests.size());
+    out.makespan_s = t_end - t0;
+    if (out.makespan_s > 0) {
+      out.tokens_per_s = static_cast<double>(out.generated_tokens) / out.makespan_s;
+      out.total_tokens_per_s = static_cast<double>(out.generated_tokens + out.prompt_tokens) / out.makespan_s;
+    }
+    std::vector<double> ttft, tpot;
+    for (const request_timing& r : out.requests) {
+      ttft.push_back(r.ttft_s());
+      if (r.n_output > 1) tpot.push_back(r.tpot_s());
+    }
+    out.ttft_p50_s = percentile(ttft, 0.5);
+    out.ttft_p99_s = percentile(ttft, 0.99);
+    out.tpot_p50_s = percentile(tpot, 0.5);
+    out.tpot_p99_s = percentile(tpot, 0.99);
+    out.itl_p50_s = percentile(itl_, 0.5);
+    out.itl_p99_s = percentile(itl_, 0.99);
+    out.kv_use_mean = kv_time_ > 0 ? kv_area_ / kv_time_ : 0.0;
+    out.padding_overhead = real_ > 0 ? static_cast<double>(computed_) / static_cast<double>(real_) : 1.0;
+    return out;
+  }
+
+ private:
+  bool record_steps_;
+  run_result out_;
+  std::unordered_map<request_id, request_timing> timing_;
+  std::unordered_map<request_id, double> last_token_;
+  std::vector<double> itl_;
+  double kv_area_ = 0, kv_time_ = 0;
+  std::int64_t computed_ = 0, real_ = 0;
+};
+
+/// Sorts a trace by arrival and checks its output lengths.
+inline void prepare_trace(std::vector<trace_request>& trace) {
+  std::stable_sort(trace.begin(), trace.end(),
+                   [](const trace_request& a, const trace_request& b) { return a.arrival_s < b.arrival_s; });
+  for (const trace_request& r : trace)
+    LLMKIT_CHECK(r.n_output >= 1 && r.n_output <= r.max_new_tokens, "trace: request ", r.id, ": n_output = ",
+                 r.n_output, " is outside [1, max_new_tokens = ", r.max_new_tokens, "]");
+}
+
+/// Device blocks in use during a step that just committed (finished
+/// requests still count).
+inline std::int64_t blocks_in_use(const sched_state& s, std::span<const seq_record> finished) {
+  std::int64_t used = s.limits.n_blocks - s.n_free_blocks;
+  for (const seq_record& f : finished) used += f.n_blocks;
+  return used;
+}
+
+}  // namespace detail
+
 /// Serves `[n] trace` (any arrival order) under `p` with `limits`, in
 /// virtual time: requests are submitted when the clock passes their arrival;
 /// each step's plan goes to `execute(const step_plan&, const sched_state&)
@@ -121,26 +237,16 @@ run_result run_trace(std::vector<trace_request> trace, const engine_limits& limi
                      const run_options& options = {}) {
   sched_state s = make_state(limits);
   validate_policy(p, limits);
-  std::stable_sort(trace.begin(), trace.end(),
-                   [](const trace_request& a, const trace_request& b) { return a.arrival_s < b.arrival_s; });
-  for (const trace_request& r : trace)
-    LLMKIT_CHECK(r.n_output >= 1 && r.n_output <= r.max_new_tokens, "trace: request ", r.id, ": n_output = ",
-                 r.n_output, " is outside [1, max_new_tokens = ", r.max_new_tokens, "]");
-  run_result out;
-  std::unordered_map<request_id, request_timing> timing;
-  std::unordered_map<request_id, double> last_token;
-  std::vector<double> itl;
+  detail::prepare_trace(trace);
+  detail::run_recorder rec(options.record_steps);
   double t = trace.empty() ? 0.0 : trace.front().arrival_s;
   const double t0 = t;
-  double kv_area = 0, busy = 0;
-  std::int64_t computed = 0, real = 0;
   std::size_t next = 0;
   while (next < trace.size() || n_live(s) > 0) {
     while (next < trace.size() && trace[next].arrival_s <= t) {
       const trace_request& r = trace[next++];
       submit(s, r.id, r.n_prompt, r.max_new_tokens, r.arrival_s);
-      timing[r.id] = {.id = r.id, .arrival_s = r.arrival_s, .n_prompt = r.n_prompt};
-      out.prompt_tokens += r.n_prompt;
+      rec.arrive(r);
     }
     if (n_live(s) == 0) {
       t = trace[next].arrival_s;
@@ -148,69 +254,18 @@ run_result run_trace(std::vector<trace_request> trace, const engine_limits& limi
     }
     const step_plan plan = plan_step(s, p);
     const step_outcome o = execute(plan, std::as_const(s));
-    LLMKIT_CHECK(o.duration_s >= 0 && std::isfinite(o.duration_s), "run_trace: step duration must be finite and >= 0, got ",
-                 o.duration_s);
+    LLMKIT_CHECK(o.duration_s >= 0 && std::isfinite(o.duration_s),
+                 "run_trace: step duration must be finite and >= 0, got ", o.duration_s);
     const double start = t;
     t += o.duration_s;
     const auto finished = commit_step(s, plan, o.stopped);
-    std::int64_t used = limits.n_blocks - s.n_free_blocks;
-    for (const seq_record& f : finished) used += f.n_blocks;
-    const double use = static_cast<double>(used) / static_cast<double>(limits.n_blocks);
-    kv_area += use * o.duration_s;
-    busy += o.duration_s;
-    out.kv_use_peak = std::max(out.kv_use_peak, use);
-    out.n_preemptions += static_cast<std::int64_t>(plan.preempted.size() + plan.swapped_out.size());
-    out.n_swaps += static_cast<std::int64_t>(plan.swapped_out.size());
-    computed += plan.n_computed_tokens();
-    real += plan.n_tokens();
-    std::int64_t n_decodes = 0;
-    for (const step_item& it : plan.items) {
-      n_decodes += it.is_prefill ? 0 : 1;
-      if (!it.samples) continue;
-      request_timing& rt = timing[it.id];
-      if (rt.n_output == 0) rt.first_token_s = t;
-      ++rt.n_output;
-      ++out.generated_tokens;
-      if (auto lt = last_token.find(it.id); lt != last_token.end()) itl.push_back(t - lt->second);
-      last_token[it.id] = t;
-    }
-    for (const seq_record& f : finished) {
-      request_timing& rt = timing[f.id];
-      rt.finish_s = t;
-      rt.n_preemptions = f.n_preemptions;
-      out.requests.push_back(rt);
-      last_token.erase(f.id);
-    }
-    if (options.record_steps)
-      out.steps.push_back({.start_s = start, .duration_s = o.duration_s, .n_tokens = plan.n_tokens(),
-                           .n_computed_tokens = plan.n_computed_tokens(), .n_prefill_tokens = plan.n_prefill_tokens(),
-                           .n_decodes = n_decodes, .n_seqs = static_cast<std::int64_t>(plan.items.size()),
-                           .blocks_used = used});
-    ++out.n_steps;
-    if (options.on_progress)
-      options.on_progress(static_cast<std::int64_t>(out.requests.size()), static_cast<std::int64_t>(trace.size()));
-    if (options.max_steps > 0 && out.n_steps >= options.max_steps) break;
+    const std::int64_t used = detail::blocks_in_use(s, finished);
+    rec.step(plan, finished, start, o.duration_s, static_cast<double>(used) / static_cast<double>(limits.n_blocks),
+             used);
+    if (options.on_progress) options.on_progress(rec.n_done(), static_cast<std::int64_t>(trace.size()));
+    if (options.max_steps > 0 && rec.n_steps() >= options.max_steps) break;
   }
-  out.requests_done = static_cast<std::int64_t>(out.requests.size());
-  out.makespan_s = t - t0;
-  if (out.makespan_s > 0) {
-    out.tokens_per_s = static_cast<double>(out.generated_tokens) / out.makespan_s;
-    out.total_tokens_per_s = static_cast<double>(out.generated_tokens + out.prompt_tokens) / out.makespan_s;
-  }
-  std::vector<double> ttft, tpot;
-  for (const request_timing& r : out.requests) {
-    ttft.push_back(r.ttft_s());
-    if (r.n_output > 1) tpot.push_back(r.tpot_s());
-  }
-  out.ttft_p50_s = percentile(ttft, 0.5);
-  out.ttft_p99_s = percentile(ttft, 0.99);
-  out.tpot_p50_s = percentile(tpot, 0.5);
-  out.tpot_p99_s = percentile(tpot, 0.99);
-  out.itl_p50_s = percentile(itl, 0.5);
-  out.itl_p99_s = percentile(itl, 0.99);
-  out.kv_use_mean = busy > 0 ? kv_area / busy : 0.0;
-  out.padding_overhead = real > 0 ? static_cast<double>(computed) / static_cast<double>(real) : 1.0;
-  return out;
+  return rec.summary(t0, t);
 }
 
 /// Simulates `trace` under `p`: every request generates exactly its

@@ -124,6 +124,34 @@ inline void submit(sched_state& s, request_id id, std::int64_t n_prompt, std::in
   s.waiting.push_back(seq_record{.id = id, .n_prompt = n_prompt, .max_new_tokens = max_new_tokens, .arrival_s = arrival_s});
 }
 
+/// Hands a request prefilled elsewhere (prefill/decode disaggregation) to
+/// this scheduler: its `n_prompt` prompt tokens are cached in an exported KV
+/// buffer and its first `n_generated` tokens are sampled. It waits with the
+/// swapped requests (its buffer counts against the swap space, the staging
+/// area of received KV) and is swapped in, that is imported into the device
+/// pool, first come first served when blocks are free. Returns false, with
+/// nothing changed, when the staging area has no room yet (back-pressure:
+/// the sender keeps the buffer and retries). Raises `llmkit::error` as
+/// `submit` does, and when `n_generated` is not in [1, max_new_tokens).
+inline bool submit_prefilled(sched_state& s, request_id id, std::int64_t n_prompt, std::int64_t max_new_tokens,
+                             std::int64_t n_generated = 1, double arrival_s = 0.0) {
+  LLMKIT_CHECK(!s.seen_ids.contains(id), "submit_prefilled: duplicate request id ", id);
+  LLMKIT_CHECK(n_prompt >= 1, "submit_prefilled: request ", id, ": prompt is empty");
+  LLMKIT_CHECK(n_prompt + max_new_tokens <= s.limits.max_context, "request ", id, ": prompt length ", n_prompt,
+               " + max_new_tokens ", max_new_tokens, " exceeds the context of ", s.limits.max_context, " tokens");
+  LLMKIT_CHECK(n_generated >= 1 && n_generated < max_new_tokens, "submit_prefilled: request ", id, ": n_generated = ",
+               n_generated, " is outside [1, max_new_tokens = ", max_new_tokens, ")");
+  seq_record r{.id = id, .n_prompt = n_prompt, .max_new_tokens = max_new_tokens, .n_generated = n_generated,
+               .arrival_s = arrival_s};
+  r.n_cached = r.context() - 1;
+  r.n_blocks = blocks_for(r.n_cached, s.limits.block_size);
+  if (r.n_blocks > s.n_free_swap_blocks) return false;
+  s.seen_ids.insert(id);
+  s.n_free_swap_blocks -= r.n_blocks;
+  s.swapped.push_back(r);
+  return true;
+}
+
 namespace detail {
 inline std::optional<seq_record> take(std::vector<seq_record>& list, request_id id) {
   const auto it = std::find_if(list.begin(), list.end(), [&](const seq_record& r) { return r.id == id; });
