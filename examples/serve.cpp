@@ -7,10 +7,23 @@
 //   continuous+chunked       prefills split under a per-step token budget (ragged)
 //   continuous+prepacked     prefills of a step bin-packed into rows (llmkit/pack FFD)
 //
+// By default each policy drives the reference Llama forward pass
+// (llmkit/model/llama.hpp) on a paged KV cache with greedy decoding: a step
+// runs the plan's tokens as one ragged batch and takes its measured wall
+// time; arrivals follow the Poisson trace in that virtual clock. The
+// reference forward has no padded kernel, so the layouts of "continuous"
+// (padded) and "continuous+prepacked" are executed ragged: in a real run
+// they differ from each other only in batch formation. --check reruns the
+// first requests alone and compares the tokens (greedy, batch invariant).
+//
 // --simulate runs the policies in virtual time with the roofline cost model
-// (model shapes from the GGUF file or the synthetic ~100M config, machine
-// limits from build/roofline.json written by bench_roofline).
+// instead (model shapes from the GGUF file or the synthetic ~100M config,
+// machine limits from build/roofline.json written by bench_roofline).
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/paged_cache.hpp>
+#include <llmkit/model/batch.hpp>
 #include <llmkit/model/gguf.hpp>
+#include <llmkit/model/llama.hpp>
 #include <llmkit/sched/cost_model.hpp>
 #include <llmkit/sched/policy.hpp>
 #include <llmkit/sched/simulator.hpp>
@@ -19,9 +32,15 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -50,6 +69,8 @@ struct options {
   std::int64_t context = 0;
   double peak_gflops = 0, bandwidth_gbps = 0, overhead_us = 20;
   std::uint64_t seed = 1;
+  std::size_t threads = 2;
+  std::int64_t check = 0;
   std::vector<std::string> policies = {"request-level", "continuous", "continuous+chunked", "continuous+prepacked"};
 };
 
@@ -117,6 +138,105 @@ sched::policy make_policy(const std::string& name, const options& o, std::int64_
                               "' (request-level, continuous, continuous+chunked, continuous+prepacked)");
 }
 
+constexpr std::size_t engine_block_size = 16;
+using engine_cache = llmkit::kv::paged_cache<float, engine_block_size>;
+
+// The reference forward pass behind a scheduler: greedy tokens, measured
+// step times. Prompts are random token ids (the trace fixes their lengths).
+class engine {
+ public:
+  engine(llmkit::model::llama_model& model, llmkit::thread_pool& pool, const std::vector<sched::trace_request>& trace,
+         std::int64_t n_blocks, std::uint64_t seed)
+      : model_(model), pool_(pool), cache_(model.kv_shape(), {.n_blocks = static_cast<std::size_t>(n_blocks)}) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(model.vocab_size()) - 1);
+    for (const auto& r : trace) {
+      auto& ctx = context_[r.id];
+      for (std::int64_t i = 0; i < r.n_prompt; ++i) ctx.push_back(tok(rng));
+      n_prompt_[r.id] = r.n_prompt;
+      remaining_[r.id] = r.n_output;
+    }
+  }
+
+  sched::step_outcome operator()(const sched::step_plan& plan, const sched::sched_state&) {
+    const auto start = std::chrono::steady_clock::now();
+    for (const auto& m : plan.preempted) drop(m.id);
+    for (const auto& m : plan.swapped_out) {
+      host_[m.id] = cache_.export_sequence(seq_.at(m.id));
+      drop(m.id);
+    }
+    for (const auto& m : plan.swapped_in) {
+      seq_[m.id] = *cache_.import_sequence(host_.at(m.id));
+      host_.erase(m.id);
+    }
+    batch_.clear();
+    std::vector<sched::request_id> sampled;
+    for (const sched::step_item& it : plan.items) {
+      if (!seq_.contains(it.id)) seq_[it.id] = *cache_.add_sequence();
+      const auto& ctx = context_.at(it.id);
+      batch_.add(seq_.at(it.id), std::span<const std::int32_t>(ctx).subspan(static_cast<std::size_t>(it.first_pos),
+                                                                         static_cast<std::size_t>(it.n_tokens)),
+                 static_cast<std::int32_t>(it.first_pos), it.samples);
+      if (it.samples) sampled.push_back(it.id);
+    }
+    sched::step_outcome o;
+    if (!plan.items.empty()) {
+      const auto logits = model_.forward(batch_.view(), cache_, pool_);
+      for (std::size_t k = 0; k < sampled.size(); ++k) {
+        const auto row = logits.row(k);
+        const auto token = static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+        context_.at(sampled[k]).push_back(token);
+        if (--remaining_.at(sampled[k]) == 0) {
+          o.stopped.push_back(sampled[k]);
+          drop(sampled[k]);
+        }
+      }
+    }
+    o.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return o;
+  }
+
+  /// Generated tokens of request `id`.
+  std::vector<std::int32_t> output(sched::request_id id) const {
+    const auto& ctx = context_.at(id);
+    return {ctx.begin() + n_prompt_.at(id), ctx.end()};
+  }
+  /// Runs request `id`'s prompt alone, greedily, for as many tokens.
+  std::vector<std::int32_t> solo(sched::request_id id) {
+    engine_cache cache(model_.kv_shape(), {.n_blocks = cache_.pool().n_total()});
+    const auto s = *cache.add_sequence();
+    std::vector<std::int32_t> ctx(context_.at(id).begin(), context_.at(id).begin() + n_prompt_.at(id));
+    std::vector<std::int32_t> out;
+    const std::size_t n = context_.at(id).size() - ctx.size();
+    std::size_t done = 0;
+    while (out.size() < n) {
+      batch_.clear();
+      batch_.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done), true);
+      done = ctx.size();
+      const auto row = model_.forward(batch_.view(), cache, pool_).row(0);
+      out.push_back(static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+      ctx.push_back(out.back());
+    }
+    return out;
+  }
+
+ private:
+  void drop(sched::request_id id) {
+    if (auto it = seq_.find(id); it != seq_.end()) {
+      cache_.free(it->second);
+      seq_.erase(it);
+    }
+  }
+  llmkit::model::llama_model& model_;
+  llmkit::thread_pool& pool_;
+  engine_cache cache_;
+  llmkit::model::batch_builder batch_;
+  std::map<sched::request_id, std::vector<std::int32_t>> context_;
+  std::map<sched::request_id, std::int64_t> n_prompt_, remaining_;
+  std::map<sched::request_id, llmkit::kv::seq_id> seq_;
+  std::map<sched::request_id, std::vector<std::byte>> host_;
+};
+
 void progress(const std::string& name, std::int64_t done, std::int64_t total) {
   const int width = 30;
   const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
@@ -158,16 +278,17 @@ int main(int argc, char** argv) {
   app.add_option("--bandwidth-gbps", o.bandwidth_gbps, "override the read bandwidth");
   app.add_option("--step-overhead-us", o.overhead_us, "fixed cost per step in the cost model");
   app.add_option("--seed", o.seed, "workload seed");
+  app.add_option("--threads", o.threads, "threads of the forward pass")->check(CLI::PositiveNumber);
+  app.add_option("--check", o.check, "rerun the first N requests alone and compare their greedy tokens");
   app.add_option("--policies", o.policies, "policies to run")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (!o.simulate) {
-      std::fprintf(stderr,
-                   "llmkit-serve: the model-driven run is not available in this build (it needs the reference Llama "
-                   "forward pass wired to the scheduler); running --simulate\n");
-      o.simulate = true;
-    }
+    if (!o.simulate && o.synthetic)
+      llmkit::detail::throw_error("--synthetic needs --simulate (no synthetic weights are generated here)");
+    if (!o.simulate && o.block_size != static_cast<std::int64_t>(engine_block_size))
+      llmkit::detail::throw_error("--block-size: the engine's paged cache uses ", engine_block_size,
+                                  "-token blocks, got ", o.block_size);
     const sched::llama_config model = o.synthetic ? synthetic_100m() : config_from_gguf(o.model);
     std::string limits_source;
     const sched::cost_model cm{.model = model, .machine = machine(o, limits_source), .block_size = o.block_size};
@@ -186,7 +307,9 @@ int main(int argc, char** argv) {
     else if (o.prompt_shape != "uniform")
       llmkit::detail::throw_error("--prompt-shape: unknown shape '", o.prompt_shape, "' (uniform, lognormal, constant)");
     w.output_lengths = {.min_length = o.output_min, .max_length = o.output_max};
-    const auto trace = sched::make_trace(w);
+    auto trace = sched::make_trace(w);
+    if (!o.simulate)  // a real run stops at the drawn length
+      for (auto& r : trace) r.max_new_tokens = r.n_output;
 
     const std::int64_t context =
         o.context > 0 ? o.context : static_cast<std::int64_t>(o.prompt_max + o.output_max);
@@ -204,21 +327,39 @@ int main(int argc, char** argv) {
       std::printf("machine: %.1f GFLOP/s, %.2f GB/s, %.0f us/step  [%s]\n", cm.machine.peak_flops / 1e9,
                   cm.machine.bandwidth / 1e9, cm.machine.step_overhead_s * 1e6, limits_source.c_str());
       std::printf("workload: %lld requests, %.1f req/s, prompts %s [%zu, %zu], outputs [%zu, %zu], max batch %lld, "
-                  "KV pool %lld blocks of %lld  (simulated time)\n\n",
+                  "KV pool %lld blocks of %lld  (%s)\n\n",
                   static_cast<long long>(o.n_requests), o.rate, o.prompt_shape.c_str(), o.prompt_min, o.prompt_max,
                   o.output_min, o.output_max, static_cast<long long>(o.max_batch),
-                  static_cast<long long>(limits.n_blocks), static_cast<long long>(limits.block_size));
+                  static_cast<long long>(limits.n_blocks), static_cast<long long>(limits.block_size),
+                  o.simulate ? "simulated time" : "measured steps, greedy, reference forward pass");
       std::printf("%-22s %10s %10s %10s %10s %10s %8s %8s %7s %8s\n", "policy", "tok/s", "TTFT p50", "TTFT p99",
                   "TPOT p50", "TPOT p99", "KV mean", "KV peak", "preempt", "padding");
+    }
+    std::optional<llmkit::model::llama_model> llama;
+    std::optional<llmkit::thread_pool> pool;
+    if (!o.simulate) {
+      llama.emplace(llmkit::model::llama_model::load(o.model));
+      pool.emplace(o.threads);
+      LLMKIT_CHECK(static_cast<std::size_t>(context) <= llama->config().context_length, "--context: ", context,
+                   " tokens exceed the model's context of ", llama->config().context_length);
     }
     for (const std::string& name : o.policies) {
       const sched::policy p = make_policy(name, o, context);
       sched::run_options ro;
       if (!o.quiet) ro.on_progress = [&](std::int64_t d, std::int64_t t) { progress(name, d, t); };
-      const sched::run_result r = sched::simulate(trace, limits, p, cm, ro);
+      sched::run_result r;
+      if (o.simulate) {
+        r = sched::simulate(trace, limits, p, cm, ro);
+      } else {
+        engine e(*llama, *pool, trace, limits.n_blocks, o.seed);
+        r = sched::run_trace(trace, limits, p, std::ref(e), ro);
+        for (std::int64_t id = 0; id < std::min<std::int64_t>(o.check, o.n_requests); ++id)
+          if (e.output(id) != e.solo(id))
+            llmkit::detail::throw_error("--check: request ", id, " under ", name, " differs from its solo run");
+      }
       if (o.json) {
         nlohmann::json j{{"policy", name},
-                         {"mode", "simulated"},
+                         {"mode", o.simulate ? "simulated" : "measured"},
                          {"tokens_per_s", r.tokens_per_s},
                          {"total_tokens_per_s", r.total_tokens_per_s},
                          {"ttft_p50_ms", r.ttft_p50_s * 1e3},
