@@ -44,3 +44,11 @@
 #include "llmkit/sched/state.hpp"
 #include "llmkit/sched/step_plan.hpp"
 #include "llmkit/sched/trace.hpp"
+
+#include "llmkit/model/batch.hpp"
+#include "llmkit/model/gguf.hpp"
+#include "llmkit/model/gguf_writer.hpp"
+#include "llmkit/model/language_model.hpp"
+#include "llmkit/model/llama.hpp"
+#include "llmkit/model/synthetic.hpp"
+#include "llmkit/model/tokenizer.hpp"
