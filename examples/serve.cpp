@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -146,8 +147,8 @@ using engine_cache = llmkit::kv::paged_cache<float, engine_block_size>;
 class engine {
  public:
   engine(llmkit::model::llama_model& model, llmkit::thread_pool& pool, const std::vector<sched::trace_request>& trace,
-         std::int64_t n_blocks, std::uint64_t seed)
-      : model_(model), pool_(pool), cache_(model.kv_shape(), {.n_blocks = static_cast<std::size_t>(n_blocks)}) {
+         std::int64_t n_blocks, std::uint64_t seed, const sched::cost_model& cm)
+      : model_(model), pool_(pool), cache_(model.kv_shape(), {.n_blocks = static_cast<std::size_t>(n_blocks)}), cm_(cm) {
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(model.vocab_size()) - 1);
     for (const auto& r : trace) {
@@ -193,7 +194,17 @@ class engine {
       }
     }
     o.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!plan.items.empty()) ratios_.push_back(o.duration_s / cm_(plan).time_s);
     return o;
+  }
+
+  /// Measured / predicted step time over the run's steps: p10, p50, p90 and
+  /// the fraction within 25%.
+  std::array<double, 4> cost_model_fit() const {
+    std::size_t within = 0;
+    for (double r : ratios_) within += (r >= 0.75 && r <= 1.25) ? 1 : 0;
+    return {sched::percentile(ratios_, 0.1), sched::percentile(ratios_, 0.5), sched::percentile(ratios_, 0.9),
+            ratios_.empty() ? 0.0 : static_cast<double>(within) / static_cast<double>(ratios_.size())};
   }
 
   /// Generated tokens of request `id`.
@@ -235,6 +246,8 @@ class engine {
   std::map<sched::request_id, std::int64_t> n_prompt_, remaining_;
   std::map<sched::request_id, llmkit::kv::seq_id> seq_;
   std::map<sched::request_id, std::vector<std::byte>> host_;
+  const sched::cost_model& cm_;
+  std::vector<double> ratios_;
 };
 
 void progress(const std::string& name, std::int64_t done, std::int64_t total) {
@@ -348,11 +361,13 @@ int main(int argc, char** argv) {
       sched::run_options ro;
       if (!o.quiet) ro.on_progress = [&](std::int64_t d, std::int64_t t) { progress(name, d, t); };
       sched::run_result r;
+      std::array<double, 4> fit{};
       if (o.simulate) {
         r = sched::simulate(trace, limits, p, cm, ro);
       } else {
-        engine e(*llama, *pool, trace, limits.n_blocks, o.seed);
+        engine e(*llama, *pool, trace, limits.n_blocks, o.seed, cm);
         r = sched::run_trace(trace, limits, p, std::ref(e), ro);
+        fit = e.cost_model_fit();
         for (std::int64_t id = 0; id < std::min<std::int64_t>(o.check, o.n_requests); ++id)
           if (e.output(id) != e.solo(id))
             llmkit::detail::throw_error("--check: request ", id, " under ", name, " differs from its solo run");
@@ -375,12 +390,21 @@ int main(int argc, char** argv) {
                          {"preemptions", r.n_preemptions},
                          {"padding_overhead", r.padding_overhead},
                          {"steps", r.n_steps}};
+        if (!o.simulate) {
+          j["step_time_measured_over_model_p10"] = fit[0];
+          j["step_time_measured_over_model_p50"] = fit[1];
+          j["step_time_measured_over_model_p90"] = fit[2];
+          j["step_time_within_25pct"] = fit[3];
+        }
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("%-22s %10.1f %8.2fms %8.2fms %8.3fms %8.3fms %7.1f%% %7.1f%% %7lld %7.2fx\n", name.c_str(),
                     r.tokens_per_s, r.ttft_p50_s * 1e3, r.ttft_p99_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3,
                     100 * r.kv_use_mean, 100 * r.kv_use_peak, static_cast<long long>(r.n_preemptions),
                     r.padding_overhead);
+        if (!o.simulate)
+          std::printf("%-22s step time measured / cost model: p10 %.2f  p50 %.2f  p90 %.2f  (%.0f%% of steps within 25%%)\n",
+                      "", fit[0], fit[1], fit[2], 100 * fit[3]);
       }
       std::fflush(stdout);
     }
