@@ -403,3 +403,20 @@ TEST_CASE("sampling_state keeps the history and advances the step") {
   REQUIRE(ctx.uniform() == philox_uniform(7, 11, 2, 0));
   REQUIRE_THROWS_WITH(state.accept(-1), "sampling_state::accept: token must be >= 0, got -1");
 }
+
+TEST_CASE("the default chain parses, and the chain.hpp doc snippet compiles and runs") {
+  const auto chain = runtime_chain::parse(default_chain_config);
+  REQUIRE(chain.size() == 5);
+  REQUIRE(!chain.is_greedy());
+  // The snippet of chain.hpp:
+  const std::vector<std::int32_t> prompt{1, 2, 3};
+  sampling_state state(42, 7, prompt);
+  auto logits_row = test_data::logits(1000, kind::gaussian, 5);
+  const processor_chain compiled{penalties{.repeat_ = 1.1f}, top_k{40}, top_p{0.95f}, temperature{0.8f}};
+  candidates ws;  // per thread, reused
+  const sample_result r = sample_row(logits_row, state.context(), compiled, categorical{}, ws);
+  REQUIRE((r.token >= 0 && r.token < 1000));
+  REQUIRE(r.logprob <= 0.0f);
+  state.accept(r.token);
+  REQUIRE(state.step() == 1);
+}

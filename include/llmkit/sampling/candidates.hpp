@@ -22,10 +22,12 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <type_traits>
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/sampling/detail/kernels.hpp"
+#include "llmkit/simd/arch.hpp"
 
 namespace llmkit::sampling {
 
@@ -151,6 +153,68 @@ class candidates {
       }
       LLMKIT_ASSERT(w == n_keep);
       n_ = w;
+    }
+    if (!keeps_max) max_known_ = false;
+  }
+
+  /// Keeps the entries whose logit v satisfies the predicate, given both as
+  /// `keep_batch(xsimd::batch<float, Arch>) -> batch_bool` and
+  /// `keep_value(float) -> bool`, in order; `n_keep_estimate` (about how many
+  /// are kept) picks dense masking or a sparse gather as in `retain`.
+  /// Vectorised (AVX-512: in-register compression for the gather).
+  template <class Arch = simd::default_arch, class KeepBatch, class KeepValue>
+  void retain_values(KeepBatch&& keep_batch, KeepValue&& keep_value, std::size_t n_keep_estimate,
+                     bool keeps_max = true) {
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    if (sparse_) {
+      const float* v = values_.data();
+      std::size_t n_keep = 0;
+      for (std::size_t i = 0; i < n_; ++i) n_keep += keep_value(v[i]) ? 1 : 0;
+      retain([&](std::size_t i) { return keep_value(v[i]); }, n_keep, keeps_max);
+      return;
+    }
+    float* v = dense_.data();
+    std::size_t i = 0;
+    if (n_keep_estimate * 8 <= n_) {
+      detail::grow(ids_, n_ + 64);
+      detail::grow(values_, n_ + 64);
+      std::size_t w = 0;
+#if XSIMD_WITH_AVX512F
+      if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+        using fb = xsimd::batch<float, Arch>;
+        __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i step = _mm512_set1_epi32(16);
+        for (; i + 16 <= n_; i += 16) {
+          const __m512 x = _mm512_loadu_ps(v + i);
+          const __mmask16 keep = static_cast<__mmask16>(keep_batch(fb(x)));
+          if (keep != 0) {
+            _mm512_storeu_si512(ids_.data() + w, _mm512_maskz_compress_epi32(keep, index));
+            _mm512_storeu_ps(values_.data() + w, _mm512_maskz_compress_ps(keep, x));
+            w += static_cast<std::size_t>(__builtin_popcount(keep));
+          }
+          index = _mm512_add_epi32(index, step);
+        }
+      }
+#endif
+      for (; i < n_; ++i) {
+        if (keep_value(v[i])) {
+          ids_[w] = static_cast<std::int32_t>(i);
+          values_[w] = v[i];
+          ++w;
+        }
+      }
+      sparse_ = true;
+      sorted_ = false;
+      n_ = w;
+    } else {
+      if constexpr (!simd::is_scalar_v<Arch>) {
+        using fb = xsimd::batch<float, Arch>;
+        for (; i + fb::size <= n_; i += fb::size) {
+          const fb x = fb::load_unaligned(v + i);
+          xsimd::select(keep_batch(x), x, fb(neg_inf)).store_unaligned(v + i);
+        }
+      }
+      for (; i < n_; ++i) v[i] = keep_value(v[i]) ? v[i] : neg_inf;
     }
     if (!keeps_max) max_known_ = false;
   }

@@ -30,7 +30,9 @@ struct min_p {
     const auto values = c.values();
     std::size_t n_keep = 0;
     for (float x : values) n_keep += x >= threshold ? 1 : 0;
-    c.retain([&](std::size_t i) { return values[i] >= threshold; }, n_keep);
+    if (n_keep == values.size()) return;
+    c.retain_values([threshold](const auto& x) { return x >= decltype(x)(threshold); },
+                    [threshold](float x) { return x >= threshold; }, n_keep);
   }
 };
 

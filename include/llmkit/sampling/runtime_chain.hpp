@@ -53,6 +53,13 @@
 
 namespace llmkit::sampling {
 
+/// llama.cpp's default sampler settings in llmkit's recommended order:
+/// history-based edits first (they need the raw logits), then truncations
+/// from the cheapest and most selective, temperature last (so min-p and
+/// top-p see the model's own distribution), then the draw.
+inline constexpr std::string_view default_chain_config =
+    "penalties(repeat=1,frequency=0,presence=0,last_n=64);top_k(40);top_p(0.95);min_p(0.05);temperature(0.8);sample";
+
 /// Any `logits_processor`, type-erased (copies share the immutable processor).
 class any_processor {
  public:

@@ -58,7 +58,11 @@ struct top_p {
       sel = detail::weighted_select({s.keys.data(), n}, {s.weights.data(), n}, token, p_, true, s);
     }
     if (sel->keep_all_) return;
-    c.retain([&, sel = *sel](std::size_t i) { return sel.keeps(score.key(values[i]), token(i)); }, sel->n_keep_);
+    // Keep v >= v_K (vectorised), then drop the boundary ties past the cutoff token, if any.
+    const float v_k = detail::value_of_descending_key(sel->key_);
+    c.retain_values([v_k](const auto& x) { return x >= decltype(x)(v_k); }, [v_k](float x) { return x >= v_k; },
+                    sel->n_keep_);
+    if (sel->partial_ties_) detail::trim_ties(c, v_k, sel->tie_cutoff_, sel->n_keep_);
   }
 };
 

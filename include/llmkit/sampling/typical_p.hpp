@@ -51,8 +51,15 @@ struct typical_p {
       sel = detail::weighted_select({s.keys.data(), n}, {s.weights.data(), n}, token, p_, true, s);
     }
     if (sel->keep_all_) return;
-    c.retain([&, sel = *sel](std::size_t i) { return sel.keeps(score.key(values[i]), token(i)); }, sel->n_keep_,
-             false);
+    // Keep |v - center| <= d_K (vectorised), then drop boundary ties past the cutoff token, if any.
+    const float d_k = std::bit_cast<float>(sel->key_);
+    c.retain_values([score, d_k](const auto& x) { return score(x) <= decltype(x)(d_k); },
+                    [score, d_k](float x) { return score(x) <= d_k; }, sel->n_keep_, false);
+    if (sel->partial_ties_) {
+      const auto kept = c.values();
+      const std::int32_t cut = sel->tie_cutoff_;
+      c.retain([&](std::size_t i) { return score(kept[i]) < d_k || c.token(i) <= cut; }, sel->n_keep_, false);
+    }
   }
 };
 

@@ -247,4 +247,11 @@ inline std::uint32_t descending_key(float v) noexcept {
   return ~ordinal;
 }
 
+/// The float whose descending_key is `key` (inverse of descending_key).
+inline float value_of_descending_key(std::uint32_t key) noexcept {
+  const std::uint32_t ordinal = ~key;
+  const std::uint32_t u = (ordinal & 0x80000000u) ? (ordinal & 0x7fffffffu) : ~ordinal;
+  return std::bit_cast<float>(u);
+}
+
 }  // namespace llmkit::sampling::detail

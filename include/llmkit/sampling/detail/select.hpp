@@ -37,6 +37,8 @@ struct selection {
   std::int32_t tie_cutoff_ = 0;
   std::size_t n_keep_ = 0;
   bool keep_all_ = false;
+  /// Some entries with key == key_ are dropped (token above tie_cutoff_).
+  bool partial_ties_ = false;
 
   bool keeps(std::uint32_t key, std::int32_t token) const noexcept {
     return keep_all_ || key < key_ || (key == key_ && token <= tie_cutoff_);
@@ -163,6 +165,7 @@ selection weighted_select(std::span<const std::uint32_t> keys, std::span<const f
     }
   }
   result.tie_cutoff_ = token(scratch.index[n_tie - 1]);
+  result.partial_ties_ = n_tie < m;
   result.n_keep_ = n_less + n_tie;
   return result;
 }
@@ -307,6 +310,17 @@ std::optional<selection> mass_select(std::span<const float> values, std::span<co
     sel.n_keep_ += n_below;
     return sel;
   }
+}
+
+/// After keeping every logit >= v_k: removes the entries equal to v_k whose
+/// token is above `cutoff` when more than `n_keep` entries remain (ties at the
+/// boundary of a selection are kept in token order).
+inline void trim_ties(candidates& c, float v_k, std::int32_t cutoff, std::size_t n_keep) {
+  const auto v = c.values();
+  std::size_t n_now = 0;
+  for (float x : v) n_now += x >= v_k ? 1 : 0;
+  if (n_now <= n_keep) return;
+  c.retain([&](std::size_t i) { return v[i] > v_k || (v[i] == v_k && c.token(i) <= cutoff); }, n_keep);
 }
 
 /// Order of the top-k: logit descending, then token ascending.
