@@ -77,8 +77,9 @@ inline float read_kernel(const float* p, std::size_t n) {
     using batch = xsimd::batch<float, arch>;
     constexpr std::size_t l = batch::size;
     batch a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f), a4(0.0f), a5(0.0f), a6(0.0f), a7(0.0f);
+    const std::size_t body = n / (8 * l) * (8 * l);
     std::size_t i = 0;
-    for (; i + 8 * l <= n; i += 8 * l) {
+    for (; i < body; i += 8 * l) {
       a0 += batch::load_aligned(p + i);
       a1 += batch::load_aligned(p + i + l);
       a2 += batch::load_aligned(p + i + 2 * l);

@@ -116,12 +116,18 @@ inline void rope_rotate(float* x, std::size_t n_heads, std::size_t head_dim, std
         done = i;
       }
     }
-    for (std::size_t i = done; i < half; ++i) {
-      const std::size_t p = layout == rope_layout::interleaved ? 2 * i : i;
-      const std::size_t q = layout == rope_layout::interleaved ? 2 * i + 1 : i + half;
-      const float a = head[p], b = head[q];
-      head[p] = a * cos_e[p] + b * sin_e[p];
-      head[q] = b * cos_e[q] + a * sin_e[q];
+    if (layout == rope_layout::interleaved) {
+      for (std::size_t p = 2 * done; p < rotary_dim; p += 2) {
+        const float a = head[p], b = head[p + 1];
+        head[p] = a * cos_e[p] + b * sin_e[p];
+        head[p + 1] = b * cos_e[p + 1] + a * sin_e[p + 1];
+      }
+    } else {
+      for (std::size_t p = done; p < half; ++p) {
+        const float a = head[p], b = head[p + half];
+        head[p] = a * cos_e[p] + b * sin_e[p];
+        head[p + half] = b * cos_e[p + half] + a * sin_e[p + half];
+      }
     }
   }
 }

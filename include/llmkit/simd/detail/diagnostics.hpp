@@ -7,13 +7,17 @@
 /// -Wmaybe-uninitialized reports once the intrinsic is inlined (GCC bug
 /// 105593, fixed in GCC 13). The simd headers bracket their kernels with these
 /// macros so users' -Wall builds stay clean; the suppression also covers the
-/// kernels where they are inlined into user code.
+/// kernels where they are inlined into user code. They also silence GCC's
+/// -Waggressive-loop-optimizations false positive on the scalar tail loops
+/// when a kernel is inlined on a fixed-size array (it cannot see that the
+/// vector loop left i <= n).
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define LLMKIT_SIMD_DIAGNOSTICS_BEGIN                                  \
   _Pragma("GCC diagnostic push")                                       \
   _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")          \
-  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")              \
+  _Pragma("GCC diagnostic ignored \"-Waggressive-loop-optimizations\"")
 #define LLMKIT_SIMD_DIAGNOSTICS_END _Pragma("GCC diagnostic pop")
 #else
 #define LLMKIT_SIMD_DIAGNOSTICS_BEGIN
