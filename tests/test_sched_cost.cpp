@@ -130,3 +130,28 @@ TEST_CASE("latency targets: largest chunk and batch that fit, monotone, with cle
   bad.machine.bandwidth = 0;
   REQUIRE_THROWS_WITH(bad.validate(), "cost_model: peak_flops = 1e+11 and bandwidth = 0 must be > 0");
 }
+
+TEST_CASE("fit_machine_limits recovers the limits that generated the step times") {
+  const machine_limits truth{.peak_flops = 2e10, .bandwidth = 3e9, .step_overhead_s = 1e-4};
+  const machine_limits bound{.peak_flops = 4e11, .bandwidth = 2e10};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> f(1e6, 1e10), b(1e6, 1e9);
+  std::vector<step_sample> samples;
+  for (int i = 0; i < 200; ++i) {
+    const double flops = f(rng), bytes = b(rng);
+    samples.push_back({flops, bytes, truth.step_overhead_s + std::max(flops / truth.peak_flops, bytes / truth.bandwidth)});
+  }
+  const machine_limits fit = fit_machine_limits(samples, bound, 1e3, 121);
+  // The grid has 40 points per decade: within 6% of the truth.
+  REQUIRE(fit.peak_flops == Approx(truth.peak_flops).epsilon(0.06));
+  REQUIRE(fit.bandwidth == Approx(truth.bandwidth).epsilon(0.06));
+  std::size_t within = 0;
+  for (const auto& s : samples) {
+    const double pred = fit.step_overhead_s + std::max(s.flops / fit.peak_flops, s.bytes / fit.bandwidth);
+    within += std::fabs(pred / s.time_s - 1) <= 0.06 ? 1 : 0;
+  }
+  REQUIRE(within == samples.size());
+  REQUIRE_THROWS_WITH(fit_machine_limits(std::vector<step_sample>{}, bound), "fit_machine_limits: no samples");
+  REQUIRE_THROWS_WITH(fit_machine_limits(samples, bound, 10, 1),
+                      "fit_machine_limits: grid = 1 must be >= 2 and range = 10 >= 1");
+}

@@ -25,7 +25,10 @@
 /// Activations are ignored (small next to weights for these batch sizes).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -162,6 +165,52 @@ struct cost_model {
     return (*this)(plan).time_s;
   }
 };
+
+/// One measured step: its modelled FLOPs and bytes, and its measured time.
+struct step_sample {
+  double flops = 0, bytes = 0, time_s = 0;
+};
+
+/// Calibrates the roofline to an engine: the limits (peak, bandwidth,
+/// per-step overhead) under which `overhead + max(flops / peak, bytes /
+/// bandwidth)` best predicts the `[n] samples`, in the sense of the median
+/// relative error. Peak and bandwidth are searched on a log grid from
+/// `machine.peak_flops` and `machine.bandwidth` (upper bounds, e.g. the
+/// measured roofline) down by `range` (1e4 = four decades), `grid` points
+/// each; for each pair the overhead is the median residual (>= 0).
+/// @throws llmkit::error for no samples, non-positive limits, grid < 2 or range < 1.
+inline machine_limits fit_machine_limits(std::span<const step_sample> samples, const machine_limits& machine,
+                                         double range = 1e4, int grid = 81) {
+  LLMKIT_CHECK(!samples.empty(), "fit_machine_limits: no samples");
+  LLMKIT_CHECK(machine.peak_flops > 0 && machine.bandwidth > 0, "fit_machine_limits: peak_flops = ",
+               machine.peak_flops, " and bandwidth = ", machine.bandwidth, " must be > 0");
+  LLMKIT_CHECK(grid >= 2 && range >= 1, "fit_machine_limits: grid = ", grid, " must be >= 2 and range = ", range,
+               " >= 1");
+  machine_limits best = machine;
+  double best_err = std::numeric_limits<double>::infinity();
+  std::vector<double> residual(samples.size()), err(samples.size());
+  for (int i = 0; i < grid; ++i) {
+    const double peak = machine.peak_flops / std::pow(range, static_cast<double>(i) / (grid - 1));
+    for (int j = 0; j < grid; ++j) {
+      const double bw = machine.bandwidth / std::pow(range, static_cast<double>(j) / (grid - 1));
+      for (std::size_t k = 0; k < samples.size(); ++k)
+        residual[k] = samples[k].time_s - std::max(samples[k].flops / peak, samples[k].bytes / bw);
+      std::nth_element(residual.begin(), residual.begin() + static_cast<std::ptrdiff_t>(residual.size() / 2),
+                       residual.end());
+      const double overhead = std::max(0.0, residual[residual.size() / 2]);
+      for (std::size_t k = 0; k < samples.size(); ++k) {
+        const double pred = overhead + std::max(samples[k].flops / peak, samples[k].bytes / bw);
+        err[k] = std::fabs(pred / samples[k].time_s - 1.0);
+      }
+      std::nth_element(err.begin(), err.begin() + static_cast<std::ptrdiff_t>(err.size() / 2), err.end());
+      if (err[err.size() / 2] < best_err) {
+        best_err = err[err.size() / 2];
+        best = {.peak_flops = peak, .bandwidth = bw, .step_overhead_s = overhead};
+      }
+    }
+  }
+  return best;
+}
 
 /// The largest prefill chunk (<= `max_chunk`) that a step with `n_decodes`
 /// decodes at context `decode_context` can add while taking at most
