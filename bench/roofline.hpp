@@ -197,16 +197,21 @@ struct roofline {
             {"fma_gflops_all", fma_gflops_all}, {"threads_all", threads_all}, {"arch", arch}};
   }
 
-  /// Quick in-process measurement (about a second).
+  /// Quick in-process measurement (about a second; a few milliseconds, and
+  /// meaningless figures, under LLMKIT_BENCH_SMOKE=1).
   static roofline measure_quick() {
+    const char* smoke_env = std::getenv("LLMKIT_BENCH_SMOKE");
+    const bool smoke = smoke_env != nullptr && std::string(smoke_env) != "0";
+    const std::size_t bytes = smoke ? std::size_t{4} << 20 : std::size_t{256} << 20;
+    const std::size_t iterations = smoke ? 20'000 : 2'000'000;
     roofline r;
     r.threads_all = std::max(1u, std::thread::hardware_concurrency());
-    r.read_gbps_1t = measure_read_gbps(1, std::size_t{256} << 20, 3);
-    r.read_gbps_all = measure_read_gbps(r.threads_all, std::size_t{256} << 20, 3);
-    r.fma_gflops_1t = measure_fma_gflops(1, 2'000'000, 3);
-    r.fma_gflops_all = measure_fma_gflops(r.threads_all, 2'000'000, 3);
+    r.read_gbps_1t = measure_read_gbps(1, bytes, 3);
+    r.read_gbps_all = measure_read_gbps(r.threads_all, bytes, 3);
+    r.fma_gflops_1t = measure_fma_gflops(1, iterations, 3);
+    r.fma_gflops_all = measure_fma_gflops(r.threads_all, iterations, 3);
     r.arch = llmkit::simd::arch_name<llmkit::simd::default_arch>();
-    r.source = "measured in-process (quick)";
+    r.source = smoke ? "measured in-process (smoke: meaningless)" : "measured in-process (quick)";
     return r;
   }
 
