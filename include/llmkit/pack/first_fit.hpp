@@ -63,7 +63,21 @@ std::size_t first_fit_engine(std::span<const std::size_t> sizes, std::size_t cap
   for (std::size_t s : sizes) total += s;
   capacity = std::max<std::size_t>(capacity, 1);
   capacity_tree<Room> tree(capacity, total / capacity + total / capacity / 16 + 64);
-  for (std::size_t k = 0; k < sizes.size(); ++k) bins[k] = tree.place(sizes[k]);
+  // Runs of equal sizes (long in decreasing order) reuse the previous bin
+  // while it has room: it is still the leftmost fit, so no descent is needed.
+  std::size_t last_size = 0, last_bin = 0;
+  bool have_last = false;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::size_t s = sizes[k];
+    if (have_last && s == last_size && tree.room(last_bin) >= s) {
+      tree.place_at(last_bin, s);
+    } else {
+      last_bin = tree.place(s);
+      last_size = s;
+      have_last = true;
+    }
+    bins[k] = last_bin;
+  }
   return tree.n_bins();
 }
 

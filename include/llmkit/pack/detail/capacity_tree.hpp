@@ -47,6 +47,22 @@ class capacity_tree {
     if (first_fit_in(levels_[0].data(), s) == fanout) grow();
     std::size_t index = 0;
     for (const auto& level : levels_) index = index * fanout + first_fit_in(level.data() + index * fanout, s);
+    take(index, s);
+    return index;
+  }
+
+  /// Places `size` in bin b, which the caller knows is the leftmost bin with
+  /// room for it (first-fit decreasing: the bin that took the previous item
+  /// of the same size, if it still has room: bins only lose room, so nothing
+  /// to its left can fit). Skips the descent.
+  /// @pre b < n_bins(), room(b) >= size, no bin before b has room >= size.
+  void place_at(std::size_t b, std::size_t size) {
+    LLMKIT_ASSERT(b < n_bins_ && levels_.back()[b] >= size);
+    take(b, static_cast<Room>(size));
+  }
+
+ private:
+  void take(std::size_t index, Room s) {
     auto& leaves = levels_.back();
     leaves[index] -= s;
     if (index >= n_bins_) n_bins_ = index + 1;
@@ -60,10 +76,8 @@ class capacity_tree {
       parent = m;
       child = group;
     }
-    return index;
   }
 
- private:
   /// Index of the first of 16 values >= s, or 16.
   static std::size_t first_fit_in(const Room* values, Room s) noexcept {
     std::uint32_t mask = 0;
