@@ -31,7 +31,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -360,14 +359,14 @@ class llama_model {
   template <class Cache>
   void plan_segments(const batch& b, const Cache& cache) {
     segments_.clear();
-    seen_.clear();
     const std::size_t n = b.n_tokens();
     for (std::size_t i = 0; i < n;) {
       const kv::seq_id s = b.seq_ids[i];
       std::size_t j = i + 1;
       while (j < n && b.seq_ids[j] == s) ++j;
-      LLMKIT_CHECK(seen_.emplace(s, 0).second, "llama_model::forward: sequence ", s,
-                   " appears in more than one run of the batch (token ", i, "); its tokens must be contiguous");
+      for (const segment& earlier : segments_)  // few segments per batch: a scan beats a hash set
+        LLMKIT_CHECK(earlier.seq != s, "llama_model::forward: sequence ", s,
+                     " appears in more than one run of the batch (token ", i, "); its tokens must be contiguous");
       const std::size_t base = cache.n_tokens(s);
       for (std::size_t k = i; k < j; ++k)
         LLMKIT_CHECK(b.positions[k] == static_cast<std::int32_t>(base + (k - i)), "llama_model::forward: positions[",
@@ -408,7 +407,6 @@ class llama_model {
   // Workspace, grown on demand and reused across calls.
   aligned_vector<float> x_, xn_, qkv_, k_, v_, att_, ffn_, hidden_, logits_;
   std::vector<segment> segments_;
-  std::unordered_map<kv::seq_id, int> seen_;
 };
 
 }  // namespace llmkit::model
