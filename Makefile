@@ -5,9 +5,9 @@
 #   make test   build everything; run the suite in release and sanitizer builds
 #   make bench  run every benchmark at full length (release build)
 PACKAGES := cmake make g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
-            libcli11-dev nlohmann-json3-dev
+            libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
-DEMO ?= llmkit-simd-showcase
+DEMO ?= llmkit-generate
 
 .PHONY: deps demo test test-release test-sanitize bench clean
 
