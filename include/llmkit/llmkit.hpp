@@ -25,6 +25,10 @@
 #include "llmkit/kv/sliding_window_cache.hpp"
 #include "llmkit/kv/storage.hpp"
 
+#include "llmkit/attention/decode.hpp"
+#include "llmkit/attention/mask.hpp"
+#include "llmkit/attention/prefill.hpp"
+
 #include "llmkit/pack/best_fit.hpp"
 #include "llmkit/pack/first_fit.hpp"
 #include "llmkit/pack/length_distribution.hpp"

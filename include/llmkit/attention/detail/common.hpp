@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/attention/detail/common.hpp
+/// What the prefill and decode kernels share: the head_dim dispatch, the
+/// per-thread scratch, and the checks of the arguments every call takes.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/dispatch.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/kv/kv_view.hpp"
+#include "llmkit/simd/arch.hpp"
+
+namespace llmkit::attention::detail {
+
+/// Calls fn(std::integral_constant<std::size_t, D>{}) for the supported head
+/// dims, else throws llmkit::error naming `head_dim`.
+template <class Fn>
+decltype(auto) dispatch_head_dim(std::size_t head_dim, Fn&& fn) {
+  return llmkit::dispatch<std::size_t{8}, std::size_t{16}, std::size_t{32}, std::size_t{64}, std::size_t{80},
+                          std::size_t{96}, std::size_t{112}, std::size_t{128}, std::size_t{256}>(
+      head_dim, std::forward<Fn>(fn), "head_dim (supported: 8 16 32 64 80 96 112 128 256)");
+}
+
+/// The arch a kernel for head dim D runs on: Arch when D fills whole
+/// registers, else the scalar path (tiny head dims only).
+template <class Arch, std::size_t D>
+using arch_for_head_dim = std::conditional_t<simd::is_scalar_v<Arch> || D % simd::float_lanes<Arch> == 0, Arch,
+                                             simd::scalar>;
+
+/// Grow-only per-thread buffers: kernels never allocate once warm.
+struct scratch {
+  aligned_vector<float> a, b, c, d, e, f, g, h;
+  static scratch& local() {
+    thread_local scratch s;
+    return s;
+  }
+};
+
+/// Resizes `buffer` to at least n elements and returns its data.
+inline float* ensure(aligned_vector<float>& buffer, std::size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+/// Checks the arguments both kernels share and returns the GQA group size.
+template <class Cache>
+std::size_t check_heads(const char* kernel, const Cache& cache, std::size_t layer, std::size_t n_heads,
+                        float scale, float softcap) {
+  const kv::kv_shape shape = cache.shape();
+  LLMKIT_CHECK(layer < shape.n_layers, kernel, ": layer ", layer, " is out of range (n_layers = ", shape.n_layers,
+               ")");
+  LLMKIT_CHECK(shape.n_kv_heads > 0, kernel, ": the cache has n_kv_heads = 0");
+  LLMKIT_CHECK(n_heads > 0 && n_heads % shape.n_kv_heads == 0, kernel, ": n_heads = ", n_heads,
+               " is not a positive multiple of the cache's n_kv_heads = ", shape.n_kv_heads);
+  LLMKIT_CHECK(std::isfinite(scale) && scale >= 0.0f, kernel, ": scale must be finite and >= 0, got ", scale);
+  LLMKIT_CHECK(std::isfinite(softcap) && softcap >= 0.0f, kernel, ": softcap must be finite and >= 0, got ",
+               softcap);
+  return n_heads / shape.n_kv_heads;
+}
+
+/// The softmax scale of a call: `scale`, or 1/sqrt(head_dim) when 0.
+inline float effective_scale(float scale, std::size_t head_dim) {
+  return scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+}  // namespace llmkit::attention::detail

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/attention/detail/kv_rows.hpp
+/// Reading K/V rows out of any `kv_readable` cache in tiles:
+/// - `row_tile<T, N>`: up to N raw rows (pointers, int8 scales, positions);
+/// - `row_walker`: walks the chunks of one (sequence, layer, KV head) in
+///   order and fills tiles, crossing chunk boundaries anywhere;
+/// - `row_to_f32<Arch>`: converts one stored row (f32, f16, bf16, int8 with
+///   scale) to f32, vectorised where the arch has the instructions.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "llmkit/core/dtype.hpp"
+#include "llmkit/attention/detail/vec.hpp"
+#include "llmkit/kv/kv_view.hpp"
+#include "llmkit/simd/arch.hpp"
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace llmkit::attention::detail {
+
+/// Up to N consecutive rows of one (sequence, layer, KV head).
+template <class T, std::size_t N>
+struct row_tile {
+  const T* k[N];
+  const T* v[N];
+  float k_scale[N];
+  float v_scale[N];
+  std::int32_t pos[N];
+  std::size_t n = 0;
+  std::int32_t pos_min = 0;
+  std::int32_t pos_max = 0;
+};
+
+/// A cache seen through two function pointers: kernels are compiled once per
+/// storage type, not once per cache type (one indirect call per chunk).
+template <class T>
+struct chunk_source {
+  const void* cache = nullptr;
+  std::size_t (*n_chunks_fn)(const void*, kv::seq_id) = nullptr;
+  kv::kv_chunk<T> (*chunk_fn)(const void*, kv::seq_id, std::size_t, std::size_t, std::size_t) = nullptr;
+
+  std::size_t n_chunks(kv::seq_id s) const { return n_chunks_fn(cache, s); }
+  kv::kv_chunk<T> chunk(kv::seq_id s, std::size_t layer, std::size_t kv_head, std::size_t i) const {
+    return chunk_fn(cache, s, layer, kv_head, i);
+  }
+};
+
+template <class Cache>
+chunk_source<typename Cache::storage_type> make_chunk_source(const Cache& cache) {
+  chunk_source<typename Cache::storage_type> src;
+  src.cache = &cache;
+  src.n_chunks_fn = [](const void* c, kv::seq_id s) -> std::size_t {
+    return static_cast<const Cache*>(c)->n_chunks(s);
+  };
+  src.chunk_fn = [](const void* c, kv::seq_id s, std::size_t layer, std::size_t head, std::size_t i) {
+    return static_cast<const Cache*>(c)->chunk(s, layer, head, i);
+  };
+  return src;
+}
+
+/// Walks the rows of (seq, layer, kv_head) chunk by chunk.
+template <class T>
+class row_walker {
+ public:
+  /// Starts at row `first_row` (in chunk order) of the sequence.
+  row_walker(const chunk_source<T>& cache, kv::seq_id seq, std::size_t layer, std::size_t kv_head,
+             std::size_t first_row)
+      : cache_(cache), seq_(seq), layer_(layer), kv_head_(kv_head), n_chunks_(cache.n_chunks(seq)) {
+    load_chunk();
+    while (first_row > 0 && chunk_index_ < n_chunks_) {
+      const std::size_t take = std::min(first_row, chunk_.n_tokens - offset_);
+      offset_ += take;
+      first_row -= take;
+      if (offset_ == chunk_.n_tokens) next_chunk();
+    }
+  }
+
+  /// Fills `tile` with the next min(max_rows, N) rows (fewer only at the end).
+  template <std::size_t N>
+  void next(row_tile<T, N>& tile, std::size_t max_rows) {
+    tile.n = 0;
+    tile.pos_min = std::numeric_limits<std::int32_t>::max();
+    tile.pos_max = std::numeric_limits<std::int32_t>::min();
+    max_rows = std::min(max_rows, N);
+    while (tile.n < max_rows && chunk_index_ < n_chunks_) {
+      const std::size_t take = std::min(max_rows - tile.n, chunk_.n_tokens - offset_);
+      for (std::size_t t = 0; t < take; ++t) {
+        const std::size_t row = offset_ + t;
+        const std::size_t i = tile.n + t;
+        tile.k[i] = chunk_.k + row * chunk_.row_stride;
+        tile.v[i] = chunk_.v + row * chunk_.row_stride;
+        tile.k_scale[i] = chunk_.k_scale ? chunk_.k_scale[row] : 1.0f;
+        tile.v_scale[i] = chunk_.v_scale ? chunk_.v_scale[row] : 1.0f;
+        tile.pos[i] = chunk_.first_pos + static_cast<std::int32_t>(row);
+      }
+      if (take > 0) {
+        // Rows of a chunk have increasing positions.
+        tile.pos_min = std::min(tile.pos_min, tile.pos[tile.n]);
+        tile.pos_max = std::max(tile.pos_max, tile.pos[tile.n + take - 1]);
+      }
+      tile.n += take;
+      offset_ += take;
+      if (offset_ == chunk_.n_tokens) next_chunk();
+    }
+  }
+
+ private:
+  void load_chunk() {
+    // Empty chunks are skipped so offset_ < chunk_.n_tokens while rows remain.
+    while (chunk_index_ < n_chunks_) {
+      chunk_ = cache_.chunk(seq_, layer_, kv_head_, chunk_index_);
+      if (chunk_.n_tokens > 0) return;
+      ++chunk_index_;
+    }
+  }
+  void next_chunk() {
+    ++chunk_index_;
+    offset_ = 0;
+    load_chunk();
+  }
+
+  const chunk_source<T>& cache_;
+  kv::seq_id seq_;
+  std::size_t layer_;
+  std::size_t kv_head_;
+  std::size_t n_chunks_;
+  std::size_t chunk_index_ = 0;
+  std::size_t offset_ = 0;
+  kv::kv_chunk<T> chunk_{};
+};
+
+/// Largest position stored for `seq` (chunks of layer 0, KV head 0), or
+/// INT32_MIN when the sequence holds no rows.
+template <class Cache>
+std::int32_t last_position(const Cache& cache, kv::seq_id seq) {
+  std::int32_t last = std::numeric_limits<std::int32_t>::min();
+  const std::size_t n = cache.n_chunks(seq);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = cache.chunk(seq, 0, 0, i);
+    if (c.n_tokens > 0) last = std::max(last, c.first_pos + static_cast<std::int32_t>(c.n_tokens) - 1);
+  }
+  return last;
+}
+
+/// dst[0, n) = src[0, n) * scale converted to f32 (the scale matters only
+/// for int8 storage).
+template <class Arch, class T>
+inline void row_to_f32(const T* src, float scale, float* dst, std::size_t n) noexcept {
+  std::size_t i = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(src, src + n, dst);
+    return;
+  }
+#if defined(__AVX512F__)
+  if constexpr (has_avx512<Arch>) {
+    for (; i + 16 <= n; i += 16) {
+      __m512 x;
+      if constexpr (std::is_same_v<T, f16>) {
+        x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+      } else if constexpr (std::is_same_v<T, bf16>) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+        x = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+      } else {
+        static_assert(std::is_same_v<T, std::int8_t>, "row_to_f32: unsupported storage type");
+        const __m512i w = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+        x = _mm512_mul_ps(_mm512_cvtepi32_ps(w), _mm512_set1_ps(scale));
+      }
+      _mm512_storeu_ps(dst + i, x);
+    }
+  }
+#endif
+#if defined(__AVX2__) && defined(__F16C__)
+  if constexpr (has_avx2<Arch> && !has_avx512<Arch>) {
+    for (; i + 8 <= n; i += 8) {
+      __m256 x;
+      if constexpr (std::is_same_v<T, f16>) {
+        x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+      } else if constexpr (std::is_same_v<T, bf16>) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+        x = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+      } else {
+        static_assert(std::is_same_v<T, std::int8_t>, "row_to_f32: unsupported storage type");
+        const __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i)));
+        x = _mm256_mul_ps(_mm256_cvtepi32_ps(w), _mm256_set1_ps(scale));
+      }
+      _mm256_storeu_ps(dst + i, x);
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    if constexpr (std::is_same_v<T, std::int8_t>) dst[i] = static_cast<float>(src[i]) * scale;
+    else dst[i] = to_f32(src[i]);
+  }
+}
+
+}  // namespace llmkit::attention::detail

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/attention/detail/vec.hpp
+/// The handful of vector operations the attention kernels use, on one type
+/// `vec<Arch>`: `xsimd::batch<float, Arch>` for xsimd archs and a one-lane
+/// `scalar_vec` for `simd::scalar`, so every kernel is written once and the
+/// scalar instantiation is plain C++ (the partner of the test oracles).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "llmkit/simd/arch.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace llmkit::attention::detail {
+
+/// One float in a "vector" of one lane.
+struct scalar_vec {
+  float value = 0.0f;
+  static constexpr std::size_t size = 1;
+  scalar_vec() = default;
+  scalar_vec(float v) : value(v) {}  // NOLINT: broadcast, like xsimd::batch
+  friend scalar_vec operator+(scalar_vec a, scalar_vec b) { return a.value + b.value; }
+  friend scalar_vec operator-(scalar_vec a, scalar_vec b) { return a.value - b.value; }
+  friend scalar_vec operator*(scalar_vec a, scalar_vec b) { return a.value * b.value; }
+};
+
+template <class Arch>
+using vec = std::conditional_t<simd::is_scalar_v<Arch>, scalar_vec, xsimd::batch<float, Arch>>;
+
+template <class Arch>
+inline constexpr std::size_t lanes = vec<Arch>::size;
+
+template <class Arch>
+inline vec<Arch> vload(const float* p) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) return scalar_vec(*p);
+  else return vec<Arch>::load_unaligned(p);
+}
+template <class Arch>
+inline void vstore(float* p, vec<Arch> v) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) *p = v.value;
+  else v.store_unaligned(p);
+}
+template <class Arch>
+inline vec<Arch> vfma(vec<Arch> a, vec<Arch> b, vec<Arch> c) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) return scalar_vec(a.value * b.value + c.value);
+  else return xsimd::fma(a, b, c);
+}
+template <class Arch>
+inline vec<Arch> vmax(vec<Arch> a, vec<Arch> b) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) return scalar_vec(std::max(a.value, b.value));
+  else return xsimd::max(a, b);
+}
+template <class Arch>
+inline vec<Arch> vexp(vec<Arch> a) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) return scalar_vec(std::exp(a.value));
+  else return xsimd::exp(a);
+}
+template <class Arch>
+inline vec<Arch> vtanh(vec<Arch> a) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) return scalar_vec(std::tanh(a.value));
+  else return xsimd::tanh(a);
+}
+/// m where m is finite, 0 where m == -inf: the safe softmax shift of a row
+/// that has seen no visible key yet (exp(-inf - 0) == 0, never NaN).
+template <class Arch>
+inline vec<Arch> vfinite_or_zero(vec<Arch> m) noexcept {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  if constexpr (simd::is_scalar_v<Arch>) return scalar_vec(m.value == ninf ? 0.0f : m.value);
+  else return xsimd::select(m == vec<Arch>(ninf), vec<Arch>(0.0f), m);
+}
+/// Sum of all lanes.
+template <class Arch>
+inline float vhadd(vec<Arch> v) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) return v.value;
+  else return xsimd::hadd(v);
+}
+template <class Arch>
+inline constexpr bool has_avx512 = [] {
+  if constexpr (simd::is_scalar_v<Arch>) return false;
+  else return std::is_base_of_v<xsimd::avx512f, Arch>;
+}();
+template <class Arch>
+inline constexpr bool has_avx2 = [] {
+  if constexpr (simd::is_scalar_v<Arch>) return false;
+  else return std::is_base_of_v<xsimd::avx2, Arch>;
+}();
+
+#if defined(__AVX512F__)
+/// 16 registers -> one register of their sums. xsimd 8.1's avx512 haddp
+/// returns the sums in a permuted order (2<->4, 3<->5, 10<->12, 11<->13),
+/// so llmkit folds them itself: pairs within 128-bit lanes, then across.
+inline __m512 haddp16(const __m512* r) noexcept {
+  __m512 x[8], z[4];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a, b, a, b] partial sums
+    x[i] = _mm512_add_ps(_mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)  // per 128-bit lane: [a, b, c, d]
+    z[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+#endif
+
+/// result[i] = sum of the lanes of rows[i], for i < lanes<Arch>.
+template <class Arch>
+inline vec<Arch> vhaddp(const vec<Arch>* rows) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) {
+    return rows[0];
+  } else {
+#if defined(__AVX512F__)
+    if constexpr (has_avx512<Arch>) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = rows[i];
+      return haddp16(r);
+    }
+#endif
+    return xsimd::haddp(rows);
+  }
+}
+
+}  // namespace llmkit::attention::detail

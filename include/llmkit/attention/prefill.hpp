@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/attention/prefill.hpp
+/// Masked attention of a packed batch of query tokens against a KV cache
+/// (prefill, chunked prefill, speculative verification), flash-attention
+/// style: key tiles stream through an online softmax, no score matrix is
+/// materialised, hidden tiles are skipped and fully visible tiles skip the
+/// mask test.
+///
+/// Use from a model layer, after the layer stored the batch's new K/V rows:
+/// @code
+///   attention::prefill({.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids,
+///                       .layer = l, .n_heads = 32}, cache, attention::causal_mask{}, pool);
+/// @endcode
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "llmkit/attention/detail/common.hpp"
+#include "llmkit/attention/detail/kv_rows.hpp"
+#include "llmkit/attention/detail/mask_ref.hpp"
+#include "llmkit/attention/detail/prefill_kernels.hpp"
+#include "llmkit/attention/mask.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/core/executor.hpp"
+#include "llmkit/kv/kv_view.hpp"
+#include "llmkit/simd/arch.hpp"
+
+namespace llmkit::attention {
+
+/// Arguments of `prefill`. Sequence i of the batch owns query tokens
+/// [cu_seqlens[i], cu_seqlens[i + 1]); they are the LAST n_i positions of
+/// sequence seq_ids[i] in the cache (their K/V rows are already stored), so
+/// query t of the sequence sits at position last_pos - (n_i - 1 - t), where
+/// last_pos is the largest position the cache holds for that sequence.
+struct prefill_params {
+  std::span<const float> q;                   ///< [n_tokens, n_heads, head_dim] queries
+  std::span<float> out;                       ///< [n_tokens, n_heads, head_dim] results
+  std::span<const std::int32_t> cu_seqlens;   ///< [n_seqs + 1] token offsets, cu_seqlens[0] == 0
+  std::span<const kv::seq_id> seq_ids;        ///< [n_seqs] cache sequence of each batch sequence
+  std::size_t layer = 0;                      ///< layer whose K/V are read
+  std::size_t n_heads = 0;                    ///< query heads, a multiple of the cache's n_kv_heads
+  float scale = 0.0f;                         ///< softmax scale; 0 means 1/sqrt(head_dim)
+  float softcap = 0.0f;                       ///< logit soft-capping cap*tanh(s/cap); 0 disables
+};
+
+namespace detail {
+
+struct prefill_tile_desc {
+  std::size_t seq;            // index into the batch
+  std::size_t first_token;    // index of the tile's first token in the batch
+  std::size_t n_tokens;       // tokens in the tile
+  std::int32_t first_pos;     // position of its first token
+};
+
+/// Everything a prefill task needs; tasks are (tile, KV head) pairs.
+template <class T>
+struct prefill_job {
+  const prefill_params* params = nullptr;
+  chunk_source<T> source;
+  mask_ref mask;
+  std::size_t group = 1;
+  std::size_t n_kv_heads = 1;
+  float scale = 1.0f;
+  std::vector<prefill_tile_desc> tiles;
+};
+
+/// Query tokens per task: about 64 query rows (tokens x the heads sharing
+/// one KV head) per block.
+inline std::size_t prefill_tile_tokens(std::size_t group) { return std::max<std::size_t>(1, 64 / group); }
+
+template <class Arch, std::size_t D, class T>
+void prefill_task(const prefill_job<T>& job, std::size_t task) {
+  using K = prefill_kernels<Arch, D>;
+  constexpr std::size_t L = K::L;
+  constexpr std::size_t KT = K::key_tile;
+  const prefill_params& p = *job.params;
+  const std::size_t group = job.group;
+  const prefill_tile_desc tile = job.tiles[task / job.n_kv_heads];
+  const std::size_t h = task % job.n_kv_heads;
+  const std::size_t rows = tile.n_tokens * group;
+  const std::size_t qld = (rows + L - 1) / L * L;
+  const std::size_t n_rv = qld / L;
+
+  scratch& s = scratch::local();
+  float* qt = ensure(s.a, D * qld);
+  float* o = ensure(s.b, rows * D);
+  float* st = ensure(s.c, KT * qld);
+  float* m = ensure(s.d, qld);
+  float* l = ensure(s.e, qld);
+  float* alpha = ensure(s.f, qld);
+  float* kf = ensure(s.g, KT * D);
+  float* vf = ensure(s.h, KT * D);
+
+  // Row r = token (r / group), head h * group + (r % group): the heads of
+  // one token that share KV head h are adjacent in q.
+  const float* q = p.q.data();
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* src = q + ((tile.first_token + r / group) * p.n_heads + h * group + r % group) * D;
+    for (std::size_t d = 0; d < D; ++d) qt[d * qld + r] = src[d] * job.scale;
+  }
+  for (std::size_t d = 0; d < D; ++d)
+    for (std::size_t r = rows; r < qld; ++r) qt[d * qld + r] = 0.0f;
+  std::fill(o, o + rows * D, 0.0f);
+  std::fill(m, m + qld, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + qld, 0.0f);
+
+  const std::int32_t q_first = tile.first_pos;
+  const std::int32_t q_last = tile.first_pos + static_cast<std::int32_t>(tile.n_tokens) - 1;
+  const float* kp[KT];
+  const float* vp[KT];
+  row_tile<T, KT> rt;
+  row_walker<T> walker(job.source, p.seq_ids[tile.seq], p.layer, h, 0);
+  for (;;) {
+    walker.next(rt, KT);
+    if (rt.n == 0) break;
+    const tile_visibility vis = job.mask.classify(q_first, q_last, rt.pos_min, rt.pos_max);
+    if (vis == tile_visibility::hidden) continue;
+    for (std::size_t j = 0; j < rt.n; ++j) {
+      if constexpr (std::is_same_v<T, float>) {
+        kp[j] = rt.k[j];
+        vp[j] = rt.v[j];
+      } else {
+        row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * D, D);
+        row_to_f32<Arch>(rt.v[j], rt.v_scale[j], vf + j * D, D);
+        kp[j] = kf + j * D;
+        vp[j] = vf + j * D;
+      }
+    }
+    K::scores(qt, qld, n_rv, kp, rt.n, st);
+    if (p.softcap > 0.0f) K::soft_cap(st, qld, n_rv, rt.n, p.softcap);
+    if (vis == tile_visibility::partial) job.mask.apply(st, qld, rows, group, q_first, rt.pos, rt.n);
+    K::softmax_update(st, qld, n_rv, rt.n, m, l, alpha);
+    K::accumulate(o, rows, alpha, st, qld, vp, rt.n);
+  }
+  float* out = p.out.data();
+  for (std::size_t r = 0; r < rows; ++r)
+    K::finish_row(o + r * D, l[r], out + ((tile.first_token + r / group) * p.n_heads + h * group + r % group) * D);
+}
+
+}  // namespace detail
+
+/// Attention of every query token of a packed batch against its sequence's
+/// cached keys and values, under `mask` (positions as described at
+/// `prefill_params`). GQA: query head h reads KV head h / (n_heads /
+/// n_kv_heads). Accumulates in f32 whatever the cache's storage type. A
+/// query that sees no key gets a zero output row.
+///
+/// Work is split into (query block, KV head) tasks run through `exec`; each
+/// thread uses its own grow-only scratch, so a warm call allocates only the
+/// small task list.
+///
+/// @pre q.size() == out.size() == cu_seqlens.back() * n_heads * head_dim;
+///      seq_ids.size() + 1 == cu_seqlens.size(); each sequence holds at least
+///      as many tokens as it has queries; head_dim is one of 8 16 32 64 80 96
+///      112 128 256. Violations throw llmkit::error (the cache itself reports
+///      unknown sequences).
+template <class Arch = simd::default_arch, kv::kv_readable Cache, mask_policy Mask = causal_mask,
+          executor Exec = serial_executor>
+void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {}, Exec&& exec = {}) {
+  const std::size_t group = detail::check_heads("prefill", cache, p.layer, p.n_heads, p.scale, p.softcap);
+  const std::size_t head_dim = cache.shape().head_dim;
+  LLMKIT_CHECK(p.cu_seqlens.size() == p.seq_ids.size() + 1, "prefill: cu_seqlens.size() = ", p.cu_seqlens.size(),
+               " must be seq_ids.size() + 1 = ", p.seq_ids.size() + 1);
+  LLMKIT_CHECK(p.cu_seqlens[0] == 0, "prefill: cu_seqlens[0] must be 0, got ", p.cu_seqlens[0]);
+  for (std::size_t i = 1; i < p.cu_seqlens.size(); ++i)
+    LLMKIT_CHECK(p.cu_seqlens[i] >= p.cu_seqlens[i - 1], "prefill: cu_seqlens[", i, "] = ", p.cu_seqlens[i],
+                 " is below cu_seqlens[", i - 1, "] = ", p.cu_seqlens[i - 1]);
+  const auto n_tokens = static_cast<std::size_t>(p.cu_seqlens.back());
+  const std::size_t expected = n_tokens * p.n_heads * head_dim;
+  LLMKIT_CHECK(p.q.size() == expected, "prefill: q.size() = ", p.q.size(), " must be n_tokens * n_heads * head_dim = ",
+               n_tokens, " * ", p.n_heads, " * ", head_dim, " = ", expected);
+  LLMKIT_CHECK(p.out.size() == expected, "prefill: out.size() = ", p.out.size(),
+               " must be n_tokens * n_heads * head_dim = ", expected);
+  std::vector<std::int32_t> last_pos(p.seq_ids.size());
+  for (std::size_t i = 0; i < p.seq_ids.size(); ++i) {
+    const auto n_q = static_cast<std::size_t>(p.cu_seqlens[i + 1] - p.cu_seqlens[i]);
+    const std::size_t n_cached = cache.n_tokens(p.seq_ids[i]);
+    LLMKIT_CHECK(n_q <= n_cached, "prefill: sequence ", p.seq_ids[i], " (batch index ", i, ") has ", n_q,
+                 " queries but only ", n_cached, " cached tokens; store the new K/V rows first");
+    last_pos[i] = n_q > 0 ? detail::last_position(cache, p.seq_ids[i]) : 0;
+  }
+  if (n_tokens == 0) return;
+
+  using T = typename Cache::storage_type;
+  detail::prefill_job<T> job;
+  job.params = &p;
+  job.source = detail::make_chunk_source(cache);
+  job.mask = detail::make_mask_ref(mask);
+  job.group = group;
+  job.n_kv_heads = p.n_heads / group;
+  job.scale = detail::effective_scale(p.scale, head_dim);
+  const std::size_t tile_tokens = detail::prefill_tile_tokens(group);
+  for (std::size_t i = 0; i + 1 < p.cu_seqlens.size(); ++i) {
+    const auto first = static_cast<std::size_t>(p.cu_seqlens[i]);
+    const auto n_q = static_cast<std::size_t>(p.cu_seqlens[i + 1]) - first;
+    const std::int32_t pos0 = last_pos[i] - static_cast<std::int32_t>(n_q) + 1;
+    for (std::size_t t = 0; t < n_q; t += tile_tokens)
+      job.tiles.push_back({i, first + t, std::min(tile_tokens, n_q - t), pos0 + static_cast<std::int32_t>(t)});
+  }
+  using task_fn = void (*)(const detail::prefill_job<T>&, std::size_t);
+  const task_fn run = detail::dispatch_head_dim(head_dim, [](auto d) -> task_fn {
+    constexpr std::size_t D = decltype(d)::value;
+    return &detail::prefill_task<detail::arch_for_head_dim<Arch, D>, D, T>;
+  });
+  exec.parallel_for(job.tiles.size() * job.n_kv_heads, [&](std::size_t task) { run(job, task); });
+}
+
+}  // namespace llmkit::attention

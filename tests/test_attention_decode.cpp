@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: MIT
+// attention/decode.hpp against the double-precision oracle.
+#include <llmkit/attention/decode.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "reference/attention_reference.hpp"
+
+using namespace llmkit;
+using namespace llmkit::attention;
+using llmkit::test::chunked_test_cache;
+
+namespace {
+
+std::vector<float> uniform(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& e : x) e = u(rng);
+  return x;
+}
+
+struct decode_case {
+  std::size_t n_kv_heads = 2;
+  std::size_t group = 4;
+  std::size_t head_dim = 64;
+  std::vector<std::size_t> n_cached;  // per sequence
+  std::size_t max_chunk = 40;
+  std::size_t rotate = 0;
+  std::size_t split = 0;  // kv_split_tokens
+  float scale = 0.0f;
+  float softcap = 0.0f;
+};
+
+struct errors {
+  double stored = 0.0;
+  double original = 0.0;
+  bool finite = true;
+  std::vector<float> out;
+};
+
+template <class T, class Arch = simd::default_arch, class Mask = causal_mask, class Exec = serial_executor>
+errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec&& exec = {}) {
+  std::mt19937 rng(seed);
+  const kv::kv_shape shape{1, c.n_kv_heads, c.head_dim};
+  chunked_test_cache<T> cache(shape);
+  chunked_test_cache<float> exact(shape);
+  const std::size_t n_seqs = c.n_cached.size();
+  std::vector<kv::seq_id> ids(n_seqs);
+  for (std::size_t i = 0; i < n_seqs; ++i) {
+    ids[i] = static_cast<kv::seq_id>(3 * i + 1);
+    const std::size_t n = c.n_cached[i];
+    const auto k = uniform(n * c.n_kv_heads * c.head_dim, rng);
+    const auto v = uniform(k.size(), rng);
+    const auto chunks = llmkit::test::random_chunks(n, c.max_chunk, rng);
+    cache.add_sequence(ids[i], n, k, v, chunks, 0, c.rotate);
+    exact.add_sequence(ids[i], n, k, v, chunks, 0, c.rotate);
+  }
+  const std::size_t n_heads = c.n_kv_heads * c.group, row = n_heads * c.head_dim;
+  const auto q = uniform(n_seqs * row, rng);
+  errors e;
+  e.out.assign(q.size(), std::nanf(""));
+  decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
+                .softcap = c.softcap, .kv_split_tokens = c.split},
+               cache, mask, exec);
+  const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  auto vis = [&](std::int32_t qp, std::int32_t kp) { return mask.visible(qp, kp); };
+  for (std::size_t i = 0; i < n_seqs; ++i) {
+    const std::span<const float> qi(q.data() + i * row, row);
+    const std::int32_t pos[1] = {llmkit::test::reference_last_position(cache, ids[i])};
+    const auto ref = llmkit::test::reference_attention(cache, ids[i], 0, qi, pos, n_heads, scale, c.softcap, vis);
+    const auto ref0 = llmkit::test::reference_attention(exact, ids[i], 0, qi, pos, n_heads, scale, c.softcap, vis);
+    for (std::size_t x = 0; x < row; ++x) {
+      const double o = e.out[i * row + x];
+      if (!std::isfinite(o)) e.finite = false;
+      e.stored = std::max(e.stored, std::fabs(o - ref[x]));
+      e.original = std::max(e.original, std::fabs(o - ref0[x]));
+    }
+  }
+  return e;
+}
+
+constexpr double f32_tolerance = 1e-5;
+
+}  // namespace
+
+TEST_CASE("decode: batches of different lengths across block boundaries (1..4097)") {
+  decode_case c;
+  c.n_cached = {1, 2, 15, 16, 17, 31, 33, 255, 256, 257, 1000, 4095, 4097};
+  c.max_chunk = 70;
+  for (const std::size_t split : {0u, 16u, 100u, 1024u}) {
+    INFO("kv_split_tokens = " << split);
+    c.split = split;
+    const auto e = run_case<float>(c, causal_mask{}, 1);
+    REQUIRE(e.finite);
+    REQUIRE(e.stored < f32_tolerance);
+  }
+  c.split = 48;
+  const auto s = run_case<float, simd::scalar>(c, causal_mask{}, 2);
+  REQUIRE(s.stored < f32_tolerance);
+}
+
+TEST_CASE("decode: every head_dim and GQA ratio 1..8") {
+  std::mt19937 rng(3);
+  for (std::size_t head_dim : {8u, 16u, 32u, 64u, 80u, 96u, 112u, 128u, 256u})
+    for (std::size_t group = 1; group <= 8; ++group) {
+      INFO("head_dim = " << head_dim << ", group = " << group);
+      decode_case c;
+      c.head_dim = head_dim;
+      c.group = group;
+      c.n_kv_heads = 1 + rng() % 3;
+      c.n_cached = {1 + rng() % 300, 1 + rng() % 40};
+      c.max_chunk = 1 + rng() % 64;
+      c.split = rng() % 2 ? 32 : 0;
+      const auto e = run_case<float>(c, causal_mask{}, static_cast<std::uint32_t>(rng()));
+      REQUIRE(e.finite);
+      REQUIRE(e.stored < f32_tolerance);
+    }
+}
+
+TEST_CASE("decode: masks (sliding window over a ring, prefix-LM, custom) and soft-capping") {
+  decode_case c;
+  c.n_cached = {300, 64, 65, 7};
+  c.rotate = 3;
+  c.split = 64;
+  c.max_chunk = 30;
+  auto every_third = [](position q, position k) { return k <= q && k % 3 == 0; };
+  for (const auto& e : {run_case<float>(c, sliding_window_mask(50, 4), 4), run_case<float>(c, sliding_window_mask(1), 5),
+                        run_case<float>(c, prefix_lm_mask(20), 6), run_case<float>(c, custom_mask{every_third}, 7),
+                        run_case<float>(c, no_mask{}, 8)}) {
+    REQUIRE(e.finite);
+    REQUIRE(e.stored < f32_tolerance);
+  }
+  c.softcap = 4.0f;
+  c.scale = 0.4f;
+  c.head_dim = 128;
+  const auto e = run_case<float>(c, causal_mask{}, 9);
+  REQUIRE(e.stored < f32_tolerance);
+}
+
+TEST_CASE("decode: a query that sees nothing gives zeros, also across splits") {
+  decode_case c;
+  c.n_cached = {500, 3};
+  c.split = 64;
+  auto nothing = [](position, position) { return false; };
+  const auto e = run_case<float>(c, custom_mask{nothing}, 10);
+  REQUIRE(e.finite);
+  REQUIRE(std::all_of(e.out.begin(), e.out.end(), [](float x) { return x == 0.0f; }));
+  // Only the first split sees keys: the others merge as empty.
+  auto first_only = [](position, position k) { return k < 10; };
+  const auto f = run_case<float>(c, custom_mask{first_only}, 11);
+  REQUIRE(f.finite);
+  REQUIRE(f.stored < f32_tolerance);
+}
+
+TEST_CASE("decode: f16, bf16 and int8 storage") {
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 3; ++trial) {
+    decode_case c;
+    c.head_dim = trial == 1 ? 96 : 128;
+    c.n_cached = {1 + rng() % 2000, 1 + rng() % 100, 17};
+    c.max_chunk = 1 + rng() % 100;
+    c.split = trial == 2 ? 128 : 0;
+    const auto seed = static_cast<std::uint32_t>(rng());
+    const auto h = run_case<f16>(c, causal_mask{}, seed);
+    const auto b = run_case<bf16>(c, causal_mask{}, seed);
+    const auto i8 = run_case<std::int8_t>(c, causal_mask{}, seed);
+    const auto hs = run_case<f16, simd::scalar>(c, causal_mask{}, seed);
+    for (const auto* e : {&h, &b, &i8, &hs}) {
+      REQUIRE(e->finite);
+      REQUIRE(e->stored < f32_tolerance);
+    }
+    REQUIRE(h.original < 1e-3);
+    REQUIRE(b.original < 8e-3);
+    REQUIRE(i8.original < 1.5e-2);
+    REQUIRE(b.original > h.original);
+  }
+}
+
+TEST_CASE("decode: thread pool and split-KV agree with serial") {
+  decode_case c;
+  c.n_kv_heads = 1;
+  c.group = 8;
+  c.n_cached = {3000, 10};
+  thread_pool pool(2);
+  const auto serial = run_case<float>(c, causal_mask{}, 13);
+  c.split = 0;  // automatic: splits on 2 threads with one KV head
+  const auto pooled = run_case<float>(c, causal_mask{}, 13, pool);
+  REQUIRE(pooled.stored < f32_tolerance);
+  double diff = 0.0;
+  for (std::size_t i = 0; i < serial.out.size(); ++i)
+    diff = std::max(diff, static_cast<double>(std::fabs(serial.out[i] - pooled.out[i])));
+  REQUIRE(diff < 1e-6);
+  // Tasks are independent of the executor: same split, same bits.
+  c.split = 256;
+  const auto a = run_case<float>(c, causal_mask{}, 14);
+  const auto b = run_case<float>(c, causal_mask{}, 14, pool);
+  REQUIRE(a.out == b.out);
+}
+
+TEST_CASE("decode: a caller workspace is reused without growing") {
+  std::mt19937 rng(15);
+  chunked_test_cache<float> cache({1, 2, 64});
+  const auto k = uniform(1000 * 2 * 64, rng);
+  cache.add_sequence(0, 1000, k, k, {500, 500});
+  const std::vector<kv::seq_id> ids{0};
+  const auto q = uniform(4 * 64, rng);
+  std::vector<float> out(q.size());
+  decode_workspace ws;
+  decode_params p{.q = q, .out = out, .seq_ids = ids, .n_heads = 4, .kv_split_tokens = 100, .workspace = &ws};
+  decode(p, cache);
+  const auto* data = ws.partial.data();
+  const auto size = ws.partial.size();
+  REQUIRE(size >= 10 * 4 * 66);
+  decode(p, cache);
+  REQUIRE(ws.partial.data() == data);
+  REQUIRE(ws.partial.size() == size);
+}
+
+TEST_CASE("decode: bad input raises llmkit::error naming the argument") {
+  std::mt19937 rng(16);
+  chunked_test_cache<float> cache({2, 2, 64});
+  const auto k = uniform(2 * 5 * 2 * 64, rng);
+  cache.add_sequence(9, 5, k, k, {5});
+  cache.add_sequence(10, 0, {}, {}, {});
+  const std::vector<kv::seq_id> ids{9};
+  const auto q = uniform(6 * 64, rng);
+  std::vector<float> out(q.size());
+  const decode_params p{.q = q, .out = out, .seq_ids = ids, .layer = 1, .n_heads = 6};
+  REQUIRE_NOTHROW(decode(p, cache));
+  auto bad = p;
+  bad.n_heads = 5;
+  REQUIRE_THROWS_WITH(decode(bad, cache), "decode: n_heads = 5 is not a positive multiple of the cache's n_kv_heads = 2");
+  bad = p;
+  bad.n_heads = 0;
+  REQUIRE_THROWS_WITH(decode(bad, cache), "decode: n_heads = 0 is not a positive multiple of the cache's n_kv_heads = 2");
+  bad = p;
+  bad.q = std::span<const float>(q).first(64);
+  REQUIRE_THROWS_WITH(decode(bad, cache), "decode: q.size() = 64 must be n_seqs * n_heads * head_dim = 1 * 6 * 64 = 384");
+  bad = p;
+  bad.out = {};
+  REQUIRE_THROWS_WITH(decode(bad, cache), "decode: out.size() = 0 must be n_seqs * n_heads * head_dim = 384");
+  bad = p;
+  bad.layer = 7;
+  REQUIRE_THROWS_WITH(decode(bad, cache), "decode: layer 7 is out of range (n_layers = 2)");
+  const std::vector<kv::seq_id> unknown{77};
+  bad = p;
+  bad.seq_ids = unknown;
+  REQUIRE_THROWS_WITH(decode(bad, cache), "chunked_test_cache: unknown sequence 77");
+  const std::vector<kv::seq_id> empty_seq{10};
+  bad = p;
+  bad.seq_ids = empty_seq;
+  REQUIRE_THROWS_WITH(decode(bad, cache), "decode: sequence 10 (batch index 0) holds no tokens; store the query "
+                                          "token's K/V first");
+  bad = p;
+  bad.softcap = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(decode(bad, cache), "decode: softcap must be finite and >= 0, got inf");
+  // An empty batch is fine.
+  REQUIRE_NOTHROW(decode({.q = {}, .out = {}, .seq_ids = {}, .n_heads = 2}, cache));
+}
