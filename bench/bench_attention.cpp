@@ -1,0 +1,386 @@
+// SPDX-License-Identifier: MIT
+// bench_attention: masked attention kernels against the roofline.
+//
+// - decode/<dtype>/ctx:<C>/batch:<B>/threads:<T>: one decode step, 32 query
+//   heads, 8 KV heads, head_dim 128, B sequences of C tokens in a
+//   contiguous cache. Enough distinct KV sets (cache layers, rotated every
+//   iteration) that the working set is >= 1 GiB, twice the 480 MiB L3, so
+//   reads come from DRAM. kv_GBps counts the K/V bytes (rows + int8 scales)
+//   one step must read; frac_read_bw = kv_GBps / bench_roofline's sustained
+//   read bandwidth for the same thread count.
+// - decode_naive/...: the same step with Eigen products and materialised
+//   scores (K converted to f32 first), one thread: the baseline.
+// - prefill/<dtype>/<causal|packed>/tokens:<N>/threads:<T>: N query tokens
+//   against their own N cached tokens (causal: one sequence; packed: four
+//   sequences of N/4, block-diagonal causal). GFLOPs counts 4 * head_dim
+//   flops per visible (query, key) pair per head (Q.K and P.V; masked work
+//   is not counted); frac_fma_peak = GFLOPs / the measured fp32 FMA peak.
+// - prefill_naive/...: Eigen Q K^T, masked softmax, P V per sequence and
+//   head, one thread.
+//
+// Timing: one-thread runs are timed in the main thread's CPU time (as
+// bench_roofline measures its limits), so other processes time-slicing the
+// core do not count against the kernel; two-thread runs use wall time.
+//
+// LLMKIT_BENCH_SMOKE=1 shrinks sizes so the smoke run takes seconds.
+
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <llmkit/attention/decode.hpp>
+#include <llmkit/attention/prefill.hpp>
+#include <llmkit/core/dtype.hpp>
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/contiguous_cache.hpp>
+
+#include "roofline.hpp"
+
+namespace {
+
+using namespace llmkit;
+
+bool smoke() {
+  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
+  return v != nullptr && std::string(v) != "0";
+}
+
+constexpr std::size_t n_heads = 32, n_kv_heads = 8, head_dim = 128;
+
+template <class T>
+const char* dtype_label() {
+  if constexpr (std::is_same_v<T, float>) return "f32";
+  else if constexpr (std::is_same_v<T, f16>) return "f16";
+  else if constexpr (std::is_same_v<T, bf16>) return "bf16";
+  else return "int8";
+}
+
+template <class T>
+std::size_t kv_row_bytes() {  // K + V of one token and KV head
+  return 2 * (head_dim * sizeof(T) + (std::is_same_v<T, std::int8_t> ? sizeof(float) : 0));
+}
+
+/// B sequences of C tokens, in n_sets layers of a contiguous cache.
+template <class T>
+struct kv_sets {
+  std::unique_ptr<kv::contiguous_cache<T>> cache;
+  std::vector<kv::seq_id> ids;
+  std::size_t n_sets = 0;
+
+  kv_sets(std::size_t context, std::size_t batch, std::size_t sets) : n_sets(sets) {
+    cache = std::make_unique<kv::contiguous_cache<T>>(kv::kv_shape{sets, n_kv_heads, head_dim},
+                                                      kv::contiguous_cache_options{batch, context});
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const std::size_t step = std::min<std::size_t>(context, 256);
+    std::vector<float> k(step * n_kv_heads * head_dim), v(k.size());
+    for (auto& x : k) x = u(rng);
+    for (auto& x : v) x = u(rng);
+    for (std::size_t b = 0; b < batch; ++b) {
+      const kv::seq_id s = *cache->add_sequence();
+      ids.push_back(s);
+      cache->grow(s, context);
+      for (std::size_t layer = 0; layer < sets; ++layer)
+        for (std::size_t t = 0; t < context; t += step) {
+          const std::size_t n = std::min(step, context - t) * n_kv_heads * head_dim;
+          cache->store(s, layer, t, std::span<const float>(k).first(n), std::span<const float>(v).first(n));
+        }
+    }
+  }
+};
+
+/// The KV sets of the last (dtype, context, batch) asked for; the previous
+/// ones are freed first so only one working set is alive.
+template <class T>
+kv_sets<T>& sets_for(std::size_t context, std::size_t batch) {
+  static std::unique_ptr<kv_sets<T>> current;
+  static std::size_t key_context = 0, key_batch = 0;
+  if (!current || key_context != context || key_batch != batch) {
+    current.reset();
+    const std::size_t set_bytes = context * batch * n_kv_heads * kv_row_bytes<T>();
+    const std::size_t target = smoke() ? (std::size_t{8} << 20) : (std::size_t{1} << 30);
+    const std::size_t n_sets = std::clamp<std::size_t>((target + set_bytes - 1) / set_bytes, 2, 512);
+    current = std::make_unique<kv_sets<T>>(context, batch, n_sets);
+    key_context = context;
+    key_batch = batch;
+  }
+  return *current;
+}
+
+void roof_counters(benchmark::State& state, double bytes_per_iter, double flops_per_iter, std::size_t threads) {
+  const auto& roof = llmkit_bench::roofline::get();
+  if (bytes_per_iter > 0) {
+    state.counters["kv_GBps"] =
+        benchmark::Counter(bytes_per_iter * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+    state.SetBytesProcessed(static_cast<std::int64_t>(bytes_per_iter * static_cast<double>(state.iterations())));
+  }
+  if (flops_per_iter > 0)
+    state.counters["GFLOPs"] =
+        benchmark::Counter(flops_per_iter * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["roof_read_GBps"] = threads > 1 ? roof.read_gbps_all : roof.read_gbps_1t;
+  state.counters["roof_fma_GFLOPs"] = threads > 1 ? roof.fma_gflops_all : roof.fma_gflops_1t;
+}
+
+// ---------------------------------------------------------------- decode
+
+template <class T>
+void bm_decode(benchmark::State& state) {
+  const auto context = static_cast<std::size_t>(state.range(0));
+  const auto batch = static_cast<std::size_t>(state.range(1));
+  const auto threads = static_cast<std::size_t>(state.range(2));
+  kv_sets<T>& kv = sets_for<T>(context, batch);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> q(batch * n_heads * head_dim), out(q.size());
+  for (auto& x : q) x = u(rng);
+  thread_pool pool(threads);
+  attention::decode_workspace ws;
+  std::size_t layer = 0;
+  for (auto _ : state) {
+    attention::decode({.q = q, .out = out, .seq_ids = kv.ids, .layer = layer, .n_heads = n_heads, .workspace = &ws},
+                      *kv.cache, attention::causal_mask{}, pool);
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % kv.n_sets;
+  }
+  const double bytes = static_cast<double>(context * batch * n_kv_heads * kv_row_bytes<T>());
+  roof_counters(state, bytes, 0.0, threads);
+  const auto& roof = llmkit_bench::roofline::get();
+  state.counters["frac_read_bw"] = benchmark::Counter(
+      bytes * 1e-9 * static_cast<double>(state.iterations()) / (threads > 1 ? roof.read_gbps_all : roof.read_gbps_1t),
+      benchmark::Counter::kIsRate);
+  state.counters["kv_sets"] = static_cast<double>(kv.n_sets);
+}
+
+using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <class T>
+void to_matrix(const T* rows, const float* scales, std::size_t n, row_matrix& m) {
+  m.resize(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(head_dim));
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t d = 0; d < head_dim; ++d) {
+      if constexpr (std::is_same_v<T, std::int8_t>) m(t, d) = static_cast<float>(rows[t * head_dim + d]) * scales[t];
+      else m(t, d) = to_f32(rows[t * head_dim + d]);
+    }
+}
+
+template <class T>
+void bm_decode_naive(benchmark::State& state) {
+  const auto context = static_cast<std::size_t>(state.range(0));
+  const auto batch = static_cast<std::size_t>(state.range(1));
+  kv_sets<T>& kv = sets_for<T>(context, batch);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  row_matrix q(n_heads / n_kv_heads, head_dim), km, vm;
+  q.setRandom();
+  row_matrix out(n_heads / n_kv_heads, head_dim);
+  std::size_t layer = 0;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (auto _ : state) {
+    for (const kv::seq_id s : kv.ids)
+      for (std::size_t h = 0; h < n_kv_heads; ++h) {
+        const auto c = kv.cache->chunk(s, layer, h, 0);
+        if constexpr (std::is_same_v<T, float>) {
+          Eigen::Map<const row_matrix> k(c.k, static_cast<Eigen::Index>(c.n_tokens), head_dim);
+          Eigen::Map<const row_matrix> v(c.v, static_cast<Eigen::Index>(c.n_tokens), head_dim);
+          row_matrix s_mat = (q * k.transpose()) * scale;  // [group, n] materialised scores
+          for (Eigen::Index r = 0; r < s_mat.rows(); ++r) {
+            const float m = s_mat.row(r).maxCoeff();
+            s_mat.row(r) = (s_mat.row(r).array() - m).exp();
+            s_mat.row(r) /= s_mat.row(r).sum();
+          }
+          out.noalias() = s_mat * v;
+        } else {
+          to_matrix(c.k, c.k_scale, c.n_tokens, km);
+          to_matrix(c.v, c.v_scale, c.n_tokens, vm);
+          row_matrix s_mat = (q * km.transpose()) * scale;
+          for (Eigen::Index r = 0; r < s_mat.rows(); ++r) {
+            const float m = s_mat.row(r).maxCoeff();
+            s_mat.row(r) = (s_mat.row(r).array() - m).exp();
+            s_mat.row(r) /= s_mat.row(r).sum();
+          }
+          out.noalias() = s_mat * vm;
+        }
+        benchmark::DoNotOptimize(out.data());
+      }
+    layer = (layer + 1) % kv.n_sets;
+  }
+  const double bytes = static_cast<double>(context * batch * n_kv_heads * kv_row_bytes<T>());
+  roof_counters(state, bytes, 0.0, 1);
+  const auto& roof = llmkit_bench::roofline::get();
+  state.counters["frac_read_bw"] = benchmark::Counter(
+      bytes * 1e-9 * static_cast<double>(state.iterations()) / roof.read_gbps_1t, benchmark::Counter::kIsRate);
+}
+
+// ---------------------------------------------------------------- prefill
+
+/// n_seqs sequences of n tokens each (f32 or f16), all stored in layer 0.
+template <class T>
+struct prefill_data {
+  std::unique_ptr<kv::contiguous_cache<T>> cache;
+  std::vector<kv::seq_id> ids;
+  std::vector<std::int32_t> cu{0};
+  std::vector<float> q, out;
+
+  prefill_data(std::size_t n_seqs, std::size_t n) {
+    cache = std::make_unique<kv::contiguous_cache<T>>(kv::kv_shape{1, n_kv_heads, head_dim},
+                                                      kv::contiguous_cache_options{n_seqs, n});
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> k(n * n_kv_heads * head_dim), v(k.size());
+    for (std::size_t i = 0; i < n_seqs; ++i) {
+      for (auto& x : k) x = u(rng);
+      for (auto& x : v) x = u(rng);
+      const kv::seq_id s = *cache->add_sequence();
+      cache->grow(s, n);
+      cache->store(s, 0, 0, k, v);
+      ids.push_back(s);
+      cu.push_back(cu.back() + static_cast<std::int32_t>(n));
+    }
+    q.resize(n_seqs * n * n_heads * head_dim);
+    for (auto& x : q) x = u(rng);
+    out.resize(q.size());
+  }
+  /// Flops of the visible (query, key) pairs: causal within each sequence.
+  double flops() const {
+    double pairs = 0.0;
+    for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
+      const double n = cu[i + 1] - cu[i];
+      pairs += n * (n + 1) / 2;
+    }
+    return 4.0 * static_cast<double>(head_dim) * static_cast<double>(n_heads) * pairs;
+  }
+};
+
+template <class T>
+void bm_prefill(benchmark::State& state) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  const std::size_t n_seqs = state.range(1) ? 4 : 1;
+  const auto threads = static_cast<std::size_t>(state.range(2));
+  prefill_data<T> data(n_seqs, tokens / n_seqs);
+  thread_pool pool(threads);
+  for (auto _ : state) {
+    attention::prefill({.q = data.q, .out = data.out, .cu_seqlens = data.cu, .seq_ids = data.ids, .layer = 0,
+                        .n_heads = n_heads},
+                       *data.cache, attention::causal_mask{}, pool);
+    benchmark::DoNotOptimize(data.out.data());
+  }
+  roof_counters(state, 0.0, data.flops(), threads);
+  const auto& roof = llmkit_bench::roofline::get();
+  state.counters["frac_fma_peak"] = benchmark::Counter(
+      data.flops() * 1e-9 * static_cast<double>(state.iterations()) /
+          (threads > 1 ? roof.fma_gflops_all : roof.fma_gflops_1t),
+      benchmark::Counter::kIsRate);
+}
+
+template <class T>
+void bm_prefill_naive(benchmark::State& state) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  const std::size_t n_seqs = state.range(1) ? 4 : 1;
+  prefill_data<T> data(n_seqs, tokens / n_seqs);
+  const std::size_t n = tokens / n_seqs, group = n_heads / n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  row_matrix qh(n, head_dim), km, vm, o;
+  const auto ninf = -std::numeric_limits<float>::infinity();
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < n_seqs; ++i)
+      for (std::size_t h = 0; h < n_heads; ++h) {
+        const auto c = data.cache->chunk(data.ids[i], 0, h / group, 0);
+        to_matrix(c.k, c.k_scale, c.n_tokens, km);
+        to_matrix(c.v, c.v_scale, c.n_tokens, vm);
+        for (std::size_t t = 0; t < n; ++t)
+          for (std::size_t d = 0; d < head_dim; ++d)
+            qh(t, d) = data.q[((i * n + t) * n_heads + h) * head_dim + d];
+        row_matrix s = (qh * km.transpose()) * scale;  // [n, n] materialised scores
+        for (Eigen::Index r = 0; r < s.rows(); ++r) {
+          for (Eigen::Index col = r + 1; col < s.cols(); ++col) s(r, col) = ninf;
+          const float m = s.row(r).maxCoeff();
+          s.row(r) = (s.row(r).array() - m).exp();
+          s.row(r) /= s.row(r).sum();
+        }
+        o.noalias() = s * vm;
+        benchmark::DoNotOptimize(o.data());
+      }
+  }
+  roof_counters(state, 0.0, data.flops(), 1);
+  const auto& roof = llmkit_bench::roofline::get();
+  state.counters["frac_fma_peak"] = benchmark::Counter(
+      data.flops() * 1e-9 * static_cast<double>(state.iterations()) / roof.fma_gflops_1t, benchmark::Counter::kIsRate);
+}
+
+/// One thread: the main thread's CPU time (the default); more: wall time.
+void timing(benchmark::internal::Benchmark* b, std::int64_t threads) {
+  if (threads > 1) b->UseRealTime();
+}
+
+template <class T>
+void register_decode() {
+  const std::vector<std::int64_t> contexts =
+      smoke() ? std::vector<std::int64_t>{512} : std::vector<std::int64_t>{512, 2048, 8192, 32768};
+  const std::vector<std::int64_t> batches = smoke() ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1, 16};
+  for (const auto b : batches)
+    for (const auto c : contexts) {
+      // One working set must fit in memory next to the other jobs: <= 1 GiB.
+      if (static_cast<std::size_t>(c * b) * n_kv_heads * kv_row_bytes<T>() > (std::size_t{1} << 30)) continue;
+      for (const std::int64_t threads : {1, 2})
+        timing(benchmark::RegisterBenchmark((std::string("decode/") + dtype_label<T>()).c_str(), bm_decode<T>)
+                   ->Args({c, b, threads})
+                   ->ArgNames({"ctx", "batch", "threads"})
+                   ->Unit(benchmark::kMicrosecond),
+               threads);
+      if (c <= 8192)
+        benchmark::RegisterBenchmark((std::string("decode_naive/") + dtype_label<T>()).c_str(), bm_decode_naive<T>)
+            ->Args({c, b, 1})
+            ->ArgNames({"ctx", "batch", "threads"})
+            ->Unit(benchmark::kMicrosecond);
+    }
+}
+
+template <class T>
+void register_prefill() {
+  const std::vector<std::int64_t> sizes = smoke() ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{512, 2048};
+  for (const auto n : sizes)
+    for (const std::int64_t packed : {0, 1}) {
+      const std::string kind = packed ? "packed" : "causal";
+      for (const std::int64_t threads : {1, 2})
+        timing(benchmark::RegisterBenchmark((std::string("prefill/") + dtype_label<T>() + "/" + kind).c_str(),
+                                            bm_prefill<T>)
+                   ->Args({n, packed, threads})
+                   ->ArgNames({"tokens", "packed", "threads"})
+                   ->Unit(benchmark::kMillisecond),
+               threads);
+      benchmark::RegisterBenchmark((std::string("prefill_naive/") + dtype_label<T>() + "/" + kind).c_str(),
+                                   bm_prefill_naive<T>)
+          ->Args({n, packed, 1})
+          ->ArgNames({"tokens", "packed", "threads"})
+          ->Unit(benchmark::kMillisecond);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  register_prefill<float>();
+  register_prefill<f16>();
+  register_decode<float>();
+  register_decode<f16>();
+  register_decode<bf16>();
+  register_decode<std::int8_t>();
+  const auto& roof = llmkit_bench::roofline::get();
+  benchmark::AddCustomContext("roofline", roof.to_json().dump());
+  benchmark::AddCustomContext("roofline_source", roof.source);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

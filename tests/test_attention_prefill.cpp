@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: MIT
+// attention/prefill.hpp against the double-precision oracle.
+#include <llmkit/attention/prefill.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reference/attention_reference.hpp"
+
+using namespace llmkit;
+using namespace llmkit::attention;
+using llmkit::test::chunked_test_cache;
+
+namespace {
+
+std::vector<float> uniform(std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> x(n);
+  for (auto& e : x) e = u(rng);
+  return x;
+}
+
+struct prefill_case {
+  std::size_t n_kv_heads = 2;
+  std::size_t group = 2;
+  std::size_t head_dim = 64;
+  std::vector<std::size_t> n_cached;  // per sequence
+  std::vector<std::size_t> n_q;       // per sequence (<= n_cached)
+  std::size_t max_chunk = 40;
+  std::size_t row_padding = 0;
+  std::size_t rotate = 0;
+  std::int32_t first_pos = 0;
+  float scale = 0.0f;
+  float softcap = 0.0f;
+};
+
+/// Builds caches with the case's data in storage T (and in f32 for the
+/// quantisation check), runs prefill and returns the largest error against
+/// the oracle over the stored values (`stored`) and over the original f32
+/// values (`original`), both relative to max|V| (= 1).
+struct errors {
+  double stored = 0.0;
+  double original = 0.0;
+  bool finite = true;
+};
+
+template <class T, class Arch = simd::default_arch, class Mask = causal_mask, class Exec = serial_executor>
+errors run_case(const prefill_case& c, const Mask& mask, std::uint32_t seed, Exec&& exec = {}) {
+  std::mt19937 rng(seed);
+  const kv::kv_shape shape{2, c.n_kv_heads, c.head_dim};
+  const std::size_t layer = 1;
+  chunked_test_cache<T> cache(shape, c.row_padding);
+  chunked_test_cache<float> exact(shape, c.row_padding);
+  const std::size_t n_seqs = c.n_cached.size();
+  std::vector<kv::seq_id> ids(n_seqs);
+  std::vector<std::int32_t> cu{0};
+  for (std::size_t i = 0; i < n_seqs; ++i) {
+    ids[i] = static_cast<kv::seq_id>(100 + 7 * i);
+    const std::size_t n = c.n_cached[i];
+    const auto k = uniform(shape.n_layers * n * c.n_kv_heads * c.head_dim, rng);
+    const auto v = uniform(k.size(), rng);
+    const auto chunks = llmkit::test::random_chunks(n, c.max_chunk, rng);
+    cache.add_sequence(ids[i], n, k, v, chunks, c.first_pos, c.rotate);
+    exact.add_sequence(ids[i], n, k, v, chunks, c.first_pos, c.rotate);
+    cu.push_back(cu.back() + static_cast<std::int32_t>(c.n_q[i]));
+  }
+  const std::size_t n_heads = c.n_kv_heads * c.group;
+  const std::size_t row = n_heads * c.head_dim;
+  const auto q = uniform(static_cast<std::size_t>(cu.back()) * row, rng);
+  std::vector<float> out(q.size(), std::nanf(""));
+  prefill<Arch>({.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids, .layer = layer, .n_heads = n_heads,
+                 .scale = c.scale, .softcap = c.softcap},
+                cache, mask, exec);
+  errors e;
+  const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  for (std::size_t i = 0; i < n_seqs; ++i) {
+    const std::size_t first = static_cast<std::size_t>(cu[i]), n_q = c.n_q[i];
+    const std::span<const float> qi(q.data() + first * row, n_q * row);
+    std::vector<std::int32_t> pos(n_q);
+    const std::int32_t last = llmkit::test::reference_last_position(cache, ids[i]);
+    for (std::size_t t = 0; t < n_q; ++t) pos[t] = last - static_cast<std::int32_t>(n_q - 1 - t);
+    auto vis = [&](std::int32_t qp, std::int32_t kp) { return mask.visible(qp, kp); };
+    const auto ref = llmkit::test::reference_attention(cache, ids[i], layer, qi, pos, n_heads, scale, c.softcap, vis);
+    const auto ref0 = llmkit::test::reference_attention(exact, ids[i], layer, qi, pos, n_heads, scale, c.softcap, vis);
+    for (std::size_t x = 0; x < ref.size(); ++x) {
+      const double o = out[first * row + x];
+      if (!std::isfinite(o)) e.finite = false;
+      e.stored = std::max(e.stored, std::fabs(o - ref[x]));
+      e.original = std::max(e.original, std::fabs(o - ref0[x]));
+    }
+  }
+  return e;
+}
+
+// f32 kernels agree with the exact oracle to this (relative to max|V|).
+constexpr double f32_tolerance = 1e-5;
+
+}  // namespace
+
+TEST_CASE("prefill: causal, one sequence, lengths across tile boundaries") {
+  for (std::size_t n : {1u, 2u, 3u, 15u, 16u, 17u, 31u, 32u, 33u, 63u, 64u, 65u, 100u, 129u, 257u}) {
+    INFO("n = " << n);
+    prefill_case c;
+    c.n_cached = {n};
+    c.n_q = {n};
+    const auto e = run_case<float>(c, causal_mask{}, static_cast<std::uint32_t>(n));
+    REQUIRE(e.finite);
+    REQUIRE(e.stored < f32_tolerance);
+    const auto s = run_case<float, simd::scalar>(c, causal_mask{}, static_cast<std::uint32_t>(n));
+    REQUIRE(s.stored < f32_tolerance);
+  }
+}
+
+TEST_CASE("prefill: chunked prefill against long caches (up to 4097 keys)") {
+  std::mt19937 rng(11);
+  for (std::size_t n : {511u, 512u, 513u, 1023u, 2049u, 4095u, 4096u, 4097u}) {
+    INFO("n_cached = " << n);
+    prefill_case c;
+    c.n_cached = {n, n / 3 + 1};
+    c.n_q = {1 + rng() % 9, 1 + rng() % 5};
+    c.max_chunk = 1 + rng() % 200;
+    c.n_kv_heads = 1;
+    c.group = 4;
+    const auto e = run_case<float>(c, causal_mask{}, static_cast<std::uint32_t>(n));
+    REQUIRE(e.finite);
+    REQUIRE(e.stored < f32_tolerance);
+  }
+}
+
+TEST_CASE("prefill: random packed batches, every head_dim and GQA ratio") {
+  std::mt19937 rng(12);
+  for (std::size_t head_dim : {8u, 16u, 32u, 64u, 80u, 96u, 112u, 128u, 256u}) {
+    for (std::size_t group : {1u, 2u, 3u, 4u, 5u, 8u}) {
+      INFO("head_dim = " << head_dim << ", group = " << group);
+      prefill_case c;
+      c.head_dim = head_dim;
+      c.group = group;
+      c.n_kv_heads = 1 + rng() % 2;
+      const std::size_t n_seqs = 1 + rng() % 3;
+      for (std::size_t i = 0; i < n_seqs; ++i) {
+        const std::size_t n = 1 + rng() % 90;
+        c.n_cached.push_back(n);
+        c.n_q.push_back(rng() % 2 ? n : 1 + rng() % n);  // full or chunked prefill
+      }
+      c.max_chunk = 1 + rng() % 50;
+      c.row_padding = rng() % 3 == 0 ? 5 : 0;
+      const auto e = run_case<float>(c, causal_mask{}, static_cast<std::uint32_t>(rng()));
+      REQUIRE(e.finite);
+      REQUIRE(e.stored < f32_tolerance);
+    }
+  }
+}
+
+TEST_CASE("prefill: every mask policy") {
+  std::mt19937 rng(13);
+  const std::vector<std::int32_t> segments{0, 7, 40, 41, 90, 150};
+  const packed_causal_mask packed(segments);
+  auto stripes = [](position q, position k) { return k <= q && (q / 4 + k / 3) % 3 != 0; };
+  for (int trial = 0; trial < 6; ++trial) {
+    prefill_case c;
+    c.n_kv_heads = 2;
+    c.group = 1 + rng() % 4;
+    c.n_cached = {150, 1 + rng() % 150};
+    c.n_q = {150 - rng() % 20, c.n_cached[1]};
+    c.max_chunk = 1 + rng() % 64;
+    const auto seed = static_cast<std::uint32_t>(rng());
+    for (const auto& [name, e] :
+         {std::pair{"no_mask", run_case<float>(c, no_mask{}, seed)},
+          std::pair{"causal", run_case<float>(c, causal_mask{}, seed)},
+          std::pair{"sliding_window(37, 3)", run_case<float>(c, sliding_window_mask(37, 3), seed)},
+          std::pair{"sliding_window(1)", run_case<float>(c, sliding_window_mask(1), seed)},
+          std::pair{"prefix_lm(45)", run_case<float>(c, prefix_lm_mask(45), seed)},
+          std::pair{"packed_causal", run_case<float>(c, packed, seed)},
+          std::pair{"custom", run_case<float>(c, custom_mask{stripes}, seed)},
+          std::pair{"custom, scalar", run_case<float, simd::scalar>(c, custom_mask{stripes}, seed)}}) {
+      INFO(name);
+      REQUIRE(e.finite);
+      REQUIRE(e.stored < f32_tolerance);
+    }
+  }
+}
+
+TEST_CASE("prefill: a fully masked row gives zeros, never NaN") {
+  // Queries at even positions see nothing.
+  auto odd_only = [](position q, position k) { return q % 2 == 1 && k <= q; };
+  prefill_case c;
+  c.n_cached = {70};
+  c.n_q = {70};
+  const auto e = run_case<float>(c, custom_mask{odd_only}, 5);
+  REQUIRE(e.finite);
+  REQUIRE(e.stored < f32_tolerance);  // the oracle gives exact zeros for those rows
+  // A mask hiding everything: every output row is zero.
+  auto nothing = [](position, position) { return false; };
+  const auto z = run_case<float>(c, custom_mask{nothing, [](position, position, position, position) {
+                                                  return tile_visibility::hidden;
+                                                }},
+                                 6);
+  REQUIRE(z.finite);
+  REQUIRE(z.stored == 0.0);
+}
+
+TEST_CASE("prefill: ring-ordered chunks, shifted positions, padded rows") {
+  prefill_case c;
+  c.n_cached = {200, 77};
+  c.n_q = {13, 77};
+  c.rotate = 2;
+  c.first_pos = 1000;
+  c.row_padding = 3;
+  c.max_chunk = 50;
+  for (const auto& e : {run_case<float>(c, sliding_window_mask(64, 4), 21), run_case<float>(c, causal_mask{}, 22)}) {
+    REQUIRE(e.finite);
+    REQUIRE(e.stored < f32_tolerance);
+  }
+}
+
+TEST_CASE("prefill: explicit scale and logit soft-capping") {
+  prefill_case c;
+  c.n_cached = {120};
+  c.n_q = {120};
+  c.head_dim = 128;
+  c.scale = 0.3f;    // sharp softmax
+  c.softcap = 5.0f;  // Gemma-2 style
+  const auto e = run_case<float>(c, causal_mask{}, 31);
+  REQUIRE(e.finite);
+  REQUIRE(e.stored < f32_tolerance);
+  c.softcap = 0.0f;
+  c.scale = 0.1f;
+  REQUIRE(run_case<float>(c, causal_mask{}, 32).stored < f32_tolerance);
+}
+
+// Tolerances against the ORIGINAL f32 K/V (relative to max|V| = 1, with
+// q, k, v uniform in [-1, 1] and the default scale): the quantisation error
+// of the stored rows, not the kernel's. Against the stored (dequantised)
+// values the kernels meet the f32 tolerance.
+TEST_CASE("prefill: f16, bf16 and int8 storage") {
+  std::mt19937 rng(14);
+  for (int trial = 0; trial < 4; ++trial) {
+    prefill_case c;
+    c.head_dim = trial % 2 ? 128 : 80;
+    c.group = 1 + rng() % 4;
+    c.n_cached = {1 + rng() % 300, 1 + rng() % 100};
+    c.n_q = {c.n_cached[0], 1 + rng() % c.n_cached[1]};
+    c.max_chunk = 1 + rng() % 70;
+    const auto seed = static_cast<std::uint32_t>(rng());
+    const auto h = run_case<f16>(c, causal_mask{}, seed);
+    const auto b = run_case<bf16>(c, causal_mask{}, seed);
+    const auto i8 = run_case<std::int8_t>(c, causal_mask{}, seed);
+    const auto i8s = run_case<std::int8_t, simd::scalar>(c, causal_mask{}, seed);
+    for (const auto* e : {&h, &b, &i8, &i8s}) {
+      REQUIRE(e->finite);
+      REQUIRE(e->stored < f32_tolerance);
+    }
+    REQUIRE(h.original < 2e-3);
+    REQUIRE(b.original < 1.5e-2);
+    REQUIRE(i8.original < 1.5e-2);
+    // The quantisation error is real (the test can tell the types apart).
+    REQUIRE(h.original > 1e-6);
+    REQUIRE(b.original > h.original);
+  }
+}
+
+TEST_CASE("prefill: a thread pool gives bit-identical results") {
+  std::mt19937 rng(15);
+  const kv::kv_shape shape{1, 2, 64};
+  chunked_test_cache<float> cache(shape);
+  const std::vector<std::size_t> lens{300, 5, 129};
+  std::vector<kv::seq_id> ids{0, 1, 2};
+  std::vector<std::int32_t> cu{0};
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    const auto k = uniform(lens[i] * 2 * 64, rng), v = uniform(lens[i] * 2 * 64, rng);
+    cache.add_sequence(ids[i], lens[i], k, v, llmkit::test::random_chunks(lens[i], 33, rng));
+    cu.push_back(cu.back() + static_cast<std::int32_t>(lens[i]));
+  }
+  const auto q = uniform(static_cast<std::size_t>(cu.back()) * 8 * 64, rng);
+  std::vector<float> a(q.size()), b(q.size());
+  const prefill_params p{.q = q, .out = a, .cu_seqlens = cu, .seq_ids = ids, .layer = 0, .n_heads = 8};
+  prefill(p, cache);
+  thread_pool pool(2);
+  prefill_params pb = p;
+  pb.out = b;
+  prefill(pb, cache, causal_mask{}, pool);
+  REQUIRE(a == b);
+}
+
+TEST_CASE("prefill: bad input raises llmkit::error naming the argument") {
+  std::mt19937 rng(16);
+  const kv::kv_shape shape{2, 2, 64};
+  chunked_test_cache<float> cache(shape);
+  const auto k = uniform(2 * 10 * 2 * 64, rng);
+  cache.add_sequence(3, 10, k, k, {4, 6});
+  std::vector<kv::seq_id> ids{3};
+  std::vector<std::int32_t> cu{0, 4};
+  auto q = uniform(4 * 4 * 64, rng);
+  std::vector<float> out(q.size());
+  prefill_params p{.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids, .layer = 1, .n_heads = 4};
+  REQUIRE_NOTHROW(prefill(p, cache));
+
+  auto bad = p;
+  bad.n_heads = 3;
+  REQUIRE_THROWS_WITH(prefill(bad, cache),
+                      "prefill: n_heads = 3 is not a positive multiple of the cache's n_kv_heads = 2");
+  bad = p;
+  bad.layer = 2;
+  REQUIRE_THROWS_WITH(prefill(bad, cache), "prefill: layer 2 is out of range (n_layers = 2)");
+  bad = p;
+  bad.q = std::span<const float>(q).first(q.size() - 1);
+  REQUIRE_THROWS_WITH(prefill(bad, cache),
+                      "prefill: q.size() = 1023 must be n_tokens * n_heads * head_dim = 4 * 4 * 64 = 1024");
+  bad = p;
+  bad.out = std::span<float>(out).first(8);
+  REQUIRE_THROWS_WITH(prefill(bad, cache), "prefill: out.size() = 8 must be n_tokens * n_heads * head_dim = 1024");
+  const std::vector<std::int32_t> cu2{0, 2, 4};
+  bad = p;
+  bad.cu_seqlens = cu2;
+  REQUIRE_THROWS_WITH(prefill(bad, cache), "prefill: cu_seqlens.size() = 3 must be seq_ids.size() + 1 = 2");
+  const std::vector<std::int32_t> cu3{1, 4};
+  bad = p;
+  bad.cu_seqlens = cu3;
+  REQUIRE_THROWS_WITH(prefill(bad, cache), "prefill: cu_seqlens[0] must be 0, got 1");
+  const std::vector<kv::seq_id> unknown{42};
+  bad = p;
+  bad.seq_ids = unknown;
+  REQUIRE_THROWS_WITH(prefill(bad, cache), "chunked_test_cache: unknown sequence 42");
+  const std::vector<std::int32_t> too_many{0, 11};
+  std::vector<float> q11(11 * 4 * 64), o11(q11.size());
+  bad = p;
+  bad.cu_seqlens = too_many;
+  bad.q = q11;
+  bad.out = o11;
+  REQUIRE_THROWS_WITH(prefill(bad, cache), "prefill: sequence 3 (batch index 0) has 11 queries but only 10 cached "
+                                           "tokens; store the new K/V rows first");
+  bad = p;
+  bad.scale = std::nanf("");
+  REQUIRE_THROWS_WITH(prefill(bad, cache), "prefill: scale must be finite and >= 0, got nan");
+  bad = p;
+  bad.softcap = -1.0f;
+  REQUIRE_THROWS_WITH(prefill(bad, cache), "prefill: softcap must be finite and >= 0, got -1");
+  chunked_test_cache<float> odd({1, 1, 48});
+  std::vector<float> k48(48);
+  odd.add_sequence(0, 1, k48, k48, {1});
+  const std::vector<kv::seq_id> id0{0};
+  const std::vector<std::int32_t> cu1{0, 1};
+  std::vector<float> q48(48), o48(48);
+  REQUIRE_THROWS_WITH(
+      prefill({.q = q48, .out = o48, .cu_seqlens = cu1, .seq_ids = id0, .layer = 0, .n_heads = 1}, odd),
+      "dispatch: unsupported head_dim (supported: 8 16 32 64 80 96 112 128 256) 48");
+  // Nothing was written by a rejected call.
+  std::vector<float> untouched(q.size(), 7.0f);
+  bad = p;
+  bad.out = untouched;
+  bad.n_heads = 3;
+  REQUIRE_THROWS(prefill(bad, cache));
+  REQUIRE(std::all_of(untouched.begin(), untouched.end(), [](float x) { return x == 7.0f; }));
+}
+
+TEST_CASE("prefill: empty batch and sequences without queries") {
+  const kv::kv_shape shape{1, 1, 64};
+  chunked_test_cache<float> cache(shape);
+  std::vector<float> k(3 * 64, 0.5f);
+  cache.add_sequence(0, 3, k, k, {3});
+  const std::vector<std::int32_t> cu{0};
+  std::vector<float> none;
+  REQUIRE_NOTHROW(prefill({.q = none, .out = none, .cu_seqlens = cu, .seq_ids = {}, .layer = 0, .n_heads = 1}, cache));
+  const std::vector<std::int32_t> cu0{0, 0};
+  const std::vector<kv::seq_id> ids{0};
+  REQUIRE_NOTHROW(prefill({.q = none, .out = none, .cu_seqlens = cu0, .seq_ids = ids, .layer = 0, .n_heads = 1}, cache));
+}
