@@ -289,8 +289,8 @@ TEST_CASE("beam_search: paged beams share blocks; contiguous copies; both give t
   // Rows that are not distinct tokens: at each of the <= 2B - 1 segments of the beam tree, at most
   // 3 copied rows of the block where it branches off and 3 free slots in its last block.
   REQUIRE(shared.memory.peak_blocks_in_use * 4 <= shared.memory.peak_distinct_tokens + 6 * (2 * 8 - 1));
-  REQUIRE(shared.memory.peak_memory_ratio >= 1.0);
-  REQUIRE(shared.memory.peak_memory_ratio < 2.0);
+  REQUIRE(shared.memory.memory_ratio >= 1.0);
+  REQUIRE(shared.memory.memory_ratio < 2.0);
   REQUIRE(copied.memory.peak_bytes_in_use == 8 * 64 * copying.bytes_per_token());
   REQUIRE(shared.n_forks > 0);
   require_pool_full(paged_cache);

@@ -93,7 +93,10 @@ struct beam_memory_stats {
   std::size_t peak_blocks_in_use = 0;    ///< blocks in use (caches with a block pool; else 0)
   std::size_t peak_distinct_tokens = 0;  ///< prompt + distinct nodes of the live beams' token tree
   std::size_t peak_tokens_held = 0;      ///< sum over live beams of their lengths (what B private copies hold)
-  double peak_memory_ratio = 0.0;        ///< max of bytes_in_use / (distinct tokens x bytes_per_token)
+  std::size_t distinct_tokens_at_peak = 0;  ///< distinct tokens when bytes in use peaked
+  /// peak_bytes_in_use / (distinct_tokens_at_peak x bytes_per_token): memory per distinct token at the
+  /// peak (1 = no waste; block tails and copied rows of partly shared blocks add to it).
+  double memory_ratio = 0.0;
 };
 
 /// What `beam_search` found.
@@ -262,10 +265,12 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
     m.peak_distinct_tokens = std::max(m.peak_distinct_tokens, distinct);
     if constexpr (requires { cache.usage().bytes_in_use; }) {
       const std::size_t in_use = cache.usage().bytes_in_use;
-      m.peak_bytes_in_use = std::max(m.peak_bytes_in_use, in_use);
-      if (m.bytes_per_token > 0)
-        m.peak_memory_ratio = std::max(m.peak_memory_ratio, static_cast<double>(in_use) /
-                                                                static_cast<double>(distinct * m.bytes_per_token));
+      if (in_use >= m.peak_bytes_in_use) {  // the latest step among equal peaks (the most distinct tokens)
+        m.peak_bytes_in_use = in_use;
+        m.distinct_tokens_at_peak = distinct;
+        if (m.bytes_per_token > 0)
+          m.memory_ratio = static_cast<double>(in_use) / static_cast<double>(distinct * m.bytes_per_token);
+      }
     }
     if constexpr (requires { cache.pool().n_used(); })
       m.peak_blocks_in_use = std::max(m.peak_blocks_in_use, static_cast<std::size_t>(cache.pool().n_used()));
