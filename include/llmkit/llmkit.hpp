@@ -39,10 +39,13 @@
 #include "llmkit/pack/padded_batch.hpp"
 #include "llmkit/pack/prefill.hpp"
 
+#include "llmkit/sampling/sampling.hpp"
+
 #include "llmkit/search/search.hpp"
 #include "llmkit/search/self_draft.hpp"
 
 #include "llmkit/sched/cost_model.hpp"
+#include "llmkit/sched/disaggregation.hpp"
 #include "llmkit/sched/policy.hpp"
 #include "llmkit/sched/prefill_packer.hpp"
 #include "llmkit/sched/request.hpp"
