@@ -99,9 +99,9 @@ TEST_CASE("llama: forward matches the double-precision oracle on random models o
   struct shape {
     std::size_t dim, heads, kv_heads, ffn, vocab;
   };
-  // GQA, MHA, MQA; head dims 16, 12 (odd lane tails), 64; vocabularies
-  // without byte tokens (40) and with them.
-  const std::vector<shape> shapes{{64, 4, 2, 96, 300}, {48, 4, 4, 80, 40}, {64, 1, 1, 64, 290}, {96, 8, 1, 160, 37}};
+  // GQA, MHA, MQA (group 3); head dims 16, 8 (narrower than an AVX-512
+  // register), 64, 32; vocabularies without byte tokens (40) and with them.
+  const std::vector<shape> shapes{{64, 4, 2, 96, 300}, {48, 6, 6, 80, 40}, {64, 1, 1, 64, 290}, {96, 3, 1, 160, 37}};
   std::mt19937 rng(99);
   for (const ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0}) {
     for (std::size_t si = 0; si < shapes.size(); ++si) {
@@ -127,13 +127,18 @@ TEST_CASE("llama: forward matches the double-precision oracle on random models o
 }
 
 TEST_CASE("synthetic: bad options raise llmkit::error") {
-  synthetic_options o{.config = small_config(48, 4, 4, 80, 64), .weight_type = ggml_type::q8_0};
+  synthetic_options o{.config = small_config(48, 3, 3, 80, 64), .weight_type = ggml_type::q8_0};
   REQUIRE_THROWS_WITH(synthetic_llama(o),
                       "synthetic_llama: weight type Q8_0 needs dim (48) and ffn_dim (80) to be multiples of 32");
   o.weight_type = ggml_type::f32;
-  o.config.n_kv_heads = 3;
-  REQUIRE_THROWS_WITH(synthetic_llama(o), "llama_config: n_heads = 4 is not a positive multiple of n_kv_heads = 3");
-  o.config.n_kv_heads = 4;
+  o.config.n_kv_heads = 2;
+  REQUIRE_THROWS_WITH(synthetic_llama(o), "llama_config: n_heads = 3 is not a positive multiple of n_kv_heads = 2");
+  o.config = small_config(48, 4, 4, 80, 64);  // head_dim 12
+  REQUIRE_THROWS_WITH(synthetic_llama(o), "llama_config: head_dim = 12 is not supported by the attention kernels "
+                                          "(supported: 8 16 32 64 80 96 112 128 256)");
+  o.config.dim = 64;
+  o.config.head_dim = 16;
+  REQUIRE_NOTHROW(synthetic_llama(o));
   o.config.n_vocab = 2;
   REQUIRE_THROWS_WITH(synthetic_llama(o), "synthetic_llama: n_vocab must be >= 3 (control tokens), got 2");
 }

@@ -16,13 +16,15 @@
 /// executor; it is batch invariant (each output is one dot product summed in
 /// a fixed order), so a sequence's logits do not depend on what else is in
 /// the batch. RMSNorm and RoPE are llmkit::simd kernels, K/V go through the
-/// `kv_cache` contract, and attention reads the cache chunk by chunk.
+/// `kv_cache` contract, and attention is llmkit::attention::prefill (causal
+/// mask) over the cache, one batch sequence per segment.
 ///
 /// forward() takes a packed batch (see batch.hpp): any number of sequences,
 /// each a contiguous run of tokens continuing its sequence in the cache, and
 /// returns the logits of the rows asked for.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include "llmkit/attention/mask.hpp"
+#include "llmkit/attention/prefill.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
@@ -41,7 +45,6 @@
 #include "llmkit/core/views.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/model/batch.hpp"
-#include "llmkit/model/detail/attention.hpp"
 #include "llmkit/model/detail/matmul.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/simd/rmsnorm.hpp"
@@ -103,6 +106,9 @@ struct llama_config {
     return c;
   }
 
+  /// Head sizes the attention kernels (attention/prefill.hpp) are compiled for.
+  static constexpr std::array<std::size_t, 9> supported_head_dims{8, 16, 32, 64, 80, 96, 112, 128, 256};
+
   /// @throws llmkit::error naming the first inconsistent field.
   void validate() const {
     LLMKIT_CHECK(n_vocab > 0 && n_vocab <= std::size_t(INT32_MAX), "llama_config: n_vocab = ", n_vocab,
@@ -115,8 +121,9 @@ struct llama_config {
     LLMKIT_CHECK(n_layers > 0, "llama_config: n_layers must be > 0");
     LLMKIT_CHECK(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, "llama_config: n_heads = ", n_heads,
                  " is not a positive multiple of n_kv_heads = ", n_kv_heads);
-    LLMKIT_CHECK(head_dim > 0 && head_dim <= detail::attention_max_head_dim, "llama_config: head_dim = ", head_dim,
-                 " must be in [1, ", detail::attention_max_head_dim, "]");
+    LLMKIT_CHECK(std::ranges::find(supported_head_dims, head_dim) != supported_head_dims.end(),
+                 "llama_config: head_dim = ", head_dim,
+                 " is not supported by the attention kernels (supported: 8 16 32 64 80 96 112 128 256)");
     LLMKIT_CHECK(ffn_dim > 0, "llama_config: ffn_dim must be > 0");
     LLMKIT_CHECK(context_length > 0 && context_length <= (std::size_t{1} << 24), "llama_config: context_length = ",
                  context_length, " must be in [1, 2^24]");
@@ -314,8 +321,21 @@ class llama_model {
       for (const segment& seg : segments_)
         cache.store(seg.seq, l, seg.base, std::span<const float>(k_.data() + seg.first * kvd, seg.count * kvd),
                     std::span<const float>(v_.data() + seg.first * kvd, seg.count * kvd));
-      detail::cache_attention(exec, std::as_const(cache), l, b.seq_ids, b.positions, qkv_.data(), qkvd, att_.data(),
-                              qd, c.n_heads, c.n_kv_heads, hd);
+      // The segments' queries are the last seg.count positions of their
+      // sequences, now that their K/V rows are stored.
+      for (std::size_t i = 0; i < n; ++i) std::memcpy(q_.data() + i * qd, qkv_.data() + i * qkvd, qd * sizeof(float));
+      const attention::prefill_params ap{.q = std::span<const float>(q_.data(), n * qd),
+                                         .out = std::span<float>(att_.data(), n * qd),
+                                         .cu_seqlens = cu_seqlens_,
+                                         .seq_ids = segment_seqs_,
+                                         .layer = l,
+                                         .n_heads = c.n_heads};
+      // Small attention (decode of a short context) costs less than a
+      // hand-off; the result does not depend on the executor.
+      if (exec.concurrency() <= 1 || attention_work_ < detail::matmul_parallel_min_work)
+        attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, serial_executor{});
+      else
+        attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, exec);
       detail::matmul(exec, att_.data(), n, qd, w.wo.data(), dim, x, dim, true);
 
       for (std::size_t i = 0; i < n; ++i)
@@ -374,6 +394,16 @@ class llama_model {
       segments_.push_back({s, i, j - i, base});
       i = j;
     }
+    cu_seqlens_.assign(1, 0);
+    segment_seqs_.clear();
+    attention_work_ = 0;
+    for (const segment& seg : segments_) {
+      cu_seqlens_.push_back(static_cast<std::int32_t>(seg.first + seg.count));
+      segment_seqs_.push_back(seg.seq);
+      // (query, key) pairs the causal mask keeps, times the head width.
+      const double q = double(seg.count), k0 = double(seg.base);
+      attention_work_ += (q * k0 + q * (q + 1) / 2) * double(config_.n_heads * config_.head_dim);
+    }
   }
 
   void rope(std::span<float> heads, std::int32_t position) const {
@@ -394,6 +424,7 @@ class llama_model {
     ensure(qkv_, n * (qd + 2 * kvd));
     ensure(k_, n * kvd);
     ensure(v_, n * kvd);
+    ensure(q_, n * qd);
     ensure(att_, n * qd);
     ensure(ffn_, n * 2 * c.ffn_dim);
     ensure(hidden_, n * c.ffn_dim);
@@ -405,8 +436,11 @@ class llama_model {
   aligned_vector<float> token_embd_, output_norm_, output_;
   std::vector<layer> layers_;
   // Workspace, grown on demand and reused across calls.
-  aligned_vector<float> x_, xn_, qkv_, k_, v_, att_, ffn_, hidden_, logits_;
+  aligned_vector<float> x_, xn_, qkv_, q_, k_, v_, att_, ffn_, hidden_, logits_;
   std::vector<segment> segments_;
+  std::vector<std::int32_t> cu_seqlens_;    // [segments + 1] token offsets of the segments
+  std::vector<kv::seq_id> segment_seqs_;   // [segments] their sequences
+  double attention_work_ = 0;              // multiply-adds of one layer's attention, roughly
 };
 
 }  // namespace llmkit::model
