@@ -124,17 +124,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     if (rt.n == 0) break;
     const tile_visibility vis = job.mask.classify(q_pos, q_pos, rt.pos_min, rt.pos_max);
     if (vis == tile_visibility::hidden) continue;
-    for (std::size_t j = 0; j < rt.n; ++j) {
-      if constexpr (std::is_same_v<T, float>) {
-        kp[j] = rt.k[j];
-        vp[j] = rt.v[j];
-      } else {
-        row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * D, D);
-        row_to_f32<Arch>(rt.v[j], rt.v_scale[j], vf + j * D, D);
-        kp[j] = kf + j * D;
-        vp[j] = vf + j * D;
-      }
-    }
+    tile_rows_f32<Arch>(rt, D, kf, vf, kp, vp);
     for (std::size_t j = rt.n; j < BT; ++j) kp[j] = vp[j] = zero;
     for (std::size_t g = 0; g < group; ++g) {
       float* sg = sc + g * BT;

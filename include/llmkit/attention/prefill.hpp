@@ -122,17 +122,7 @@ void prefill_task(const prefill_job<T>& job, std::size_t task) {
     if (rt.n == 0) break;
     const tile_visibility vis = job.mask.classify(q_first, q_last, rt.pos_min, rt.pos_max);
     if (vis == tile_visibility::hidden) continue;
-    for (std::size_t j = 0; j < rt.n; ++j) {
-      if constexpr (std::is_same_v<T, float>) {
-        kp[j] = rt.k[j];
-        vp[j] = rt.v[j];
-      } else {
-        row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * D, D);
-        row_to_f32<Arch>(rt.v[j], rt.v_scale[j], vf + j * D, D);
-        kp[j] = kf + j * D;
-        vp[j] = vf + j * D;
-      }
-    }
+    tile_rows_f32<Arch>(rt, D, kf, vf, kp, vp);
     K::scores(qt, qld, n_rv, kp, rt.n, st);
     if (p.softcap > 0.0f) K::soft_cap(st, qld, n_rv, rt.n, p.softcap);
     if (vis == tile_visibility::partial) job.mask.apply(st, qld, rows, group, q_first, rt.pos, rt.n);

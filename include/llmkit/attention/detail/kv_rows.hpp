@@ -203,4 +203,22 @@ inline void row_to_f32(const T* src, float scale, float* dst, std::size_t n) noe
   }
 }
 
+/// Points `kp[j]`/`vp[j]` at the f32 rows of a tile: the cache's own rows for
+/// f32 storage, else rows converted into the scratch `kf`/`vf` (`[rt.n, d]`).
+template <class Arch, class T, std::size_t N>
+inline void tile_rows_f32(const row_tile<T, N>& rt, std::size_t d, float* kf, float* vf, const float** kp,
+                          const float** vp) noexcept {
+  for (std::size_t j = 0; j < rt.n; ++j) {
+    if constexpr (std::is_same_v<T, float>) {
+      kp[j] = rt.k[j];
+      vp[j] = rt.v[j];
+    } else {
+      row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * d, d);
+      row_to_f32<Arch>(rt.v[j], rt.v_scale[j], vf + j * d, d);
+      kp[j] = kf + j * d;
+      vp[j] = vf + j * d;
+    }
+  }
+}
+
 }  // namespace llmkit::attention::detail
