@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // bench_simd: every simd kernel, scalar path vs the compile-time SIMD arch,
-// at L1- (16 KiB per array), L2- (1 MiB) and DRAM-resident (64 MiB) sizes.
+// at L1- (16 KiB per array), L2- (1 MiB) and DRAM-resident (64 MiB, cycled
+// through 16 copies per operand so that no call finds its input in L3) sizes.
 //
 // Counters: bytes_per_second is the memory traffic the kernel's algorithm
 // must move per call (listed per kernel below), so it can be set against the
@@ -20,11 +21,13 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <llmkit/core/aligned_buffer.hpp>
@@ -52,26 +55,41 @@ std::vector<size_class> size_classes() {
   return {{"L1", 16 << 10}, {"L2", 1 << 20}, {"DRAM", 64 << 20}};
 }
 
-/// Reusable, pre-faulted buffers: slot k holds at least n elements of random data.
-float* buffer(int slot, std::size_t n) {
-  static std::map<int, llmkit::aligned_vector<float>> pool;
-  auto& v = pool[slot];
-  if (v.size() < n) {
-    std::mt19937 rng(static_cast<unsigned>(slot) + 11);
-    std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
-    v.resize(n);
-    for (auto& x : v) x = dist(rng);
-  }
-  return v.data();
-}
+/// Copies of each operand cycled through at the DRAM size: 16 x 64 MiB =
+/// 1 GiB per operand, twice the 480 MiB L3 this VM reports, so that every
+/// call reads from DRAM (one 64 MiB array would stay in L3 and read at about
+/// twice the DRAM rate). One copy at the cache-resident sizes.
+std::size_t copies(std::size_t n) { return !smoke() && n * sizeof(float) >= (std::size_t{32} << 20) ? 16 : 1; }
 
+/// An operand of `n` elements: `copies(n)` pre-faulted arrays of random
+/// data; next() returns the array for the next call, in turn.
 template <class T>
-T* typed_buffer(int slot, std::size_t n) {
-  static std::map<int, llmkit::aligned_vector<T>> pool;
-  auto& v = pool[slot];
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
+class operand {
+ public:
+  operand(int slot, std::size_t n) : n_(n), copies_(copies(n)), data_(storage(slot, n * copies_)) {}
+  T* next() { return data_ + (k_++ % copies_) * n_; }
+
+ private:
+  static T* storage(int slot, std::size_t total) {
+    static std::map<int, llmkit::aligned_vector<T>> pool;
+    auto& v = pool[slot];
+    if (v.size() < total) {
+      v.assign(total, T{});
+      if constexpr (std::is_same_v<T, float>) {
+        // Random values in [-4, 4): the first 1 Mi drawn, the rest copies (cheap to fill).
+        std::mt19937 rng(static_cast<unsigned>(slot) + 11);
+        std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+        const std::size_t head = std::min<std::size_t>(total, std::size_t{1} << 20);
+        for (std::size_t i = 0; i < head; ++i) v[i] = dist(rng);
+        for (std::size_t i = head; i < total; i += head)
+          std::copy_n(v.begin(), std::min(head, total - i), v.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+    return v.data();
+  }
+  std::size_t n_, copies_, k_ = 0;
+  T* data_;
+};
 
 void finish(benchmark::State& state, double bytes_per_call) {
   const double bytes = bytes_per_call * static_cast<double>(state.iterations());
@@ -86,39 +104,38 @@ void finish(benchmark::State& state, double bytes_per_call) {
 
 template <class Arch>
 void BM_dot(benchmark::State& state, std::size_t n) {
-  const float *a = buffer(0, n), *b = buffer(1, n);
-  for (auto _ : state) benchmark::DoNotOptimize(simd::dot<Arch>({a, n}, {b, n}));
+  operand<float> a(0, n), b(1, n);
+  for (auto _ : state) benchmark::DoNotOptimize(simd::dot<Arch>({a.next(), n}, {b.next(), n}));
   finish(state, 8.0 * n);
 }
 
 template <class Arch>
 void BM_sum(benchmark::State& state, std::size_t n) {
-  const float* a = buffer(0, n);
-  for (auto _ : state) benchmark::DoNotOptimize(simd::sum<Arch>({a, n}));
+  operand<float> a(0, n);
+  for (auto _ : state) benchmark::DoNotOptimize(simd::sum<Arch>({a.next(), n}));
   finish(state, 4.0 * n);
 }
 
 template <class Arch>
 void BM_max(benchmark::State& state, std::size_t n) {
-  const float* a = buffer(0, n);
-  for (auto _ : state) benchmark::DoNotOptimize(simd::max<Arch>({a, n}));
+  operand<float> a(0, n);
+  for (auto _ : state) benchmark::DoNotOptimize(simd::max<Arch>({a.next(), n}));
   finish(state, 4.0 * n);
 }
 
 template <class Arch>
 void BM_argmax(benchmark::State& state, std::size_t n) {
-  const float* a = buffer(0, n);  // random: the maximum is somewhere in the middle
-  for (auto _ : state) benchmark::DoNotOptimize(simd::argmax<Arch>({a, n}));
+  operand<float> a(0, n);  // random: the maximum is somewhere in the middle
+  for (auto _ : state) benchmark::DoNotOptimize(simd::argmax<Arch>({a.next(), n}));
   finish(state, 4.0 * n);
 }
 
 template <class Arch>
 void BM_axpy(benchmark::State& state, std::size_t n) {
-  const float* x = buffer(0, n);
-  float* y = buffer(1, n);
+  operand<float> x(0, n), y(1, n);
   float a = 1e-7f;
   for (auto _ : state) {
-    simd::axpy<Arch>(a, {x, n}, {y, n});
+    simd::axpy<Arch>(a, {x.next(), n}, {y.next(), n});
     a = -a;  // keeps y bounded
     benchmark::ClobberMemory();
   }
@@ -127,10 +144,10 @@ void BM_axpy(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_scale(benchmark::State& state, std::size_t n) {
-  float* x = buffer(1, n);
+  operand<float> x(1, n);
   float a = 0.5f;
   for (auto _ : state) {
-    simd::scale<Arch>({x, n}, a);
+    simd::scale<Arch>({x.next(), n}, a);
     a = 1.0f / a;
     benchmark::ClobberMemory();
   }
@@ -139,10 +156,9 @@ void BM_scale(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_exp(benchmark::State& state, std::size_t n) {
-  const float* x = buffer(0, n);
-  float* y = buffer(2, n);
+  operand<float> x(0, n), y(2, n);
   for (auto _ : state) {
-    simd::exp<Arch>({x, n}, {y, n});
+    simd::exp<Arch>({x.next(), n}, {y.next(), n});
     benchmark::ClobberMemory();
   }
   finish(state, 8.0 * n);
@@ -150,9 +166,9 @@ void BM_exp(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_softmax(benchmark::State& state, std::size_t n) {
-  float* x = buffer(3, n);
+  operand<float> x(3, n);
   for (auto _ : state) {
-    simd::softmax<Arch>({x, n});
+    simd::softmax<Arch>({x.next(), n});
     benchmark::ClobberMemory();
   }
   // Short rows: max, exp + store, scale = 20 B/value; long rows (chunked): 16 B/value.
@@ -161,9 +177,9 @@ void BM_softmax(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_log_softmax(benchmark::State& state, std::size_t n) {
-  float* x = buffer(3, n);
+  operand<float> x(3, n);
   for (auto _ : state) {
-    simd::log_softmax<Arch>({x, n});
+    simd::log_softmax<Arch>({x.next(), n});
     benchmark::ClobberMemory();
   }
   // Short rows: max, sum, read + write = 16 B/value; long rows (chunked): 12 B/value.
@@ -172,10 +188,9 @@ void BM_log_softmax(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_rmsnorm(benchmark::State& state, std::size_t n) {
-  const float *x = buffer(0, n), *w = buffer(1, n);
-  float* out = buffer(2, n);
+  operand<float> x(0, n), w(1, n), out(2, n);
   for (auto _ : state) {
-    simd::rmsnorm<Arch>({x, n}, {w, n}, {out, n}, 1e-5f);
+    simd::rmsnorm<Arch>({x.next(), n}, {w.next(), n}, {out.next(), n}, 1e-5f);
     benchmark::ClobberMemory();
   }
   finish(state, 16.0 * n);  // read x (sum of squares), read x and w, write out
@@ -185,11 +200,11 @@ template <class Arch>
 void BM_rope(benchmark::State& state, std::size_t n) {
   constexpr std::size_t head_dim = 128;
   const std::size_t len = n / head_dim * head_dim;
-  float* x = buffer(4, len);
+  operand<float> x(4, len);
   static const simd::rope_table table(simd::rope_config{}, head_dim, 4096);
   std::int32_t position = 0;
   for (auto _ : state) {
-    simd::apply_rope<Arch>({x, len}, head_dim, position, table);
+    simd::apply_rope<Arch>({x.next(), len}, head_dim, position, table);
     position = (position + 1) & 4095;
     benchmark::ClobberMemory();
   }
@@ -198,10 +213,10 @@ void BM_rope(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_f32_to_f16(benchmark::State& state, std::size_t n) {
-  const float* x = buffer(0, n);
-  auto* h = typed_buffer<llmkit::f16>(0, n);
+  operand<float> x(0, n);
+  operand<llmkit::f16> h(0, n);
   for (auto _ : state) {
-    simd::convert<Arch>(std::span<const float>(x, n), std::span<llmkit::f16>(h, n));
+    simd::convert<Arch>(std::span<const float>(x.next(), n), std::span<llmkit::f16>(h.next(), n));
     benchmark::ClobberMemory();
   }
   finish(state, 6.0 * n);
@@ -209,10 +224,10 @@ void BM_f32_to_f16(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_f16_to_f32(benchmark::State& state, std::size_t n) {
-  auto* h = typed_buffer<llmkit::f16>(1, n);
-  float* y = buffer(2, n);
+  operand<llmkit::f16> h(1, n);
+  operand<float> y(2, n);
   for (auto _ : state) {
-    simd::convert<Arch>(std::span<const llmkit::f16>(h, n), std::span<float>(y, n));
+    simd::convert<Arch>(std::span<const llmkit::f16>(h.next(), n), std::span<float>(y.next(), n));
     benchmark::ClobberMemory();
   }
   finish(state, 6.0 * n);
@@ -220,10 +235,10 @@ void BM_f16_to_f32(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_f32_to_bf16(benchmark::State& state, std::size_t n) {
-  const float* x = buffer(0, n);
-  auto* h = typed_buffer<llmkit::bf16>(0, n);
+  operand<float> x(0, n);
+  operand<llmkit::bf16> h(0, n);
   for (auto _ : state) {
-    simd::convert<Arch>(std::span<const float>(x, n), std::span<llmkit::bf16>(h, n));
+    simd::convert<Arch>(std::span<const float>(x.next(), n), std::span<llmkit::bf16>(h.next(), n));
     benchmark::ClobberMemory();
   }
   finish(state, 6.0 * n);
@@ -232,10 +247,10 @@ void BM_f32_to_bf16(benchmark::State& state, std::size_t n) {
 template <class Arch>
 void BM_quantize_q8_0(benchmark::State& state, std::size_t n) {
   const std::size_t len = n / 32 * 32;
-  const float* x = buffer(0, len);
-  auto* q = typed_buffer<llmkit::block_q8_0>(0, len / 32);
+  operand<float> x(0, len);
+  operand<llmkit::block_q8_0> q(0, len / 32);
   for (auto _ : state) {
-    simd::quantize_q8_0<Arch>({x, len}, {q, len / 32});
+    simd::quantize_q8_0<Arch>({x.next(), len}, {q.next(), len / 32});
     benchmark::ClobberMemory();
   }
   finish(state, 4.0 * len + 34.0 * (len / 32));
@@ -244,10 +259,10 @@ void BM_quantize_q8_0(benchmark::State& state, std::size_t n) {
 template <class Arch>
 void BM_dequantize_q8_0(benchmark::State& state, std::size_t n) {
   const std::size_t len = n / 32 * 32;
-  auto* q = typed_buffer<llmkit::block_q8_0>(1, len / 32);
-  float* y = buffer(2, len);
+  operand<llmkit::block_q8_0> q(1, len / 32);
+  operand<float> y(2, len);
   for (auto _ : state) {
-    simd::dequantize_q8_0<Arch>({q, len / 32}, {y, len});
+    simd::dequantize_q8_0<Arch>({q.next(), len / 32}, {y.next(), len});
     benchmark::ClobberMemory();
   }
   finish(state, 4.0 * len + 34.0 * (len / 32));
@@ -255,10 +270,10 @@ void BM_dequantize_q8_0(benchmark::State& state, std::size_t n) {
 
 template <class Arch>
 void BM_quantize_i8(benchmark::State& state, std::size_t n) {
-  const float* x = buffer(0, n);
-  auto* q = typed_buffer<std::int8_t>(0, n);
+  operand<float> x(0, n);
+  operand<std::int8_t> q(0, n);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(simd::quantize_i8<Arch>({x, n}, {q, n}));
+    benchmark::DoNotOptimize(simd::quantize_i8<Arch>({x.next(), n}, {q.next(), n}));
     benchmark::ClobberMemory();
   }
   finish(state, 9.0 * n);  // read twice (amax, quantise), write int8
@@ -267,8 +282,8 @@ void BM_quantize_i8(benchmark::State& state, std::size_t n) {
 // The roofline probe's own read loop (eight accumulators, aligned loads) on
 // the same buffer: what plain streaming reaches at each size in this run.
 void BM_read_probe(benchmark::State& state, std::size_t n) {
-  const float* a = buffer(0, n);
-  for (auto _ : state) benchmark::DoNotOptimize(llmkit_bench::detail::read_kernel(a, n));
+  operand<float> a(0, n);
+  for (auto _ : state) benchmark::DoNotOptimize(llmkit_bench::detail::read_kernel(a.next(), n));
   finish(state, 4.0 * n);
 }
 

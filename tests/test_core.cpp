@@ -39,6 +39,26 @@ TEST_CASE("aligned_vector is 64-byte aligned") {
   REQUIRE(round_up(33, 32) == 64);
 }
 
+TEST_CASE("big aligned_vectors are huge-page aligned, grow and shrink intact") {
+  // Just below, at and above the 2 MiB threshold, then a resize across it in
+  // both directions: the deallocation must use the allocation's alignment
+  // (ASan checks the pairing of aligned new/delete).
+  const std::size_t at = huge_page_bytes / sizeof(float);
+  for (std::size_t n : {at - 1, at, at + 1, 3 * at + 5}) {
+    aligned_vector<float> v(n, 1.5f);
+    const auto addr = reinterpret_cast<std::uintptr_t>(v.data());
+    REQUIRE(addr % (n * sizeof(float) >= huge_page_bytes ? huge_page_bytes : 64) == 0);
+    v[n - 1] = 2.5f;
+    v.resize(n / 4);
+    v.shrink_to_fit();
+    v.resize(2 * n, 0.5f);
+    REQUIRE(v[0] == 1.5f);
+    REQUIRE(v[2 * n - 1] == 0.5f);
+  }
+  REQUIRE(detail::allocation_alignment(huge_page_bytes - 1, 64) == 64);
+  REQUIRE(detail::allocation_alignment(huge_page_bytes, 64) == huge_page_bytes);
+}
+
 namespace {
 // Double-checked oracle for f16: the nearest representable half by search.
 double f16_value(std::uint16_t h) { return static_cast<double>(f16_bits_to_f32(h)); }

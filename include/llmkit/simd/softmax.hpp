@@ -34,10 +34,22 @@ inline void check_temperature(const char* fn, float temperature) {
                ": temperature must be finite and > 0, got ", temperature);
 }
 
+/// Asks for the cache line at `p` to be brought into L2 (a hint; no-op where
+/// the compiler has no prefetch builtin).
+inline void prefetch_l2([[maybe_unused]] const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 2);
+#endif
+}
+
 /// out[i] = e^((x[i] - m) * inv_t); returns sum_i out[i]. `store` = false
-/// only sums. Templated on Arch like every per-arch helper.
+/// only sums. If `next` is not null, the `n` floats at `next` (the next
+/// chunk of a long row) are prefetched meanwhile, so that their read from
+/// memory overlaps this chunk's arithmetic. Templated on Arch like every
+/// per-arch helper.
 template <class Arch, bool Store>
-inline float exp_shifted(const float* x, float* out, std::size_t n, float m, float inv_t) noexcept {
+inline float exp_shifted(const float* x, float* out, std::size_t n, float m, float inv_t,
+                         const float* next = nullptr) noexcept {
   if constexpr (is_scalar_v<Arch>) {
     float s = 0.0f;
     for (std::size_t i = 0; i < n; ++i) {
@@ -52,7 +64,10 @@ inline float exp_shifted(const float* x, float* out, std::size_t n, float m, flo
     const batch vm(m), vt(inv_t);
     batch s0(0.0f), s1(0.0f);
     std::size_t i = 0;
+    constexpr std::size_t line_floats = 64 / sizeof(float);
     for (; i + 2 * lanes <= n; i += 2 * lanes) {
+      if (next != nullptr)
+        for (std::size_t j = 0; j < 2 * lanes; j += line_floats) prefetch_l2(next + i + j);
       const batch e0 = exp_batch<Arch>((batch::load_unaligned(x + i) - vm) * vt);
       const batch e1 = exp_batch<Arch>((batch::load_unaligned(x + i + lanes) - vm) * vt);
       if constexpr (Store) {
@@ -139,7 +154,9 @@ void softmax(std::span<float> x, float temperature = 1.0f) {
       for (std::size_t i = 0; i < len; ++i) p[i] = 0.0f;
       continue;
     }
-    const float s = detail::exp_shifted<Arch, true>(p, p, len, m, inv_t);
+    const float* next = c + 1 < n_chunks ? p + softmax_chunk : nullptr;
+    const std::size_t next_len = next == nullptr ? 0 : std::min(softmax_chunk, n - begin - softmax_chunk);
+    const float s = detail::exp_shifted<Arch, true>(p, p, len, m, inv_t, next_len == len ? next : nullptr);
     if (m > running_max) {
       total = total * detail::exp_scalar<Arch>((running_max - m) * inv_t) + s;
       running_max = m;
@@ -177,7 +194,8 @@ void log_softmax(std::span<float> x, float temperature = 1.0f) {
     const float* p = x.data() + begin;
     const float mc = max<Arch>(std::span<const float>(p, len));
     if (mc == neg_inf) continue;
-    const float sc = detail::exp_shifted<Arch, false>(p, nullptr, len, mc, inv_t);
+    const bool full_next = begin + 2 * softmax_chunk <= n;
+    const float sc = detail::exp_shifted<Arch, false>(p, nullptr, len, mc, inv_t, full_next ? p + len : nullptr);
     if (mc > m) {
       s = s * detail::exp_scalar<Arch>((m - mc) * inv_t) + sc;
       m = mc;
