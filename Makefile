@@ -6,30 +6,36 @@
 #   make bench  run every benchmark at full length (release build)
 PACKAGES := cmake make g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
             libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
+# Open MPI: the disaggregated prefill/decode example and its test (two ranks);
+# configure with -DLLMKIT_WITH_MPI=OFF to build without it.
+MPI_PACKAGES := libopenmpi-dev openmpi-bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 DEMO ?= llmkit-generate
 
-.PHONY: deps demo test test-release test-sanitize bench clean
+.PHONY: deps deps-all demo test test-release test-sanitize bench clean
 
 deps:
 	@./scripts/deps.sh $(PACKAGES)
+
+deps-all:
+	@./scripts/deps.sh $(PACKAGES) $(MPI_PACKAGES)
 
 demo: deps
 	cmake --preset release
 	cmake --build --preset release --target $(DEMO)
 	./build/release/examples/$(DEMO)
 
-test: deps
+test: deps-all
 	cmake --workflow --preset release
 	cmake --workflow --preset sanitize
 
-test-release: deps
+test-release: deps-all
 	cmake --workflow --preset release
 
-test-sanitize: deps
+test-sanitize: deps-all
 	cmake --workflow --preset sanitize
 
-bench: deps
+bench: deps-all
 	cmake --preset release
 	cmake --build --preset release
 	./scripts/run-benches.sh build/release/bench
