@@ -226,68 +226,76 @@ inline void block_dequantize(const std::int8_t* q, float scale, float* out) noex
 
 }  // namespace detail
 
-/// out[i] = f16(in[i]), round to nearest even. @pre in.size() == out.size()  ([n] in, [n] out)
-template <class Arch = default_arch>
-void convert(std::span<const float> in, std::span<f16> out) {
-  LLMKIT_CHECK(in.size() == out.size(), "convert: in.size() = ", in.size(), " differs from out.size() = ",
-               out.size());
-  const std::size_t n = in.size();
-  std::size_t i = 0;
-  if constexpr (!is_scalar_v<Arch>) {
-    using batch = xsimd::batch<float, Arch>;
-    constexpr std::size_t lanes = batch::size;
-    for (; i + lanes <= n; i += lanes)
-      detail::store_f32_as_f16<Arch>(batch::load_unaligned(in.data() + i), &out[i].bits);
-  }
-  for (; i < n; ++i) out[i] = to_f16(in[i]);
-}
+namespace detail {
 
-/// out[i] = bf16(in[i]), round to nearest even. @pre in.size() == out.size()  ([n] in, [n] out)
-template <class Arch = default_arch>
-void convert(std::span<const float> in, std::span<bf16> out) {
-  LLMKIT_CHECK(in.size() == out.size(), "convert: in.size() = ", in.size(), " differs from out.size() = ",
-               out.size());
-  const std::size_t n = in.size();
-  std::size_t i = 0;
-  if constexpr (!is_scalar_v<Arch>) {
-    using batch = xsimd::batch<float, Arch>;
-    constexpr std::size_t lanes = batch::size;
-    for (; i + lanes <= n; i += lanes)
-      detail::store_i32_as_u16<Arch>(detail::f32_to_bf16_lanes<Arch>(batch::load_unaligned(in.data() + i)),
-                                     &out[i].bits);
-  }
-  for (; i < n; ++i) out[i] = to_bf16(in[i]);
-}
-
-/// out[i] = f32(in[i]) (exact). @pre in.size() == out.size()  ([n] in, [n] out)
-template <class Arch = default_arch>
-void convert(std::span<const f16> in, std::span<float> out) {
+/// The loop every element-wise conversion shares: checks the sizes, runs
+/// `vector_step(Arch{}, in_ptr, out_ptr)` (a generic lambda taking the arch
+/// as its first argument, so that its body is never instantiated for the
+/// scalar arch) on whole batches of Arch's float lane count
+/// (skipped for the scalar arch), then `out[i] = scalar_step(in[i])` on the
+/// tail.
+template <class Arch, class In, class Out, class VectorStep, class ScalarStep>
+inline void convert_elementwise(std::span<const In> in, std::span<Out> out, VectorStep vector_step,
+                                ScalarStep scalar_step) {
   LLMKIT_CHECK(in.size() == out.size(), "convert: in.size() = ", in.size(), " differs from out.size() = ",
                out.size());
   const std::size_t n = in.size();
   std::size_t i = 0;
   if constexpr (!is_scalar_v<Arch>) {
     constexpr std::size_t lanes = xsimd::batch<float, Arch>::size;
-    for (; i + lanes <= n; i += lanes) detail::load_f16_as_f32<Arch>(&in[i].bits).store_unaligned(out.data() + i);
+    for (; i + lanes <= n; i += lanes) vector_step(Arch{}, in.data() + i, out.data() + i);
   }
-  for (; i < n; ++i) out[i] = to_f32(in[i]);
+  for (; i < n; ++i) out[i] = scalar_step(in[i]);
+}
+
+}  // namespace detail
+
+/// out[i] = f16(in[i]), round to nearest even. @pre in.size() == out.size()  ([n] in, [n] out)
+template <class Arch = default_arch>
+void convert(std::span<const float> in, std::span<f16> out) {
+  detail::convert_elementwise<Arch>(
+      in, out,
+      [](auto arch, const float* x, f16* y) {
+        using A = decltype(arch);
+        detail::store_f32_as_f16<A>(xsimd::batch<float, A>::load_unaligned(x), &y->bits);
+      },
+      [](float x) { return to_f16(x); });
+}
+
+/// out[i] = bf16(in[i]), round to nearest even. @pre in.size() == out.size()  ([n] in, [n] out)
+template <class Arch = default_arch>
+void convert(std::span<const float> in, std::span<bf16> out) {
+  detail::convert_elementwise<Arch>(
+      in, out,
+      [](auto arch, const float* x, bf16* y) {
+        using A = decltype(arch);
+        detail::store_i32_as_u16<A>(detail::f32_to_bf16_lanes<A>(xsimd::batch<float, A>::load_unaligned(x)), &y->bits);
+      },
+      [](float x) { return to_bf16(x); });
+}
+
+/// out[i] = f32(in[i]) (exact). @pre in.size() == out.size()  ([n] in, [n] out)
+template <class Arch = default_arch>
+void convert(std::span<const f16> in, std::span<float> out) {
+  detail::convert_elementwise<Arch>(
+      in, out,
+      [](auto arch, const f16* x, float* y) {
+        using A = decltype(arch);
+        detail::load_f16_as_f32<A>(&x->bits).store_unaligned(y);
+      },
+      [](f16 x) { return to_f32(x); });
 }
 
 /// out[i] = f32(in[i]) (exact). @pre in.size() == out.size()  ([n] in, [n] out)
 template <class Arch = default_arch>
 void convert(std::span<const bf16> in, std::span<float> out) {
-  LLMKIT_CHECK(in.size() == out.size(), "convert: in.size() = ", in.size(), " differs from out.size() = ",
-               out.size());
-  const std::size_t n = in.size();
-  std::size_t i = 0;
-  if constexpr (!is_scalar_v<Arch>) {
-    using ibatch = xsimd::batch<std::int32_t, Arch>;
-    using batch = xsimd::batch<float, Arch>;
-    constexpr std::size_t lanes = ibatch::size;
-    for (; i + lanes <= n; i += lanes)
-      xsimd::bitwise_cast<batch>(detail::load_u16_as_i32<Arch>(&in[i].bits) << 16).store_unaligned(out.data() + i);
-  }
-  for (; i < n; ++i) out[i] = to_f32(in[i]);
+  detail::convert_elementwise<Arch>(
+      in, out,
+      [](auto arch, const bf16* x, float* y) {
+        using A = decltype(arch);
+        xsimd::bitwise_cast<xsimd::batch<float, A>>(detail::load_u16_as_i32<A>(&x->bits) << 16).store_unaligned(y);
+      },
+      [](bf16 x) { return to_f32(x); });
 }
 
 /// Quantises to GGUF Q8_0 blocks (see the file comment for the rounding).
