@@ -5,9 +5,16 @@
 //
 //   llmkit-beam [--model PATH | --synthetic] [--prompt TEXT] [--tokens N] [--beams 1,4,16]
 //               [--length-penalty A] [--early-stopping when_n_done|when_no_better|never]
+//               [--prompt-tokens N] [--prefilled] [--clock cpu|wall]
 //               [--no-naive] [--show N] [--threads N] [--json]
 //
-// Per beam width: wall time, peak KV blocks and bytes, distinct tokens of
+// --prefilled computes the prompt's K/V once per cache, outside the timed
+// region (as a prefix cache would hold it; beam_options::prefix), so the
+// times compare the search steps only. --clock cpu (the default) times by
+// process CPU time, which a loaded machine disturbs less than wall time
+// (use it with --threads 1).
+//
+// Per beam width: time, peak KV blocks and bytes, distinct tokens of
 // the beam tree, tokens held (what private copies would hold), memory
 // ratio (bytes in use / distinct tokens' bytes), the naive baseline's time
 // and memory, and the best hypotheses.
@@ -26,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <ctime>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -36,6 +44,27 @@ using namespace llmkit;
 
 namespace {
 using dense_type = kv::contiguous_cache<float>;
+
+/// Seconds of process CPU time (cpu) or of the steady clock (wall).
+double now_seconds(bool cpu) {
+  if (cpu) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Puts the prompt's K/V into a new sequence of `cache` (one packed forward).
+template <class Model, class Cache>
+kv::seq_id prefill(Model& m, Cache& cache, const std::vector<std::int32_t>& prompt) {
+  const auto s = cache.add_sequence();
+  LLMKIT_CHECK(s.has_value(), "llmkit-beam: no sequence slot for the prompt");
+  model::batch_builder b;
+  b.add(*s, prompt, 0);
+  m.forward(b.view(), cache);
+  return *s;
+}
 
 /// The reference Llama on a thread pool, for any cache type.
 struct pooled_model {
@@ -63,6 +92,9 @@ int main(int argc, char** argv) {
   std::size_t threads = 1;
   bool json = false;
   std::size_t block_size = 16;
+  std::size_t prompt_tokens = 0;
+  bool prefilled = false;
+  std::string clock_name = "cpu";
   app.add_option("--model", model_path, "GGUF model file (Llama architecture)")->capture_default_str();
   app.add_flag("--synthetic", synthetic, "use the synthetic ~100M model (seeded random F16 weights)");
   app.add_option("--prompt", prompt, "prompt text (BOS is prepended)")->capture_default_str();
@@ -74,6 +106,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--block-size", block_size, "paged-cache block size: 4, 8, 16 or 32")
       ->check(CLI::IsMember({4, 8, 16, 32}))
+      ->capture_default_str();
+  app.add_option("--prompt-tokens", prompt_tokens, "repeat the prompt's tokens (after BOS) up to this many tokens")
+      ->capture_default_str();
+  app.add_flag("--prefilled", prefilled, "prefill the prompt once per cache, outside the timed search");
+  app.add_option("--clock", clock_name, "cpu (process CPU time) or wall")
+      ->check(CLI::IsMember({"cpu", "wall"}))
       ->capture_default_str();
   app.add_flag("--no-naive", no_naive, "skip the copying baseline");
   app.add_option("--show", show, "hypotheses printed per width")->capture_default_str();
@@ -96,14 +134,18 @@ int main(int argc, char** argv) {
     model::llama_model target(*file);
     thread_pool pool(threads);
     pooled_model m{&target, &pool};
-    const auto prompt_ids = tok.encode(prompt, true);
+    auto prompt_ids = tok.encode(prompt, true);
+    for (std::size_t i = 1; prompt_ids.size() > 1 && prompt_ids.size() < prompt_tokens; ++i)
+      prompt_ids.push_back(prompt_ids[i]);
+    const bool cpu_clock = clock_name == "cpu";
     const std::size_t max_len = prompt_ids.size() + n_tokens;
     const search::early_stopping mode = stopping == "when_n_done"      ? search::early_stopping::when_n_done
                                         : stopping == "never"          ? search::early_stopping::never
                                                                        : search::early_stopping::when_no_better;
     std::cerr << "llmkit-beam: " << model_path << ", arch " << simd::arch_name<simd::default_arch>() << ", "
               << threads << " thread(s), prompt " << prompt_ids.size() << " tokens, up to " << n_tokens
-              << " new, block size " << block_size << "\n";
+              << " new, block size " << block_size << (prefilled ? ", prompt prefilled once" : "") << ", "
+              << clock_name << " time\n";
 
     dispatch<std::size_t{4}, std::size_t{8}, std::size_t{16}, std::size_t{32}>(block_size, [&](auto bs) {
     constexpr std::size_t block = decltype(bs)::value;
@@ -113,15 +155,20 @@ int main(int argc, char** argv) {
                                      .length_penalty = alpha, .stopping = mode,
                                      .stop = {.max_new_tokens = n_tokens, .eos_tokens = {tok.eos()}}};
       // Enough blocks for B private copies, so the pool never limits the search.
-      paged_type shared(target.kv_shape(), {.n_blocks = B * ((max_len + block - 1) / block + 1) + 1,
-                                            .max_sequences = 2 * B + 1});
-      auto t0 = std::chrono::steady_clock::now();
-      const auto r = search::beam_search(m, shared, prompt_ids, opt);
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      paged_type shared(target.kv_shape(), {.n_blocks = (B + 1) * ((max_len + block - 1) / block + 1) + 1,
+                                            .max_sequences = 2 * B + 2});
+      search::beam_options shared_opt = opt;
+      if (prefilled) shared_opt.prefix = prefill(m, shared, prompt_ids);
+      double t0 = now_seconds(cpu_clock);
+      const auto r = search::beam_search(m, shared, prompt_ids, shared_opt);
+      const double secs = now_seconds(cpu_clock) - t0;
 
       nlohmann::json row{{"model", model_path},
                          {"beams", B},
                          {"seconds", secs},
+                         {"clock", clock_name},
+                         {"prefilled", prefilled},
+                         {"prompt_tokens", prompt_ids.size()},
                          {"steps", r.n_steps},
                          {"forks", r.n_forks},
                          {"peak_blocks", r.memory.peak_blocks_in_use},
@@ -132,12 +179,13 @@ int main(int argc, char** argv) {
                          {"peak_tokens_held", r.memory.peak_tokens_held},
                          {"memory_ratio", r.memory.memory_ratio}};
       if (!no_naive) {
-        dense_type copying(target.kv_shape(), {.max_sequences = 2 * B + 1, .max_tokens = max_len});
+        dense_type copying(target.kv_shape(), {.max_sequences = 2 * B + 2, .max_tokens = max_len});
         search::beam_options naive = opt;
         naive.copy_all_beams = true;
-        t0 = std::chrono::steady_clock::now();
+        if (prefilled) naive.prefix = prefill(m, copying, prompt_ids);
+        t0 = now_seconds(cpu_clock);
         const auto n = search::beam_search(m, copying, prompt_ids, naive);
-        const double naive_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double naive_secs = now_seconds(cpu_clock) - t0;
         bool same = n.hypotheses.size() == r.hypotheses.size();
         for (std::size_t i = 0; same && i < n.hypotheses.size(); ++i) same = n.hypotheses[i].tokens == r.hypotheses[i].tokens;
         row["naive_seconds"] = naive_secs;

@@ -10,13 +10,16 @@
 #include <llmkit/sampling/logit_bias.hpp>
 #include <llmkit/sampling/temperature.hpp>
 #include <llmkit/sampling/top_k.hpp>
+#include <llmkit/search/detail/row_select.hpp>
 #include <llmkit/search/search.hpp>
 
 #include <catch2/catch.hpp>
 
 #include "reference/search_reference.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <map>
 #include <numeric>
@@ -336,6 +339,120 @@ TEST_CASE("beam_search: bad options and a cache too small raise llmkit::error") 
   REQUIRE_THROWS_WITH(beam_search(m, cache, prompt, {.beam_width = 4, .stop = {.max_new_tokens = 30}}),
                       Catch::Contains("no room"));
   require_pool_full(cache);
+}
+
+TEST_CASE("beam_search: a prefilled prefix gives the same hypotheses and is left untouched") {
+  toy_lm m(8, 41, 1.0);
+  std::vector<std::int32_t> prompt(11);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 5 + 1) % 8);
+  const beam_options base{.beam_width = 4, .stopping = early_stopping::never, .stop = {.max_new_tokens = 6}};
+  auto check = [&](auto& cache) {
+    const auto plain = beam_search(m, cache, prompt, base);
+    for (std::size_t n_prefix : {std::size_t{1}, std::size_t{4}, std::size_t{8}, prompt.size() - 1, prompt.size()}) {
+      INFO("prefix of " << n_prefix << " tokens");
+      const kv::seq_id prefix = *cache.add_sequence();
+      model::batch_builder b;
+      b.add(prefix, std::span<const std::int32_t>(prompt).first(n_prefix), 0);
+      m.forward(b.view(), cache);
+      const std::size_t passes_before = m.n_forward_passes(), tokens_before = m.n_tokens_processed();
+      beam_options opt = base;
+      opt.prefix = prefix;
+      for (int repeat = 0; repeat < 2; ++repeat) {  // the prefix still serves a second search
+        const auto r = beam_search(m, cache, prompt, opt);
+        REQUIRE(r.hypotheses.size() == plain.hypotheses.size());
+        for (std::size_t i = 0; i < plain.hypotheses.size(); ++i) {
+          REQUIRE(r.hypotheses[i].tokens == plain.hypotheses[i].tokens);
+          REQUIRE(r.hypotheses[i].score == Approx(plain.hypotheses[i].score).epsilon(1e-12));
+        }
+        REQUIRE(cache.n_tokens(prefix) == n_prefix);
+        REQUIRE(cache.n_sequences() == 1);
+      }
+      // Only the prompt tokens past the prefix (at least the last one) were fed again.
+      const std::size_t fed_first = prompt.size() - std::min(n_prefix, prompt.size() - 1);
+      REQUIRE(m.n_tokens_processed() - tokens_before == 2 * (fed_first + (plain.n_forward_passes - 1) * 4));
+      REQUIRE(m.n_forward_passes() - passes_before == 2 * plain.n_forward_passes);
+      cache.free(prefix);
+    }
+  };
+  auto paged_cache = make_paged(256, 16);
+  check(paged_cache);
+  require_pool_full(paged_cache);
+  dense copying(kv::kv_shape{1, 1, 2}, {.max_sequences = 16, .max_tokens = 32});
+  check(copying);
+  REQUIRE(copying.n_sequences() == 0);
+
+  const kv::seq_id prefix = *paged_cache.add_sequence();
+  model::batch_builder b;
+  b.add(prefix, prompt, 0);
+  m.forward(b.view(), paged_cache);
+  beam_options opt = base;
+  opt.prefix = prefix;
+  const std::vector<std::int32_t> shorter(prompt.begin(), prompt.end() - 1);
+  REQUIRE_THROWS_WITH(beam_search(m, paged_cache, shorter, opt),
+                      "beam_search: prefix sequence " + std::to_string(prefix) + " holds 11 tokens, more than the 10 of the prompt");
+  opt.prefix = prefix + 1000;
+  REQUIRE_THROWS_WITH(beam_search(m, paged_cache, prompt, opt),
+                      "beam_search: prefix sequence " + std::to_string(prefix + 1000) + " is not in the cache");
+  REQUIRE(paged_cache.n_sequences() == 1);
+  paged_cache.free(prefix);
+  require_pool_full(paged_cache);
+}
+
+TEST_CASE("row_select: log_sum_exp and top_entries against double-precision references") {
+  std::mt19937 rng(12345);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t n : {1u, 2u, 15u, 16u, 17u, 31u, 33u, 255u, 256u, 257u, 1000u, 4099u, 32000u}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<float> x(n);
+      for (float& v : x) v = normal(rng);
+      if (variant == 1)  // ties: few distinct values
+        for (float& v : x) v = std::round(v);
+      if (variant == 2 && n > 1)  // NaN and -inf entries (never chosen; e^ = 0)
+        for (std::size_t i = 0; i < n; i += 3) x[i] = (i / 3) % 2 ? nan : ninf;
+      INFO("n " << n << " variant " << variant);
+      double m = -std::numeric_limits<double>::infinity();
+      for (float v : x)
+        if (v == v) m = std::max(m, static_cast<double>(v));
+      double sum = 0.0;
+      for (float v : x)
+        if (v == v) sum += std::exp(static_cast<double>(v) - m);
+      const double lse = m + std::log(sum);
+      REQUIRE(search::detail::log_sum_exp(x, "t") == Approx(lse).epsilon(1e-7).margin(1e-7));
+      REQUIRE(search::detail::log_sum_exp<simd::scalar>(x, "t") == Approx(lse).epsilon(1e-12).margin(1e-12));
+
+      std::vector<search::detail::row_entry> all;
+      for (std::size_t i = 0; i < n; ++i)
+        if (x[i] > ninf) all.push_back({x[i], static_cast<std::int32_t>(i)});
+      std::sort(all.begin(), all.end(), search::detail::better_entry);
+      std::vector<search::detail::row_entry> got, got_scalar;
+      for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{32}, n, n + 3}) {
+        search::detail::top_entries(x, k, got);
+        search::detail::top_entries<simd::scalar>(x, k, got_scalar);
+        const std::size_t want = std::min(k, all.size());
+        auto indices = [](const std::vector<search::detail::row_entry>& e, std::size_t count) {
+          std::vector<std::int32_t> out;
+          for (std::size_t i = 0; i < std::min(count, e.size()); ++i) out.push_back(e[i].index);
+          return out;
+        };
+        REQUIRE(got.size() == want);
+        REQUIRE(indices(got, want) == indices(all, want));
+        REQUIRE(indices(got_scalar, want + 1) == indices(all, want));
+        for (std::size_t i = 0; i < want; ++i)
+          if (got[i].value != x[static_cast<std::size_t>(got[i].index)]) FAIL("entry " << i << " has the wrong value");
+      }
+    }
+  }
+  const std::vector<float> with_inf{0.0f, std::numeric_limits<float>::infinity(), 1.0f};
+  REQUIRE_THROWS_WITH(search::detail::log_sum_exp(with_inf, "beam_search"), "beam_search: a logit is +inf");
+  std::vector<float> empty_row(40, ninf);
+  empty_row[17] = nan;
+  REQUIRE_THROWS_WITH(search::detail::log_sum_exp(empty_row, "beam_search"),
+                      "beam_search: every logit is -inf or NaN (vocab 40)");
+  std::vector<search::detail::row_entry> none;
+  search::detail::top_entries(empty_row, 4, none);
+  REQUIRE(none.empty());
 }
 
 // ---------------------------------------------------------------- drafters

@@ -29,6 +29,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <type_traits>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -41,7 +43,7 @@
 #include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/search/causal_lm.hpp"
-#include "llmkit/search/detail/log_softmax.hpp"
+#include "llmkit/search/detail/row_select.hpp"
 #include "llmkit/search/stopping.hpp"
 
 namespace llmkit::search {
@@ -76,6 +78,12 @@ struct beam_options {
   /// reordered by beam index, as frameworks without shared KV do). Same
   /// hypotheses, more copying; needs room for 2 x beam_width sequences.
   bool copy_all_beams = false;
+  /// A sequence of the cache that already holds the K/V of the prompt's first
+  /// n_tokens(prefix) tokens (a cached prefix, or a prompt prefilled once for
+  /// several searches): the search forks it (left untouched) and prefills
+  /// only the rest of the prompt, at least its last token (for its logits).
+  /// @pre its rows are those of prompt[0, n_tokens(prefix)) (not checkable).
+  std::optional<kv::seq_id> prefix{};
 };
 
 /// One finished sequence.
@@ -216,12 +224,18 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
   detail::hypothesis_set done(B);
   std::vector<tree_node> tree;
   std::vector<std::size_t> stamp;
-  std::vector<beam> live;
-  std::vector<double> logp;              // [n_live, vocab] log-probabilities of the last forward
-  std::vector<float> row(vocab);         // one processed logits row
-  std::vector<std::int32_t> history;     // prompt + a beam's tokens
-  std::vector<std::int32_t> order(vocab);
+  std::vector<beam> live, next;
+  // Rows of the last forward: the model's logits when there is no processor chain, else processed copies.
+  constexpr bool plain_rows = std::is_same_v<Chain, sampling::processor_chain<>>;
+  matrix_view<const float> logits;
+  std::vector<float> processed;                   // [n_live, vocab] (with a chain)
+  std::vector<double> lse;                        // [n_live] log-sum-exp of each row
+  std::vector<detail::row_entry> top;             // one beam's best tokens
+  std::vector<std::int32_t> history;              // prompt + a beam's tokens, or a candidate's tokens
   std::vector<detail::beam_candidate> cands;
+  std::vector<beam_hypothesis> finished;
+  std::vector<std::size_t> n_children;
+  std::vector<unsigned char> taken;
   sampling::candidates workspace;
   model::batch_builder b;
   result.memory.bytes_per_token = [&] {
@@ -229,25 +243,49 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
     else return std::size_t{0};
   }();
 
-  const kv::seq_id first = detail::add_sequence_or_throw(cache, "beam_search");
-  owned.ids.push_back(first);
+  std::size_t n_cached = 0;  // prompt tokens whose K/V the first beam starts with
+  kv::seq_id first;
+  if (options.prefix) {
+    LLMKIT_CHECK(cache.contains(*options.prefix), "beam_search: prefix sequence ", *options.prefix,
+                 " is not in the cache");
+    const std::size_t n_prefix = cache.n_tokens(*options.prefix);
+    LLMKIT_CHECK(n_prefix <= prompt.size(), "beam_search: prefix sequence ", *options.prefix, " holds ", n_prefix,
+                 " tokens, more than the ", prompt.size(), " of the prompt");
+    const std::optional<kv::seq_id> s = cache.fork(*options.prefix);
+    LLMKIT_CHECK(s.has_value(), "beam_search: the cache has no free sequence slot to fork the prefix");
+    first = *s;
+    n_cached = std::min(n_prefix, prompt.size() - 1);
+    owned.ids.push_back(first);
+    cache.truncate(first, n_cached);
+  } else {
+    first = detail::add_sequence_or_throw(cache, "beam_search");
+    owned.ids.push_back(first);
+  }
   live.push_back({first, -1, 0.0, {}});
-  b.add(first, prompt, 0);
+  b.add(first, prompt.subspan(n_cached), static_cast<std::int32_t>(n_cached));
 
+  auto row_of = [&](std::size_t i) -> std::span<const float> {
+    if constexpr (plain_rows) return {logits.row(i).data(), vocab};
+    else return {processed.data() + i * vocab, vocab};
+  };
   auto run_forward = [&] {
-    const matrix_view<const float> logits = model.forward(b.view(), cache);
+    logits = model.forward(b.view(), cache);
     ++result.n_forward_passes;
     LLMKIT_CHECK(logits.rows() == live.size() && logits.cols() == vocab, "beam_search: the model returned a [",
                  logits.rows(), ", ", logits.cols(), "] logits matrix, expected [", live.size(), ", ", vocab, "]");
-    logp.resize(live.size() * vocab);
+    lse.resize(live.size());
+    if constexpr (!plain_rows) processed.resize(live.size() * vocab);
     for (std::size_t i = 0; i < live.size(); ++i) {
-      std::copy_n(logits.row(i).data(), vocab, row.data());
-      history.assign(prompt.begin(), prompt.end());
-      history.insert(history.end(), live[i].tokens.begin(), live[i].tokens.end());
-      const sampling::sampling_context ctx{.seed = 0, .request_id = 0, .step = live[i].tokens.size(),
-                                           .history = history, .n_prompt = prompt.size()};
-      sampling::process_row(std::span<float>(row), ctx, chain, workspace);
-      detail::log_softmax(row, std::span<double>(logp.data() + i * vocab, vocab), "beam_search");
+      if constexpr (!plain_rows) {
+        std::span<float> row(processed.data() + i * vocab, vocab);
+        std::copy_n(logits.row(i).data(), vocab, row.data());
+        history.assign(prompt.begin(), prompt.end());
+        history.insert(history.end(), live[i].tokens.begin(), live[i].tokens.end());
+        const sampling::sampling_context ctx{.seed = 0, .request_id = 0, .step = live[i].tokens.size(),
+                                             .history = history, .n_prompt = prompt.size()};
+        sampling::process_row(row, ctx, chain, workspace);
+      }
+      lse[i] = detail::log_sum_exp(row_of(i), "beam_search");
     }
     // Memory: the cache's own figure against the distinct tokens of the beam tree.
     std::size_t held = 0, distinct = prompt.size();
@@ -277,44 +315,55 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
   };
   run_forward();
 
-  std::vector<beam> next;
-  std::vector<std::size_t> n_children;
+  // Whether a beam's tokens followed by `token` end the sequence by EOS or a stop sequence.
+  auto ends_sequence = [&](const beam& parent, std::int32_t token) -> std::optional<finish_reason> {
+    if (options.stop.is_eos(token)) return finish_reason::eos;
+    if (options.stop.stop_sequences.empty()) return std::nullopt;
+    history.assign(parent.tokens.begin(), parent.tokens.end());
+    history.push_back(token);
+    const auto why = options.stop.check(history);
+    if (why && *why != finish_reason::max_tokens) return why;
+    return std::nullopt;
+  };
+
   for (;;) {
     // Candidates: each beam's best `per_beam` tokens hold the global best 2B; widen to the whole
     // vocabulary in the rare case that more than B of those end their sequence.
-    std::vector<beam_hypothesis> finished;
+    std::size_t n_next = 0;
     for (std::size_t per_beam = std::min(vocab, 2 * B);; per_beam = vocab) {
       cands.clear();
       for (std::size_t i = 0; i < live.size(); ++i) {
-        const double* lp = logp.data() + i * vocab;
-        for (std::size_t t = 0; t < vocab; ++t) order[t] = static_cast<std::int32_t>(t);
-        std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(per_beam), order.end(),
-                          [lp](std::int32_t x, std::int32_t y) { return lp[x] != lp[y] ? lp[x] > lp[y] : x < y; });
-        for (std::size_t r = 0; r < per_beam; ++r) {
-          const std::int32_t t = order[r];
-          if (lp[t] == -std::numeric_limits<double>::infinity()) break;
-          cands.push_back({live[i].logprob + lp[t], i, t});
-        }
+        detail::top_entries(row_of(i), per_beam, top);
+        for (const detail::row_entry& e : top)
+          cands.push_back({live[i].logprob + (static_cast<double>(e.value) - lse[i]), i, e.index});
       }
       std::sort(cands.begin(), cands.end(), detail::better);
-      next.clear();
+      n_next = 0;
       finished.clear();
-      for (std::size_t rank = 0; rank < cands.size() && next.size() < B; ++rank) {
+      for (std::size_t rank = 0; rank < cands.size() && n_next < B; ++rank) {
         const detail::beam_candidate& c = cands[rank];
         const beam& parent = live[c.beam];
-        history.assign(parent.tokens.begin(), parent.tokens.end());
-        history.push_back(c.token);
-        const auto why = options.stop.check(history);
-        if (why && *why != finish_reason::max_tokens) {
-          if (rank < B)
-            finished.push_back({history, c.score, detail::length_normalised(c.score, history.size(), alpha), *why});
+        if (const auto why = ends_sequence(parent, c.token)) {
+          if (rank < B) {
+            std::vector<std::int32_t> tokens(parent.tokens);
+            tokens.push_back(c.token);
+            const std::size_t len = tokens.size();
+            finished.push_back({std::move(tokens), c.score, detail::length_normalised(c.score, len, alpha), *why});
+          }
           continue;
         }
-        // `node` holds the parent's index until the KV step below.
-        next.push_back({parent.seq, static_cast<std::ptrdiff_t>(c.beam), c.score, history});
+        // `node` holds the parent's index until the KV step below; token vectors are reused across steps.
+        if (next.size() <= n_next) next.emplace_back();
+        beam& child = next[n_next++];
+        child.seq = parent.seq;
+        child.node = static_cast<std::ptrdiff_t>(c.beam);
+        child.logprob = c.score;
+        child.tokens.assign(parent.tokens.begin(), parent.tokens.end());
+        child.tokens.push_back(c.token);
       }
-      if (next.size() == B || per_beam == vocab) break;
+      if (n_next == B || per_beam == vocab) break;
     }
+    next.resize(n_next);
     for (beam_hypothesis& h : finished) done.add(std::move(h));
     ++result.n_steps;
 
@@ -342,11 +391,11 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
     if (!options.copy_all_beams)
       for (std::size_t i = 0; i < live.size(); ++i)
         if (n_children[i] == 0) cache.free(live[i].seq);
-    std::vector<bool> taken(live.size(), options.copy_all_beams);
+    taken.assign(live.size(), options.copy_all_beams ? 1 : 0);
     for (beam& bm : next) {
       const auto parent = static_cast<std::size_t>(bm.node);
       if (!taken[parent]) {
-        taken[parent] = true;
+        taken[parent] = 1;
       } else {
         const std::optional<kv::seq_id> child = cache.fork(live[parent].seq);
         LLMKIT_CHECK(child.has_value(), "beam_search: the cache has no free sequence slot to fork beam ", parent,
