@@ -1,21 +1,27 @@
 // SPDX-License-Identifier: MIT
 // Sampling: each processor, the samplers and two common chains at vocab
 // 32000, 128256, 131072 (flat uniform logits in [-1, 1], the case
-// llama.cpp's sampler test times) and 256000 (randn x 3), batch 1 (one
-// thread) and 64 (thread_pool over all hardware threads), against
+// llama.cpp's sampler test times) and 256000 (randn x 3), batch 1 (calling
+// thread) and batch 64 on a thread_pool of 1 and of 2 threads, against
 // - a full-sort reference (std::sort of (logit, id) pairs, float softmax and
 //   cumulative sum, as Hugging Face / textbook code does; std::partial_sort
 //   for top-k), and
 // - llmkit::simd::softmax over the same rows (max, exp, sum, scale), the
 //   floor of anything that samples from the full distribution.
-// Every iteration restores the rows from a pristine copy while the timer is
-// paused (processors modify rows in place); buffers are allocated and
-// faulted once. Counters: bytes_per_second = logits bytes read once per row
-// (4 * vocab * batch per iteration), roofline = that rate / the machine's
-// sustained read bandwidth (bench/roofline.hpp; 1 thread for batch 1, all
-// threads for batch 64). After the run a table gives, per case, the ratio
-// reference / llmkit and llmkit / softmax floor, from this same run.
-// LLMKIT_BENCH_SMOKE=1 runs vocab 32000, batch 1 only.
+// Batch 64 of a chain goes through llmkit::sampling::sample_batch (one task
+// per row, thread-local workspaces); processors and references run one task
+// per row on the same pool. Every iteration restores the rows from a
+// pristine copy while the timer is paused (processors modify rows in place);
+// buffers are allocated and faulted once. Counters: bytes_per_second =
+// logits bytes read once per row (4 * vocab * batch per iteration),
+// roofline = that rate / the machine's sustained read bandwidth
+// (bench/roofline.hpp; 1 thread or all threads). After the run, tables give
+// per case the ratios reference / llmkit and llmkit / softmax floor, and the
+// batch-64 speed-up from 1 to 2 threads, all from this same run.
+// LLMKIT_BENCH_SMOKE=1 runs vocab 32000 only, batch 1 and batch 4 on 2 threads.
+//
+// One command for every figure (batch 1 and 64, 1 and 2 threads):
+//   bench_sampling --benchmark_min_time=0.1
 
 #include <algorithm>
 #include <cmath>
@@ -68,9 +74,12 @@ rows& data(std::size_t vocab, std::size_t batch) {
   return *slot;
 }
 
-thread_pool& pool() {
-  static thread_pool p;
-  return p;
+/// Pools of 1 and 2 threads (created on first use).
+thread_pool& pool(std::size_t n_threads) {
+  static std::map<std::size_t, std::unique_ptr<thread_pool>> pools;
+  auto& slot = pools[n_threads];
+  if (!slot) slot = std::make_unique<thread_pool>(n_threads);
+  return *slot;
 }
 
 // ---- full-sort reference implementations (float, allocation-free per call) ----
@@ -114,11 +123,15 @@ std::int32_t draw(ref_workspace& ws, std::size_t n, double u) {
 }
 
 using row_fn = std::function<std::int32_t(std::span<float>, const sampling_context&)>;
+/// A whole batch at once: `[batch, vocab] logits`, `[batch]` contexts and results.
+using batch_fn = std::function<void(matrix_view<float>, std::span<const sampling_context>, std::span<sample_result>,
+                                    thread_pool&)>;
 
 struct bench_case {
   std::string name;  // processor or chain
   row_fn fast;
   row_fn reference;  // may be empty
+  batch_fn fast_batch{};  // batched path of `fast` (chains: sample_batch); empty = one task per row
 };
 
 std::int32_t reference_top_k(std::span<float> row, std::size_t k) {
@@ -135,6 +148,12 @@ std::vector<bench_case> cases() {
     return row_fn([chain](std::span<float> row, const sampling_context& ctx) {
       thread_local candidates ws;
       return sample_row(row, ctx, chain, chain, ws).token;
+    });
+  };
+  auto chain_batch = [](auto chain, auto pick) {
+    return batch_fn([chain, pick](matrix_view<float> rows, std::span<const sampling_context> ctx,
+                                  std::span<sample_result> out, thread_pool& exec) {
+      sample_batch(rows, ctx, chain, pick, out, exec);
     });
   };
   auto proc_fn = [](auto proc) {
@@ -196,8 +215,9 @@ std::vector<bench_case> cases() {
                    sort_desc(row, ws);
                    sorted_softmax(ws, row.size());
                    return draw(ws, row.size(), ctx.uniform());
-                 }});
-  out.push_back({"greedy", chain_fn(runtime_chain::parse("greedy")), {}});
+                 }, chain_batch(runtime_chain::parse("sample"), runtime_chain::parse("sample"))});
+  out.push_back({"greedy", chain_fn(runtime_chain::parse("greedy")), {},
+                 chain_batch(runtime_chain::parse("greedy"), runtime_chain::parse("greedy"))});
   const std::string chain1 = "top_k(40);top_p(0.95);temperature(0.8);sample";
   out.push_back({chain1, chain_fn(runtime_chain::parse(chain1)), [](std::span<float> row, const sampling_context& ctx) {
                    auto& ws = ref_ws();
@@ -206,12 +226,12 @@ std::vector<bench_case> cases() {
                    const std::size_t n = cut_top_p(ws, 40, 0.95f);
                    sorted_softmax(ws, n, 0.8f);
                    return draw(ws, n, ctx.uniform());
-                 }});
+                 }, chain_batch(runtime_chain::parse(chain1), runtime_chain::parse(chain1))});
   out.push_back({chain1 + " [compiled]", [](std::span<float> row, const sampling_context& ctx) {
                    thread_local candidates ws;
                    static const processor_chain chain{top_k{40}, top_p{0.95f}, temperature{0.8f}};
                    return sample_row(row, ctx, chain, categorical{}, ws).token;
-                 }, {}});
+                 }, {}, chain_batch(processor_chain{top_k{40}, top_p{0.95f}, temperature{0.8f}}, categorical{})});
   const std::string chain2 = "min_p(0.05);sample";
   out.push_back({chain2, chain_fn(runtime_chain::parse(chain2)), [](std::span<float> row, const sampling_context& ctx) {
                    auto& ws = ref_ws();
@@ -221,33 +241,43 @@ std::vector<bench_case> cases() {
                    while (n < row.size() && ws.probs[n] >= 0.05f * ws.probs[0]) ++n;
                    sorted_softmax(ws, n);
                    return draw(ws, n, ctx.uniform());
-                 }});
+                 }, chain_batch(runtime_chain::parse(chain2), runtime_chain::parse(chain2))});
   (void)history;
   return out;
 }
 
-void run_case(benchmark::State& state, const row_fn& fn, std::size_t vocab, std::size_t batch) {
+void run_case(benchmark::State& state, const row_fn& fn, const batch_fn& batched, std::size_t vocab,
+              std::size_t batch, std::size_t n_threads) {
   auto& d = data(vocab, batch);
   const auto& roof = llmkit_bench::roofline::get();
+  thread_pool& exec = pool(n_threads);
   std::uint64_t step = 0;
   static const std::vector<std::int32_t> history(64, 7);
+  std::vector<sampling_context> contexts(batch);
+  std::vector<sample_result> results(batch);
   for (auto _ : state) {
     state.PauseTiming();
     std::copy(d.pristine.begin(), d.pristine.end(), d.work.begin());
+    for (std::size_t r = 0; r < batch; ++r)
+      contexts[r] = sampling_context{.seed = 1, .request_id = r, .step = step, .history = history};
     state.ResumeTiming();
-    auto one = [&](std::size_t r) {
-      const sampling_context ctx{.seed = 1, .request_id = r, .step = step, .history = history};
-      benchmark::DoNotOptimize(fn(std::span<float>(d.work.data() + r * vocab, vocab), ctx));
-    };
-    if (batch == 1) one(0);
-    else pool().parallel_for(batch, one);
+    if (batch > 1 && batched) {
+      batched(matrix_view<float>(d.work.data(), batch, vocab), contexts, results, exec);
+      benchmark::DoNotOptimize(results.data());
+    } else {
+      auto one = [&](std::size_t r) {
+        benchmark::DoNotOptimize(fn(std::span<float>(d.work.data() + r * vocab, vocab), contexts[r]));
+      };
+      if (batch == 1) one(0);
+      else exec.parallel_for(batch, one);
+    }
     ++step;
   }
   const double bytes = 4.0 * static_cast<double>(vocab * batch);
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
-  const double limit = (batch == 1 ? roof.read_gbps_1t : roof.read_gbps_all) * 1e9;
+  const double limit = (n_threads == 1 ? roof.read_gbps_1t : roof.read_gbps_all) * 1e9;
   state.counters["roofline"] = benchmark::Counter(bytes / limit, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["threads"] = batch == 1 ? 1.0 : static_cast<double>(pool().concurrency());
+  state.counters["threads"] = static_cast<double>(n_threads);
 }
 
 /// Collects real times for the ratio table.
@@ -273,43 +303,65 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   const std::vector<std::size_t> vocabs = smoke() ? std::vector<std::size_t>{32000}
                                                   : std::vector<std::size_t>{32000, 128256, 131072, 256000};
-  const std::vector<std::size_t> batches = smoke() ? std::vector<std::size_t>{1} : std::vector<std::size_t>{1, 64};
+  // (batch, threads)
+  const std::vector<std::pair<std::size_t, std::size_t>> configs =
+      smoke() ? std::vector<std::pair<std::size_t, std::size_t>>{{1, 1}, {4, 2}}
+              : std::vector<std::pair<std::size_t, std::size_t>>{{1, 1}, {64, 1}, {64, 2}};
   const auto all = cases();
-  std::vector<std::string> table;
-  for (std::size_t batch : batches)
+  auto suffix = [](std::size_t vocab, std::size_t batch, std::size_t threads) {
+    return "/vocab:" + std::to_string(vocab) + "/batch:" + std::to_string(batch) + "/threads:" + std::to_string(threads);
+  };
+  for (const auto& [batch, threads] : configs)
     for (std::size_t vocab : vocabs)
       for (const auto& c : all) {
-        const std::string suffix = "/vocab:" + std::to_string(vocab) + "/batch:" + std::to_string(batch);
-        benchmark::RegisterBenchmark(("llmkit/" + c.name + suffix).c_str(), run_case, c.fast, vocab, batch)
+        const std::string tail = suffix(vocab, batch, threads);
+        benchmark::RegisterBenchmark(("llmkit/" + c.name + tail).c_str(), run_case, c.fast, c.fast_batch, vocab, batch,
+                                     threads)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
         if (c.reference)
-          benchmark::RegisterBenchmark(("full_sort/" + c.name + suffix).c_str(), run_case, c.reference, vocab, batch)
+          benchmark::RegisterBenchmark(("full_sort/" + c.name + tail).c_str(), run_case, c.reference, batch_fn{}, vocab,
+                                       batch, threads)
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
       }
   ratio_reporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  // Batch 1 runs on the calling thread: its CPU time is robust to other
-  // processes sharing the machine, so the table uses it; batch 64 spreads
-  // over the pool, so its table entries are wall-clock times.
-  std::printf("\n%-55s %7s %5s %5s %11s %12s %11s %14s\n", "case", "vocab", "batch", "clock", "llmkit_us",
-              "full_sort_us", "sort/llmkit", "llmkit/softmax");
-  for (std::size_t batch : batches)
+  // One thread: the CPU time of the calling thread, robust to other
+  // processes sharing the machine. Two threads: wall-clock time (the
+  // workers' CPU time is not the calling thread's).
+  std::printf("\n%-55s %7s %5s %7s %5s %11s %12s %11s %14s\n", "case", "vocab", "batch", "threads", "clock",
+              "llmkit_us", "full_sort_us", "sort/llmkit", "llmkit/softmax");
+  for (const auto& [batch, threads] : configs)
     for (std::size_t vocab : vocabs) {
-      const auto& t = batch == 1 ? reporter.cpu_times : reporter.times;
-      const std::string suffix = "/vocab:" + std::to_string(vocab) + "/batch:" + std::to_string(batch);
-      const auto floor = t.find("llmkit/softmax_floor" + suffix);
+      const auto& t = threads == 1 ? reporter.cpu_times : reporter.times;
+      const std::string tail = suffix(vocab, batch, threads);
+      const auto floor = t.find("llmkit/softmax_floor" + tail);
       for (const auto& c : all) {
-        const auto fast = t.find("llmkit/" + c.name + suffix);
+        const auto fast = t.find("llmkit/" + c.name + tail);
         if (fast == t.end()) continue;
-        const auto slow = t.find("full_sort/" + c.name + suffix);
+        const auto slow = t.find("full_sort/" + c.name + tail);
         const double t_slow = slow == t.end() ? 0.0 : slow->second;
-        std::printf("%-55s %7zu %5zu %5s %11.1f %12.1f %11.1f %14.2f\n", c.name.c_str(), vocab, batch,
-                    batch == 1 ? "cpu" : "wall", fast->second, t_slow, t_slow > 0 ? t_slow / fast->second : 0.0,
+        std::printf("%-55s %7zu %5zu %7zu %5s %11.1f %12.1f %11.1f %14.2f\n", c.name.c_str(), vocab, batch, threads,
+                    threads == 1 ? "cpu" : "wall", fast->second, t_slow, t_slow > 0 ? t_slow / fast->second : 0.0,
                     floor != t.end() ? fast->second / floor->second : 0.0);
       }
     }
+  // Scaling of the batch from 1 to 2 threads, in wall-clock time for both.
+  const std::size_t big = configs.back().first;
+  if (configs.back().second == 2) {
+    std::printf("\n%-55s %7s %5s %13s %13s %9s\n", "case (wall clock)", "vocab", "batch", "1_thread_us",
+                "2_threads_us", "speed-up");
+    for (std::size_t vocab : vocabs)
+      for (const auto& c : all)
+        for (const std::string kind : {"llmkit/", "full_sort/"}) {
+          const auto one = reporter.times.find(kind + c.name + suffix(vocab, big, 1));
+          const auto two = reporter.times.find(kind + c.name + suffix(vocab, big, 2));
+          if (one == reporter.times.end() || two == reporter.times.end()) continue;
+          std::printf("%-55s %7zu %5zu %13.1f %13.1f %9.2f\n", (kind + c.name).c_str(), vocab, big, one->second,
+                      two->second, one->second / two->second);
+        }
+  }
   std::printf("(times per iteration = per batch of rows; roofline from %s)\n",
               llmkit_bench::roofline::get().source.c_str());
   benchmark::Shutdown();

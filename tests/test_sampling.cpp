@@ -138,6 +138,85 @@ TEST_CASE("typical_p breaks ties of the typicality score by token") {
   require_same(fast, expected);
 }
 
+namespace {
+/// Applies `proc` with the kernels of `Arch` and returns the row in double.
+template <class Arch, class Proc>
+ref::row run_arch(const Proc& proc, std::vector<float> logits) {
+  candidates ws;
+  ws.reset(logits);
+  proc.template apply<Arch>(ws, {});
+  ws.to_logits(logits);
+  return ref::row(logits.begin(), logits.end());
+}
+
+/// top_p and typical_p through the kernels of `Arch` against the oracle.
+template <class Arch>
+void require_mass_selections(const std::vector<float>& v, float p) {
+  const auto base = ref::from_float(v);
+  const double lo = p * (1 - 1e-5), hi = std::min(1.0, p * (1 + 1e-5));
+  require_between(run_arch<Arch>(top_p{p}, v), ref::top_p(base, lo), ref::top_p(base, hi));
+  require_between(run_arch<Arch>(typical_p{p}, v), ref::typical(base, lo), ref::typical(base, hi));
+}
+}  // namespace
+
+TEST_CASE("top_p and typical_p on long rows: every arch and path of the mass selection") {
+  // 16383 takes the radix select; from 16384 the sampled bracket, one-sided
+  // (small p on peaked rows) or two-sided, then the threshold refinement.
+  std::uint32_t seed = 900;
+  for (std::size_t n : {16383u, 16384u, 50001u})
+    for (auto k_kind : test_data::all_kinds)
+      for (float p : {0.001f, 0.1f, 0.5f, 0.8f, 0.999f}) {
+        const auto v = test_data::logits(n, k_kind, seed++);
+        INFO("n = " << n << ", kind = " << int(k_kind) << ", p = " << p);
+        require_mass_selections<simd::default_arch>(v, p);
+        if (n == 50001 && (p == 0.1f || p == 0.8f)) {
+          require_mass_selections<xsimd::fma3<xsimd::avx2>>(v, p);
+          require_mass_selections<simd::scalar>(v, p);
+        }
+      }
+}
+
+TEST_CASE("mass selection: a sample that misses the crossing falls back to the radix select") {
+  // Every sampled position (multiples of n / 1024) holds a low logit, so the
+  // sample brackets the wrong region; the result must still be exact.
+  constexpr std::size_t n = 20480;
+  auto v = test_data::logits(n, kind::gaussian, 950);
+  for (std::size_t j = 0; j < n; j += n / 1024) v[j] = -30.0f + 0.001f * static_cast<float>(j % 97);
+  for (float p : {0.05f, 0.5f, 0.9f}) {
+    INFO("p = " << p);
+    require_mass_selections<simd::default_arch>(v, p);
+  }
+  // Many ties across the crossing: the refinement stops on a tie group, which
+  // the final sort splits by token.
+  std::vector<float> ties(n);
+  std::mt19937 rng(951);
+  for (auto& x : ties) x = static_cast<float>(rng() % 200) * 0.01f;
+  for (float p : {0.1f, 0.3f, 0.5f, 0.77f}) {
+    INFO("ties, p = " << p);
+    require_mass_selections<simd::default_arch>(ties, p);
+  }
+}
+
+TEST_CASE("top_p and typical_p on long sparse sets (after min_p and top_k)") {
+  // Uniform in [-10, 10]: min_p(0.1) keeps ~11.5% of 150000 (sparse,
+  // unsorted, above the 16384 of the fast path); top_k leaves a sorted set.
+  auto v = test_data::logits(150000, kind::uniform, 960);
+  for (auto& x : v) x *= 10.0f;
+  const auto base = ref::from_float(v);
+  const auto after_min_p = ref::min_p(base, 0.1);
+  const auto after_top_k = ref::top_k(base, 30000);
+  for (float p : {0.05f, 0.6f}) {
+    INFO("p = " << p);
+    const double lo = p * (1 - 1e-5), hi = p * (1 + 1e-5);
+    require_between(run(processor_chain{min_p{0.1f}, top_p{p}}, v), ref::top_p(after_min_p, lo), ref::top_p(after_min_p, hi));
+    require_between(run(processor_chain{min_p{0.1f}, typical_p{p}}, v), ref::typical(after_min_p, lo),
+                    ref::typical(after_min_p, hi));
+    require_between(run(processor_chain{top_k{30000}, top_p{p}}, v), ref::top_p(after_top_k, lo), ref::top_p(after_top_k, hi));
+    require_between(run(processor_chain{top_k{30000}, typical_p{p}}, v), ref::typical(after_top_k, lo),
+                    ref::typical(after_top_k, hi));
+  }
+}
+
 TEST_CASE("temperature divides, and T <= 0 reduces to the arg-max") {
   std::uint32_t seed = 400;
   for (auto n : sizes)

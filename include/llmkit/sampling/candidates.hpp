@@ -43,6 +43,10 @@ struct scratch_buffers {
   aligned_vector<std::int32_t> tokens;
   aligned_vector<std::int32_t> tokens2;
   aligned_vector<std::int32_t> counts;
+  /// Mass selection (detail/mass_select.hpp): the bracketed compact set and
+  /// the undecided entries of the refinement (values, exp, indices).
+  aligned_vector<float> compact_values, compact_weights, undecided_values, undecided_weights;
+  aligned_vector<std::uint32_t> compact_index, undecided_index;
 };
 
 template <class V>

@@ -6,18 +6,19 @@
 /// H = -sum p_i log p_i, orders tokens by |-log p_i - H| ascending (token
 /// ascending on ties) and keeps the shortest prefix with mass >= p. Since
 /// -log p_i - H = c - logit_i with c = sum_j p_j logit_j (the mean logit),
-/// the order is the distance of the logit to c: a radix select on
-/// |logit_i - c| weighted by p_i, no sort. p in (0, 1]; 1 disables it.
+/// the order is the distance of the logit to c: the sorting-free mass
+/// selection of detail/mass_select.hpp with score |logit_i - c|, after one
+/// fused pass for the exponentials, their sum and c. p in (0, 1]; 1
+/// disables it.
 
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <bit>
 
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/sampling/detail/kernels.hpp"
-#include "llmkit/sampling/detail/select.hpp"
+#include "llmkit/sampling/detail/mass_select.hpp"
+#include "llmkit/simd/arch.hpp"
 
 namespace llmkit::sampling {
 
@@ -28,6 +29,9 @@ struct typical_p {
   /// @throws llmkit::error unless 0 < p <= 1.
   void validate() const { LLMKIT_CHECK(p_ > 0.0f && p_ <= 1.0f, "typical_p: p must be in (0, 1], got ", p_); }
 
+  /// Truncates `c` in place. `Arch` picks the kernels (simd::scalar always
+  /// takes the radix select).
+  template <class Arch = simd::default_arch>
   void apply(candidates& c, const sampling_context&) const {
     validate();
     if (p_ == 1.0f || c.size() == 1) return;
@@ -36,30 +40,9 @@ struct typical_p {
     const std::size_t n = values.size();
     const float m = c.max();
     detail::grow(s.weights, n);
-    detail::grow(s.block_sums, detail::n_sum_blocks(n));
-    const double total = detail::exp_block_sums(values, m, s.block_sums, {s.weights.data(), n});
-    double weighted = 0.0;
-    for (std::size_t i = 0; i < n; ++i)
-      if (s.weights[i] > 0.0f) weighted += static_cast<double>(s.weights[i]) * static_cast<double>(values[i] - m);
+    const auto [total, weighted] = detail::exp_weighted_sums<Arch>(values, m, {s.weights.data(), n});
     const float center = m + static_cast<float>(weighted / total);
-    const detail::typical_score score{center};
-    auto token = [&](std::size_t i) { return c.token(i); };
-    auto sel = detail::mass_select(values, {s.weights.data(), n}, token, score, p_, total, s);
-    if (!sel) {
-      detail::grow(s.keys, n);
-      for (std::size_t i = 0; i < n; ++i) s.keys[i] = score.key(values[i]);
-      sel = detail::weighted_select({s.keys.data(), n}, {s.weights.data(), n}, token, p_, true, s);
-    }
-    if (sel->keep_all_) return;
-    // Keep |v - center| <= d_K (vectorised), then drop boundary ties past the cutoff token, if any.
-    const float d_k = std::bit_cast<float>(sel->key_);
-    c.retain_values([score, d_k](const auto& x) { return score(x) <= decltype(x)(d_k); },
-                    [score, d_k](float x) { return score(x) <= d_k; }, sel->n_keep_, false);
-    if (sel->partial_ties_) {
-      const auto kept = c.values();
-      const std::int32_t cut = sel->tie_cutoff_;
-      c.retain([&](std::size_t i) { return score(kept[i]) < d_k || c.token(i) <= cut; }, sel->n_keep_, false);
-    }
+    detail::truncate_by_mass<Arch>(c, detail::typical_score{center}, p_, {s.weights.data(), n}, total);
   }
 };
 
