@@ -72,18 +72,22 @@ inline row top_k(const row& logits, std::int64_t k) {
   return keep_only(logits, idx);
 }
 
-inline row top_p(const row& logits, double p) {
-  if (p >= 1.0) return logits;
-  const auto prob = softmax(logits);
-  const auto idx = order_desc(logits);
+/// Keeps the shortest prefix of `order` whose summed `prob` reaches p.
+inline row keep_mass_prefix(const row& logits, const std::vector<double>& prob, const std::vector<std::size_t>& order,
+                            double p) {
   std::vector<std::size_t> kept;
   double cum = 0;
-  for (std::size_t i : idx) {
+  for (std::size_t i : order) {
     kept.push_back(i);
     cum += prob[i];
     if (cum >= p) break;
   }
   return keep_only(logits, kept);
+}
+
+inline row top_p(const row& logits, double p) {
+  if (p >= 1.0) return logits;
+  return keep_mass_prefix(logits, softmax(logits), order_desc(logits), p);
 }
 
 inline row min_p(const row& logits, double min_p) {
@@ -108,14 +112,7 @@ inline row typical(const row& logits, double p) {
     return prob[i] > 0 ? std::fabs(-std::log(prob[i]) - entropy) : std::numeric_limits<double>::infinity();
   };
   std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return score(a) < score(b); });
-  std::vector<std::size_t> kept;
-  double cum = 0;
-  for (std::size_t i : idx) {
-    kept.push_back(i);
-    cum += prob[i];
-    if (cum >= p) break;
-  }
-  return keep_only(logits, kept);
+  return keep_mass_prefix(logits, prob, idx, p);
 }
 
 inline row penalties(row logits, const std::vector<std::int32_t>& history, double repeat, double frequency,
