@@ -8,7 +8,8 @@
 //
 // Prefill on stories260K: padded, length-sorted and prepacked batching of
 // the same prompts for uniform[8, 512], lognormal (median 60, p99 1000,
-// capped at 2048) and constant (128) lengths. BM_prefill/<method>/<dist>
+// capped at 2048), constant (128) lengths and a mixed set (uniform[8, 64]
+// with 1 prompt in 16 at 512 tokens: padding ratio ~8). BM_prefill/<method>/<dist>
 // times one method (counters: real tokens/s, useful GFLOP/s and its fraction
 // of the one-core FMA peak from bench/roofline.hpp, padding ratio);
 // BM_prefill_compare/<dist> times all three in every iteration (process CPU
@@ -128,7 +129,8 @@ struct workload {
 workload make_workload(length_shape shape) {
   const std::size_t n = smoke() ? 8 : 64;
   const length_distribution d{.shape = shape, .min_length = 8, .max_length = smoke() ? 64 : 512, .median = 60,
-                              .p99 = 1000, .constant = smoke() ? 32 : 128};
+                              .p99 = 1000, .constant = smoke() ? 32 : 128, .long_fraction = 1.0 / 16.0,
+                              .short_max = smoke() ? 16 : 64};
   length_distribution capped = d;
   if (shape == length_shape::lognormal) capped.max_length = smoke() ? 128 : 2048;
   workload w;
@@ -244,6 +246,7 @@ void BM_prefill_compare(benchmark::State& state, length_shape shape) {
 LLMKIT_PREFILL_BENCH(uniform);
 LLMKIT_PREFILL_BENCH(lognormal);
 LLMKIT_PREFILL_BENCH(constant);
+LLMKIT_PREFILL_BENCH(mixed);
 
 }  // namespace
 

@@ -4,14 +4,21 @@
 // prompt's K/V written straight into its own cache sequence) -- on a real
 // model, and print time, padding ratio, peak activation memory and the
 // largest batch that fits a memory budget for each prompt-length
-// distribution.
+// distribution. Peak activation memory is measured: every heap allocation
+// of the program is counted (a replaced global operator new), and each
+// method runs in a fresh thread on a freshly loaded model, so the peak of
+// live bytes during its forward passes, minus what was live before the
+// first, is the model's workspace plus the attention kernels' per-thread
+// scratch plus anything transient.
 //
 //   llmkit-prepack                                  # stories260K, all distributions
 //   llmkit-prepack --distribution lognormal --json  # one JSON object per row
 //   llmkit-prepack --model synthetic --n-prompts 16 # the synthetic ~100M model
+//   llmkit-prepack --distribution mixed             # mostly short prompts, a few at the context
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/paged_cache.hpp>
 #include <llmkit/model/batch.hpp>
+#include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/synthetic.hpp>
 #include <llmkit/pack/length_distribution.hpp>
@@ -23,16 +30,100 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <exception>
 #include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <random>
+#include <new>
 #include <string>
+#include <thread>
 #include <vector>
+
+// ---- counting allocator ----------------------------------------------------
+// Every operator new of the program goes through here (llmkit's
+// aligned_allocator calls the aligned form), so live and peak heap bytes are
+// known at any time. Sizes are malloc_usable_size, the bytes actually held.
+
+namespace {
+std::atomic<std::size_t> live_bytes{0}, peak_bytes{0};
+
+void note_alloc(void* p) noexcept {
+  const std::size_t now = live_bytes.fetch_add(malloc_usable_size(p), std::memory_order_relaxed) + malloc_usable_size(p);
+  std::size_t peak = peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+void* counted_alloc(std::size_t n, std::size_t alignment) {
+  void* p = nullptr;
+  if (alignment <= alignof(std::max_align_t)) {
+    p = std::malloc(n == 0 ? 1 : n);
+  } else if (::posix_memalign(&p, alignment, n == 0 ? alignment : n) != 0) {
+    p = nullptr;
+  }
+  if (p == nullptr) throw std::bad_alloc();
+  note_alloc(p);
+  return p;
+}
+void counted_free(void* p) noexcept {
+  if (p == nullptr) return;
+  live_bytes.fetch_sub(malloc_usable_size(p), std::memory_order_relaxed);
+  std::free(p);
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_alloc(n, 0); }
+void* operator new[](std::size_t n) { return counted_alloc(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n, 0);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n, 0);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { counted_free(p); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n, static_cast<std::size_t>(a));
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n, static_cast<std::size_t>(a));
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
 
 namespace {
 
@@ -62,6 +153,9 @@ struct options {
   std::size_t repeats = 3;
   std::size_t threads = 1;
   std::uint64_t seed = 2404;
+  double long_fraction = 1.0 / 16.0;
+  std::size_t short_max = 64;
+  std::size_t long_length = 0;
   bool json = false;
   bool progress = true;
   bool wall = false;
@@ -69,22 +163,34 @@ struct options {
 };
 
 /// Activation bytes of llama_model::forward for a call of n tokens and
-/// n_logits logits: its workspace (x, xn, qkv, k, v, attention output,
+/// n_logits logits: its workspace (x, xn, qkv, q, k, v, attention output,
 /// gate|up, hidden, logits; see llama_model::reserve) plus one attention score
-/// row group per thread.
+/// row group per thread. The measured figure (counting allocator) is what
+/// the tables report; this one is the cross-check.
 std::size_t activation_bytes(const model::llama_config& c, std::size_t n, std::size_t n_logits,
                              std::size_t longest_sequence) {
   const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-  const std::size_t per_token = c.dim + (qd + 2 * kvd) + 2 * kvd + qd + 3 * c.ffn_dim;
+  const std::size_t per_token = c.dim + (qd + 2 * kvd) + qd + 2 * kvd + qd + 3 * c.ffn_dim;
   const std::size_t scores = (c.n_heads / c.n_kv_heads) * longest_sequence;
   return sizeof(float) * (n * per_token + std::max(n, n_logits) * c.dim + n_logits * c.n_vocab + scores);
 }
 
 struct method_result {
-  double seconds = 0;
+  double seconds = 0;                   // forwards, plus packing and building the rows for prepacked
+  double prepare_seconds = 0;           // packing and building the rows (prepacked)
   std::size_t n_forwards = 0;
-  std::size_t slots = 0;            // tokens computed, pads included
-  std::size_t peak_activation = 0;  // bytes, the largest forward
+  std::size_t slots = 0;                // tokens computed, pads included
+  std::size_t largest_forward = 0;      // tokens of the largest forward
+  std::size_t peak_activation = 0;      // bytes, measured: peak live heap bytes during the forwards
+  std::size_t computed_activation = 0;  // bytes, activation_bytes() of the largest forward
+  std::size_t first_forward_bytes = 0;  // bytes, measured during the first forward (fresh workspace)
+  std::size_t first_forward_tokens = 0;
+  /// Measured activation bytes per token of one forward from a fresh
+  /// workspace: the first forward's peak over its tokens (later forwards
+  /// can add the workspace's regrowth, old and new buffers live at once).
+  double bytes_per_token() const {
+    return double(first_forward_bytes) / double(std::max<std::size_t>(first_forward_tokens, 1));
+  }
 };
 
 class progress_bar {
@@ -107,21 +213,37 @@ class progress_bar {
 };
 
 struct runner {
-  model::llama_model& model;
-  thread_pool& pool;
+  std::string path;  // the model file: every run loads a fresh model (empty workspace)
   const options& opt;
 
-  // Runs rows through the model into fresh sequences of a paged cache; times
-  // only the forward passes (plus the batching given in `prepare_seconds`).
+  // Runs rows through a freshly loaded model, in a fresh thread (so the
+  // attention kernels' thread-local scratch starts empty too), into fresh
+  // sequences of a paged cache. Times only the forward passes; measures the
+  // peak of live heap bytes during them over what was live before.
   template <class Row>
-  method_result run(const std::vector<Row>& rows, std::size_t n_requests, std::size_t slots_per_seq_max,
-                    progress_bar& bar) {
+  method_result run(const std::vector<Row>& rows, std::size_t n_requests, std::size_t longest, progress_bar& bar) {
+    method_result result;
+    std::exception_ptr failure;
+    std::thread worker([&] {
+      try {
+        result = run_here(rows, n_requests, longest, bar);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    worker.join();
+    if (failure) std::rethrow_exception(failure);
+    return result;
+  }
+
+  template <class Row>
+  method_result run_here(const std::vector<Row>& rows, std::size_t n_requests, std::size_t longest,
+                         progress_bar& bar) {
+    model::llama_model model = model::llama_model::load(path);
+    thread_pool pool(opt.threads);
     const auto& c = model.config();
-    std::size_t total_slots = 0, longest = 0;
-    for (const auto& r : rows) {
-      total_slots += r.token_ids.size();
-      longest = std::max(longest, r.token_ids.size());
-    }
+    std::size_t total_slots = 0;
+    for (const auto& r : rows) total_slots += r.token_ids.size();
     constexpr std::size_t block = 16;
     const std::size_t n_blocks = total_slots / block + n_requests * 2 + 8;
     kv::paged_cache<float, block> cache(model.kv_shape(), {.n_blocks = n_blocks, .max_sequences = n_requests});
@@ -132,19 +254,28 @@ struct runner {
     }
     std::vector<float> logits(n_requests * model.vocab_size());
     method_result result;
+    const std::size_t before = live_bytes.load();
     auto forward = [&](const Row& row) {
       bar.tick();
       ++result.n_forwards;
       result.slots += row.token_ids.size();
-      result.peak_activation = std::max(
-          result.peak_activation, activation_bytes(c, row.token_ids.size(), row.logit_rows.size(), slots_per_seq_max));
-      return model.forward(model::batch{row.token_ids, row.positions, row.seq_ids, row.logit_rows}, cache, pool);
+      result.largest_forward = std::max(result.largest_forward, row.token_ids.size());
+      result.computed_activation = std::max(
+          result.computed_activation, activation_bytes(c, row.token_ids.size(), row.logit_rows.size(), longest));
+      const auto out =
+          model.forward(model::batch{row.token_ids, row.positions, row.seq_ids, row.logit_rows}, cache, pool);
+      if (result.n_forwards == 1) {
+        result.first_forward_bytes = peak_bytes.load() - before;
+        result.first_forward_tokens = row.token_ids.size();
+      }
+      return out;
     };
+    peak_bytes.store(before);
     const double start = opt.now();
     pack::run_prefill(std::span<const Row>(rows), forward,
                       matrix_view<float>(logits.data(), n_requests, model.vocab_size()));
     result.seconds = opt.now() - start;
-    (void)longest;
+    result.peak_activation = peak_bytes.load() - before;
     return result;
   }
 };
@@ -172,8 +303,11 @@ int main(int argc, char** argv) {
   options opt;
   CLI::App app{"Prefill time and memory of padded, length-sorted and prepacked batching"};
   app.add_option("--model", opt.model, "stories (the vendored stories260K), synthetic (~100M, written to /tmp once), or a GGUF path");
-  app.add_option("--distribution", opt.distribution, "uniform | lognormal | constant | all")
-      ->check(CLI::IsMember({"uniform", "lognormal", "constant", "all"}));
+  app.add_option("--distribution", opt.distribution, "uniform | lognormal | constant | mixed | all")
+      ->check(CLI::IsMember({"uniform", "lognormal", "constant", "mixed", "all"}));
+  app.add_option("--long-fraction", opt.long_fraction, "mixed: fraction of long prompts")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--short-max", opt.short_max, "mixed: short prompts are uniform[8, short-max]")->check(CLI::Range(8, 1 << 24));
+  app.add_option("--long-length", opt.long_length, "mixed: length of the long prompts (0 = the context)");
   app.add_option("--n-prompts", opt.n_prompts, "prompts per distribution")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", opt.batch_size, "prompts per padded batch")->check(CLI::PositiveNumber);
   app.add_option("--packer", opt.packer, "ffd | bfd | next_fit | online_ff");
@@ -202,15 +336,14 @@ int main(int argc, char** argv) {
         model::write_synthetic_llama(path, {.config = model::synthetic_100m_config(), .weight_type = model::ggml_type::f16, .seed = 1});
       }
     }
-    model::llama_model llm = model::llama_model::load(path);
-    const auto& config = llm.config();
-    thread_pool pool(opt.threads);
-    runner run{llm, pool, opt};
+    const model::llama_config config = model::llama_config::from_gguf(model::gguf_file::open(path));
+    runner run{path, opt};
     const pack::packer packer = pack::packer_from_name(opt.packer);
     const std::size_t context = std::min<std::size_t>(config.context_length, 2048);
 
     std::vector<pack::length_shape> shapes;
-    for (auto s : {pack::length_shape::uniform, pack::length_shape::lognormal, pack::length_shape::constant})
+    for (auto s : {pack::length_shape::uniform, pack::length_shape::lognormal, pack::length_shape::constant,
+                   pack::length_shape::mixed})
       if (opt.distribution == "all" || opt.distribution == pack::length_shape_name(s)) shapes.push_back(s);
 
     if (!opt.json)
@@ -224,9 +357,11 @@ int main(int argc, char** argv) {
 
     for (const auto shape : shapes) {
       const pack::length_distribution dist{.shape = shape, .min_length = 8, .max_length = std::min<std::size_t>(512, context),
-                                           .median = 60, .p99 = 1000, .constant = 128};
+                                           .median = 60, .p99 = 1000, .constant = 128,
+                                           .long_fraction = opt.long_fraction, .short_max = opt.short_max};
       pack::length_distribution capped = dist;
       if (shape == pack::length_shape::lognormal) capped.max_length = context;
+      if (shape == pack::length_shape::mixed) capped.max_length = opt.long_length > 0 ? std::min(opt.long_length, context) : context;
       const auto lengths = pack::sample_lengths(capped, opt.n_prompts, opt.seed);
       std::mt19937_64 rng(opt.seed + 1);
       std::vector<std::vector<std::int32_t>> prompts(lengths.size());
@@ -286,19 +421,25 @@ int main(int argc, char** argv) {
           progress_bar bar(opt.progress, batch.n_rows(), "prepacked " + tag);
           auto r = run.run(batch.rows, prompts.size(), longest, bar);
           r.seconds += prep;
+          r.prepare_seconds = prep;
           better(best_pack, r);
         }
       }
 
-      // Largest batch in a fixed activation budget: prefixes of a large
-      // sample of the same distribution.
-      const std::size_t per_token = activation_bytes(config, 1, 0, 0);
+      // Largest batch in a fixed activation budget (default: what the
+      // formula gives for a padded batch of batch-size prompts at the
+      // context length): prefixes of a large sample of the same
+      // distribution, each method at its own measured bytes per token of a
+      // forward from a fresh workspace. Padded needs k x longest slots,
+      // prepacked the sum of the lengths.
+      const std::size_t formula_per_token = activation_bytes(config, 1, 0, 0);
       const std::size_t budget = opt.budget_mib > 0 ? static_cast<std::size_t>(opt.budget_mib * 1048576.0)
-                                                    : opt.batch_size * context * per_token;
-      const std::size_t token_budget = budget / per_token;
+                                                    : opt.batch_size * context * formula_per_token;
+      const auto per_token = [](const method_result& r) { return r.bytes_per_token(); };
       const auto many = pack::sample_lengths(capped, 100000, opt.seed + 7);
-      const std::size_t b_pad = max_batch_padded(many, token_budget);
-      const std::size_t b_pack = max_batch_prepacked(many, token_budget);
+      const std::size_t b_pad = max_batch_padded(many, static_cast<std::size_t>(double(budget) / per_token(best_pad)));
+      const std::size_t b_pack =
+          max_batch_prepacked(many, static_cast<std::size_t>(double(budget) / per_token(best_pack)));
 
       const double pad_ratio = pack::padding_ratio(padded), sort_ratio = pack::padding_ratio(sorted);
       const double x_pad = best_pad.seconds / best_pack.seconds, x_sort = best_sort.seconds / best_pack.seconds;
@@ -318,13 +459,22 @@ int main(int argc, char** argv) {
                               {"seconds_padded", best_pad.seconds},
                               {"seconds_sorted", best_sort.seconds},
                               {"seconds_prepacked", best_pack.seconds},
+                              {"seconds_prepare", best_pack.prepare_seconds},
+                              {"clock", opt.wall ? "wall" : "process_cpu"},
                               {"speedup_vs_padded", x_pad},
                               {"speedup_vs_sorted", x_sort},
+                              {"speedup_over_0_85_ratio", x_pad / (0.85 * pad_ratio)},
                               {"forwards_padded", best_pad.n_forwards},
                               {"forwards_prepacked", best_pack.n_forwards},
                               {"peak_activation_bytes_padded", best_pad.peak_activation},
                               {"peak_activation_bytes_sorted", best_sort.peak_activation},
                               {"peak_activation_bytes_prepacked", best_pack.peak_activation},
+                              {"computed_activation_bytes_padded", best_pad.computed_activation},
+                              {"computed_activation_bytes_prepacked", best_pack.computed_activation},
+                              {"largest_forward_padded", best_pad.largest_forward},
+                              {"largest_forward_prepacked", best_pack.largest_forward},
+                              {"activation_bytes_per_token_padded", per_token(best_pad)},
+                              {"activation_bytes_per_token_prepacked", per_token(best_pack)},
                               {"memory_budget_bytes", budget},
                               {"max_batch_padded", b_pad},
                               {"max_batch_prepacked", b_pack}};
@@ -338,8 +488,9 @@ int main(int argc, char** argv) {
       }
     }
     if (!opt.json)
-      std::printf("\npad_rat = padded slots / real tokens; x_pad, x_sort = speedup of prepacked; mem = peak activation "
-                  "of one forward; B_* = largest batch (prefix of 1e5 prompts) within the activation budget.\n");
+      std::printf("\npad_rat = padded slots / real tokens; x_pad, x_sort = speedup of prepacked; mem = measured peak "
+                  "activation (heap bytes live during the forwards, fresh model); B_* = largest batch (prefix of 1e5 "
+                  "prompts) within the activation budget at the measured bytes per token.\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "llmkit-prepack: %s\n", e.what());
     return 1;

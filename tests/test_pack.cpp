@@ -326,3 +326,57 @@ TEST_CASE("sample_lengths draws the requested shapes") {
   REQUIRE_THROWS_WITH(sample_lengths({.shape = length_shape::lognormal, .median = 0}, 1, 0),
                       "sample_lengths: lognormal median must be > 0, got 0");
 }
+
+TEST_CASE("sample_lengths mixed: short prompts with a fraction at max_length") {
+  const length_distribution mixed{.shape = length_shape::mixed, .min_length = 8, .max_length = 2048,
+                                  .long_fraction = 0.05, .short_max = 64};
+  REQUIRE(length_shape_name(length_shape::mixed) == "mixed");
+  const auto m = sample_lengths(mixed, 20000, 5);
+  std::size_t n_long = 0, short_sum = 0, short_min = 1 << 30, short_max = 0;
+  for (std::size_t l : m) {
+    if (l == 2048) {
+      ++n_long;
+    } else {
+      REQUIRE(l >= 8);
+      REQUIRE(l <= 64);
+      short_sum += l;
+      short_min = std::min(short_min, l);
+      short_max = std::max(short_max, l);
+    }
+  }
+  // Binomial(20000, 0.05): mean 1000, sd 30.8; 5 sd either side.
+  REQUIRE(n_long >= 846);
+  REQUIRE(n_long <= 1154);
+  REQUIRE(short_min == 8);
+  REQUIRE(short_max == 64);
+  // Uniform[8, 64]: mean 36, sd 16.5, sd of the mean over ~19000 draws ~0.12.
+  REQUIRE(double(short_sum) / double(m.size() - n_long) == Approx(36.0).margin(0.6));
+  // The same seed draws the same lengths; the extremes of long_fraction.
+  REQUIRE(sample_lengths(mixed, 20000, 5) == m);
+  length_distribution all_long = mixed, none_long = mixed;
+  all_long.long_fraction = 1.0;
+  none_long.long_fraction = 0.0;
+  const auto a = sample_lengths(all_long, 100, 6);
+  REQUIRE(std::all_of(a.begin(), a.end(), [](std::size_t x) { return x == 2048; }));
+  const auto z = sample_lengths(none_long, 1000, 6);
+  REQUIRE(std::all_of(z.begin(), z.end(), [](std::size_t x) { return x >= 8 && x <= 64; }));
+  // One long prompt per batch of 16 short ones pads the batch ~ 2048 * 16 / (2048 + 15 * 36) = 12.7x.
+  length_distribution one_in_16 = mixed;
+  one_in_16.long_fraction = 1.0 / 16.0;
+  const auto lengths = sample_lengths(one_in_16, 4096, 7);
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (std::size_t l : lengths) prompts.emplace_back(l, 1);
+  const auto padded = make_padded_batches(prompts, 16, batch_order::request);
+  REQUIRE(padding_ratio(padded) >= 6.0);
+
+  length_distribution bad = mixed;
+  bad.long_fraction = 1.5;
+  REQUIRE_THROWS_WITH(sample_lengths(bad, 1, 0), "sample_lengths: mixed long_fraction 1.5 is outside [0, 1]");
+  bad = mixed;
+  bad.short_max = 4096;
+  REQUIRE_THROWS_WITH(sample_lengths(bad, 1, 0),
+                      "sample_lengths: mixed short_max 4096 is outside [min_length = 8, max_length = 2048]");
+  bad.short_max = 7;
+  REQUIRE_THROWS_WITH(sample_lengths(bad, 1, 0),
+                      "sample_lengths: mixed short_max 7 is outside [min_length = 8, max_length = 2048]");
+}

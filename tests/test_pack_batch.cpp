@@ -174,6 +174,35 @@ TEST_CASE("build_packed_batch rejects input that does not match") {
   REQUIRE(empty.slot_ratio() == 1.0);
 }
 
+TEST_CASE("with constant lengths the prepacked rows are the padded batches, forward call for forward call") {
+  // The no-padding control: packing at the padded batches' slot count must
+  // hand the model exactly the batches padding does (same tokens, positions,
+  // sequences, logit rows, in the same order), so prepacking adds no model work.
+  std::mt19937_64 rng(31);
+  for (const std::size_t length : {1u, 7u, 128u}) {
+    for (const std::size_t batch_size : {1u, 3u, 8u}) {
+      const std::size_t n = 2 * batch_size + (length % 3);  // a last, partial batch for some
+      std::vector<std::vector<std::int32_t>> prompts(n, std::vector<std::int32_t>(length));
+      for (auto& p : prompts)
+        for (auto& t : p) t = static_cast<std::int32_t>(rng() % 512);
+      const auto padded = make_padded_batches(prompts, batch_size, batch_order::request);
+      for (packer pk : all_packers) {
+        INFO("length " << length << " batch " << batch_size << " packer " << packer_name(pk));
+        const auto batch =
+            build_packed_batch(prompts, pack_items(prompt_lengths(prompts), pk, {.capacity = batch_size * length}));
+        REQUIRE(batch.n_rows() == padded.size());
+        for (std::size_t r = 0; r < padded.size(); ++r) {
+          REQUIRE(batch.rows[r].token_ids == padded[r].token_ids);
+          REQUIRE(batch.rows[r].positions == padded[r].positions);
+          REQUIRE(batch.rows[r].seq_ids == padded[r].seq_ids);
+          REQUIRE(batch.rows[r].logit_rows == padded[r].logit_rows);
+          REQUIRE(batch.rows[r].logit_requests == padded[r].logit_requests);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("padded and length-sorted batching") {
   const std::vector<std::vector<std::int32_t>> prompts{{1}, {2, 2, 2, 2}, {3, 3}, {4, 4, 4}, {5}};
   const auto padded = make_padded_batches(prompts, 2, batch_order::request, -1);

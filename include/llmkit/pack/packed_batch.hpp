@@ -15,6 +15,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <ranges>
 #include <span>
 #include <vector>
@@ -126,11 +127,13 @@ packed_batch build_packed_batch(const P& prompts, const packing& layout,
       covered[p.item] += p.size;
       const auto request = static_cast<std::int32_t>(p.item);
       const std::int32_t seq = seq_ids.empty() ? request : seq_ids[p.item];
-      for (std::size_t t = p.offset; t < p.offset + p.size; ++t) {
-        row.token_ids.push_back(prompt[t]);
-        row.positions.push_back(static_cast<std::int32_t>(t));
-        row.seq_ids.push_back(seq);
-      }
+      const auto first = prompt.begin() + static_cast<std::ptrdiff_t>(p.offset);
+      row.token_ids.insert(row.token_ids.end(), first, first + static_cast<std::ptrdiff_t>(p.size));
+      const std::size_t begin = row.positions.size();
+      row.positions.resize(begin + p.size);
+      std::iota(row.positions.begin() + static_cast<std::ptrdiff_t>(begin), row.positions.end(),
+                static_cast<std::int32_t>(p.offset));
+      row.seq_ids.resize(begin + p.size, seq);
       const auto end = static_cast<std::int32_t>(row.token_ids.size());
       row.cu_seqlens.push_back(end);
       row.last_token.push_back(end - 1);
