@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "reference/sched_reference.hpp"
@@ -143,6 +145,7 @@ TEST_CASE("fit_machine_limits recovers the limits that generated the step times"
   }
   const machine_limits fit = fit_machine_limits(samples, bound, 1e3, 121);
   // The grid has 40 points per decade: within 6% of the truth.
+  REQUIRE(fit.overlap);
   REQUIRE(fit.peak_flops == Approx(truth.peak_flops).epsilon(0.06));
   REQUIRE(fit.bandwidth == Approx(truth.bandwidth).epsilon(0.06));
   std::size_t within = 0;
@@ -154,4 +157,48 @@ TEST_CASE("fit_machine_limits recovers the limits that generated the step times"
   REQUIRE_THROWS_WITH(fit_machine_limits(std::vector<step_sample>{}, bound), "fit_machine_limits: no samples");
   REQUIRE_THROWS_WITH(fit_machine_limits(samples, bound, 10, 1),
                       "fit_machine_limits: grid = 1 must be >= 2 and range = 10 >= 1");
+  REQUIRE_THROWS_WITH(fit_machine_limits(samples, bound, 10, 5, true, 1.5),
+                      "fit_machine_limits: error_quantile must be in [0, 1], got 1.5");
+  // Minimising the worst error recovers the limits too.
+  const machine_limits worst = fit_machine_limits(samples, bound, 1e3, 121, true, 1.0);
+  REQUIRE(worst.peak_flops == Approx(truth.peak_flops).epsilon(0.06));
+  REQUIRE(worst.bandwidth == Approx(truth.bandwidth).epsilon(0.06));
+}
+
+TEST_CASE("fit_machine_limits recognises an engine whose compute and memory time add") {
+  const machine_limits truth{.peak_flops = 8e10, .bandwidth = 1.2e10, .step_overhead_s = 2e-4, .overlap = false};
+  const machine_limits bound{.peak_flops = 4e11, .bandwidth = 4e10};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> f(1e8, 5e10), b(1e8, 5e8);
+  std::vector<step_sample> samples;
+  for (int i = 0; i < 100; ++i) {
+    const double flops = f(rng), bytes = b(rng);
+    samples.push_back({flops, bytes, truth.step_overhead_s + flops / truth.peak_flops + bytes / truth.bandwidth});
+  }
+  REQUIRE(truth.busy_s(4e10, 6e8) == Approx(0.5 + 0.05));
+  REQUIRE(machine_limits{.peak_flops = 8e10, .bandwidth = 1.2e10}.busy_s(4e10, 6e8) == Approx(0.5));
+  const machine_limits fit = fit_machine_limits(samples, bound, 1e3, 121);
+  REQUIRE_FALSE(fit.overlap);
+  REQUIRE(fit.peak_flops == Approx(truth.peak_flops).epsilon(0.06));
+  REQUIRE(fit.bandwidth == Approx(truth.bandwidth).epsilon(0.06));
+  // Restricted to the roofline form, the same samples fit worse.
+  const machine_limits roof = fit_machine_limits(samples, bound, 1e3, 121, false);
+  REQUIRE(roof.overlap);
+  auto median_error = [&](const machine_limits& m) {
+    std::vector<double> e;
+    for (const auto& s : samples) e.push_back(std::fabs((m.step_overhead_s + m.busy_s(s.flops, s.bytes)) / s.time_s - 1));
+    std::sort(e.begin(), e.end());
+    return e[e.size() / 2];
+  };
+  REQUIRE(median_error(fit) < 0.03);
+  REQUIRE(median_error(roof) > median_error(fit));
+  // The cost of a plan follows the form.
+  cost_model cm{.model = {.n_layers = 2, .dim = 8, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .ffn_dim = 16,
+                          .vocab = 32, .bytes_per_weight = 4, .bytes_per_kv = 4},
+                .machine = truth,
+                .block_size = 4};
+  step_plan plan;
+  plan.items.push_back({.id = 0, .first_pos = 3, .n_tokens = 2, .samples = true, .is_prefill = true});
+  const step_cost c = cm(plan);
+  REQUIRE(c.time_s == Approx(truth.step_overhead_s + c.compute_s + c.memory_s));
 }

@@ -5,7 +5,9 @@
 /// A roofline cost model of one engine step: FLOPs and bytes moved (weights,
 /// KV read, KV written, swap copies) from a Llama-style model config and a
 /// step plan; time = max(FLOPs / peak FLOP/s, bytes / bandwidth) + a fixed
-/// per-step overhead. The machine limits are plain numbers (measure them with
+/// per-step overhead (or the sum of the two terms, for an engine that does
+/// not overlap arithmetic with memory traffic; `fit_machine_limits`
+/// calibrates either form to measured steps). The machine limits are plain numbers (measure them with
 /// bench/bench_roofline, or take them from a data sheet). Helpers pick the
 /// largest prefill chunk or decode batch that meets a step-latency target.
 ///
@@ -73,6 +75,17 @@ struct machine_limits {
   double bandwidth = 1e11;
   /// Fixed cost of one step in seconds (launch, sampling, scheduling).
   double step_overhead_s = 0.0;
+  /// True: arithmetic and memory traffic overlap, a step's busy time is
+  /// max(FLOPs / peak, bytes / bandwidth) (the roofline). False: they take
+  /// turns and the two terms add (an engine that streams each weight matrix
+  /// and then computes with it, e.g. a single-threaded reference forward).
+  bool overlap = true;
+
+  /// Busy time of a step of `flops` FLOPs moving `bytes` bytes (no overhead).
+  constexpr double busy_s(double flops, double bytes) const noexcept {
+    const double c = flops / peak_flops, m = bytes / bandwidth;
+    return overlap ? (c > m ? c : m) : c + m;
+  }
 };
 
 /// FLOPs, bytes and time of one step.
@@ -146,7 +159,8 @@ struct cost_model {
     c.swap_bytes = 2.0 * static_cast<double>(moved * block_size) * kv_row;
     c.compute_s = c.flops() / machine.peak_flops;
     c.memory_s = c.bytes() / machine.bandwidth;
-    c.time_s = std::max(c.compute_s, c.memory_s) + (plan.items.empty() && moved == 0 ? 0.0 : machine.step_overhead_s);
+    c.time_s = machine.busy_s(c.flops(), c.bytes()) +
+               (plan.items.empty() && moved == 0 ? 0.0 : machine.step_overhead_s);
     return c;
   }
 
@@ -172,40 +186,52 @@ struct step_sample {
 };
 
 /// Calibrates the roofline to an engine: the limits (peak, bandwidth,
-/// per-step overhead) under which `overhead + max(flops / peak, bytes /
-/// bandwidth)` best predicts the `[n] samples`, in the sense of the median
-/// relative error. Peak and bandwidth are searched on a log grid from
-/// `machine.peak_flops` and `machine.bandwidth` (upper bounds, e.g. the
-/// measured roofline) down by `range` (1e4 = four decades), `grid` points
-/// each; for each pair the overhead is the median residual (>= 0).
-/// @throws llmkit::error for no samples, non-positive limits, grid < 2 or range < 1.
+/// per-step overhead, overlap) under which `overhead + busy_s(flops, bytes)`
+/// best predicts the `[n] samples`, in the sense of the `error_quantile`
+/// quantile of the relative errors (0.5, the median, is robust to noisy
+/// steps; 1.0 minimises the worst error, for a few clean measurements). Both forms are tried, overlapped (max of the two terms) and not
+/// (their sum); with `both_forms` false only the form `machine.overlap`
+/// names. Peak and
+/// bandwidth are searched on a log grid from `machine.peak_flops` and
+/// `machine.bandwidth` (upper bounds, e.g. the measured roofline) down by
+/// `range` (1e4 = four decades), `grid` points each; for each pair the
+/// overhead is the median residual (>= 0).
+/// @throws llmkit::error for no samples, non-positive limits, grid < 2,
+///   range < 1 or error_quantile outside [0, 1].
 inline machine_limits fit_machine_limits(std::span<const step_sample> samples, const machine_limits& machine,
-                                         double range = 1e4, int grid = 81) {
+                                         double range = 1e4, int grid = 81, bool both_forms = true,
+                                         double error_quantile = 0.5) {
   LLMKIT_CHECK(!samples.empty(), "fit_machine_limits: no samples");
   LLMKIT_CHECK(machine.peak_flops > 0 && machine.bandwidth > 0, "fit_machine_limits: peak_flops = ",
                machine.peak_flops, " and bandwidth = ", machine.bandwidth, " must be > 0");
   LLMKIT_CHECK(grid >= 2 && range >= 1, "fit_machine_limits: grid = ", grid, " must be >= 2 and range = ", range,
                " >= 1");
+  LLMKIT_CHECK(error_quantile >= 0 && error_quantile <= 1, "fit_machine_limits: error_quantile must be in [0, 1], got ",
+               error_quantile);
+  const auto q = std::min(samples.size() - 1, static_cast<std::size_t>(
+                                                  std::ceil(error_quantile * static_cast<double>(samples.size() - 1))));
   machine_limits best = machine;
   double best_err = std::numeric_limits<double>::infinity();
   std::vector<double> residual(samples.size()), err(samples.size());
-  for (int i = 0; i < grid; ++i) {
-    const double peak = machine.peak_flops / std::pow(range, static_cast<double>(i) / (grid - 1));
-    for (int j = 0; j < grid; ++j) {
-      const double bw = machine.bandwidth / std::pow(range, static_cast<double>(j) / (grid - 1));
-      for (std::size_t k = 0; k < samples.size(); ++k)
-        residual[k] = samples[k].time_s - std::max(samples[k].flops / peak, samples[k].bytes / bw);
-      std::nth_element(residual.begin(), residual.begin() + static_cast<std::ptrdiff_t>(residual.size() / 2),
-                       residual.end());
-      const double overhead = std::max(0.0, residual[residual.size() / 2]);
-      for (std::size_t k = 0; k < samples.size(); ++k) {
-        const double pred = overhead + std::max(samples[k].flops / peak, samples[k].bytes / bw);
-        err[k] = std::fabs(pred / samples[k].time_s - 1.0);
-      }
-      std::nth_element(err.begin(), err.begin() + static_cast<std::ptrdiff_t>(err.size() / 2), err.end());
-      if (err[err.size() / 2] < best_err) {
-        best_err = err[err.size() / 2];
-        best = {.peak_flops = peak, .bandwidth = bw, .step_overhead_s = overhead};
+  for (const bool overlap : {true, false}) {
+    if (!both_forms && overlap != machine.overlap) continue;
+    for (int i = 0; i < grid; ++i) {
+      const double peak = machine.peak_flops / std::pow(range, static_cast<double>(i) / (grid - 1));
+      for (int j = 0; j < grid; ++j) {
+        const double bw = machine.bandwidth / std::pow(range, static_cast<double>(j) / (grid - 1));
+        const machine_limits m{.peak_flops = peak, .bandwidth = bw, .step_overhead_s = 0, .overlap = overlap};
+        for (std::size_t k = 0; k < samples.size(); ++k)
+          residual[k] = samples[k].time_s - m.busy_s(samples[k].flops, samples[k].bytes);
+        std::nth_element(residual.begin(), residual.begin() + static_cast<std::ptrdiff_t>(residual.size() / 2),
+                         residual.end());
+        const double overhead = std::max(0.0, residual[residual.size() / 2]);
+        for (std::size_t k = 0; k < samples.size(); ++k)
+          err[k] = std::fabs((overhead + m.busy_s(samples[k].flops, samples[k].bytes)) / samples[k].time_s - 1.0);
+        std::nth_element(err.begin(), err.begin() + static_cast<std::ptrdiff_t>(q), err.end());
+        if (err[q] < best_err) {
+          best_err = err[q];
+          best = {.peak_flops = peak, .bandwidth = bw, .step_overhead_s = overhead, .overlap = overlap};
+        }
       }
     }
   }
