@@ -16,14 +16,22 @@
 // they differ from each other only in batch formation. --check reruns the
 // first requests alone and compares the tokens (greedy, batch invariant).
 //
+// --synthetic serves the synthetic ~100M Llama (seeded random weights,
+// llmkit/model/synthetic.hpp) instead of a GGUF file.
+//
 // --simulate runs the policies in virtual time with the roofline cost model
 // instead (model shapes from the GGUF file or the synthetic ~100M config,
 // machine limits from build/roofline.json written by bench_roofline).
+//
+// Besides tokens/s over the whole run, a real run reports the decode rate:
+// tokens sampled by steps without prefill work over those steps' time (what
+// llama.cpp's batched-bench calls the generation rate, S_TG).
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/paged_cache.hpp>
 #include <llmkit/model/batch.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama.hpp>
+#include <llmkit/model/synthetic.hpp>
 #include <llmkit/sched/cost_model.hpp>
 #include <llmkit/sched/policy.hpp>
 #include <llmkit/sched/simulator.hpp>
@@ -37,6 +45,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -61,7 +70,9 @@ struct options {
   std::string prompt_shape = "uniform";
   std::size_t prompt_min = 16, prompt_max = 128;
   double prompt_median = 48, prompt_p99 = 120;
+  std::string output_shape = "uniform";
   std::size_t output_min = 16, output_max = 64;
+  double output_median = 16, output_p99 = 256;
   std::int64_t max_batch = 8;
   std::int64_t step_tokens = 0;  // 0 = max_batch * context (request-level) / context (others)
   std::int64_t chunk_tokens = 64;
@@ -72,6 +83,7 @@ struct options {
   double peak_gflops = 0, bandwidth_gbps = 0, overhead_us = 20;
   std::uint64_t seed = 1;
   std::size_t threads = 2;
+  std::string clock = "wall";
   std::int64_t check = 0;
   std::vector<std::string> policies = {"request-level", "continuous", "continuous+chunked", "continuous+prepacked"};
 };
@@ -90,6 +102,13 @@ sched::llama_config config_from_gguf(const std::string& path) {
   c.bytes_per_weight = 4;  // the reference forward pass computes in f32
   c.bytes_per_kv = 4;
   return c;
+}
+
+sched::llama_config config_of(const llmkit::model::llama_config& k) {
+  return {.n_layers = static_cast<std::int64_t>(k.n_layers), .dim = static_cast<std::int64_t>(k.dim),
+          .n_heads = static_cast<std::int64_t>(k.n_heads), .n_kv_heads = static_cast<std::int64_t>(k.n_kv_heads),
+          .head_dim = static_cast<std::int64_t>(k.head_dim), .ffn_dim = static_cast<std::int64_t>(k.ffn_dim),
+          .vocab = static_cast<std::int64_t>(k.n_vocab), .bytes_per_weight = 4, .bytes_per_kv = 4};
 }
 
 sched::llama_config synthetic_100m() {
@@ -148,8 +167,12 @@ using engine_cache = llmkit::kv::paged_cache<float, engine_block_size>;
 class engine {
  public:
   engine(llmkit::model::llama_model& model, llmkit::thread_pool& pool, const std::vector<sched::trace_request>& trace,
-         std::int64_t n_blocks, std::uint64_t seed, const sched::cost_model& cm)
-      : model_(model), pool_(pool), cache_(model.kv_shape(), {.n_blocks = static_cast<std::size_t>(n_blocks)}), cm_(cm) {
+         std::int64_t n_blocks, std::uint64_t seed, const sched::cost_model& cm, bool cpu_clock)
+      : model_(model),
+        pool_(pool),
+        cache_(model.kv_shape(), {.n_blocks = static_cast<std::size_t>(n_blocks)}),
+        cm_(cm),
+        cpu_clock_(cpu_clock) {
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(model.vocab_size()) - 1);
     for (const auto& r : trace) {
@@ -162,6 +185,7 @@ class engine {
 
   sched::step_outcome operator()(const sched::step_plan& plan, const sched::sched_state&) {
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_s();
     for (const auto& m : plan.preempted) drop(m.id);
     for (const auto& m : plan.swapped_out) {
       host_[m.id] = cache_.export_sequence(seq_.at(m.id));
@@ -194,7 +218,12 @@ class engine {
         }
       }
     }
-    o.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    o.duration_s = cpu_clock_ ? (process_cpu_s() - cpu_start) / static_cast<double>(pool_.concurrency())
+                              : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!plan.items.empty() && plan.n_prefill_tokens() == 0) {
+      decode_s_ += o.duration_s;
+      decode_tokens_ += static_cast<std::int64_t>(sampled.size());
+    }
     if (!plan.items.empty()) {
       const sched::step_cost c = cm_(plan);
       samples_.push_back({c.flops(), c.bytes(), o.duration_s});
@@ -209,7 +238,7 @@ class engine {
   std::array<double, 6> cost_model_fit() const {
     auto ratios = [](std::span<const sched::step_sample> s, const sched::machine_limits& m) {
       std::vector<double> r;
-      for (const auto& x : s) r.push_back(x.time_s / (m.step_overhead_s + std::max(x.flops / m.peak_flops, x.bytes / m.bandwidth)));
+      for (const auto& x : s) r.push_back(x.time_s / (m.step_overhead_s + m.busy_s(x.flops, x.bytes)));
       return r;
     };
     auto within = [](const std::vector<double>& r) {
@@ -231,6 +260,9 @@ class engine {
     }
     return out;
   }
+
+  /// Tokens sampled by steps without prefill work, per second of those steps.
+  double decode_tokens_per_s() const { return decode_s_ > 0 ? static_cast<double>(decode_tokens_) / decode_s_ : 0.0; }
 
   /// Generated tokens of request `id`.
   std::vector<std::int32_t> output(sched::request_id id) const {
@@ -271,8 +303,16 @@ class engine {
   std::map<sched::request_id, std::int64_t> n_prompt_, remaining_;
   std::map<sched::request_id, llmkit::kv::seq_id> seq_;
   std::map<sched::request_id, std::vector<std::byte>> host_;
+  static double process_cpu_s() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   const sched::cost_model& cm_;
+  bool cpu_clock_;
   std::vector<sched::step_sample> samples_;
+  double decode_s_ = 0;
+  std::int64_t decode_tokens_ = 0;
 };
 
 void progress(const std::string& name, std::int64_t done, std::int64_t total) {
@@ -292,7 +332,7 @@ int main(int argc, char** argv) {
 #endif
   CLI::App app{"llmkit-serve: compare scheduling policies on a stream of requests"};
   app.add_option("--model", o.model, "GGUF model (Llama architecture)");
-  app.add_flag("--synthetic", o.synthetic, "use the synthetic ~100M Llama config instead of --model");
+  app.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights) instead of --model");
   app.add_flag("--simulate", o.simulate, "virtual time with the roofline cost model (no forward pass)");
   app.add_flag("--json", o.json, "one JSON object per policy on stdout");
   app.add_flag("--quiet", o.quiet, "no progress bar");
@@ -303,8 +343,11 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-max", o.prompt_max, "longest prompt (cap for all; the constant length)");
   app.add_option("--prompt-median", o.prompt_median, "lognormal median prompt length");
   app.add_option("--prompt-p99", o.prompt_p99, "lognormal 99th percentile prompt length");
-  app.add_option("--output-min", o.output_min, "shortest output");
-  app.add_option("--output-max", o.output_max, "longest output (also every request's max_new_tokens)");
+  app.add_option("--output-shape", o.output_shape, "uniform | lognormal (long tail) | constant (output-max)");
+  app.add_option("--output-min", o.output_min, "shortest output (uniform; floor for all)");
+  app.add_option("--output-max", o.output_max, "longest output (cap; also every request's max_new_tokens)");
+  app.add_option("--output-median", o.output_median, "lognormal median output length");
+  app.add_option("--output-p99", o.output_p99, "lognormal 99th percentile output length (before the cap)");
   app.add_option("--max-batch", o.max_batch, "most concurrent sequences, equal for every policy")->check(CLI::PositiveNumber);
   app.add_option("--step-tokens", o.step_tokens, "token budget per step of the unchunked policies (0 = enough)");
   app.add_option("--chunk-tokens", o.chunk_tokens, "token budget per step of continuous+chunked")->check(CLI::PositiveNumber);
@@ -317,17 +360,34 @@ int main(int argc, char** argv) {
   app.add_option("--step-overhead-us", o.overhead_us, "fixed cost per step in the cost model");
   app.add_option("--seed", o.seed, "workload seed");
   app.add_option("--threads", o.threads, "threads of the forward pass")->check(CLI::PositiveNumber);
+  app.add_option("--clock", o.clock,
+                 "step time: wall (steady clock) or cpu (process CPU time / threads: robust on a loaded machine, "
+                 "exact with --threads 1)")
+      ->check(CLI::IsMember({"wall", "cpu"}));
   app.add_option("--check", o.check, "rerun the first N requests alone and compare their greedy tokens");
   app.add_option("--policies", o.policies, "policies to run")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (!o.simulate && o.synthetic)
-      llmkit::detail::throw_error("--synthetic needs --simulate (no synthetic weights are generated here)");
     if (!o.simulate && o.block_size != static_cast<std::int64_t>(engine_block_size))
       llmkit::detail::throw_error("--block-size: the engine's paged cache uses ", engine_block_size,
                                   "-token blocks, got ", o.block_size);
-    const sched::llama_config model = o.synthetic ? synthetic_100m() : config_from_gguf(o.model);
+    std::optional<llmkit::model::llama_model> llama;
+    std::optional<llmkit::thread_pool> pool;
+    if (!o.simulate) {
+      if (o.synthetic) {
+        if (!o.quiet) std::fprintf(stderr, "generating the synthetic ~100M model...\n");
+        const auto image = llmkit::model::synthetic_llama({.config = llmkit::model::synthetic_100m_config(),
+                                                           .weight_type = llmkit::model::ggml_type::f16, .seed = 1})
+                               .bytes();
+        llama.emplace(llmkit::model::gguf_file(image));
+      } else {
+        llama.emplace(llmkit::model::llama_model::load(o.model));
+      }
+      pool.emplace(o.threads);
+    }
+    const sched::llama_config model =
+        llama ? config_of(llama->config()) : o.synthetic ? synthetic_100m() : config_from_gguf(o.model);
     std::string limits_source;
     const sched::cost_model cm{.model = model, .machine = machine(o, limits_source), .block_size = o.block_size};
     cm.validate();
@@ -344,7 +404,14 @@ int main(int argc, char** argv) {
       w.prompt_lengths.shape = llmkit::pack::length_shape::constant;
     else if (o.prompt_shape != "uniform")
       llmkit::detail::throw_error("--prompt-shape: unknown shape '", o.prompt_shape, "' (uniform, lognormal, constant)");
-    w.output_lengths = {.min_length = o.output_min, .max_length = o.output_max};
+    w.output_lengths = {.min_length = o.output_min, .max_length = o.output_max, .median = o.output_median,
+                        .p99 = o.output_p99, .constant = o.output_max};
+    if (o.output_shape == "lognormal")
+      w.output_lengths.shape = llmkit::pack::length_shape::lognormal;
+    else if (o.output_shape == "constant")
+      w.output_lengths.shape = llmkit::pack::length_shape::constant;
+    else if (o.output_shape != "uniform")
+      llmkit::detail::throw_error("--output-shape: unknown shape '", o.output_shape, "' (uniform, lognormal, constant)");
     auto trace = sched::make_trace(w);
     if (!o.simulate)  // a real run stops at the drawn length
       for (auto& r : trace) r.max_new_tokens = r.n_output;
@@ -358,26 +425,24 @@ int main(int argc, char** argv) {
 
     if (!o.json) {
       std::printf("model: %s  (%lld layers, dim %lld, %lld heads / %lld KV, ffn %lld, vocab %lld)\n",
-                  o.synthetic ? "synthetic ~100M" : o.model.c_str(), static_cast<long long>(model.n_layers),
+                  o.synthetic ? "synthetic ~100M (seeded random weights)" : o.model.c_str(), static_cast<long long>(model.n_layers),
                   static_cast<long long>(model.dim), static_cast<long long>(model.n_heads),
                   static_cast<long long>(model.n_kv_heads), static_cast<long long>(model.ffn_dim),
                   static_cast<long long>(model.vocab));
       std::printf("machine: %.1f GFLOP/s, %.2f GB/s, %.0f us/step  [%s]\n", cm.machine.peak_flops / 1e9,
                   cm.machine.bandwidth / 1e9, cm.machine.step_overhead_s * 1e6, limits_source.c_str());
-      std::printf("workload: %lld requests, %.1f req/s, prompts %s [%zu, %zu], outputs [%zu, %zu], max batch %lld, "
+      std::printf("workload: %lld requests, %.1f req/s, prompts %s [%zu, %zu], outputs %s [%zu, %zu], max batch %lld, "
                   "KV pool %lld blocks of %lld  (%s)\n\n",
                   static_cast<long long>(o.n_requests), o.rate, o.prompt_shape.c_str(), o.prompt_min, o.prompt_max,
-                  o.output_min, o.output_max, static_cast<long long>(o.max_batch),
+                  o.output_shape.c_str(), o.output_min, o.output_max, static_cast<long long>(o.max_batch),
                   static_cast<long long>(limits.n_blocks), static_cast<long long>(limits.block_size),
-                  o.simulate ? "simulated time" : "measured steps, greedy, reference forward pass");
+                  o.simulate ? "simulated time"
+                  : o.clock == "cpu" ? "measured steps (process CPU time / threads), greedy, reference forward pass"
+                                     : "measured steps (wall time), greedy, reference forward pass");
       std::printf("%-22s %10s %10s %10s %10s %10s %8s %8s %7s %8s\n", "policy", "tok/s", "TTFT p50", "TTFT p99",
                   "TPOT p50", "TPOT p99", "KV mean", "KV peak", "preempt", "padding");
     }
-    std::optional<llmkit::model::llama_model> llama;
-    std::optional<llmkit::thread_pool> pool;
-    if (!o.simulate) {
-      llama.emplace(llmkit::model::llama_model::load(o.model));
-      pool.emplace(o.threads);
+    if (llama) {
       LLMKIT_CHECK(static_cast<std::size_t>(context) <= llama->config().context_length, "--context: ", context,
                    " tokens exceed the model's context of ", llama->config().context_length);
     }
@@ -387,12 +452,14 @@ int main(int argc, char** argv) {
       if (!o.quiet) ro.on_progress = [&](std::int64_t d, std::int64_t t) { progress(name, d, t); };
       sched::run_result r;
       std::array<double, 6> fit{};
+      double decode_rate = 0;
       if (o.simulate) {
         r = sched::simulate(trace, limits, p, cm, ro);
       } else {
-        engine e(*llama, *pool, trace, limits.n_blocks, o.seed, cm);
+        engine e(*llama, *pool, trace, limits.n_blocks, o.seed, cm, o.clock == "cpu");
         r = sched::run_trace(trace, limits, p, std::ref(e), ro);
         fit = e.cost_model_fit();
+        decode_rate = e.decode_tokens_per_s();
         for (std::int64_t id = 0; id < std::min<std::int64_t>(o.check, o.n_requests); ++id)
           if (e.output(id) != e.solo(id))
             llmkit::detail::throw_error("--check: request ", id, " under ", name, " differs from its solo run");
@@ -416,6 +483,7 @@ int main(int argc, char** argv) {
                          {"padding_overhead", r.padding_overhead},
                          {"steps", r.n_steps}};
         if (!o.simulate) {
+          j["decode_tokens_per_s"] = decode_rate;
           j["step_time_measured_over_model_p10"] = fit[0];
           j["step_time_measured_over_model_p50"] = fit[1];
           j["step_time_measured_over_model_p90"] = fit[2];
@@ -429,6 +497,8 @@ int main(int argc, char** argv) {
                     r.tokens_per_s, r.ttft_p50_s * 1e3, r.ttft_p99_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3,
                     100 * r.kv_use_mean, 100 * r.kv_use_peak, static_cast<long long>(r.n_preemptions),
                     r.padding_overhead);
+        if (!o.simulate)
+          std::printf("%-22s decode rate (steps without prefill): %.1f tok/s\n", "", decode_rate);
         if (!o.simulate)
           std::printf("%-22s step time measured / cost model: p10 %.2f  p50 %.2f  p90 %.2f  (%.0f%% of steps within 25%%); "
                       "calibrated on even steps: p50 %.2f, %.0f%% of odd steps within 25%%\n",
