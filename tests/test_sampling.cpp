@@ -176,15 +176,35 @@ TEST_CASE("top_p and typical_p on long rows: every arch and path of the mass sel
       }
 }
 
-TEST_CASE("mass selection: a sample that misses the crossing falls back to the radix select") {
-  // Every sampled position (multiples of n / 1024) holds a low logit, so the
-  // sample brackets the wrong region; the result must still be exact.
-  constexpr std::size_t n = 20480;
+TEST_CASE("mass selection: a sample that misses the crossing (second bracket, or radix select)") {
+  // The strided sample reads positions j * n / 1024 only.
+  constexpr std::size_t n = 20480, stride = n / 1024;
+  // Every sampled position holds a low logit: the sample brackets the wrong region.
   auto v = test_data::logits(n, kind::gaussian, 950);
-  for (std::size_t j = 0; j < n; j += n / 1024) v[j] = -30.0f + 0.001f * static_cast<float>(j % 97);
+  for (std::size_t j = 0; j < n; j += stride) v[j] = -30.0f + 0.001f * static_cast<float>(j % 97);
   for (float p : {0.05f, 0.5f, 0.9f}) {
     INFO("p = " << p);
     require_mass_selections<simd::default_arch>(v, p);
+  }
+  // 50 heavy logits between the sampled positions: the crossing lies below
+  // the bracket (second, one-sided bracket at p = 0.5; radix select at 0.7).
+  auto heavy = test_data::logits(n, kind::gaussian, 970);
+  for (auto& x : heavy) x /= 3.0f;
+  for (std::size_t j = 0; j < 50; ++j) heavy[j * 400 + 7] = 8.0f + 0.01f * static_cast<float>(j);
+  for (float p : {0.3f, 0.5f, 0.7f}) {
+    INFO("heavy, p = " << p);
+    require_mass_selections<simd::default_arch>(heavy, p);
+    require_mass_selections<xsimd::fma3<xsimd::avx2>>(heavy, p);
+  }
+  // The sampled positions hold the top group and 4000 unsampled logits the
+  // rest of the mass: for top-p the crossing lies above the bracket.
+  std::vector<float> light(n, -inf);
+  for (std::size_t j = 0; j < 1024; ++j) light[j * stride] = 2.0f + 0.001f * static_cast<float>(j);
+  for (std::size_t j = 0; j < 4000; ++j) light[j * 5 + 1] = 1.0f + 0.0001f * static_cast<float>(j);
+  for (float p : {0.6f, 0.8f}) {
+    INFO("light, p = " << p);
+    require_mass_selections<simd::default_arch>(light, p);
+    require_mass_selections<xsimd::fma3<xsimd::avx2>>(light, p);
   }
   // Many ties across the crossing: the refinement stops on a tie group, which
   // the final sort splits by token.

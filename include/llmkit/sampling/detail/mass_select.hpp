@@ -15,7 +15,9 @@
 ///    (AVX-512: in-register compression, no branch per lane) into a compact
 ///    set of ~10% of the row; when the estimated kept set is small (<= 1/8 of
 ///    the row) the bracket is one-sided and the compact set holds every
-///    candidate for keeping, so the result is built from it;
+///    candidate for keeping, so the result is built from it; if the
+///    crossing lies outside the bracket (heavy-tailed rows can fool the
+///    sample), one more pass brackets the side it lies on;
 /// 3. threshold refinement on the compact set: 15 thresholds taken from a
 ///    64-entry sample of the set, one SIMD pass of masked sums finds the
 ///    bucket where the running mass reaches the goal, one compressing pass
@@ -25,10 +27,10 @@
 ///
 /// Masses are float lanes flushed to double every 256 (row pass) or 1024
 /// (refinement) entries, so the cut matches the exact order up to ~1e-6 of
-/// the total mass. When the bracket misses or holds over 1/4 of the row
-/// (rare on smooth rows; heavy tie groups, p near 1), the row is
-/// short (< 16384) or the arch is scalar, a three-level radix select over
-/// the whole row (detail/select.hpp) finds the same boundary.
+/// the total mass. A three-level radix select over the whole row
+/// (detail/select.hpp) finds the same boundary when a bracket holds over 1/4
+/// of the row (heavy tie groups, p near 1), when both passes miss, on rows
+/// under 16384 entries and on the scalar arch.
 
 #include <algorithm>
 #include <array>
@@ -245,16 +247,28 @@ bracket_result bracket_pass(std::span<const float> values, const float* weights,
   return r;
 }
 
-/// exp(v - m) of `[k] v` into `[k] out`.
+/// exp(v - m) of `[k] v` into `[k] out`; returns their sum (float lanes
+/// over at most 1024 entries, then double).
 template <class Arch>
-void exp_of(const float* v, std::size_t k, float m, float* out) noexcept {
+double exp_of(const float* v, std::size_t k, float m, float* out) noexcept {
   std::size_t i = 0;
+  double sum = 0.0;
   if constexpr (!simd::is_scalar_v<Arch>) {
     using fb = xsimd::batch<float, Arch>;
     const fb mb(m);
-    for (; i + fb::size <= k; i += fb::size) exp_canonical<Arch>(fb::load_unaligned(v + i) - mb).store_unaligned(out + i);
+    const std::size_t kl = k - k % fb::size;
+    while (i < kl) {
+      fb acc(0.0f);
+      for (const std::size_t end = std::min(kl, i + 1024); i < end; i += fb::size) {
+        const fb e = exp_canonical<Arch>(fb::load_unaligned(v + i) - mb);
+        e.store_unaligned(out + i);
+        acc += e;
+      }
+      sum += xsimd::hadd(acc);
+    }
   }
-  for (; i < k; ++i) out[i] = exp_canonical(v[i] - m);
+  for (; i < k; ++i) sum += out[i] = exp_canonical(v[i] - m);
+  return sum;
 }
 
 inline constexpr std::size_t n_refine_thresholds = 15;
@@ -465,25 +479,49 @@ bool truncate_by_mass_fast(candidates& c, const Score& score, double fraction, c
   const std::size_t rank_lo =
       std::max(std::min(mass_lo, rank >= margin ? rank - margin : 0), rank >= max_margin ? rank - max_margin : 0);
   const std::size_t rank_hi = std::min({n_sample - 1, std::max(mass_hi, rank + margin), rank + max_margin});
-  const bool one_sided = (rank_hi + 1) * 8 <= n_sample;
+  bool one_sided = (rank_hi + 1) * 8 <= n_sample;
   float lo = !one_sided && rank_lo > 0 ? sample_score(rank_lo - 1) : -inf;
   float hi = rank_hi + 1 < n_sample ? std::nextafter(sample_score(rank_hi), inf) : inf;
 
-  // 2. Bracket pass: mass below, compact set inside.
+  // 2. Bracket pass: mass below, compact set inside. When the crossing turns
+  // out to lie outside the bracket and the side it lies on is small enough,
+  // one more pass brackets that side (heavy-tailed rows fool the sample).
   const std::size_t cap = n / 4;
   grow(s.compact_values, cap + sum_block + 16);
   grow(s.compact_weights, cap + sum_block + 16);
   grow(s.compact_index, cap + sum_block + 16);
-  const bracket_result r =
-      weights != nullptr
-          ? bracket_pass<Arch, true>(values, weights, m, score, lo, hi, s.compact_values.data(), s.compact_index.data(), cap)
-          : bracket_pass<Arch, false>(values, nullptr, m, score, lo, hi, s.compact_values.data(), s.compact_index.data(), cap);
-  if (r.overflow || r.n_inside == 0) return false;
-  if (weights == nullptr) total = r.total;
-  const double goal = fraction * total;
-  if (!(r.below < goal * (1 - 1e-6))) return false;
+  bracket_result r;
+  double goal = 0.0;
+  for (int attempt = 0;; ++attempt) {
+    r = weights != nullptr ? bracket_pass<Arch, true>(values, weights, m, score, lo, hi, s.compact_values.data(),
+                                                      s.compact_index.data(), cap)
+                           : bracket_pass<Arch, false>(values, nullptr, m, score, lo, hi, s.compact_values.data(),
+                                                       s.compact_index.data(), cap);
+    if (r.overflow) return false;
+    if (weights == nullptr) total = r.total;
+    goal = fraction * total;
+    const bool retry = attempt == 0;
+    if (!(r.below < goal * (1 - 1e-6))) {
+      // Below the bracket: retry on score < lo, one-sided.
+      if (!retry || r.n_below > cap || lo == -inf) return false;
+      hi = lo;
+      lo = -inf;
+      one_sided = true;
+      continue;
+    }
+    const double inside = exp_of<Arch>(s.compact_values.data(), r.n_inside, m, s.compact_weights.data());
+    // (with a little room for rounding)
+    if (r.below + inside < goal * (1 + 1e-6)) {
+      // Above the bracket: retry on score >= hi (the pass stops if that is too many).
+      if (!retry || hi == inf) return false;
+      lo = hi;
+      hi = inf;
+      one_sided = false;
+      continue;
+    }
+    break;
+  }
   const std::size_t n_compact = r.n_inside;
-  exp_of<Arch>(s.compact_values.data(), n_compact, m, s.compact_weights.data());
 
   // 3. Refinement: the first round reads the compact set, later ones work in place.
   grow(s.undecided_values, n_compact + 16);
@@ -497,7 +535,7 @@ bool truncate_by_mass_fast(candidates& c, const Score& score, double fraction, c
   std::uint32_t* ui = s.undecided_index.data();
   std::size_t k = n_compact, n_below = r.n_below;
   double below = r.below;
-  for (int round = 0; round < 16 && (round == 0 || k > n_final); ++round) {
+  for (int round = 0; round < 16 && k > n_final; ++round) {
     std::array<float, 64> pick;
     const std::size_t n_pick = std::min<std::size_t>(k, pick.size());
     for (std::size_t j = 0; j < n_pick; ++j) pick[j] = score(src_v[(j * k) / n_pick]);
@@ -506,8 +544,6 @@ bool truncate_by_mass_fast(candidates& c, const Score& score, double fraction, c
     for (std::size_t j = 0; j < t.size(); ++j) t[j] = pick[((j + 1) * n_pick) / (t.size() + 1)];
     std::array<double, n_refine_thresholds + 1> sums;
     threshold_sums<Arch>(src_v, src_e, k, score, t, sums);
-    // The crossing must lie inside the bracket (with a little room for rounding).
-    if (round == 0 && below + sums.back() < goal * (1 + 1e-6)) return false;
     std::size_t b = t.size();
     for (std::size_t j = 0; j < t.size(); ++j)
       if (below + sums[j] >= goal) {
@@ -534,24 +570,24 @@ bool truncate_by_mass_fast(candidates& c, const Score& score, double fraction, c
   std::uint32_t* order = s.index.data();
   for (std::size_t j = 0; j < k; ++j) order[j] = static_cast<std::uint32_t>(j);
   std::sort(order, order + k, [&](std::uint32_t a, std::uint32_t b) {
-    const float sa = score(uv[a]), sb = score(uv[b]);
+    const float sa = score(src_v[a]), sb = score(src_v[b]);
     if (sa != sb) return sa < sb;
-    return c.token(ui[a]) < c.token(ui[b]);
+    return c.token(src_i[a]) < c.token(src_i[b]);
   });
   std::size_t last = k - 1;
   double running = below;
   for (std::size_t j = 0; j < k; ++j) {
-    running += ue[order[j]];
+    running += src_e[order[j]];
     if (running >= goal) {
       last = j;
       break;
     }
   }
   mass_boundary bound;
-  bound.score_ = score(uv[order[last]]);
-  bound.tie_cutoff_ = c.token(ui[order[last]]);
+  bound.score_ = score(src_v[order[last]]);
+  bound.tie_cutoff_ = c.token(src_i[order[last]]);
   bound.n_keep_ = n_below + last + 1;
-  bound.partial_ties_ = last + 1 < k && score(uv[order[last + 1]]) == bound.score_;
+  bound.partial_ties_ = last + 1 < k && score(src_v[order[last + 1]]) == bound.score_;
 
   if (!one_sided) {
     keep_up_to<Arch>(c, score, bound);
