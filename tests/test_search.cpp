@@ -538,6 +538,20 @@ TEST_CASE("speculative: greedy verification equals plain greedy token for token,
         }
         REQUIRE(c.stats.n_accepted < c.stats.n_drafted + (k == 0 ? 1u : 0u));
         REQUIRE(a.stats.n_generated == 30);
+        for (const auto* st : {&a.stats, &b.stats, &c.stats}) {  // every round counted once, by its guesses
+          std::size_t rounds = 0, guesses = 0;
+          for (std::size_t j = 0; j < st->rounds_by_draft_length.size(); ++j) {
+            rounds += st->rounds_by_draft_length[j];
+            guesses += j * st->rounds_by_draft_length[j];
+          }
+          REQUIRE(rounds == st->n_rounds);
+          REQUIRE(guesses == st->n_drafted);
+          REQUIRE(st->rounds_by_draft_length.size() <= k + 1);
+        }
+        if (k > 0 && !adaptive) {  // self-draft: k guesses except in the last round (budget)
+          REQUIRE(b.stats.rounds_by_draft_length[k] >= b.stats.n_rounds - 1);
+          REQUIRE(b.stats.expected_tokens_per_pass_as_drafted() == Approx(b.stats.tokens_per_target_pass()));
+        }
         require_pool_full(cache);
         require_pool_full(draft_cache);
       }
@@ -682,6 +696,18 @@ TEST_CASE("speculative: helpers and bad input") {
   REQUIRE(expected_tokens_per_pass(0.0, 4) == 1.0);
   REQUIRE(expected_tokens_per_pass(1.0, 4) == 5.0);
   REQUIRE(expected_tokens_per_pass(0.5, 2) == Approx(1.75));
+  speculative_stats st{.n_rounds = 3, .n_drafted = 4, .n_accepted = 2, .n_rejected = 2, .n_generated = 5,
+                       .rounds_by_draft_length = {1, 0, 2}};
+  REQUIRE(st.expected_tokens_per_pass_as_drafted() == Approx((1.0 + 2 * 1.75) / 3));
+  speculative_stats sum;
+  sum += st;
+  sum += speculative_stats{.n_rounds = 1, .n_drafted = 3, .n_accepted = 3, .n_generated = 4,
+                           .rounds_by_draft_length = {0, 0, 0, 1}};
+  REQUIRE(sum.n_rounds == 4);
+  REQUIRE(sum.n_generated == 9);
+  REQUIRE(sum.acceptance_rate() == Approx(5.0 / 7.0));
+  REQUIRE(sum.rounds_by_draft_length == std::vector<std::size_t>{1, 0, 2, 1});
+  REQUIRE(speculative_stats{}.expected_tokens_per_pass_as_drafted() == 0.0);
   toy_lm m(5, 1);
   auto cache = make_paged();
   ngram_drafter d;

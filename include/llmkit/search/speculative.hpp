@@ -96,6 +96,26 @@ struct speculative_stats {
   double mean_draft_length() const noexcept {
     return n_rounds ? static_cast<double>(n_drafted) / static_cast<double>(n_rounds) : 0.0;
   }
+  /// `[max guesses + 1]` rounds_by_draft_length[j]: rounds that verified j guesses
+  /// (fewer than k near the token budget, or when the drafter had no idea).
+  std::vector<std::size_t> rounds_by_draft_length{};
+  /// Expected tokens per pass for the guesses actually verified: the mean over
+  /// rounds of (1 - alpha^(j+1)) / (1 - alpha) with j that round's guesses
+  /// (equals expected_tokens_per_pass(alpha, k) when every round had k).
+  double expected_tokens_per_pass_as_drafted() const;
+  /// Adds another run's counters (to report several requests together).
+  speculative_stats& operator+=(const speculative_stats& other) {
+    n_rounds += other.n_rounds;
+    n_drafted += other.n_drafted;
+    n_accepted += other.n_accepted;
+    n_rejected += other.n_rejected;
+    n_generated += other.n_generated;
+    if (rounds_by_draft_length.size() < other.rounds_by_draft_length.size())
+      rounds_by_draft_length.resize(other.rounds_by_draft_length.size(), 0);
+    for (std::size_t j = 0; j < other.rounds_by_draft_length.size(); ++j)
+      rounds_by_draft_length[j] += other.rounds_by_draft_length[j];
+    return *this;
+  }
 };
 
 /// (1 - alpha^(k+1)) / (1 - alpha): expected tokens per target pass with
@@ -103,6 +123,15 @@ struct speculative_stats {
 inline double expected_tokens_per_pass(double alpha, std::size_t k) noexcept {
   if (alpha >= 1.0) return static_cast<double>(k + 1);
   return (1.0 - std::pow(alpha, static_cast<double>(k + 1))) / (1.0 - alpha);
+}
+
+inline double speculative_stats::expected_tokens_per_pass_as_drafted() const {
+  if (n_rounds == 0) return 0.0;
+  const double alpha = acceptance_rate();
+  double sum = 0.0;
+  for (std::size_t j = 0; j < rounds_by_draft_length.size(); ++j)
+    sum += static_cast<double>(rounds_by_draft_length[j]) * expected_tokens_per_pass(alpha, j);
+  return sum / static_cast<double>(n_rounds);
 }
 
 /// What `speculative_generate` produced.
@@ -248,6 +277,8 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
     }
     LLMKIT_ASSERT(own >= 0);
     out.stats.n_drafted += n;
+    if (out.stats.rounds_by_draft_length.size() <= n) out.stats.rounds_by_draft_length.resize(n + 1, 0);
+    ++out.stats.rounds_by_draft_length[n];
     out.stats.n_accepted += accepted;
     out.stats.n_rejected += accepted < n ? 1 : 0;
     accepted_w = decay * accepted_w + static_cast<double>(accepted);
