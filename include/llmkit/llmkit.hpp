@@ -62,3 +62,4 @@
 #include "llmkit/model/llama.hpp"
 #include "llmkit/model/synthetic.hpp"
 #include "llmkit/model/tokenizer.hpp"
+#include "llmkit/model/weights.hpp"

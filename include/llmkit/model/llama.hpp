@@ -8,16 +8,18 @@
 /// SwiGLU feed-forward (residual); final RMSNorm and the output projection
 /// (separate `output.weight`, or tied to the embedding when absent).
 ///
-/// Weights: every tensor (F32, F16, BF16 or Q8_0 in the file) is converted
-/// to f32 once, at load, into 64-byte aligned buffers; Q, K, V are fused into
-/// one matrix and so are the gate and up projections, so a layer runs four
-/// products. Products use llmkit's register-tiled kernel
-/// (model/detail/matmul.hpp), split over output rows across the caller's
-/// executor; it is batch invariant (each output is one dot product summed in
-/// a fixed order), so a sequence's logits do not depend on what else is in
-/// the batch. RMSNorm and RoPE are llmkit::simd kernels, K/V go through the
-/// `kv_cache` contract, and attention is llmkit::attention::prefill (causal
-/// mask) over the cache, one batch sequence per segment.
+/// Weights: each matrix is a `weight_matrix` (model/weights.hpp) kept in its
+/// GGUF type (F32, F16, Q8_0; BF16 widened to f32) or converted at load to
+/// the `llama_options::weight_type` asked for; Q, K, V are fused into one
+/// matrix and so are the gate and up projections, so a layer runs four
+/// products. Products widen the weights to f32 in registers and run
+/// llmkit's register-tiled kernel (model/detail/matmul.hpp), split over
+/// output rows across the caller's executor; it is batch invariant (each
+/// output is one dot product summed in a fixed order), so a sequence's
+/// logits do not depend on what else is in the batch. RMSNorm and RoPE are
+/// llmkit::simd kernels, K/V go through the `kv_cache` contract, and
+/// attention is llmkit::attention::prefill (causal mask) for segments of
+/// several tokens and llmkit::attention::decode for one-token segments.
 ///
 /// forward() takes a packed batch (see batch.hpp): any number of sequences,
 /// each a contiguous run of tokens continuing its sequence in the cache, and
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "llmkit/attention/mask.hpp"
+#include "llmkit/attention/decode.hpp"
 #include "llmkit/attention/prefill.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/dtype.hpp"
@@ -47,8 +50,14 @@
 #include "llmkit/model/batch.hpp"
 #include "llmkit/model/detail/matmul.hpp"
 #include "llmkit/model/gguf.hpp"
+#include "llmkit/model/weights.hpp"
+#include "llmkit/simd/exp.hpp"
 #include "llmkit/simd/rmsnorm.hpp"
 #include "llmkit/simd/rope.hpp"
+
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model {
 
@@ -146,50 +155,46 @@ inline const gguf_tensor& check_tensor(const gguf_file& file, const std::string&
   return t;
 }
 
-/// Converts a GGUF tensor of shape `[rows, cols]` to f32. ([rows * cols] out)
-inline void load_f32(const gguf_file& file, const std::string& name, std::size_t rows, std::size_t cols, float* out) {
-  const gguf_tensor& t = check_tensor(file, name, rows, cols);
-  const std::size_t n = rows * cols;
-  switch (t.type) {
-    case ggml_type::f32: std::memcpy(out, t.data, n * sizeof(float)); break;
-    case ggml_type::f16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t b;
-        std::memcpy(&b, t.data + 2 * i, 2);
-        out[i] = f16_bits_to_f32(b);
-      }
-      break;
-    case ggml_type::bf16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t b;
-        std::memcpy(&b, t.data + 2 * i, 2);
-        out[i] = bf16_bits_to_f32(b);
-      }
-      break;
-    case ggml_type::q8_0:
-      for (std::size_t blk = 0; blk < n / q8_block_size; ++blk) {
-        block_q8_0 q;
-        std::memcpy(&q, t.data + blk * sizeof(block_q8_0), sizeof(block_q8_0));
-        const float s = to_f32(q.scale);
-        for (std::size_t j = 0; j < q8_block_size; ++j) out[blk * q8_block_size + j] = s * float(q.qs[j]);
-      }
-      break;
+
+/// SwiGLU: h[j] = silu(g[j]) * u[j] = g[j] / (1 + e^-g[j]) * u[j]. ([f] g, u, h)
+template <class Arch = simd::default_arch>
+inline void swiglu(const float* g, const float* u, float* h, std::size_t f) noexcept {
+  std::size_t j = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using vf = xsimd::batch<float, Arch>;
+    for (; j + vf::size <= f; j += vf::size) {
+      const vf gv = vf::load_unaligned(g + j);
+      const vf e = simd::detail::exp_batch<Arch>(-gv);
+      (gv / (vf(1.0f) + e) * vf::load_unaligned(u + j)).store_unaligned(h + j);
+    }
   }
+  for (; j < f; ++j) h[j] = g[j] / (1.0f + simd::detail::exp_scalar<Arch>(-g[j])) * u[j];
 }
 }  // namespace detail
 
 /// Positions with precomputed RoPE factors; later ones are computed on the fly.
 inline constexpr std::size_t rope_table_max_positions = 8192;
 
-/// A Llama-architecture model with f32 weights in memory. forward() is not
-/// reentrant (the model owns its activation workspace); use one model object
-/// per concurrent caller.
+/// How llama_model loads a file.
+struct llama_options {
+  /// In-memory storage of the weight matrices (embedding, projections,
+  /// output): `native` keeps each tensor's GGUF type (F32, F16, Q8_0; BF16
+  /// is widened to f32); f32, f16 and q8_0 convert at load. Matrices whose
+  /// input width is not a multiple of 32 stay f32 under q8_0. Norm weights
+  /// are always f32.
+  model::weight_type weight_type = model::weight_type::native;
+};
+
+/// A Llama-architecture model with its weights in memory (f32, f16 or Q8_0,
+/// see llama_options). forward() is not reentrant (the model owns its
+/// activation workspace); use one model object per concurrent caller.
 class llama_model {
  public:
   /// Loads config and weights from an open GGUF file (the file may be closed
   /// afterwards: weights are copied).
-  explicit llama_model(const gguf_file& file)
+  explicit llama_model(const gguf_file& file, const llama_options& options = {})
       : config_(llama_config::from_gguf(file)),
+        options_(options),
         rope_table_(config_.rope, config_.head_dim, std::min<std::size_t>(config_.context_length, rope_table_max_positions)) {
     const auto& c = config_;
     const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
@@ -211,40 +216,47 @@ class llama_model {
       detail::check_tensor(file, b + "ffn_up.weight", c.ffn_dim, c.dim);
       detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
     }
-    token_embd_.resize(c.n_vocab * c.dim);
-    detail::load_f32(file, "token_embd.weight", c.n_vocab, c.dim, token_embd_.data());
-    output_norm_.resize(c.dim);
-    detail::load_f32(file, "output_norm.weight", 1, c.dim, output_norm_.data());
-    if (!c.tied_output) {
-      output_.resize(c.n_vocab * c.dim);
-      detail::load_f32(file, "output.weight", c.n_vocab, c.dim, output_.data());
-    }
+    // A (possibly fused) matrix takes the storage its first tensor resolves to.
+    auto load_matrix = [&](std::initializer_list<std::string> names, std::size_t rows, std::size_t cols) {
+      const gguf_tensor& first = file.tensor(*names.begin());
+      weight_matrix m(resolve_weight_type(options_.weight_type, first.type, cols), rows, cols);
+      std::size_t row = 0;
+      for (const std::string& name : names) {
+        const gguf_tensor& t = file.tensor(name);
+        m.copy_from(t, row);
+        row += static_cast<std::size_t>(t.rows());
+      }
+      return m;
+    };
+    auto load_norm = [&](const std::string& name) {
+      weight_matrix m(weight_type::f32, 1, c.dim);
+      m.copy_from(file.tensor(name), 0);
+      aligned_vector<float> v(m.f32_data(), m.f32_data() + c.dim);
+      return v;
+    };
+    token_embd_ = load_matrix({"token_embd.weight"}, c.n_vocab, c.dim);
+    output_norm_ = load_norm("output_norm.weight");
+    if (!c.tied_output) output_ = load_matrix({"output.weight"}, c.n_vocab, c.dim);
     layers_.resize(c.n_layers);
     for (std::size_t l = 0; l < c.n_layers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
       layer& w = layers_[l];
-      w.attn_norm.resize(c.dim);
-      detail::load_f32(file, b + "attn_norm.weight", 1, c.dim, w.attn_norm.data());
-      w.wqkv.resize((qd + 2 * kvd) * c.dim);
-      detail::load_f32(file, b + "attn_q.weight", qd, c.dim, w.wqkv.data());
-      detail::load_f32(file, b + "attn_k.weight", kvd, c.dim, w.wqkv.data() + qd * c.dim);
-      detail::load_f32(file, b + "attn_v.weight", kvd, c.dim, w.wqkv.data() + (qd + kvd) * c.dim);
-      w.wo.resize(c.dim * qd);
-      detail::load_f32(file, b + "attn_output.weight", c.dim, qd, w.wo.data());
-      w.ffn_norm.resize(c.dim);
-      detail::load_f32(file, b + "ffn_norm.weight", 1, c.dim, w.ffn_norm.data());
-      w.w_gate_up.resize(2 * c.ffn_dim * c.dim);
-      detail::load_f32(file, b + "ffn_gate.weight", c.ffn_dim, c.dim, w.w_gate_up.data());
-      detail::load_f32(file, b + "ffn_up.weight", c.ffn_dim, c.dim, w.w_gate_up.data() + c.ffn_dim * c.dim);
-      w.w_down.resize(c.dim * c.ffn_dim);
-      detail::load_f32(file, b + "ffn_down.weight", c.dim, c.ffn_dim, w.w_down.data());
+      w.attn_norm = load_norm(b + "attn_norm.weight");
+      w.wqkv = load_matrix({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, qd + 2 * kvd, c.dim);
+      w.wo = load_matrix({b + "attn_output.weight"}, c.dim, qd);
+      w.ffn_norm = load_norm(b + "ffn_norm.weight");
+      w.w_gate_up = load_matrix({b + "ffn_gate.weight", b + "ffn_up.weight"}, 2 * c.ffn_dim, c.dim);
+      w.w_down = load_matrix({b + "ffn_down.weight"}, c.dim, c.ffn_dim);
     }
   }
 
   /// Opens, loads and closes a GGUF file.
-  static llama_model load(const std::string& path) { return llama_model(gguf_file::open(path)); }
+  static llama_model load(const std::string& path, const llama_options& options = {}) {
+    return llama_model(gguf_file::open(path), options);
+  }
 
   const llama_config& config() const noexcept { return config_; }
+  const llama_options& options() const noexcept { return options_; }
   std::size_t vocab_size() const noexcept { return config_.n_vocab; }
   kv::kv_shape kv_shape() const noexcept { return config_.kv_shape(); }
 
@@ -252,10 +264,19 @@ class llama_model {
   /// embedding row per token, not counted here): the memory traffic of a
   /// decode step besides the KV cache.
   std::size_t weight_bytes_per_step() const noexcept {
-    const auto& c = config_;
-    const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-    const std::size_t per_layer = (qd + 2 * kvd) * c.dim + c.dim * qd + 3 * c.ffn_dim * c.dim + 2 * c.dim;
-    return sizeof(float) * (c.n_layers * per_layer + c.n_vocab * c.dim + c.dim);
+    std::size_t bytes = (c_output().bytes()) + output_norm_.size() * sizeof(float);
+    for (const layer& w : layers_)
+      bytes += w.wqkv.bytes() + w.wo.bytes() + w.w_gate_up.bytes() + w.w_down.bytes() +
+               (w.attn_norm.size() + w.ffn_norm.size()) * sizeof(float);
+    return bytes;
+  }
+
+  /// The storage each matrix got (after resolve_weight_type): the fused
+  /// Q/K/V, output, gate/up, down projections of layer 0, then the output
+  /// projection (the embedding when tied).
+  std::array<weight_type, 5> weight_types() const noexcept {
+    const layer& w = layers_.front();
+    return {w.wqkv.type(), w.wo.type(), w.w_gate_up.type(), w.w_down.type(), c_output().type()};
   }
 
   /// Runs the batch through the model, appending each token's K/V to `cache`
@@ -304,59 +325,90 @@ class llama_model {
     float* x = x_.data();
     float* xn = xn_.data();
     for (std::size_t i = 0; i < n; ++i)
-      std::memcpy(x + i * dim, token_embd_.data() + std::size_t(b.token_ids[i]) * dim, dim * sizeof(float));
+      token_embd_.row(std::size_t(b.token_ids[i]), std::span(x + i * dim, dim));
 
+    // Attention runs on the calling thread when it is smaller than a hand-off.
+    const bool prefill_parallel = exec.concurrency() > 1 && attention_work_ >= detail::matmul_parallel_min_work;
+    const bool decode_parallel = exec.concurrency() > 1 && decode_work_ >= detail::matmul_parallel_min_work;
+    const bool mixed = !decode_seqs_.empty() && !prefill_seqs_.empty();
+    const std::size_t n_prefill = std::size_t(cu_seqlens_.back());
     for (std::size_t l = 0; l < c.n_layers; ++l) {
       const layer& w = layers_[l];
       for (std::size_t i = 0; i < n; ++i)
         simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.attn_norm, std::span(xn + i * dim, dim), c.rms_eps);
-      detail::matmul(exec, xn, n, dim, w.wqkv.data(), qkvd, qkv_.data(), qkvd, false);
+      product(exec, xn, n, w.wqkv, qkv_.data(), qkvd, false);
       for (std::size_t i = 0; i < n; ++i) {
         float* row = qkv_.data() + i * qkvd;
         rope(std::span(row, qd), b.positions[i]);
         rope(std::span(row + qd, kvd), b.positions[i]);
-        std::memcpy(k_.data() + i * kvd, row + qd, kvd * sizeof(float));
-        std::memcpy(v_.data() + i * kvd, row + qd + kvd, kvd * sizeof(float));
       }
-      for (const segment& seg : segments_)
+      for (const segment& seg : segments_) {
+        if (seg.count == 1) {
+          const float* row = qkv_.data() + seg.first * qkvd;
+          cache.store(seg.seq, l, seg.base, std::span<const float>(row + qd, kvd),
+                      std::span<const float>(row + qd + kvd, kvd));
+          continue;
+        }
+        for (std::size_t i = seg.first; i < seg.first + seg.count; ++i) {
+          const float* row = qkv_.data() + i * qkvd;
+          std::memcpy(k_.data() + i * kvd, row + qd, kvd * sizeof(float));
+          std::memcpy(v_.data() + i * kvd, row + qd + kvd, kvd * sizeof(float));
+        }
         cache.store(seg.seq, l, seg.base, std::span<const float>(k_.data() + seg.first * kvd, seg.count * kvd),
                     std::span<const float>(v_.data() + seg.first * kvd, seg.count * kvd));
-      // The segments' queries are the last seg.count positions of their
-      // sequences, now that their K/V rows are stored.
-      for (std::size_t i = 0; i < n; ++i) std::memcpy(q_.data() + i * qd, qkv_.data() + i * qkvd, qd * sizeof(float));
-      const attention::prefill_params ap{.q = std::span<const float>(q_.data(), n * qd),
-                                         .out = std::span<float>(att_.data(), n * qd),
-                                         .cu_seqlens = cu_seqlens_,
-                                         .seq_ids = segment_seqs_,
-                                         .layer = l,
-                                         .n_heads = c.n_heads};
-      // Small attention (decode of a short context) costs less than a
-      // hand-off; the result does not depend on the executor.
-      if (exec.concurrency() <= 1 || attention_work_ < detail::matmul_parallel_min_work)
-        attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, serial_executor{});
-      else
-        attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, exec);
-      detail::matmul(exec, att_.data(), n, qd, w.wo.data(), dim, x, dim, true);
+      }
+      // Queries in attention order: the prefill segments' rows (the last
+      // seg.count positions of their sequences, K/V now stored), then one
+      // row per decode segment. Without a mix this is the batch order.
+      for (std::size_t i = 0; i < n; ++i)
+        std::memcpy(q_.data() + std::size_t(attention_row_[i]) * qd, qkv_.data() + i * qkvd, qd * sizeof(float));
+      if (n_prefill > 0) {
+        const attention::prefill_params ap{.q = std::span<const float>(q_.data(), n_prefill * qd),
+                                           .out = std::span<float>(att_.data(), n_prefill * qd),
+                                           .cu_seqlens = cu_seqlens_,
+                                           .seq_ids = prefill_seqs_,
+                                           .layer = l,
+                                           .n_heads = c.n_heads};
+        if (prefill_parallel)
+          attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, exec);
+        else
+          attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, serial_executor{});
+      }
+      if (!decode_seqs_.empty()) {
+        const std::size_t nd = decode_seqs_.size();
+        const attention::decode_params dp{.q = std::span<const float>(q_.data() + n_prefill * qd, nd * qd),
+                                          .out = std::span<float>(att_.data() + n_prefill * qd, nd * qd),
+                                          .seq_ids = decode_seqs_,
+                                          .layer = l,
+                                          .n_heads = c.n_heads,
+                                          .workspace = &decode_ws_};
+        if (decode_parallel)
+          attention::decode(dp, std::as_const(cache), attention::causal_mask{}, exec);
+        else
+          attention::decode(dp, std::as_const(cache), attention::causal_mask{}, serial_executor{});
+      }
+      const float* att = att_.data();
+      if (mixed) {  // back to batch order for the output projection
+        for (std::size_t i = 0; i < n; ++i)
+          std::memcpy(q_.data() + i * qd, att_.data() + std::size_t(attention_row_[i]) * qd, qd * sizeof(float));
+        att = q_.data();
+      }
+      product(exec, att, n, w.wo, x, dim, true);
 
       for (std::size_t i = 0; i < n; ++i)
         simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.ffn_norm, std::span(xn + i * dim, dim), c.rms_eps);
       const std::size_t f = c.ffn_dim;
-      detail::matmul(exec, xn, n, dim, w.w_gate_up.data(), 2 * f, ffn_.data(), 2 * f, false);
-      for (std::size_t i = 0; i < n; ++i) {
-        const float* g = ffn_.data() + i * 2 * f;
-        const float* u = g + f;
-        float* h = hidden_.data() + i * f;
-        for (std::size_t j = 0; j < f; ++j) h[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
-      }
-      detail::matmul(exec, hidden_.data(), n, f, w.w_down.data(), dim, x, dim, true);
+      product(exec, xn, n, w.w_gate_up, ffn_.data(), 2 * f, false);
+      for (std::size_t i = 0; i < n; ++i)
+        detail::swiglu(ffn_.data() + i * 2 * f, ffn_.data() + i * 2 * f + f, hidden_.data() + i * f, f);
+      product(exec, hidden_.data(), n, w.w_down, x, dim, true);
     }
 
     const std::size_t n_out = b.n_logits();
     for (std::size_t r = 0; r < n_out; ++r)
       simd::rmsnorm(std::span<const float>(x + std::size_t(b.logit_rows[r]) * dim, dim), output_norm_,
                     std::span(xn + r * dim, dim), c.rms_eps);
-    const float* w_out = c.tied_output ? token_embd_.data() : output_.data();
-    detail::matmul(exec, xn, n_out, dim, w_out, c.n_vocab, logits_.data(), c.n_vocab, false);
+    product(exec, xn, n_out, c_output(), logits_.data(), c.n_vocab, false);
     return matrix_view<const float>(logits_.data(), n_out, c.n_vocab);
   }
 
@@ -369,12 +421,21 @@ class llama_model {
 
  private:
   struct layer {
-    aligned_vector<float> attn_norm, wqkv, wo, ffn_norm, w_gate_up, w_down;
+    aligned_vector<float> attn_norm, ffn_norm;          // [dim] f32
+    weight_matrix wqkv, wo, w_gate_up, w_down;          // fused Q|K|V, output, gate|up, down
   };
   struct segment {
     kv::seq_id seq;
     std::size_t first, count, base;
   };
+
+  const weight_matrix& c_output() const noexcept { return config_.tied_output ? token_embd_ : output_; }
+
+  template <class Exec>
+  static void product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y,
+                      std::size_t y_stride, bool accumulate) {
+    w.visit([&](const auto& acc) { detail::matmul(exec, x, n, w.cols(), acc, w.rows(), y, y_stride, accumulate); });
+  }
 
   template <class Cache>
   void plan_segments(const batch& b, const Cache& cache) {
@@ -394,15 +455,31 @@ class llama_model {
       segments_.push_back({s, i, j - i, base});
       i = j;
     }
+    // Segments of one token are decode rows (attention::decode); longer ones
+    // go through attention::prefill. attention_row_ maps a batch row to its
+    // row in the attention order: prefill rows first, then decode rows.
     cu_seqlens_.assign(1, 0);
-    segment_seqs_.clear();
+    prefill_seqs_.clear();
+    decode_seqs_.clear();
+    attention_row_.resize(n);
     attention_work_ = 0;
+    decode_work_ = 0;
+    std::int32_t next = 0;
+    const double width = double(config_.n_heads * config_.head_dim);
     for (const segment& seg : segments_) {
-      cu_seqlens_.push_back(static_cast<std::int32_t>(seg.first + seg.count));
-      segment_seqs_.push_back(seg.seq);
+      if (seg.count == 1) continue;
+      for (std::size_t k = 0; k < seg.count; ++k) attention_row_[seg.first + k] = next++;
+      cu_seqlens_.push_back(next);
+      prefill_seqs_.push_back(seg.seq);
       // (query, key) pairs the causal mask keeps, times the head width.
       const double q = double(seg.count), k0 = double(seg.base);
-      attention_work_ += (q * k0 + q * (q + 1) / 2) * double(config_.n_heads * config_.head_dim);
+      attention_work_ += (q * k0 + q * (q + 1) / 2) * width;
+    }
+    for (const segment& seg : segments_) {
+      if (seg.count != 1) continue;
+      attention_row_[seg.first] = next++;
+      decode_seqs_.push_back(seg.seq);
+      decode_work_ += double(seg.base + 1) * width;
     }
   }
 
@@ -432,15 +509,23 @@ class llama_model {
   }
 
   llama_config config_;
+  llama_options options_;
   simd::rope_table rope_table_;
-  aligned_vector<float> token_embd_, output_norm_, output_;
+  weight_matrix token_embd_, output_;   // [n_vocab, dim]; output_ empty when tied
+  aligned_vector<float> output_norm_;  // [dim]
   std::vector<layer> layers_;
   // Workspace, grown on demand and reused across calls.
   aligned_vector<float> x_, xn_, qkv_, q_, k_, v_, att_, ffn_, hidden_, logits_;
   std::vector<segment> segments_;
-  std::vector<std::int32_t> cu_seqlens_;    // [segments + 1] token offsets of the segments
-  std::vector<kv::seq_id> segment_seqs_;   // [segments] their sequences
-  double attention_work_ = 0;              // multiply-adds of one layer's attention, roughly
+  std::vector<std::int32_t> cu_seqlens_;    // [prefill segments + 1] offsets in attention order
+  std::vector<kv::seq_id> prefill_seqs_;   // [prefill segments] their sequences
+  std::vector<kv::seq_id> decode_seqs_;    // [decode segments] sequences with one token in the batch
+  std::vector<std::int32_t> attention_row_;  // [n_tokens] row of each token in attention order
+  attention::decode_workspace decode_ws_;
+  double attention_work_ = 0;              // multiply-adds of one layer's prefill attention, roughly
+  double decode_work_ = 0;                 // same for the decode rows
 };
 
 }  // namespace llmkit::model
+
+LLMKIT_SIMD_DIAGNOSTICS_END

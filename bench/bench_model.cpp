@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: MIT
+// bench_model: the reference Llama (model/llama.hpp) end to end.
+//
+//   prefill/<model>/<weights>/threads:N  a 128-token prompt into an empty
+//                                        sequence: tokens/s
+//   decode/<model>/<weights>/threads:N   one token per step after the prompt
+//                                        (context 128..255): tokens/s, bytes/s
+//                                        of weights + KV read per step, and
+//                                        frac_read_roof = that / the roofline
+//                                        read bandwidth of N threads
+//   decode_dram/...                      the same, rotating through copies of
+//                                        the model (>= 1 GiB of weights) so
+//                                        every step reads its weights from
+//                                        DRAM, not from the 480 MiB L3
+//
+// Models: stories260K (models/stories260K.gguf, F32 file) and the synthetic
+// ~100M Llama (dim 768, 12 layers, 12/4 heads, ffn 2048, vocab 32000),
+// written as an F32 GGUF to <source>/build/bench-model-synthetic-100m.gguf on
+// the first run (a small one under LLMKIT_BENCH_SMOKE=1). Weights: f32 or
+// q8_0 in memory (llama_options::weight_type). vs_llamacpp compares with
+// llama.cpp on stories260K on this machine (2 threads: 11.8k prompt tokens/s,
+// 1.75k generated tokens/s). One thread is timed by the thread's CPU time,
+// two by wall time.
+#include <benchmark/benchmark.h>
+
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/contiguous_cache.hpp>
+#include <llmkit/model/batch.hpp>
+#include <llmkit/model/llama.hpp>
+#include <llmkit/model/synthetic.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "roofline.hpp"
+
+namespace {
+
+using namespace llmkit;
+
+bool smoke() {
+  const char* e = std::getenv("LLMKIT_BENCH_SMOKE");
+  return e != nullptr && std::string(e) != "0";
+}
+
+constexpr std::size_t prompt_tokens = 128;
+constexpr double llamacpp_prefill_tps = 11800.0;
+constexpr double llamacpp_decode_tps = 1750.0;
+
+std::string synthetic_path() {
+#if defined(LLMKIT_SOURCE_DIR)
+  const std::string dir = std::string(LLMKIT_SOURCE_DIR) + "/build/";
+#else
+  const std::string dir;
+#endif
+  return dir + (smoke() ? "bench-model-synthetic-smoke.gguf" : "bench-model-synthetic-100m.gguf");
+}
+
+model::llama_config synthetic_config() {
+  model::llama_config c = model::synthetic_100m_config();
+  if (smoke()) {
+    c.n_vocab = 1000;
+    c.dim = 128;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 32;
+    c.ffn_dim = 256;
+    c.rope.rotary_dim = 32;
+  }
+  return c;
+}
+
+const std::string& model_path(int which) {
+  static const std::string stories = LLMKIT_DEFAULT_MODEL;
+  static const std::string synthetic = [] {
+    const std::string p = synthetic_path();
+    if (!std::filesystem::exists(p)) {
+      model::synthetic_options o{.config = synthetic_config(), .weight_type = model::ggml_type::f32, .seed = 1};
+      const std::string tmp = p + ".tmp";
+      model::write_synthetic_llama(tmp, o);
+      std::filesystem::rename(tmp, p);
+    }
+    return p;
+  }();
+  return which == 0 ? stories : synthetic;
+}
+
+const char* model_name(int which) { return which == 0 ? "stories260K" : "synthetic100M"; }
+
+/// Loaded models, kept for the process: [model][weights] -> copies.
+std::vector<std::unique_ptr<model::llama_model>>& models(int which, model::weight_type wt, std::size_t copies) {
+  static std::vector<std::unique_ptr<model::llama_model>> cache[2][4];
+  auto& v = cache[which][static_cast<int>(wt)];
+  if (v.empty()) v.push_back(std::make_unique<model::llama_model>(model::llama_model::load(model_path(which), {.weight_type = wt})));
+  while (v.size() < copies) v.push_back(std::make_unique<model::llama_model>(*v.front()));
+  return v;
+}
+
+std::vector<std::int32_t> prompt(std::size_t vocab) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(vocab) - 1);
+  std::vector<std::int32_t> p(prompt_tokens);
+  p[0] = 1;
+  for (std::size_t i = 1; i < p.size(); ++i) p[i] = tok(rng);
+  return p;
+}
+
+/// Seconds as the benchmark itself times them: the calling thread's CPU
+/// time for one thread, wall time for more.
+struct stopwatch {
+  std::size_t threads;
+  double start = now();
+  double now() const {
+    if (threads <= 1) return llmkit_bench::thread_cpu_seconds();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  double seconds() const { return now() - start; }
+};
+
+double roof_gbps(std::size_t threads) {
+  const auto& r = llmkit_bench::roofline::get();
+  return threads <= 1 ? r.read_gbps_1t : r.read_gbps_all;
+}
+
+void bm_prefill(benchmark::State& state, int which, model::weight_type wt, std::size_t threads) {
+  auto& m = *models(which, wt, 1).front();
+  thread_pool pool(threads);
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 2 * prompt_tokens});
+  const auto seq = *cache.add_sequence();
+  const auto p = prompt(m.vocab_size());
+  model::batch_builder b;
+  b.add(seq, p, 0);
+  const stopwatch clock{threads};
+  for (auto _ : state) {
+    cache.truncate(seq, 0);
+    benchmark::DoNotOptimize(m.forward(b.view(), cache, pool).data());
+  }
+  const double seconds = clock.seconds();
+  const double tokens = double(state.iterations()) * double(prompt_tokens);
+  state.counters["tokens"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  if (which == 0) state.counters["vs_llamacpp"] = tokens / seconds / llamacpp_prefill_tps;
+}
+
+void bm_decode(benchmark::State& state, int which, model::weight_type wt, std::size_t threads, bool dram) {
+  // Enough copies that one pass over them is >= 1 GiB: each step's weights
+  // were evicted from the L3 by the steps before it.
+  std::size_t copies = 1;
+  if (dram) {
+    const std::size_t bytes = models(which, wt, 1).front()->weight_bytes_per_step();
+    copies = ((std::size_t{1} << 30) + bytes - 1) / bytes;
+  }
+  auto& ms = models(which, wt, copies);
+  const auto& m = *ms.front();
+  const auto& c = m.config();
+  thread_pool pool(threads);
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 2 * prompt_tokens});
+  const auto seq = *cache.add_sequence();
+  const auto p = prompt(m.vocab_size());
+  {
+    model::batch_builder b;
+    b.add(seq, p, 0);
+    ms.front()->forward(b.view(), cache, pool);
+  }
+  const std::size_t kv_row_bytes = 2 * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float);
+  const double weight_bytes = double(m.weight_bytes_per_step());
+  std::int32_t token = p.back();
+  std::size_t step = 0;
+  double bytes = 0;
+  model::batch_builder b;
+  const stopwatch clock{threads};
+  for (auto _ : state) {
+    if (cache.n_tokens(seq) == 2 * prompt_tokens) cache.truncate(seq, prompt_tokens);
+    const std::size_t pos = cache.n_tokens(seq);
+    b.clear();
+    b.add(seq, {&token, 1}, static_cast<std::int32_t>(pos));
+    // The same weights in every copy, so the copies share one KV cache.
+    const auto logits = ms[step++ % ms.size()]->forward(b.view(), cache, pool);
+    token = static_cast<std::int32_t>(3 + (step * 7919) % (m.vocab_size() - 3));
+    benchmark::DoNotOptimize(logits.data());
+    bytes += weight_bytes + double(pos + 1) * double(kv_row_bytes);
+  }
+  const double seconds = clock.seconds();
+  const double tokens = double(state.iterations());
+  state.counters["tokens"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+  state.counters["GBps"] = bytes * 1e-9 / seconds;
+  state.counters["frac_read_roof"] = bytes * 1e-9 / seconds / roof_gbps(threads);
+  state.counters["weight_MB"] = weight_bytes * 1e-6;
+  state.counters["copies"] = double(copies);
+  if (which == 0) state.counters["vs_llamacpp"] = tokens / seconds / llamacpp_decode_tps;
+}
+
+void timing(benchmark::internal::Benchmark* b, std::size_t threads) {
+  if (threads > 1) b->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  for (int which : {0, 1})
+    for (model::weight_type wt : {model::weight_type::f32, model::weight_type::q8_0})
+      for (std::size_t threads : {1u, 2u}) {
+        const std::string suffix = std::string(model_name(which)) + "/" + std::string(model::weight_type_name(wt)) +
+                                   "/threads:" + std::to_string(threads);
+        timing(benchmark::RegisterBenchmark(("prefill/" + suffix).c_str(),
+                                            [=](benchmark::State& s) { bm_prefill(s, which, wt, threads); })
+                   ->Unit(benchmark::kMillisecond),
+               threads);
+        timing(benchmark::RegisterBenchmark(("decode/" + suffix).c_str(),
+                                            [=](benchmark::State& s) { bm_decode(s, which, wt, threads, false); })
+                   ->Unit(benchmark::kMicrosecond),
+               threads);
+        if (which == 1 && !smoke())
+          timing(benchmark::RegisterBenchmark(("decode_dram/" + suffix).c_str(),
+                                              [=](benchmark::State& s) { bm_decode(s, which, wt, threads, true); })
+                     ->Unit(benchmark::kMicrosecond),
+                 threads);
+      }
+  const auto& roof = llmkit_bench::roofline::get();
+  benchmark::AddCustomContext("roofline", roof.to_json().dump());
+  benchmark::AddCustomContext("roofline_source", roof.source);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

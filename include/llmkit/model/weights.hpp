@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/weights.hpp
+/// Weight matrices kept in their storage type (f32, f16 or Q8_0) and the
+/// product `y (+)= x * W^T` over them.
+///
+/// `weight_type` names the in-memory storage a model asks for: `native`
+/// keeps each GGUF tensor's own type (F32, F16 and Q8_0 as they are; BF16 is
+/// widened to f32), the others convert at load (f32 -> f16 rounds to nearest
+/// even; anything -> Q8_0 quantises per 32-value block like ggml). Q8_0 rows
+/// are stored as an int8 matrix plus one f32 scale per block (the f16 scale
+/// of the file, widened exactly), so a native Q8_0 tensor keeps its exact
+/// values.
+///
+/// `linear(exec, x, w, y)` widens W to f32 in registers and runs one
+/// register-tiled FMA kernel (model/detail/matmul.hpp): a matrix-vector
+/// product for one token reads each weight once; rows are split across the
+/// executor above ~2^16 multiply-adds.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/dtype.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/core/executor.hpp"
+#include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/gguf.hpp"
+#include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/convert.hpp"
+
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
+
+namespace llmkit::model {
+
+/// In-memory storage of a model's weight matrices.
+enum class weight_type : std::uint8_t {
+  native,  ///< each tensor's GGUF type (F32, F16, Q8_0); BF16 becomes f32
+  f32,     ///< 4 bytes per weight
+  f16,     ///< 2 bytes per weight (IEEE half)
+  q8_0,    ///< 1 byte per weight + one f32 scale per 32 (1.125 bytes per weight)
+};
+
+/// "native", "f32", "f16" or "q8_0".
+constexpr std::string_view weight_type_name(weight_type t) noexcept {
+  switch (t) {
+    case weight_type::native: return "native";
+    case weight_type::f32: return "f32";
+    case weight_type::f16: return "f16";
+    case weight_type::q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+/// The storage a tensor of GGUF type `file_type` gets when `wanted` is asked
+/// for a matrix of `cols` columns: native maps F32/F16/Q8_0 to themselves and
+/// BF16 to f32; Q8_0 needs cols % 32 == 0 and falls back to f32 otherwise
+/// (e.g. stories260K's ffn_down with 172 columns).
+constexpr weight_type resolve_weight_type(weight_type wanted, ggml_type file_type, std::size_t cols) noexcept {
+  weight_type t = wanted;
+  if (t == weight_type::native) {
+    switch (file_type) {
+      case ggml_type::f16: t = weight_type::f16; break;
+      case ggml_type::q8_0: t = weight_type::q8_0; break;
+      default: t = weight_type::f32; break;
+    }
+  }
+  if (t == weight_type::q8_0 && cols % q8_block_size != 0) t = weight_type::f32;
+  return t;
+}
+
+/// A row-major `[rows, cols]` weight matrix in one storage type.
+class weight_matrix {
+ public:
+  weight_matrix() = default;
+
+  /// Zero matrix of the given storage.
+  /// @throws llmkit::error for `native`, or Q8_0 with cols % 32 != 0.
+  weight_matrix(weight_type type, std::size_t rows, std::size_t cols) : type_(type), rows_(rows), cols_(cols) {
+    LLMKIT_CHECK(type != weight_type::native, "weight_matrix: type must be f32, f16 or q8_0, not native");
+    LLMKIT_CHECK(type != weight_type::q8_0 || cols % q8_block_size == 0, "weight_matrix: q8_0 needs cols (", cols,
+                 ") to be a multiple of 32");
+    const std::size_t n = rows * cols;
+    switch (type) {
+      case weight_type::f32: f32_.assign(n, 0.0f); break;
+      case weight_type::f16: f16_.assign(n, 0); break;
+      case weight_type::q8_0:
+        q_.assign(n, 0);
+        scales_.assign(n / q8_block_size, 0.0f);
+        break;
+      case weight_type::native: break;
+    }
+  }
+
+  weight_type type() const noexcept { return type_; }
+  std::size_t rows() const noexcept { return rows_; }
+  std::size_t cols() const noexcept { return cols_; }
+  /// Bytes the whole matrix occupies (= bytes one product reads).
+  std::size_t bytes() const noexcept {
+    return f32_.size() * sizeof(float) + f16_.size() * sizeof(std::uint16_t) + q_.size() + scales_.size() * sizeof(float);
+  }
+
+  /// Stores row r from f32 values (rounded or quantised to the storage).
+  /// @pre values.size() == cols(); for Q8_0, every value finite
+  void set_row(std::size_t r, std::span<const float> values) {
+    LLMKIT_CHECK(r < rows_ && values.size() == cols_, "weight_matrix::set_row: row ", r, " of ", rows_, ", ",
+                 values.size(), " values for ", cols_, " columns");
+    const std::size_t o = r * cols_;
+    switch (type_) {
+      case weight_type::f32: std::copy(values.begin(), values.end(), f32_.begin() + std::ptrdiff_t(o)); break;
+      case weight_type::f16:
+        for (std::size_t k = 0; k < cols_; ++k) f16_[o + k] = f32_to_f16_bits(values[k]);
+        break;
+      case weight_type::q8_0: {
+        std::vector<block_q8_0> blocks(cols_ / q8_block_size);
+        simd::quantize_q8_0(values, std::span<block_q8_0>(blocks));
+        set_row_q8_0(r, blocks.data());
+        break;
+      }
+      case weight_type::native: break;
+    }
+  }
+
+  /// Stores row r from `cols / 32` GGUF Q8_0 blocks, exactly. @pre type() == q8_0
+  void set_row_q8_0(std::size_t r, const block_q8_0* blocks) noexcept {
+    const std::size_t nb = cols_ / q8_block_size;
+    for (std::size_t b = 0; b < nb; ++b) {
+      std::memcpy(q_.data() + r * cols_ + b * q8_block_size, blocks[b].qs, q8_block_size);
+      scales_[r * nb + b] = to_f32(blocks[b].scale);
+    }
+  }
+
+  /// Decodes row r to f32 (exact for every storage). ([cols] out)
+  void row(std::size_t r, std::span<float> out) const {
+    LLMKIT_CHECK(r < rows_ && out.size() == cols_, "weight_matrix::row: row ", r, " of ", rows_, ", ", out.size(),
+                 " outputs for ", cols_, " columns");
+    const std::size_t o = r * cols_;
+    switch (type_) {
+      case weight_type::f32: std::copy_n(f32_.data() + o, cols_, out.data()); break;
+      case weight_type::f16:
+        for (std::size_t k = 0; k < cols_; ++k) out[k] = f16_bits_to_f32(f16_[o + k]);
+        break;
+      case weight_type::q8_0:
+        for (std::size_t b = 0; b < cols_ / q8_block_size; ++b)
+          for (std::size_t j = 0; j < q8_block_size; ++j)
+            out[b * q8_block_size + j] = scales_[o / q8_block_size + b] * float(q_[o + b * q8_block_size + j]);
+        break;
+      case weight_type::native: break;
+    }
+  }
+
+  /// Copies `src` (a GGUF tensor of `cols()` columns) into rows
+  /// [first_row, first_row + src rows): bit-exact when the file type is the
+  /// storage type, else through f32.
+  void copy_from(const gguf_tensor& src, std::size_t first_row) {
+    const std::size_t n_rows = static_cast<std::size_t>(src.rows());
+    LLMKIT_CHECK(src.cols() == cols_ && first_row + n_rows <= rows_, "weight_matrix::copy_from: tensor '", src.name,
+                 "' [", src.rows(), ", ", src.cols(), "] does not fit rows [", first_row, ", ", first_row + n_rows,
+                 ") of a [", rows_, ", ", cols_, "] matrix");
+    const std::size_t n = n_rows * cols_;
+    if (type_ == weight_type::f32 && src.type == ggml_type::f32) {
+      std::memcpy(f32_.data() + first_row * cols_, src.data, n * sizeof(float));
+      return;
+    }
+    if (type_ == weight_type::f16 && src.type == ggml_type::f16) {
+      std::memcpy(f16_.data() + first_row * cols_, src.data, n * sizeof(std::uint16_t));
+      return;
+    }
+    const std::size_t row_bytes = cols_ / ggml_block_elements(src.type) * ggml_block_bytes(src.type);
+    std::vector<block_q8_0> blocks;
+    if (type_ == weight_type::q8_0 && src.type == ggml_type::q8_0) {
+      blocks.resize(cols_ / q8_block_size);
+      for (std::size_t r = 0; r < n_rows; ++r) {
+        std::memcpy(blocks.data(), src.data + r * row_bytes, row_bytes);
+        set_row_q8_0(first_row + r, blocks.data());
+      }
+      return;
+    }
+    std::vector<float> tmp(cols_);
+    for (std::size_t r = 0; r < n_rows; ++r) {
+      decode_row(src, src.data + r * row_bytes, tmp.data());
+      set_row(first_row + r, tmp);
+    }
+  }
+
+  /// Raw storage: the pointer of the active type, others are null.
+  const float* f32_data() const noexcept { return f32_.empty() ? nullptr : f32_.data(); }
+  const std::uint16_t* f16_data() const noexcept { return f16_.empty() ? nullptr : f16_.data(); }
+  const std::int8_t* q8_data() const noexcept { return q_.empty() ? nullptr : q_.data(); }
+  const float* q8_scales() const noexcept { return scales_.empty() ? nullptr : scales_.data(); }
+
+  /// Calls fn(accessor) with the storage's kernel accessor
+  /// (detail::f32_weights, f16_weights or q8_weights).
+  template <class Fn>
+  decltype(auto) visit(Fn&& fn) const {
+    switch (type_) {
+      case weight_type::f16: return fn(detail::f16_weights{f16_.data(), cols_});
+      case weight_type::q8_0: return fn(detail::q8_weights{q_.data(), scales_.data(), cols_});
+      default: return fn(detail::f32_weights{f32_.data(), cols_});
+    }
+  }
+
+ private:
+  static void decode_row(const gguf_tensor& t, const std::byte* p, float* out) {
+    const std::size_t cols = static_cast<std::size_t>(t.cols());
+    switch (t.type) {
+      case ggml_type::f32: std::memcpy(out, p, cols * sizeof(float)); break;
+      case ggml_type::f16:
+        for (std::size_t i = 0; i < cols; ++i) {
+          std::uint16_t b;
+          std::memcpy(&b, p + 2 * i, 2);
+          out[i] = f16_bits_to_f32(b);
+        }
+        break;
+      case ggml_type::bf16:
+        for (std::size_t i = 0; i < cols; ++i) {
+          std::uint16_t b;
+          std::memcpy(&b, p + 2 * i, 2);
+          out[i] = bf16_bits_to_f32(b);
+        }
+        break;
+      case ggml_type::q8_0:
+        for (std::size_t blk = 0; blk < cols / q8_block_size; ++blk) {
+          block_q8_0 q;
+          std::memcpy(&q, p + blk * sizeof(block_q8_0), sizeof(block_q8_0));
+          const float s = to_f32(q.scale);
+          for (std::size_t j = 0; j < q8_block_size; ++j) out[blk * q8_block_size + j] = s * float(q.qs[j]);
+        }
+        break;
+    }
+  }
+
+  weight_type type_ = weight_type::f32;
+  std::size_t rows_ = 0, cols_ = 0;
+  aligned_vector<float> f32_;
+  aligned_vector<std::uint16_t> f16_;
+  aligned_vector<std::int8_t> q_;
+  aligned_vector<float> scales_;
+};
+
+/// `[n, rows] y (row stride y_stride) (+)= [n, cols] x * ([rows, cols] w)^T`
+/// in f32 arithmetic over the exact stored weights, rows split across `exec`
+/// for large products. Batch invariant (each output is one dot product
+/// summed in a fixed order whatever n, the tile or the thread).
+/// @throws llmkit::error if x.size() is not n * cols, y_stride < rows, or y is too small.
+template <class Arch = simd::default_arch, executor Exec>
+void linear(Exec& exec, std::span<const float> x, std::size_t n, const weight_matrix& w, std::span<float> y,
+            std::size_t y_stride, bool accumulate = false) {
+  LLMKIT_CHECK(x.size() == n * w.cols(), "linear: x.size() = ", x.size(), " must be n * cols = ", n, " * ", w.cols());
+  LLMKIT_CHECK(y_stride >= w.rows(), "linear: y_stride = ", y_stride, " is less than the ", w.rows(), " rows of w");
+  LLMKIT_CHECK(n == 0 || y.size() >= (n - 1) * y_stride + w.rows(), "linear: y.size() = ", y.size(),
+               " is too small for ", n, " rows of stride ", y_stride);
+  w.visit([&](const auto& acc) {
+    detail::matmul<Arch>(exec, x.data(), n, w.cols(), acc, w.rows(), y.data(), y_stride, accumulate);
+  });
+}
+
+}  // namespace llmkit::model
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -1,0 +1,271 @@
+// SPDX-License-Identifier: MIT
+// model/weights.hpp: weight_matrix storage (f32, f16, Q8_0) and the linear()
+// kernel against a double-precision oracle; llama_options::weight_type.
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/contiguous_cache.hpp>
+#include <llmkit/model/batch.hpp>
+#include <llmkit/model/gguf_writer.hpp>
+#include <llmkit/model/llama.hpp>
+#include <llmkit/model/synthetic.hpp>
+#include <llmkit/model/weights.hpp>
+#include <llmkit/simd/convert.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <span>
+#include <vector>
+
+using namespace llmkit;
+using namespace llmkit::model;
+
+namespace {
+std::vector<float> random_values(std::size_t n, std::mt19937& rng, float range = 1.0f) {
+  std::uniform_real_distribution<float> u(-range, range);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+weight_matrix random_matrix(weight_type t, std::size_t rows, std::size_t cols, std::mt19937& rng) {
+  weight_matrix w(t, rows, cols);
+  for (std::size_t r = 0; r < rows; ++r) w.set_row(r, random_values(cols, rng));
+  return w;
+}
+
+// y = x * W^T in double over the stored (decoded) weights; also sum |x||w|
+// per output for the error bound.
+void oracle(const std::vector<float>& x, std::size_t n, const weight_matrix& w, std::vector<double>& y,
+            std::vector<double>& mag) {
+  y.assign(n * w.rows(), 0.0);
+  mag.assign(n * w.rows(), 0.0);
+  std::vector<float> row(w.cols());
+  for (std::size_t o = 0; o < w.rows(); ++o) {
+    w.row(o, row);
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t k = 0; k < w.cols(); ++k) {
+        y[t * w.rows() + o] += double(x[t * w.cols() + k]) * double(row[k]);
+        mag[t * w.rows() + o] += std::abs(double(x[t * w.cols() + k]) * double(row[k]));
+      }
+  }
+}
+}  // namespace
+
+TEST_CASE("weights: stored rows decode to the f32 values, rounded per storage type") {
+  std::mt19937 rng(1);
+  const auto v = random_values(64, rng, 3.0f);
+  weight_matrix f(weight_type::f32, 2, 64), h(weight_type::f16, 2, 64), q(weight_type::q8_0, 2, 64);
+  for (weight_matrix* m : {&f, &h, &q}) m->set_row(1, v);
+  std::vector<float> out(64);
+  f.row(1, out);
+  REQUIRE(out == v);
+  h.row(1, out);
+  for (std::size_t i = 0; i < 64; ++i) REQUIRE(out[i] == f16_bits_to_f32(f32_to_f16_bits(v[i])));
+  q.row(1, out);
+  std::vector<block_q8_0> blocks(2);
+  simd::quantize_q8_0<simd::scalar>(v, blocks);
+  for (std::size_t i = 0; i < 64; ++i) REQUIRE(out[i] == to_f32(blocks[i / 32].scale) * float(blocks[i / 32].qs[i % 32]));
+  q.row(0, out);
+  for (float x : out) REQUIRE(x == 0.0f);  // untouched rows stay zero
+  REQUIRE(f.bytes() == 2 * 64 * 4);
+  REQUIRE(h.bytes() == 2 * 64 * 2);
+  REQUIRE(q.bytes() == 2 * 64 + 2 * 2 * 4);
+  REQUIRE(q.type() == weight_type::q8_0);
+  REQUIRE(weight_type_name(weight_type::q8_0) == "q8_0");
+}
+
+TEST_CASE("weights: linear() matches the double oracle for every storage, shape and batch size") {
+  std::mt19937 rng(2);
+  thread_pool pool(2);
+  serial_executor serial;
+  struct shape {
+    std::size_t rows, cols;
+  };
+  // Output rows around the 4-row tile and 64-row block; inputs around the
+  // 16-lane register (f32/f16 also odd widths and widths below a register).
+  const std::vector<shape> shapes{{1, 32}, {3, 64}, {5, 96}, {64, 32}, {65, 160}, {130, 256}, {257, 512},
+                                  {7, 1},  {9, 17}, {33, 15}, {63, 47}, {66, 300}};
+  for (const weight_type t : {weight_type::f32, weight_type::f16, weight_type::q8_0}) {
+    for (const shape sh : shapes) {
+      if (t == weight_type::q8_0 && sh.cols % 32 != 0) continue;
+      const weight_matrix w = random_matrix(t, sh.rows, sh.cols, rng);
+      for (const std::size_t n : {0u, 1u, 2u, 3u, 4u, 5u, 9u}) {
+        INFO("type " << weight_type_name(t) << " rows " << sh.rows << " cols " << sh.cols << " n " << n);
+        const auto x = random_values(n * sh.cols, rng);
+        std::vector<double> ref, mag;
+        oracle(x, n, w, ref, mag);
+        const std::size_t stride = sh.rows + 3;  // y rows wider than the product
+        std::vector<float> y(n * stride, 7.0f), yp(n * stride, 7.0f), acc(n * stride, 0.5f);
+        linear(serial, x, n, w, y, stride);
+        linear(pool, x, n, w, yp, stride);
+        linear(serial, x, n, w, acc, stride, true);
+        for (std::size_t i = 0; i < n; ++i) {
+          for (std::size_t o = 0; o < sh.rows; ++o) {
+            const double e = ref[i * sh.rows + o];
+            // f32 accumulation over cols terms: |error| <= cols * 2^-24 * sum |x w| (loose bound).
+            const double bound = 1e-6 + double(sh.cols) * 6e-8 * mag[i * sh.rows + o];
+            REQUIRE(std::abs(double(y[i * stride + o]) - e) <= bound);
+            REQUIRE(yp[i * stride + o] == y[i * stride + o]);  // threads do not change the result
+            REQUIRE(std::abs(double(acc[i * stride + o]) - (e + 0.5)) <= bound + 1e-6);
+          }
+          for (std::size_t o = sh.rows; o < stride; ++o) REQUIRE(y[i * stride + o] == 7.0f);  // padding untouched
+        }
+        // Batch invariance: each token alone gives the bit-identical row.
+        for (std::size_t i = 0; i < n; ++i) {
+          std::vector<float> one(sh.rows);
+          linear(serial, std::span<const float>(x).subspan(i * sh.cols, sh.cols), 1, w, one, sh.rows);
+          for (std::size_t o = 0; o < sh.rows; ++o) REQUIRE(one[o] == y[i * stride + o]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("weights: identical weights give bit-identical products whatever the storage") {
+  // Values exactly representable in f16 and in Q8_0 (scale 1/64... via
+  // integers times a power of two) decode identically from every storage,
+  // and the kernel sums in the same order: equal results.
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> q(-127, 127);
+  const std::size_t rows = 37, cols = 96;
+  weight_matrix f(weight_type::f32, rows, cols), h(weight_type::f16, rows, cols), b(weight_type::q8_0, rows, cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::vector<block_q8_0> blocks(cols / 32);
+    std::vector<float> v(cols);
+    for (std::size_t k = 0; k < cols; ++k) {
+      blocks[k / 32].scale = f16{f32_to_f16_bits(0.0078125f)};
+      blocks[k / 32].qs[k % 32] = static_cast<std::int8_t>(q(rng));
+      v[k] = 0.0078125f * float(blocks[k / 32].qs[k % 32]);
+    }
+    f.set_row(r, v);
+    h.set_row(r, v);
+    b.set_row_q8_0(r, blocks.data());
+  }
+  const auto x = random_values(5 * cols, rng);
+  std::vector<float> yf(5 * rows), yh(5 * rows), yb(5 * rows);
+  serial_executor serial;
+  linear(serial, x, 5, f, yf, rows);
+  linear(serial, x, 5, h, yh, rows);
+  linear(serial, x, 5, b, yb, rows);
+  REQUIRE(yf == yh);
+  REQUIRE(yf == yb);
+}
+
+TEST_CASE("weights: bad shapes raise llmkit::error naming the argument") {
+  REQUIRE_THROWS_WITH(weight_matrix(weight_type::q8_0, 2, 48), "weight_matrix: q8_0 needs cols (48) to be a multiple of 32");
+  REQUIRE_THROWS_WITH(weight_matrix(weight_type::native, 2, 32),
+                      "weight_matrix: type must be f32, f16 or q8_0, not native");
+  weight_matrix w(weight_type::f32, 4, 8);
+  std::vector<float> x(16), y(8);
+  serial_executor serial;
+  REQUIRE_THROWS_WITH(linear(serial, x, 3, w, y, 4), "linear: x.size() = 16 must be n * cols = 3 * 8");
+  REQUIRE_THROWS_WITH(linear(serial, x, 2, w, y, 3), "linear: y_stride = 3 is less than the 4 rows of w");
+  REQUIRE_THROWS_WITH(linear(serial, x, 2, w, std::span<float>(y).first(7), 4),
+                      "linear: y.size() = 7 is too small for 2 rows of stride 4");
+  REQUIRE_THROWS_WITH(w.set_row(4, std::vector<float>(8)), "weight_matrix::set_row: row 4 of 4, 8 values for 8 columns");
+  std::vector<float> nan_row(32, 0.0f);
+  nan_row[3] = std::nanf("");
+  weight_matrix q(weight_type::q8_0, 1, 32);
+  REQUIRE_THROWS_AS(q.set_row(0, nan_row), llmkit::error);
+  REQUIRE(resolve_weight_type(weight_type::native, ggml_type::bf16, 64) == weight_type::f32);
+  REQUIRE(resolve_weight_type(weight_type::native, ggml_type::q8_0, 64) == weight_type::q8_0);
+  REQUIRE(resolve_weight_type(weight_type::q8_0, ggml_type::f32, 172) == weight_type::f32);
+  REQUIRE(resolve_weight_type(weight_type::f16, ggml_type::q8_0, 172) == weight_type::f16);
+}
+
+namespace {
+llama_config small_config() {
+  llama_config c;
+  c.n_vocab = 96;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.ffn_dim = 96;
+  c.context_length = 64;
+  return c;
+}
+
+std::vector<float> logits_of(llama_model& m, const std::vector<std::int32_t>& tokens) {
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+  batch_builder b;
+  b.add(*cache.add_sequence(), tokens, 0, false);
+  for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
+  const auto l = m.forward(b.view(), cache);
+  return {l.data(), l.data() + l.rows() * l.cols()};
+}
+}  // namespace
+
+TEST_CASE("llama: weight_type keeps or converts the file's weights") {
+  const std::vector<std::int32_t> tokens{1, 5, 9, 77, 3, 41, 2};
+  synthetic_options o{.config = small_config(), .weight_type = ggml_type::q8_0, .seed = 5};
+  const auto q8_image = synthetic_llama(o).bytes();
+  o.weight_type = ggml_type::f16;
+  const auto f16_image = synthetic_llama(o).bytes();
+  o.weight_type = ggml_type::f32;
+  const auto f32_image = synthetic_llama(o).bytes();
+  const gguf_file q8_file(std::span<const std::byte>(q8_image.data(), q8_image.size()));
+  const gguf_file f16_file(std::span<const std::byte>(f16_image.data(), f16_image.size()));
+  const gguf_file f32_file(std::span<const std::byte>(f32_image.data(), f32_image.size()));
+
+  llama_model q8_native(q8_file), q8_as_f32(q8_file, {.weight_type = weight_type::f32});
+  llama_model f16_native(f16_file), f16_as_f32(f16_file, {.weight_type = weight_type::f32});
+  for (weight_type t : q8_native.weight_types()) REQUIRE(t == weight_type::q8_0);
+  for (weight_type t : f16_native.weight_types()) REQUIRE(t == weight_type::f16);
+  for (weight_type t : q8_as_f32.weight_types()) REQUIRE(t == weight_type::f32);
+  // Same values, same summation order: bit-identical logits.
+  REQUIRE(logits_of(q8_native, tokens) == logits_of(q8_as_f32, tokens));
+  REQUIRE(logits_of(f16_native, tokens) == logits_of(f16_as_f32, tokens));
+  // Q8_0 -> f16 rounds (scale * q needs up to 18 significant bits, f16 has 11): close, not equal.
+  llama_model q8_as_f16(q8_file, {.weight_type = weight_type::f16});
+  const auto a = logits_of(q8_native, tokens), b = logits_of(q8_as_f16, tokens);
+  for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::abs(a[i] - b[i]) <= 2e-2f * std::max(1.0f, std::abs(a[i])));
+
+  // f32 -> q8_0 at load quantises like the synthetic writer: same logits as the Q8_0 file.
+  llama_model f32_as_q8(f32_file, {.weight_type = weight_type::q8_0});
+  for (weight_type t : f32_as_q8.weight_types()) REQUIRE(t == weight_type::q8_0);
+  const auto c = logits_of(f32_as_q8, tokens);
+  for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::abs(a[i] - c[i]) <= 1e-5f * std::max(1.0f, std::abs(a[i])));
+
+  // Bytes per step follow the storage: q8_0 ~ 1.125 / 4 of f32.
+  llama_model f32_native(f32_file);
+  const double ratio = double(f32_as_q8.weight_bytes_per_step()) / double(f32_native.weight_bytes_per_step());
+  REQUIRE(ratio > 0.27);
+  REQUIRE(ratio < 0.30);
+}
+
+TEST_CASE("llama: q8_0 on stories260K keeps the 172-wide ffn_down in f32 and tells the same story start") {
+  auto f = gguf_file::open(LLMKIT_DEFAULT_MODEL);
+  llama_model ref(f), q8(f, {.weight_type = weight_type::q8_0});
+  const auto types = q8.weight_types();
+  REQUIRE(types[0] == weight_type::q8_0);
+  REQUIRE(types[3] == weight_type::f32);  // ffn_down: 172 columns
+  // Greedy from BOS: the int8 copy follows the f32 model for the first tokens.
+  kv::contiguous_cache<float> c1(ref.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+  kv::contiguous_cache<float> c2(ref.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+  const auto s1 = *c1.add_sequence();
+  const auto s2 = *c2.add_sequence();
+  std::int32_t t1 = 1, t2 = 1;
+  std::size_t same = 0;
+  for (std::int32_t pos = 0; pos < 8; ++pos) {
+    batch_builder b1, b2;
+    b1.add(s1, {&t1, 1}, pos);
+    b2.add(s2, {&t2, 1}, pos);
+    const auto l1 = ref.forward(b1.view(), c1);
+    const auto l2 = q8.forward(b2.view(), c2);
+    auto argmax = [](matrix_view<const float> l) {
+      std::size_t best = 0;
+      for (std::size_t v = 1; v < l.cols(); ++v)
+        if (l(0, v) > l(0, best)) best = v;
+      return static_cast<std::int32_t>(best);
+    };
+    t1 = argmax(l1);
+    t2 = argmax(l2);
+    same += t1 == t2;
+    t2 = t1;  // teacher-force the reference path
+  }
+  REQUIRE(same >= 6);
+}
