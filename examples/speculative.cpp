@@ -4,16 +4,27 @@
 //
 //   llmkit-speculative [--model PATH | --synthetic] [--prompt TEXT]... [--tokens N]
 //                      [--k 1,2,...] [--drafters ngram,layers2,int8] [--verify greedy|stochastic]
+//                      [--target-weights f32|f16|q8_0|native] [--clock cpu|wall]
 //                      [--adaptive] [--threads N] [--json]
 //
 // Drafters: `ngram` (prompt lookup, no model), `layersN` (the target's first
-// N layers), `int8` (the target with Q8_0 weights; the reference Llama
-// dequantizes them at load, so this draft costs as much as the target).
+// N layers), `int8` (the target itself with its weight matrices stored as
+// Q8_0 and multiplied as int8: llama_options::weight_type = q8_0), and
+// `int8-layersN` (both). The target keeps the weights as --target-weights
+// (f32 by default).
 // With --json, one JSON object per line and (drafter, k): drafter, k,
 // acceptance_rate, tokens_per_target_pass, theoretical_tokens_per_pass =
-// (1 - a^(k+1)) / (1 - a), speedup (wall clock over plain decoding of the
-// same prompts), and more. Greedy runs also check that the output equals
-// plain greedy decoding token for token.
+// (1 - a^(k+1)) / (1 - a) (and _as_drafted: the same averaged over the
+// rounds with the guesses each really had, fewer than k near the token
+// budget or when the n-gram drafter finds no match), speedup (time over plain decoding of the same
+// prompts in the same run), and the costs that explain it: verify_cost (a
+// target pass over the k + 1 rows / a plain decode step), draft_cost (a
+// draft forward / a plain decode step) and predicted_speedup = tokens per
+// pass / (draft forwards per round x draft_cost + verify_cost).
+// --clock cpu (the default) times by process CPU time, which a loaded
+// machine disturbs less than wall time (use it with --threads 1).
+// Greedy runs also check that the output equals plain greedy decoding token
+// for token.
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/paged_cache.hpp>
 #include <llmkit/model/gguf.hpp>
@@ -33,6 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <ctime>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -46,19 +58,46 @@ namespace {
 using cache_type = kv::paged_cache<float, 16>;
 using clock_type = std::chrono::steady_clock;
 
-/// The reference Llama running on a thread pool (search strategies call forward(batch, cache)).
-struct pooled_model {
+/// Seconds of process CPU time (cpu) or of the steady clock (wall).
+double now_seconds(bool cpu) {
+  if (cpu) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+}
+
+/// The reference Llama on a thread pool (search strategies call forward(batch, cache)),
+/// timing its forward passes: single-token ones (decode steps) and the others.
+struct timed_model {
   model::llama_model* model;
   thread_pool* pool;
+  bool cpu_clock;
+  double step_seconds = 0, multi_seconds = 0;
+  std::size_t n_steps = 0, n_multi = 0;
   std::size_t vocab_size() const noexcept { return model->vocab_size(); }
-  matrix_view<const float> forward(const model::batch& b, cache_type& cache) { return model->forward(b, cache, *pool); }
+  matrix_view<const float> forward(const model::batch& b, cache_type& cache) {
+    const double t0 = now_seconds(cpu_clock);
+    const auto logits = model->forward(b, cache, *pool);
+    const double dt = now_seconds(cpu_clock) - t0;
+    if (b.n_tokens() == 1) {
+      step_seconds += dt;
+      ++n_steps;
+    } else {
+      multi_seconds += dt;
+      ++n_multi;
+    }
+    return logits;
+  }
+  void reset_timers() { step_seconds = multi_seconds = 0, n_steps = n_multi = 0; }
+  double mean_pass_seconds() const {
+    return n_steps + n_multi ? (step_seconds + multi_seconds) / double(n_steps + n_multi) : 0.0;
+  }
+  double mean_step_seconds() const { return n_steps ? step_seconds / double(n_steps) : 0.0; }
 };
 
 using chain_type = sampling::processor_chain<sampling::top_k, sampling::temperature>;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 std::vector<std::size_t> parse_list(const std::string& text) {
   std::vector<std::size_t> out;
@@ -99,6 +138,8 @@ int main(int argc, char** argv) {
   bool adaptive = false;
   std::size_t threads = 1;
   bool json = false;
+  std::string target_weights = "f32";
+  std::string clock_name = "cpu";
   std::uint64_t seed = 1;
   app.add_option("--model", model_path, "GGUF model file (Llama architecture)")->capture_default_str();
   app.add_flag("--synthetic", synthetic, "use the synthetic ~100M model (dim 768, 12 layers, vocab 32000, seeded random F16 weights)");
@@ -110,6 +151,12 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", temperature, "stochastic: temperature")->capture_default_str();
   app.add_option("--top-k", top_k, "stochastic: top-k (0 = all)")->capture_default_str();
   app.add_option("--seed", seed, "stochastic: seed")->capture_default_str();
+  app.add_option("--target-weights", target_weights, "the target's weight storage: f32, f16, q8_0 or native (the file's)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "native"}))
+      ->capture_default_str();
+  app.add_option("--clock", clock_name, "cpu (process CPU time) or wall")
+      ->check(CLI::IsMember({"cpu", "wall"}))
+      ->capture_default_str();
   app.add_flag("--adaptive", adaptive, "also run the adaptive draft length (k = the maximum)");
   app.add_option("--threads", threads, "threads (>= 1)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--json", json, "one JSON object per line and (drafter, k)");
@@ -134,13 +181,19 @@ int main(int argc, char** argv) {
       file = std::make_unique<model::gguf_file>(model::gguf_file::open(model_path));
     }
     const auto tok = model::tokenizer::from_gguf(*file);
-    model::llama_model target(*file);
+    const auto weights_of = [](const std::string& name) {
+      return name == "f32" ? model::weight_type::f32 : name == "f16" ? model::weight_type::f16
+           : name == "q8_0" ? model::weight_type::q8_0 : model::weight_type::native;
+    };
+    const bool cpu_clock = clock_name == "cpu";
+    model::llama_model target(*file, {.weight_type = weights_of(target_weights)});
     thread_pool pool(threads);
-    pooled_model tgt{&target, &pool};
+    timed_model tgt{&target, &pool, cpu_clock};
     const auto& c = target.config();
     std::cerr << "llmkit-speculative: " << model_path << " (dim " << c.dim << ", " << c.n_layers << " layers, vocab "
               << c.n_vocab << "), arch " << simd::arch_name<simd::default_arch>() << ", " << threads
-              << " thread(s), verify " << verify << "\n";
+              << " thread(s), verify " << verify << ", target weights " << target_weights << " ("
+              << target.weight_bytes_per_step() / 1e6 << " MB per pass), " << clock_name << " time\n";
 
     std::vector<std::vector<std::int32_t>> prompt_ids;
     for (const auto& p : prompts) prompt_ids.push_back(tok.encode(p, true));
@@ -159,10 +212,12 @@ int main(int argc, char** argv) {
     std::vector<std::vector<std::int32_t>> plain;
     double plain_seconds = 1e300;
     std::size_t plain_tokens = 0;
+    double plain_step = 1e300;
     for (int rep = 0; rep < 2; ++rep) {
       plain.clear();
       plain_tokens = 0;
-      const auto t0 = clock_type::now();
+      tgt.reset_timers();
+      const double t0 = now_seconds(cpu_clock);
       for (std::size_t i = 0; i < prompt_ids.size(); ++i) {
         const search::generate_options opt{.stop = stop, .seed = seed, .request_id = i};
         auto r = stochastic ? search::generate(tgt, cache, prompt_ids[i], chain, sampling::categorical{}, opt)
@@ -170,12 +225,13 @@ int main(int argc, char** argv) {
         plain_tokens += r.tokens.size();
         plain.push_back(std::move(r.tokens));
       }
-      plain_seconds = std::min(plain_seconds, seconds_since(t0));
+      plain_seconds = std::min(plain_seconds, now_seconds(cpu_clock) - t0);
+      plain_step = std::min(plain_step, tgt.mean_step_seconds());
     }
     const double plain_rate = static_cast<double>(plain_tokens) / plain_seconds;
     if (!json)
       std::cerr << "plain decoding: " << plain_tokens << " tokens in " << plain_seconds << " s (" << plain_rate
-                << " tokens/s)\n";
+                << " tokens/s; a decode step " << plain_step * 1e3 << " ms)\n";
 
     const auto ks = parse_list(k_list);
     std::vector<std::pair<std::size_t, bool>> runs;
@@ -183,37 +239,44 @@ int main(int argc, char** argv) {
     if (adaptive && !ks.empty()) runs.emplace_back(*std::max_element(ks.begin(), ks.end()), true);
 
     for (const std::string& name : split(drafter_list)) {
-      // Build the drafter.
+      // Build the drafter: layersN keeps the first N layers (a GGUF image of them), int8 stores the
+      // weight matrices as Q8_0; int8-layersN does both.
       std::unique_ptr<model::llama_model> draft_model;
       std::vector<std::byte> draft_bytes;
-      if (name == "int8") {
-        draft_bytes = search::self_draft_gguf(*file, {.int8_weights = true});
-      } else if (name.rfind("layers", 0) == 0) {
-        draft_bytes = search::self_draft_gguf(*file, {.n_layers = std::stoul(name.substr(6))});
-      } else if (name != "ngram") {
-        std::cerr << "error: unknown drafter '" << name << "' (ngram, layersN, int8)\n";
+      const bool int8 = name.rfind("int8", 0) == 0;
+      const std::string rest = int8 ? (name.size() > 4 && name[4] == '-' ? name.substr(5) : name.substr(4)) : name;
+      if (rest.rfind("layers", 0) == 0) {
+        draft_bytes = search::self_draft_gguf(*file, {.n_layers = std::stoul(rest.substr(6))});
+      } else if (!(int8 && rest.empty()) && name != "ngram") {
+        std::cerr << "error: unknown drafter '" << name << "' (ngram, layersN, int8, int8-layersN)\n";
         return 2;
       }
+      const model::llama_options draft_options{.weight_type = int8 ? model::weight_type::q8_0
+                                                                   : weights_of(target_weights)};
+      if (!draft_bytes.empty())
+        draft_model = std::make_unique<model::llama_model>(model::gguf_file(draft_bytes), draft_options);
+      else if (int8)
+        draft_model = std::make_unique<model::llama_model>(*file, draft_options);
       std::unique_ptr<cache_type> draft_cache;
-      if (!draft_bytes.empty()) {
-        draft_model = std::make_unique<model::llama_model>(model::gguf_file(draft_bytes));
+      if (draft_model)
         draft_cache = std::make_unique<cache_type>(draft_model->kv_shape(),
                                                    kv::paged_cache_options{.n_blocks = n_blocks, .max_sequences = 2});
-      }
-      pooled_model dm{draft_model.get(), &pool};
+      timed_model dm{draft_model.get(), &pool, cpu_clock};
 
       for (auto [k, is_adaptive] : runs) {
         search::speculative_stats total;
         std::size_t draft_passes = 0;
         bool matches = true;
-        const auto t0 = clock_type::now();
+        tgt.reset_timers();
+        dm.reset_timers();
+        const double t0 = now_seconds(cpu_clock);
         for (std::size_t i = 0; i < prompt_ids.size(); ++i) {
           const search::speculative_options opt{
               .stop = stop, .verify = stochastic ? search::verification::stochastic : search::verification::greedy,
               .draft_length = k, .adaptive = is_adaptive, .seed = seed, .request_id = i};
           search::speculative_result r;
           if (draft_model) {
-            search::model_drafter<pooled_model, cache_type, chain_type> d(dm, *draft_cache, chain, name);
+            search::model_drafter<timed_model, cache_type, chain_type> d(dm, *draft_cache, chain, name);
             r = search::speculative_generate(tgt, cache, d, prompt_ids[i], opt, chain);
             draft_passes += d.n_forward_passes();
           } else {
@@ -221,13 +284,14 @@ int main(int argc, char** argv) {
             r = search::speculative_generate(tgt, cache, d, prompt_ids[i], opt, chain);
           }
           matches = matches && r.tokens == plain[i];
-          total.n_rounds += r.stats.n_rounds;
-          total.n_drafted += r.stats.n_drafted;
-          total.n_accepted += r.stats.n_accepted;
-          total.n_rejected += r.stats.n_rejected;
-          total.n_generated += r.stats.n_generated;
+          total += r.stats;
         }
-        const double secs = seconds_since(t0);
+        const double secs = now_seconds(cpu_clock) - t0;
+        const double verify_cost = tgt.mean_pass_seconds() / plain_step;
+        const double draft_cost = draft_model ? dm.mean_pass_seconds() / plain_step : 0.0;
+        const double rounds = static_cast<double>(std::max<std::size_t>(total.n_rounds, 1));
+        const double predicted =
+            total.tokens_per_target_pass() / (static_cast<double>(draft_passes) / rounds * draft_cost + verify_cost);
         const double a = total.acceptance_rate();
         const double rate = static_cast<double>(total.n_generated) / secs;
         nlohmann::json row{{"model", model_path},
@@ -236,17 +300,24 @@ int main(int argc, char** argv) {
                            {"adaptive", is_adaptive},
                            {"verify", verify},
                            {"threads", threads},
+                           {"clock", clock_name},
+                           {"target_weights", target_weights},
                            {"acceptance_rate", a},
                            {"kept_fraction", total.kept_fraction()},
                            {"tokens_per_target_pass", total.tokens_per_target_pass()},
                            {"theoretical_tokens_per_pass", search::expected_tokens_per_pass(a, k)},
+                           {"theoretical_tokens_per_pass_as_drafted", total.expected_tokens_per_pass_as_drafted()},
                            {"mean_draft_length", total.mean_draft_length()},
                            {"speedup", rate / plain_rate},
                            {"tokens_per_s", rate},
                            {"plain_tokens_per_s", plain_rate},
                            {"tokens", total.n_generated},
                            {"target_passes", total.n_rounds},
-                           {"draft_forward_passes", draft_passes}};
+                           {"draft_forward_passes", draft_passes},
+                           {"plain_step_ms", plain_step * 1e3},
+                           {"verify_cost", verify_cost},
+                           {"draft_cost", draft_cost},
+                           {"predicted_speedup", predicted}};
         if (!stochastic) row["matches_plain"] = matches;
         if (json) {
           std::cout << row.dump() << std::endl;
@@ -254,7 +325,8 @@ int main(int argc, char** argv) {
           std::cout << std::fixed << std::setprecision(3) << std::setw(10) << name << " k=" << k
                     << (is_adaptive ? " (adaptive)" : "") << "  acceptance " << a << "  tokens/pass "
                     << total.tokens_per_target_pass() << " (theory " << search::expected_tokens_per_pass(a, k)
-                    << ")  speedup " << rate / plain_rate << "x"
+                    << ")  speedup " << rate / plain_rate << "x (verify " << verify_cost << ", draft "
+                    << draft_cost << " steps)"
                     << (stochastic ? "" : matches ? "  [= plain]" : "  [DIFFERS from plain]") << std::endl;
         }
         if (!stochastic && !matches) {
