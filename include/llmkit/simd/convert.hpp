@@ -146,19 +146,22 @@ inline void dequantize_scaled(const std::int8_t* q, std::size_t n, float scale, 
 /// one (AVX-512F; F16C next to AVX2), else the integer emulation.
 template <class Arch>
 inline void store_f32_as_f16(const xsimd::batch<float, Arch>& v, std::uint16_t* p) noexcept {
+  // The emulation sits in the last else branch so that it is not even
+  // instantiated where the instruction exists (xsimd 8.1's integer select on
+  // avx512bw does not compile under strict -std=c++20, only gnu++20).
 #if defined(LLMKIT_SIMD_X86)
   if constexpr (is_avx512_v<Arch>) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    return;
-  }
+  } else
 #if defined(__F16C__)
   if constexpr (is_avx2_v<Arch>) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    return;
+  } else
+#endif
+#endif
+  {
+    store_i32_as_u16<Arch>(f32_to_f16_lanes<Arch>(v), p);
   }
-#endif
-#endif
-  store_i32_as_u16<Arch>(f32_to_f16_lanes<Arch>(v), p);
 }
 
 template <class Arch>
