@@ -157,6 +157,31 @@ TEST_CASE("prefill: random packed batches, every head_dim and GQA ratio") {
   }
 }
 
+TEST_CASE("prefill: register-tile edges, every GQA ratio 1..8 and head_dim 64..256") {
+  // The AVX-512 micro-kernels work on blocks of 12 keys x 2 row registers
+  // (Q.K) and 3 query rows x 8 column registers (P.V), inside key tiles of
+  // 32 and query blocks of ~64 rows (tokens x group): lengths one below, at
+  // and one above those edges, with every remainder of rows mod 3.
+  std::mt19937 rng(17);
+  const std::size_t lengths[] = {1, 11, 12, 13, 23, 24, 25, 31, 33, 35, 36, 37, 63, 65};
+  for (std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
+    for (std::size_t group = 1; group <= 8; ++group) {
+      prefill_case c;
+      c.head_dim = head_dim;
+      c.group = group;
+      c.n_kv_heads = 1;
+      const std::size_t n = lengths[rng() % std::size(lengths)];
+      const std::size_t n2 = lengths[rng() % std::size(lengths)];
+      c.n_cached = {n, n2 + 12};
+      c.n_q = {n, 1 + rng() % n2};
+      c.max_chunk = 1 + rng() % 40;
+      INFO("head_dim = " << head_dim << ", group = " << group << ", n = " << n << ", n2 = " << n2);
+      const auto e = run_case<float>(c, causal_mask{}, static_cast<std::uint32_t>(rng()));
+      REQUIRE(e.finite);
+      REQUIRE(e.stored < f32_tolerance);
+    }
+}
+
 TEST_CASE("prefill: every mask policy") {
   std::mt19937 rng(13);
   const std::vector<std::int32_t> segments{0, 7, 40, 41, 90, 150};

@@ -31,6 +31,9 @@
 #include "llmkit/core/executor.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention {
 
@@ -64,7 +67,11 @@ template <class T>
 struct prefill_job {
   const prefill_params* params = nullptr;
   chunk_source<T> source;
-  mask_ref mask;
+  mask_ref mask;  // classify
+  /// st[j * ld + t * group + g] = -inf where !visible(q_first + t, k_pos[j]),
+  /// for j < n_keys, t < n_tokens, g < group: one mask test per query token.
+  void (*apply_mask)(const void*, float* st, std::size_t ld, std::size_t n_tokens, std::size_t group,
+                     position q_first, const position* k_pos, std::size_t n_keys) = nullptr;
   std::size_t group = 1;
   std::size_t n_kv_heads = 1;
   float scale = 1.0f;
@@ -75,8 +82,21 @@ struct prefill_job {
 /// one KV head) per block.
 inline std::size_t prefill_tile_tokens(std::size_t group) { return std::max<std::size_t>(1, 64 / group); }
 
+/// Query row r of (tile, KV head h) is token tile.first_token + r / group,
+/// head h * group + r % group: the heads of one token that share KV head h
+/// are adjacent in q and out.
+template <std::size_t D>
+inline std::size_t prefill_row_offset(const prefill_params& p, const prefill_tile_desc& tile, std::size_t h,
+                                      std::size_t group, std::size_t r) noexcept {
+  return ((tile.first_token + r / group) * p.n_heads + h * group + r % group) * D;
+}
+
+/// Runs task `task` = (query tile, KV head); `next` (or SIZE_MAX) is the task
+/// this thread runs after it, whose query rows are prefetched into L2 while
+/// this one computes (as are this task's output rows, for writing), so the
+/// Q and O streams of short prompts overlap the arithmetic.
 template <class Arch, std::size_t D, class T>
-void prefill_task(const prefill_job<T>& job, std::size_t task) {
+void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next) {
   using K = prefill_kernels<Arch, D>;
   constexpr std::size_t L = K::L;
   constexpr std::size_t KT = K::key_tile;
@@ -98,18 +118,32 @@ void prefill_task(const prefill_job<T>& job, std::size_t task) {
   float* kf = ensure(s.g, KT * D);
   float* vf = ensure(s.h, KT * D);
 
-  // Row r = token (r / group), head h * group + (r % group): the heads of
-  // one token that share KV head h are adjacent in q.
   const float* q = p.q.data();
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* src = q + ((tile.first_token + r / group) * p.n_heads + h * group + r % group) * D;
-    for (std::size_t d = 0; d < D; ++d) qt[d * qld + r] = src[d] * job.scale;
-  }
-  for (std::size_t d = 0; d < D; ++d)
-    for (std::size_t r = rows; r < qld; ++r) qt[d * qld + r] = 0.0f;
+  K::load_q([&](std::size_t r) { return q + prefill_row_offset<D>(p, tile, h, group, r); }, rows, job.scale, qt, qld);
   std::fill(o, o + rows * D, 0.0f);
   std::fill(m, m + qld, -std::numeric_limits<float>::infinity());
   std::fill(l, l + qld, 0.0f);
+
+  // Prefetches, spread over the key tiles: this task's out rows (for
+  // writing) and the next task's q rows, a few rows per key tile.
+  float* out = p.out.data();
+  const bool has_next = next < job.tiles.size() * job.n_kv_heads;
+  const prefill_tile_desc next_tile = has_next ? job.tiles[next / job.n_kv_heads] : tile;
+  const std::size_t next_h = next % job.n_kv_heads;
+  const std::size_t next_rows = has_next ? next_tile.n_tokens * group : 0;
+  std::size_t out_prefetched = 0, q_prefetched = 0;
+  auto prefetch_out = [&](std::size_t n_rows) {
+    for (std::size_t i = 0; i < n_rows && out_prefetched < rows; ++i, ++out_prefetched) {
+      const float* row = out + prefill_row_offset<D>(p, tile, h, group, out_prefetched);
+      for (std::size_t d = 0; d < D; d += 16) __builtin_prefetch(row + d, 1, 3);
+    }
+  };
+  auto prefetch_q = [&](std::size_t n_rows) {
+    for (std::size_t i = 0; i < n_rows && q_prefetched < next_rows; ++i, ++q_prefetched) {
+      const float* row = q + prefill_row_offset<D>(p, next_tile, next_h, group, q_prefetched);
+      for (std::size_t d = 0; d < D; d += 16) __builtin_prefetch(row + d, 0, 2);
+    }
+  };
 
   const std::int32_t q_first = tile.first_pos;
   const std::int32_t q_last = tile.first_pos + static_cast<std::int32_t>(tile.n_tokens) - 1;
@@ -122,16 +156,19 @@ void prefill_task(const prefill_job<T>& job, std::size_t task) {
     if (rt.n == 0) break;
     const tile_visibility vis = job.mask.classify(q_first, q_last, rt.pos_min, rt.pos_max);
     if (vis == tile_visibility::hidden) continue;
+    prefetch_out(8);
+    prefetch_q(8);
     tile_rows_f32<Arch>(rt, D, kf, vf, kp, vp);
     K::scores(qt, qld, n_rv, kp, rt.n, st);
     if (p.softcap > 0.0f) K::soft_cap(st, qld, n_rv, rt.n, p.softcap);
-    if (vis == tile_visibility::partial) job.mask.apply(st, qld, rows, group, q_first, rt.pos, rt.n);
+    if (vis == tile_visibility::partial)
+      job.apply_mask(job.mask.mask, st, qld, tile.n_tokens, group, q_first, rt.pos, rt.n);
     K::softmax_update(st, qld, n_rv, rt.n, m, l, alpha);
     K::accumulate(o, rows, alpha, st, qld, vp, rt.n);
   }
-  float* out = p.out.data();
+  prefetch_q(next_rows);  // whatever the key tiles did not cover
   for (std::size_t r = 0; r < rows; ++r)
-    K::finish_row(o + r * D, l[r], out + ((tile.first_token + r / group) * p.n_heads + h * group + r % group) * D);
+    K::finish_row(o + r * D, l[r], out + prefill_row_offset<D>(p, tile, h, group, r));
 }
 
 }  // namespace detail
@@ -183,6 +220,14 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
   job.params = &p;
   job.source = detail::make_chunk_source(cache);
   job.mask = detail::make_mask_ref(mask);
+  job.apply_mask = [](const void* m, float* st, std::size_t ld, std::size_t n_q, std::size_t g, position q_first,
+                      const position* k_pos, std::size_t n_keys) {
+    const Mask& mk = *static_cast<const Mask*>(m);
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    for (std::size_t j = 0; j < n_keys; ++j)
+      for (std::size_t t = 0; t < n_q; ++t)
+        if (!mk.visible(q_first + static_cast<position>(t), k_pos[j])) std::fill_n(st + j * ld + t * g, g, ninf);
+  };
   job.group = group;
   job.n_kv_heads = p.n_heads / group;
   job.scale = detail::effective_scale(p.scale, head_dim);
@@ -194,12 +239,22 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
     for (std::size_t t = 0; t < n_q; t += tile_tokens)
       job.tiles.push_back({i, first + t, std::min(tile_tokens, n_q - t), pos0 + static_cast<std::int32_t>(t)});
   }
-  using task_fn = void (*)(const detail::prefill_job<T>&, std::size_t);
+  using task_fn = void (*)(const detail::prefill_job<T>&, std::size_t, std::size_t);
   const task_fn run = detail::dispatch_head_dim(head_dim, [](auto d) -> task_fn {
     constexpr std::size_t D = decltype(d)::value;
     return &detail::prefill_task<detail::arch_for_head_dim<Arch, D>, D, T>;
   });
-  exec.parallel_for(job.tiles.size() * job.n_kv_heads, [&](std::size_t task) { run(job, task); });
+  // Runs of consecutive tasks per executor call, so a thread knows the task
+  // it runs next (for prefetching) while short runs keep the load balanced.
+  const std::size_t n_tasks = job.tiles.size() * job.n_kv_heads;
+  constexpr std::size_t run_length = 4;
+  exec.parallel_for((n_tasks + run_length - 1) / run_length, [&](std::size_t chunk) {
+    const std::size_t end = std::min(n_tasks, (chunk + 1) * run_length);
+    for (std::size_t task = chunk * run_length; task < end; ++task)
+      run(job, task, task + 1 < end ? task + 1 : std::numeric_limits<std::size_t>::max());
+  });
 }
 
 }  // namespace llmkit::attention
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -20,7 +20,11 @@
 #include <cstddef>
 #include <limits>
 
+#include "llmkit/attention/detail/prefill_simd.hpp"
 #include "llmkit/attention/detail/vec.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention::detail {
 
@@ -32,19 +36,47 @@ struct prefill_kernels {
   static_assert(D % L == 0, "prefill_kernels: head_dim must be a multiple of the register width");
   static constexpr std::size_t DV = D / L;
 
+  /// qt[d, r] = scale * row(r)[d] for r < n_rows, 0 for n_rows <= r < qld
+  /// (qld a multiple of L): one query block laid out as columns. `row(r)`
+  /// returns the address of query row r (D floats).
+  template <class RowFn>
+  static void load_q(RowFn&& row, std::size_t n_rows, float scale, float* qt, std::size_t qld) noexcept {
+#if defined(__AVX512F__)
+    if constexpr (has_avx512<Arch>) {
+      const __m512 sc = _mm512_set1_ps(scale);
+      for (std::size_t r0 = 0; r0 < qld; r0 += 16) {
+        const std::size_t nr = r0 < n_rows ? std::min<std::size_t>(16, n_rows - r0) : 0;
+        const float* src[16];
+        for (std::size_t i = 0; i < nr; ++i) src[i] = row(r0 + i);
+        for (std::size_t d0 = 0; d0 < D; d0 += 16) {
+          __m512 x[16];
+          for (std::size_t i = 0; i < 16; ++i)
+            x[i] = i < nr ? _mm512_mul_ps(_mm512_loadu_ps(src[i] + d0), sc) : _mm512_setzero_ps();
+          transpose16(x);
+          for (std::size_t c = 0; c < 16; ++c) _mm512_storeu_ps(qt + (d0 + c) * qld + r0, x[c]);
+        }
+      }
+      return;
+    }
+#endif
+    for (std::size_t r = 0; r < n_rows; ++r) {
+      const float* src = row(r);
+      for (std::size_t d = 0; d < D; ++d) qt[d * qld + r] = src[d] * scale;
+    }
+    for (std::size_t d = 0; d < D; ++d)
+      for (std::size_t r = n_rows; r < qld; ++r) qt[d * qld + r] = 0.0f;
+  }
+
   /// st[j, r] = sum_d qt[d, r] * k[j][d] for j < n_keys, r < n_rv * L.
   static void scores(const float* qt, std::size_t qld, std::size_t n_rv, const float* const* k, std::size_t n_keys,
                      float* st) noexcept {
-    for (std::size_t rv0 = 0; rv0 < n_rv; rv0 += 4) {
-      const float* q = qt + rv0 * L;
-      float* s = st + rv0 * L;
-      switch (std::min<std::size_t>(4, n_rv - rv0)) {
-        case 4: scores_rows<4>(q, qld, k, n_keys, s); break;
-        case 3: scores_rows<3>(q, qld, k, n_keys, s); break;
-        case 2: scores_rows<2>(q, qld, k, n_keys, s); break;
-        default: scores_rows<1>(q, qld, k, n_keys, s); break;
-      }
-    }
+    // Keys outer, row registers inner: the JR key rows of a block (JR * D
+    // floats) stay in L1 while the query panel qt streams past once per key
+    // block, each loaded row register feeding JR FMAs.
+    std::size_t j = 0;
+    for (; j + key_block <= n_keys; j += key_block) scores_keys<key_block>(qt, qld, n_rv, k + j, st + j * qld);
+    for (; j + 4 <= n_keys; j += 4) scores_keys<4>(qt, qld, n_rv, k + j, st + j * qld);
+    for (; j < n_keys; ++j) scores_keys<1>(qt, qld, n_rv, k + j, st + j * qld);
   }
 
   /// x = cap * tanh(x / cap) on st[j, r], j < n_keys, r < n_rv * L.
@@ -67,24 +99,28 @@ struct prefill_kernels {
     const V ninf(-std::numeric_limits<float>::infinity());
     for (std::size_t rv = 0; rv < n_rv; ++rv) {
       float* col = st + rv * L;
-      V tile_max = ninf;
-      for (std::size_t j = 0; j < n_keys; ++j) tile_max = vmax<Arch>(tile_max, vload<Arch>(col + j * qld));
+      V mx[4] = {ninf, ninf, ninf, ninf};  // four independent vmax chains
+      std::size_t jm = 0;
+      for (; jm + 4 <= n_keys; jm += 4)
+        for (std::size_t u = 0; u < 4; ++u) mx[u] = vmax<Arch>(mx[u], vload<Arch>(col + (jm + u) * qld));
+      for (; jm < n_keys; ++jm) mx[0] = vmax<Arch>(mx[0], vload<Arch>(col + jm * qld));
+      const V tile_max = vmax<Arch>(vmax<Arch>(mx[0], mx[1]), vmax<Arch>(mx[2], mx[3]));
       const V m_old = vload<Arch>(m + rv * L);
       const V m_new = vmax<Arch>(m_old, tile_max);
       const V shift = vfinite_or_zero<Arch>(m_new);
-      const V a = vexp<Arch>(m_old - shift);
+      const V a = vexp_softmax<Arch>(m_old - shift);
       V sum0(0.0f), sum1(0.0f);
       std::size_t j = 0;
       for (; j + 2 <= n_keys; j += 2) {
-        const V p0 = vexp<Arch>(vload<Arch>(col + j * qld) - shift);
-        const V p1 = vexp<Arch>(vload<Arch>(col + (j + 1) * qld) - shift);
+        const V p0 = vexp_softmax<Arch>(vload<Arch>(col + j * qld) - shift);
+        const V p1 = vexp_softmax<Arch>(vload<Arch>(col + (j + 1) * qld) - shift);
         vstore<Arch>(col + j * qld, p0);
         vstore<Arch>(col + (j + 1) * qld, p1);
         sum0 = sum0 + p0;
         sum1 = sum1 + p1;
       }
       if (j < n_keys) {
-        const V p0 = vexp<Arch>(vload<Arch>(col + j * qld) - shift);
+        const V p0 = vexp_softmax<Arch>(vload<Arch>(col + j * qld) - shift);
         vstore<Arch>(col + j * qld, p0);
         sum0 = sum0 + p0;
       }
@@ -98,7 +134,7 @@ struct prefill_kernels {
   static void accumulate(float* o, std::size_t n_rows, const float* alpha, const float* pt, std::size_t qld,
                          const float* const* v, std::size_t n_keys) noexcept {
     std::size_t r = 0;
-    for (; r + 4 <= n_rows; r += 4) accumulate_rows<4>(o + r * D, alpha + r, pt + r, qld, v, n_keys);
+    for (; r + pv_rows <= n_rows; r += pv_rows) accumulate_rows<pv_rows>(o + r * D, alpha + r, pt + r, qld, v, n_keys);
     for (; r < n_rows; ++r) accumulate_rows<1>(o + r * D, alpha + r, pt + r, qld, v, n_keys);
   }
 
@@ -129,13 +165,16 @@ struct prefill_kernels {
       for (std::size_t r = 0; r < RV; ++r) vstore<Arch>(st + j * qld + r * L, acc[j][r]);
   }
 
-  template <std::size_t RV>
-  static void scores_rows(const float* qt, std::size_t qld, const float* const* k, std::size_t n_keys,
+  // Keys per scores register tile: 12 keys x 2 row registers = 24
+  // accumulators of AVX-512's 32 registers; 6 x 2 = 12 of AVX2's 16.
+  static constexpr std::size_t key_block = has_avx512<Arch> ? 12 : (simd::is_scalar_v<Arch> ? 4 : 6);
+
+  template <std::size_t JR>
+  static void scores_keys(const float* qt, std::size_t qld, std::size_t n_rv, const float* const* k,
                           float* st) noexcept {
-    // 4 keys x 4 registers of rows = 16 accumulators (of 32 AVX-512 registers).
-    std::size_t j = 0;
-    for (; j + 4 <= n_keys; j += 4) scores_block<RV, 4>(qt, qld, k + j, st + j * qld);
-    for (; j < n_keys; ++j) scores_block<RV, 1>(qt, qld, k + j, st + j * qld);
+    std::size_t rv = 0;
+    for (; rv + 2 <= n_rv; rv += 2) scores_block<2, JR>(qt + rv * L, qld, k, st + rv * L);
+    if (rv < n_rv) scores_block<1, JR>(qt + rv * L, qld, k, st + rv * L);
   }
 
   template <std::size_t MR, std::size_t CB>
@@ -159,15 +198,25 @@ struct prefill_kernels {
       for (std::size_t c = 0; c < CB; ++c) vstore<Arch>(o + r * D + c0 + c * L, acc[r][c]);
   }
 
+  // P.V register tile: pv_rows query rows x pv_cols column registers of O,
+  // 24 accumulators on AVX-512 (head_dim 128: 3 rows x the whole row, so
+  // each V row is loaded once per 3 rows and each P element broadcast once),
+  // 12 on AVX2.
+  static constexpr std::size_t pv_cols = std::min<std::size_t>(DV, has_avx512<Arch> ? 8 : 4);
+  static constexpr std::size_t pv_rows = std::max<std::size_t>(1, (has_avx512<Arch> ? 24 : 12) / pv_cols);
+
   template <std::size_t MR>
   static void accumulate_rows(float* o, const float* alpha, const float* pt, std::size_t qld, const float* const* v,
                               std::size_t n_keys) noexcept {
-    // MR rows x 4 column registers; the remainder of D / L in one narrower block.
-    constexpr std::size_t full = DV / 4;
-    constexpr std::size_t rest = DV % 4;
-    for (std::size_t cb = 0; cb < full; ++cb) accumulate_block<MR, 4>(o, alpha, pt, qld, v, n_keys, cb * 4 * L);
-    if constexpr (rest > 0) accumulate_block<MR, rest>(o, alpha, pt, qld, v, n_keys, full * 4 * L);
+    // MR rows x pv_cols column registers; the remainder of D / L in one narrower block.
+    constexpr std::size_t full = DV / pv_cols;
+    constexpr std::size_t rest = DV % pv_cols;
+    for (std::size_t cb = 0; cb < full; ++cb)
+      accumulate_block<MR, pv_cols>(o, alpha, pt, qld, v, n_keys, cb * pv_cols * L);
+    if constexpr (rest > 0) accumulate_block<MR, rest>(o, alpha, pt, qld, v, n_keys, full * pv_cols * L);
   }
 };
 
 }  // namespace llmkit::attention::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

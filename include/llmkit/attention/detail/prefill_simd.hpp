@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/attention/detail/prefill_simd.hpp
+/// Two vector helpers of the prefill kernels:
+/// - `vexp_softmax<Arch>(x)`: e^x for the softmax arguments x <= 0 (scores
+///   minus their running max; -inf for masked scores gives exactly 0);
+/// - `transpose16`: an in-register 16 x 16 float transpose (AVX-512), used
+///   to lay a block of query rows out as columns once per query block.
+
+#include <cmath>
+#include <cstddef>
+
+#include "llmkit/attention/detail/vec.hpp"
+#include "llmkit/simd/exp.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
+
+namespace llmkit::attention::detail {
+
+/// e^x for x <= 0 or -inf, relative error <= 2e-7 where the result is normal
+/// (Cephes polynomial of llmkit/simd/exp.hpp); x <= -160 and -inf give
+/// exactly +0 (a fully masked row must sum to 0, not to a few subnormals).
+/// On AVX-512 the scaling by 2^n is one `vscalefps`, which also flushes
+/// the underflow to 0 (fewer instructions than the general simd::exp, which
+/// must handle overflow, NaN and subnormal rounding).
+template <class Arch>
+inline vec<Arch> vexp_softmax(vec<Arch> x) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) {
+    return scalar_vec(std::exp(x.value));
+  } else {
+#if defined(__AVX512F__)
+    if constexpr (has_avx512<Arch>) {
+      namespace sd = simd::detail;
+      const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-160.0f));
+      const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(sd::exp_log2e)),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(sd::exp_ln2_hi), xc);
+      r = _mm512_fnmadd_ps(n, _mm512_set1_ps(sd::exp_ln2_lo), r);
+      __m512 p = _mm512_set1_ps(sd::exp_p0);
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p1));
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p2));
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p3));
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p4));
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p5));
+      const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+      return _mm512_scalef_ps(y, n);
+    }
+#endif
+    return simd::detail::exp_batch<Arch>(x);
+  }
+}
+
+#if defined(__AVX512F__)
+/// Transposes the 16 x 16 matrix whose row i is r[i], in place: afterwards
+/// r[c] holds column c. Three shuffle stages (within 128-bit lanes, then
+/// across lanes twice), 64 shuffles in all.
+inline void transpose16(__m512* r) noexcept {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4i + k], 128-bit lane L: column 4L + k of rows 4i .. 4i + 3.
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+    t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xDD);
+    t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+    t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xDD);
+  }
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD);
+    r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
+    r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xDD);
+  }
+}
+#endif
+
+}  // namespace llmkit::attention::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END
