@@ -2,14 +2,23 @@
 // bench_attention: masked attention kernels against the roofline.
 //
 // - decode/<dtype>/ctx:<C>/batch:<B>/threads:<T>: one decode step, 32 query
-//   heads, 8 KV heads, head_dim 128, B sequences of C tokens in a
-//   contiguous cache. Enough distinct KV sets (cache layers, rotated every
-//   iteration) that the working set is >= 1 GiB, twice the 480 MiB L3, so
-//   reads come from DRAM. kv_GBps counts the K/V bytes (rows + int8 scales)
-//   one step must read; frac_read_bw = kv_GBps / bench_roofline's sustained
-//   read bandwidth for the same thread count.
-// - decode_naive/...: the same step with Eigen products and materialised
-//   scores (K converted to f32 first), one thread: the baseline.
+//   heads, 8 KV heads (GQA 4), head_dim 128, B sequences of C tokens in a
+//   contiguous cache; contexts 512, 2048, 8192, 32768, batch 1 and 16,
+//   f32/f16/bf16/int8 KV, 1 and 2 threads. Enough distinct KV sets (cache
+//   layers, one per call, rotated) that the calls between two reads of a set
+//   stream >= 1 GiB, over twice the 480 MiB L3, so reads come from DRAM (a
+//   set of >= 1 GiB is its own rotation). Counters, all plain numbers
+//   computed from this bench's own timing of the calls (thread CPU time
+//   with one thread, so other processes time-slicing the core do not count;
+//   wall time with two):
+//     kv_GBps       K/V bytes one step must read (rows + int8 scales), GB/s;
+//     frac_read_bw  kv_GBps / bench_roofline's sustained read bandwidth for
+//                   the same thread count (read_gbps_1t or read_gbps_all);
+//     roof_read_GBps that bandwidth; kv_sets the rotation; thp the fraction
+//                   of the process's anonymous memory in huge pages.
+// - decode_naive/...: the same step with Eigen products, materialised
+//   scores and a separate softmax (K/V converted to f32 matrices first for
+//   the 16-bit and int8 types), one thread: the baseline, same counters.
 // - prefill/<dtype>/<causal|packed>/tokens:<N>/threads:<T>: N query tokens
 //   against their own N cached tokens (causal: one sequence; packed: four
 //   sequences of N/4, block-diagonal causal). GFLOPs counts 4 * head_dim
@@ -29,7 +38,9 @@
 #include <Eigen/Dense>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -110,7 +121,7 @@ kv_sets<T>& sets_for(std::size_t context, std::size_t batch) {
     current.reset();
     const std::size_t set_bytes = context * batch * n_kv_heads * kv_row_bytes<T>();
     const std::size_t target = smoke() ? (std::size_t{8} << 20) : (std::size_t{1} << 30);
-    const std::size_t n_sets = std::clamp<std::size_t>((target + set_bytes - 1) / set_bytes, 2, 512);
+    const std::size_t n_sets = std::clamp<std::size_t>((target + set_bytes - 1) / set_bytes, 1, 512);
     current = std::make_unique<kv_sets<T>>(context, batch, n_sets);
     key_context = context;
     key_batch = batch;
@@ -134,6 +145,50 @@ void roof_counters(benchmark::State& state, double bytes_per_iter, double flops_
 
 // ---------------------------------------------------------------- decode
 
+/// Fraction of the process's anonymous memory in transparent huge pages
+/// (Linux; 0 when unknown): the KV sets dominate it.
+double huge_page_fraction() {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return 0.0;
+  char line[256];
+  double anon = 0.0, huge = 0.0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    double kb = 0.0;
+    if (std::sscanf(line, "Anonymous: %lf kB", &kb) == 1) anon = kb;
+    if (std::sscanf(line, "AnonHugePages: %lf kB", &kb) == 1) huge = kb;
+  }
+  std::fclose(f);
+  return anon > 0.0 ? huge / anon : 0.0;
+}
+
+/// Times one call: thread CPU time with one thread, wall time with more.
+struct call_timer {
+  bool wall;
+  double total = 0.0;
+  static double wall_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  double now() const { return wall ? wall_seconds() : llmkit_bench::thread_cpu_seconds(); }
+};
+
+/// The decode counters of a run that read `bytes` per call in `seconds`.
+void decode_counters(benchmark::State& state, double bytes_per_call, double seconds, std::size_t threads,
+                     std::size_t n_sets) {
+  const auto& roof = llmkit_bench::roofline::get();
+  const double roof_gbps = threads > 1 ? roof.read_gbps_all : roof.read_gbps_1t;
+  const double gbps = bytes_per_call * static_cast<double>(state.iterations()) / seconds * 1e-9;
+  state.counters["kv_GBps"] = gbps;
+  state.counters["frac_read_bw"] = gbps / roof_gbps;
+  state.counters["roof_read_GBps"] = roof_gbps;
+  state.counters["kv_sets"] = static_cast<double>(n_sets);
+  state.counters["thp"] = huge_page_fraction();
+}
+
+template <class T>
+double decode_bytes(std::size_t context, std::size_t batch) {
+  return static_cast<double>(context * batch * n_kv_heads * kv_row_bytes<T>());
+}
+
 template <class T>
 void bm_decode(benchmark::State& state) {
   const auto context = static_cast<std::size_t>(state.range(0));
@@ -147,19 +202,18 @@ void bm_decode(benchmark::State& state) {
   thread_pool pool(threads);
   attention::decode_workspace ws;
   std::size_t layer = 0;
+  call_timer timer{threads > 1};
   for (auto _ : state) {
+    const double start = timer.now();
     attention::decode({.q = q, .out = out, .seq_ids = kv.ids, .layer = layer, .n_heads = n_heads, .workspace = &ws},
                       *kv.cache, attention::causal_mask{}, pool);
     benchmark::DoNotOptimize(out.data());
+    const double seconds = timer.now() - start;
+    timer.total += seconds;
+    state.SetIterationTime(seconds);
     layer = (layer + 1) % kv.n_sets;
   }
-  const double bytes = static_cast<double>(context * batch * n_kv_heads * kv_row_bytes<T>());
-  roof_counters(state, bytes, 0.0, threads);
-  const auto& roof = llmkit_bench::roofline::get();
-  state.counters["frac_read_bw"] = benchmark::Counter(
-      bytes * 1e-9 * static_cast<double>(state.iterations()) / (threads > 1 ? roof.read_gbps_all : roof.read_gbps_1t),
-      benchmark::Counter::kIsRate);
-  state.counters["kv_sets"] = static_cast<double>(kv.n_sets);
+  decode_counters(state, decode_bytes<T>(context, batch), timer.total, threads, kv.n_sets);
 }
 
 using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -174,52 +228,51 @@ void to_matrix(const T* rows, const float* scales, std::size_t n, row_matrix& m)
     }
 }
 
+/// out = softmax(q k^T * scale) v with the [group, n] scores materialised.
+template <class KMat, class VMat>
+void naive_attention(const row_matrix& q, const KMat& k, const VMat& v, float scale, row_matrix& out) {
+  row_matrix s_mat = (q * k.transpose()) * scale;
+  for (Eigen::Index r = 0; r < s_mat.rows(); ++r) {
+    const float m = s_mat.row(r).maxCoeff();
+    s_mat.row(r) = (s_mat.row(r).array() - m).exp();
+    s_mat.row(r) /= s_mat.row(r).sum();
+  }
+  out.noalias() = s_mat * v;
+}
+
 template <class T>
 void bm_decode_naive(benchmark::State& state) {
   const auto context = static_cast<std::size_t>(state.range(0));
   const auto batch = static_cast<std::size_t>(state.range(1));
   kv_sets<T>& kv = sets_for<T>(context, batch);
-  std::mt19937 rng(2);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   row_matrix q(n_heads / n_kv_heads, head_dim), km, vm;
   q.setRandom();
   row_matrix out(n_heads / n_kv_heads, head_dim);
   std::size_t layer = 0;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  call_timer timer{false};
   for (auto _ : state) {
+    const double start = timer.now();
     for (const kv::seq_id s : kv.ids)
       for (std::size_t h = 0; h < n_kv_heads; ++h) {
         const auto c = kv.cache->chunk(s, layer, h, 0);
         if constexpr (std::is_same_v<T, float>) {
           Eigen::Map<const row_matrix> k(c.k, static_cast<Eigen::Index>(c.n_tokens), head_dim);
           Eigen::Map<const row_matrix> v(c.v, static_cast<Eigen::Index>(c.n_tokens), head_dim);
-          row_matrix s_mat = (q * k.transpose()) * scale;  // [group, n] materialised scores
-          for (Eigen::Index r = 0; r < s_mat.rows(); ++r) {
-            const float m = s_mat.row(r).maxCoeff();
-            s_mat.row(r) = (s_mat.row(r).array() - m).exp();
-            s_mat.row(r) /= s_mat.row(r).sum();
-          }
-          out.noalias() = s_mat * v;
+          naive_attention(q, k, v, scale, out);
         } else {
           to_matrix(c.k, c.k_scale, c.n_tokens, km);
           to_matrix(c.v, c.v_scale, c.n_tokens, vm);
-          row_matrix s_mat = (q * km.transpose()) * scale;
-          for (Eigen::Index r = 0; r < s_mat.rows(); ++r) {
-            const float m = s_mat.row(r).maxCoeff();
-            s_mat.row(r) = (s_mat.row(r).array() - m).exp();
-            s_mat.row(r) /= s_mat.row(r).sum();
-          }
-          out.noalias() = s_mat * vm;
+          naive_attention(q, km, vm, scale, out);
         }
         benchmark::DoNotOptimize(out.data());
       }
+    const double seconds = timer.now() - start;
+    timer.total += seconds;
+    state.SetIterationTime(seconds);
     layer = (layer + 1) % kv.n_sets;
   }
-  const double bytes = static_cast<double>(context * batch * n_kv_heads * kv_row_bytes<T>());
-  roof_counters(state, bytes, 0.0, 1);
-  const auto& roof = llmkit_bench::roofline::get();
-  state.counters["frac_read_bw"] = benchmark::Counter(
-      bytes * 1e-9 * static_cast<double>(state.iterations()) / roof.read_gbps_1t, benchmark::Counter::kIsRate);
+  decode_counters(state, decode_bytes<T>(context, batch), timer.total, 1, kv.n_sets);
 }
 
 // ---------------------------------------------------------------- prefill
@@ -330,18 +383,18 @@ void register_decode() {
   const std::vector<std::int64_t> batches = smoke() ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1, 16};
   for (const auto b : batches)
     for (const auto c : contexts) {
-      // One working set must fit in memory next to the other jobs: <= 1 GiB.
-      if (static_cast<std::size_t>(c * b) * n_kv_heads * kv_row_bytes<T>() > (std::size_t{1} << 30)) continue;
       for (const std::int64_t threads : {1, 2})
-        timing(benchmark::RegisterBenchmark((std::string("decode/") + dtype_label<T>()).c_str(), bm_decode<T>)
-                   ->Args({c, b, threads})
-                   ->ArgNames({"ctx", "batch", "threads"})
-                   ->Unit(benchmark::kMicrosecond),
-               threads);
-      if (c <= 8192)
+        benchmark::RegisterBenchmark((std::string("decode/") + dtype_label<T>()).c_str(), bm_decode<T>)
+            ->Args({c, b, threads})
+            ->ArgNames({"ctx", "batch", "threads"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      // The baseline is slow (it converts every row): up to 8192 x 16 rows.
+      if (c * b <= 8192 * 16)
         benchmark::RegisterBenchmark((std::string("decode_naive/") + dtype_label<T>()).c_str(), bm_decode_naive<T>)
             ->Args({c, b, 1})
             ->ArgNames({"ctx", "batch", "threads"})
+            ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
     }
 }

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -79,15 +80,31 @@ struct decode_job {
   float* partial = nullptr;  // [n_tasks, group, head_dim + 2]
 };
 
-template <class Arch, std::size_t D, class T>
+/// Heads per kernel pass for a GQA group of `group` heads: 1, 2 or 4 (a
+/// group of 3 or more is padded to a multiple of 4 with zero queries).
+constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ? group : 4; }
+
+/// Rows the prefetching walker runs ahead of the reading one.
+/// (bytes of one stream, K or V; 0 disables; a detail knob for experiments)
+inline std::size_t decode_prefetch_bytes = 16384;
+template <class T>
+std::size_t decode_prefetch_rows(std::size_t head_dim) {
+  return decode_prefetch_bytes / (head_dim * sizeof(T));
+}
+
+/// One task: the rows [row_begin, row_end) of sequence i, KV head h, for
+/// every query head of the group (batches of GB heads).
+template <class Arch, std::size_t D, class T, std::size_t GB>
 void decode_task(const decode_job<T>& job, std::size_t task) {
-  using K = decode_kernels<Arch, D>;
-  constexpr std::size_t L = K::L;
+  using K = decode_kernels<Arch, D, T, GB>;
   constexpr std::size_t BT = K::block;
   constexpr float ninf = -std::numeric_limits<float>::infinity();
+  constexpr bool scaled = std::is_same_v<T, std::int8_t>;
   const decode_params& p = *job.params;
   const decode_workspace& ws = *job.ws;
   const std::size_t group = job.group;
+  const std::size_t n_batches = (group + GB - 1) / GB;
+  const std::size_t padded = n_batches * GB;
   const std::size_t flat = task / job.n_kv_heads;
   const std::size_t h = task % job.n_kv_heads;
   const std::size_t i = static_cast<std::size_t>(
@@ -100,70 +117,90 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   const std::int32_t q_pos = ws.last_pos[i];
 
   scratch& s = scratch::local();
-  float* qs = ensure(s.a, group * D);
-  float* o = ensure(s.b, group * D);
-  float* kf = ensure(s.c, BT * D);
-  float* vf = ensure(s.d, BT * D);
+  float* qs = ensure(s.a, padded * D);
+  float* o = ensure(s.b, padded * D);
+  float* sc = ensure(s.c, padded * BT);
+  float* alpha = ensure(s.d, padded);
+  // A zero row of any storage type (all-zero bits are 0 in f32/f16/bf16/int8)
+  // stands in for the missing rows of a short block; their bias is -inf.
   float* zero = ensure(s.e, D);
-  float* sc = ensure(s.f, group * BT);
-  float* mp = ensure(s.g, group);
-  float* lp = ensure(s.h, group);
   std::fill(zero, zero + D, 0.0f);
+  const T* zero_row = reinterpret_cast<const T*>(zero);
+  using state = typename K::state;
+  static_assert(sizeof(state) % sizeof(float) == 0 && alignof(state) <= buffer_alignment);
+  float* state_memory = ensure(s.f, n_batches * sizeof(state) / sizeof(float));
+  state* states = nullptr;
+  for (std::size_t b = 0; b < n_batches; ++b) {
+    state* st = ::new (static_cast<void*>(state_memory + b * sizeof(state) / sizeof(float))) state;
+    st->reset();
+    if (b == 0) states = st;
+  }
   const float* qsrc = p.q.data() + (i * p.n_heads + h * group) * D;
   for (std::size_t x = 0; x < group * D; ++x) qs[x] = qsrc[x] * job.scale;
-  std::fill(o, o + group * D, 0.0f);
-  std::fill(mp, mp + group, ninf);  // running max and sum per query head
-  std::fill(lp, lp + group, 0.0f);
+  std::fill(qs + group * D, qs + padded * D, 0.0f);  // padding heads: zero queries, results dropped
+  std::fill(o, o + padded * D, 0.0f);
+  const float* qg[GB];
+  float* og[GB];
 
-  const float* kp[BT];
-  const float* vp[BT];
+  const T* kp[BT];
+  const T* vp[BT];
+  alignas(64) float bias[BT];
   row_tile<T, BT> rt;
   row_walker<T> walker(job.source, p.seq_ids[i], p.layer, h, row_begin);
+  const std::size_t pf_rows = decode_prefetch_rows<T>(D);
+  std::size_t ahead_row = std::min(row_end, row_begin + pf_rows);
+  row_walker<T> ahead(job.source, p.seq_ids[i], p.layer, h, ahead_row);
   for (std::size_t row = row_begin; row < row_end; row += rt.n) {
     walker.next(rt, std::min(BT, row_end - row));
     if (rt.n == 0) break;
+    if (pf_rows > 0 && ahead_row < row_end) {
+      const std::size_t n_pf = std::min(rt.n, row_end - ahead_row);
+      ahead.prefetch_next(n_pf, D);
+      ahead_row += n_pf;
+    }
     const tile_visibility vis = job.mask.classify(q_pos, q_pos, rt.pos_min, rt.pos_max);
     if (vis == tile_visibility::hidden) continue;
-    tile_rows_f32<Arch>(rt, D, kf, vf, kp, vp);
-    for (std::size_t j = rt.n; j < BT; ++j) kp[j] = vp[j] = zero;
-    for (std::size_t g = 0; g < group; ++g) {
-      float* sg = sc + g * BT;
-      K::scores(qs + g * D, kp, sg);
-      if (p.softcap > 0.0f) {
-        const vec<Arch> c(p.softcap), inv(1.0f / p.softcap);
-        for (std::size_t b = 0; b < BT; b += L) vstore<Arch>(sg + b, c * vtanh<Arch>(vload<Arch>(sg + b) * inv));
+    for (std::size_t j = 0; j < rt.n; ++j) {
+      kp[j] = rt.k[j];
+      vp[j] = rt.v[j];
+    }
+    const bool short_block = rt.n < BT;
+    for (std::size_t j = rt.n; j < BT; ++j) {
+      kp[j] = vp[j] = zero_row;
+      rt.k_scale[j] = rt.v_scale[j] = 0.0f;
+    }
+    const float* row_bias = nullptr;
+    if (short_block || vis == tile_visibility::partial) {
+      std::fill(bias, bias + BT, 0.0f);
+      std::fill(bias + rt.n, bias + BT, ninf);
+      if (vis == tile_visibility::partial) job.mask.apply(bias, 1, 1, 1, q_pos, rt.pos, rt.n);
+      row_bias = bias;
+    }
+    for (std::size_t b = 0; b < n_batches; ++b) {
+      for (std::size_t g = 0; g < GB; ++g) {
+        qg[g] = qs + (b * GB + g) * D;
+        og[g] = o + (b * GB + g) * D;
       }
-      for (std::size_t j = rt.n; j < BT; ++j) sg[j] = ninf;
-      if (vis == tile_visibility::partial) job.mask.apply(sg, 1, 1, 1, q_pos, rt.pos, rt.n);
-      float tile_max = ninf;
-      for (std::size_t j = 0; j < rt.n; ++j) tile_max = std::max(tile_max, sg[j]);
-      const float m_new = std::max(mp[g], tile_max);
-      const float shift = m_new == ninf ? 0.0f : m_new;
-      const float alpha = std::exp(mp[g] - shift);
-      vec<Arch> sum(0.0f);
-      for (std::size_t b = 0; b < BT; b += L) {
-        const vec<Arch> e = vexp<Arch>(vload<Arch>(sg + b) - vec<Arch>(shift));
-        vstore<Arch>(sg + b, e);
-        sum = sum + e;
-      }
-      mp[g] = m_new;
-      lp[g] = lp[g] * alpha + vhadd<Arch>(sum);
-      K::accumulate(o + g * D, alpha, sg, vp, rt.n);
+      float* sb = sc + b * GB * BT;
+      K::scores(qg, kp, sb);
+      K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
+                 alpha + b * GB);
+      K::accumulate(og, alpha + b * GB, sb, vp);
     }
   }
 
-  if (n_splits == 1) {
-    for (std::size_t g = 0; g < group; ++g) {
-      const float inv = lp[g] > 0.0f ? 1.0f / lp[g] : 0.0f;
+  for (std::size_t g = 0; g < group; ++g) {
+    const state& st = states[g / GB];
+    const float m = st.max(g % GB), l = st.sum(g % GB);
+    if (n_splits == 1) {
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       float* dst = p.out.data() + (i * p.n_heads + h * group + g) * D;
       for (std::size_t d = 0; d < D; ++d) dst[d] = o[g * D + d] * inv;
-    }
-  } else {
-    for (std::size_t g = 0; g < group; ++g) {
+    } else {
       float* rec = job.partial + (task * group + g) * (D + 2);
       std::copy(o + g * D, o + (g + 1) * D, rec);
-      rec[D] = mp[g];
-      rec[D + 1] = lp[g];
+      rec[D] = m;
+      rec[D + 1] = l;
     }
   }
 }
@@ -271,9 +308,13 @@ void decode(const decode_params& p, const Cache& cache, const Mask& mask = {}, E
   job.scale = detail::effective_scale(p.scale, head_dim);
   job.partial = detail::ensure(ws.partial, ws.task_first[n_seqs] * p.n_heads * (head_dim + 2));
   using task_fn = void (*)(const detail::decode_job<T>&, std::size_t);
-  const task_fn run = detail::dispatch_head_dim(head_dim, [](auto d) -> task_fn {
+  const std::size_t head_batch = detail::decode_head_batch(group);
+  const task_fn run = detail::dispatch_head_dim(head_dim, [head_batch](auto d) -> task_fn {
     constexpr std::size_t D = decltype(d)::value;
-    return &detail::decode_task<detail::arch_for_head_dim<Arch, D>, D, T>;
+    using A = detail::arch_for_head_dim<Arch, D>;
+    if (head_batch == 1) return &detail::decode_task<A, D, T, 1>;
+    if (head_batch == 2) return &detail::decode_task<A, D, T, 2>;
+    return &detail::decode_task<A, D, T, 4>;
   });
   exec.parallel_for(ws.task_first[n_seqs] * shape.n_kv_heads, [&](std::size_t task) { run(job, task); });
   if (ws.task_first[n_seqs] > n_seqs)

@@ -2,15 +2,44 @@
 #pragma once
 
 /// @file llmkit/attention/detail/decode_kernels.hpp
-/// The micro-kernels of decode attention: one query row per head against a
-/// block of `block` keys. Decode is memory-bound, so a K/V row is brought in
-/// once and then reused from L1 by every query head of its GQA group; dot
-/// products keep one accumulator per key (independent FMA chains) and fold
-/// the `block` accumulators into one register of scores with haddp.
+/// The micro-kernels of decode attention: the query rows of a batch of GB
+/// heads (1, 2 or 4) of one GQA group against a block of 16 stored K/V rows,
+/// with the online softmax between them.
+///
+/// Decode is memory-bound, so the kernels spend as few instructions per
+/// stored byte as they can:
+/// - every register of a stored row is loaded once, converted to f32 in that
+///   register (`vload_f32`) and multiplied there with the matching register
+///   of every query head of the batch: no converted copy of a row, no second
+///   read of it;
+/// - the scores kernel keeps 16 independent dot products in flight (R =
+///   16 / GB rows x GB heads) and folds them with one haddp per pass. The
+///   scores stay in that "lane layout" (below), so the softmax runs on whole
+///   registers for all heads of the batch at once (one exp per register,
+///   one for the rescale factors) and the value kernel reads each
+///   probability at a compile-time offset;
+/// - the value kernel streams the block's rows through GB x H output
+///   registers, the GB probabilities of a row held in registers.
+///
+/// Lane layout of a block's scores `s` (`[block / R][16]` floats): pass
+/// p = j / R holds, in lane a, head g = a / R and row j = p * R + a % R.
+///
+///     GB = 4, R = 4:  s[p * 16 + g * 4 + r]   (row j = 4p + r)
+///     GB = 2, R = 8:  s[p * 16 + g * 8 + r]   (row j = 8p + r)
+///     GB = 1, R = 16: s[r]                    (row j = r)
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
 
+#include "llmkit/attention/detail/kv_rows.hpp"
 #include "llmkit/attention/detail/vec.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace llmkit::attention::detail {
 
@@ -21,44 +50,161 @@ constexpr std::size_t largest_divisor_at_most(std::size_t n, std::size_t limit) 
   return 1;
 }
 
-template <class Arch, std::size_t D>
+/// Kernels for head dim D over storage type T, GB query heads per pass.
+template <class Arch, std::size_t D, class T, std::size_t GB>
 struct decode_kernels {
   using V = vec<Arch>;
   static constexpr std::size_t L = lanes<Arch>;
-  static constexpr std::size_t block = 16;  ///< keys per block
+  static constexpr std::size_t block = 16;   ///< rows per block
+  static constexpr std::size_t width = 16;   ///< lanes of one pass (dot products in flight)
+  static constexpr std::size_t R = width / GB;      ///< rows per pass
+  static constexpr std::size_t passes = block / R;  ///< passes per block
+  static constexpr std::size_t regs = width / L;    ///< registers per pass
+  static_assert(GB == 1 || GB == 2 || GB == 4, "decode_kernels: GB must be 1, 2 or 4");
   static_assert(D % L == 0, "decode_kernels: head_dim must be a multiple of the register width");
-  static_assert(block % L == 0, "decode_kernels: the key block must fill whole registers");
+  static_assert(width % L == 0, "decode_kernels: a pass must fill whole registers");
   static constexpr std::size_t DV = D / L;
-  static constexpr std::size_t score_chunk = largest_divisor_at_most(DV, 8);   // query registers held
-  static constexpr std::size_t value_chunk = largest_divisor_at_most(DV, 16);  // output registers held
+  /// Output registers per head in one value pass (GB x H <= 16 accumulators).
+  static constexpr std::size_t H = largest_divisor_at_most(DV, 16 / GB);
 
-  /// scores[j] = sum_d q[d] * k[j][d] for j < block (every k[j] readable).
-  static void scores(const float* q, const float* const* k, float* scores_out) noexcept {
-    V acc[block];
-    for (std::size_t j = 0; j < block; ++j) acc[j] = V(0.0f);
-    for (std::size_t c0 = 0; c0 < DV; c0 += score_chunk) {
-      V qv[score_chunk];
-      for (std::size_t c = 0; c < score_chunk; ++c) qv[c] = vload<Arch>(q + (c0 + c) * L);
-      for (std::size_t j = 0; j < block; ++j) {
-        const float* kj = k[j] + c0 * L;
-        for (std::size_t c = 0; c < score_chunk; ++c) acc[j] = vfma<Arch>(qv[c], vload<Arch>(kj + c * L), acc[j]);
-      }
+  /// Running softmax state of the GB heads, per lane (head a / R).
+  struct state {
+    alignas(64) float m[width];  ///< running max (same in the R lanes of a head)
+    alignas(64) float l[width];  ///< running sum, split over the R lanes of a head
+    void reset() {
+      std::fill(m, m + width, -std::numeric_limits<float>::infinity());
+      std::fill(l, l + width, 0.0f);
     }
-    for (std::size_t b = 0; b < block / L; ++b) vstore<Arch>(scores_out + b * L, vhaddp<Arch>(acc + b * L));
+    float max(std::size_t g) const { return m[g * R]; }
+    float sum(std::size_t g) const {
+      float s = 0.0f;
+      for (std::size_t r = 0; r < R; ++r) s += l[g * R + r];
+      return s;
+    }
+  };
+
+  /// s (lane layout) = q[g] . k[j] for g < GB, j < block (every k[j]
+  /// readable; int8 rows unscaled).
+  /// @param q [GB] pointers to [D] f32 query rows
+  /// @param k [block] pointers to [D] stored rows
+  /// @param s [block * GB] scores, lane layout
+  static void scores(const float* const* q, const T* const* k, float* s) noexcept {
+    for (std::size_t p = 0; p < passes; ++p) {
+      V acc[width];
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < width; ++a) acc[a] = V(0.0f);
+      for (std::size_t c = 0; c < DV; ++c) {
+        V qv[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) qv[g] = vload<Arch>(q[g] + c * L);
+#pragma GCC unroll 16
+        for (std::size_t r = 0; r < R; ++r) {
+          const V kv = vload_f32<Arch>(k[p * R + r] + c * L);
+#pragma GCC unroll 4
+          for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = vfma<Arch>(qv[g], kv, acc[g * R + r]);
+        }
+      }
+#pragma GCC unroll 16
+      for (std::size_t b = 0; b < regs; ++b) vstore<Arch>(s + p * width + b * L, vhaddp<Arch>(acc + b * L));
+    }
   }
 
-  /// o = alpha * o + sum_{j < n} p[j] * v[j].
-  static void accumulate(float* o, float alpha, const float* p, const float* const* v, std::size_t n) noexcept {
-    for (std::size_t c0 = 0; c0 < DV; c0 += value_chunk) {
-      V acc[value_chunk];
-      const V a(alpha);
-      for (std::size_t c = 0; c < value_chunk; ++c) acc[c] = vload<Arch>(o + (c0 + c) * L) * a;
-      for (std::size_t j = 0; j < n; ++j) {
-        const V pj(p[j]);
-        const float* vj = v[j] + c0 * L;
-        for (std::size_t c = 0; c < value_chunk; ++c) acc[c] = vfma<Arch>(pj, vload<Arch>(vj + c * L), acc[c]);
+  /// Register b of pass p of a per-row array x ([block]) spread to the lane
+  /// layout: lane a gets x[p * R + a % R].
+  static V row_lanes(const float* x, std::size_t p, std::size_t b) noexcept {
+#if defined(__AVX512F__)
+    if constexpr (has_avx512<Arch>) {
+      if constexpr (R == 16) return _mm512_loadu_ps(x);
+      else if constexpr (R == 8) return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(x + p * 8))));
+      else return _mm512_broadcast_f32x4(_mm_loadu_ps(x + p * 4));
+    }
+#endif
+    alignas(64) float t[L];
+    for (std::size_t i = 0; i < L; ++i) t[i] = x[p * R + (b * L + i) % R];
+    return vload<Arch>(t);
+  }
+
+  /// The online-softmax step of one block: folds the block's scores into
+  /// `st`, turns `s` into the probabilities the value kernel multiplies
+  /// (times the int8 value scales when `v_scale` is set) and writes the
+  /// factor each head's output must be rescaled by to `alpha` ([GB]).
+  /// @param bias [block] 0 or -inf per row, or null when every row counts
+  /// @param k_scale, v_scale [block] int8 row scales, or null
+  static void softmax(float* s, state& st, const float* bias, const float* k_scale, const float* v_scale,
+                      float softcap, float* alpha) noexcept {
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    V mx[regs];
+    for (std::size_t b = 0; b < regs; ++b) mx[b] = V(ninf);
+    for (std::size_t p = 0; p < passes; ++p)
+      for (std::size_t b = 0; b < regs; ++b) {
+        float* sp = s + p * width + b * L;
+        V x = vload<Arch>(sp);
+        if (k_scale != nullptr) x = x * row_lanes(k_scale, p, b);
+        if (softcap > 0.0f) x = V(softcap) * vtanh<Arch>(x * V(1.0f / softcap));
+        if (bias != nullptr) x = x + row_lanes(bias, p, b);
+        vstore<Arch>(sp, x);
+        mx[b] = vmax<Arch>(mx[b], x);
       }
-      for (std::size_t c = 0; c < value_chunk; ++c) vstore<Arch>(o + (c0 + c) * L, acc[c]);
+    // Per head: the max over its R lanes, written back to all of them.
+    alignas(64) float m_new[width];
+    for (std::size_t b = 0; b < regs; ++b) vstore<Arch>(m_new + b * L, mx[b]);
+    for (std::size_t g = 0; g < GB; ++g) {
+      float m = st.m[g * R];
+      for (std::size_t r = 0; r < R; ++r) m = std::max(m, m_new[g * R + r]);
+      for (std::size_t r = 0; r < R; ++r) m_new[g * R + r] = m;
+    }
+    alignas(64) float a_lane[width];
+    V shift[regs], sum[regs];
+    for (std::size_t b = 0; b < regs; ++b) {
+      const V m = vload<Arch>(m_new + b * L);
+      shift[b] = vfinite_or_zero<Arch>(m);  // a head that has seen nothing yet: exp(-inf - 0) = 0
+      vstore<Arch>(a_lane + b * L, vexp<Arch>(vload<Arch>(st.m + b * L) - shift[b]));
+      vstore<Arch>(st.m + b * L, m);
+      sum[b] = V(0.0f);
+    }
+    for (std::size_t p = 0; p < passes; ++p)
+      for (std::size_t b = 0; b < regs; ++b) {
+        float* sp = s + p * width + b * L;
+        const V e = vexp<Arch>(vload<Arch>(sp) - shift[b]);
+        sum[b] = sum[b] + e;
+        vstore<Arch>(sp, v_scale != nullptr ? e * row_lanes(v_scale, p, b) : e);
+      }
+    for (std::size_t b = 0; b < regs; ++b)
+      vstore<Arch>(st.l + b * L, vload<Arch>(st.l + b * L) * vload<Arch>(a_lane + b * L) + sum[b]);
+    for (std::size_t g = 0; g < GB; ++g) alpha[g] = a_lane[g * R];
+  }
+
+  /// o[g] = alpha[g] * o[g] + sum_{j < block} p(g, j) * v[j] for g < GB,
+  /// p in the lane layout (every v[j] readable).
+  /// @param o [GB] pointers to [D] f32 output rows
+  /// @param p [block * GB] probabilities, lane layout
+  /// @param v [block] pointers to [D] stored rows
+  static void accumulate(float* const* o, const float* alpha, const float* p, const T* const* v) noexcept {
+    for (std::size_t c0 = 0; c0 < DV; c0 += H) {
+      V acc[GB * H];
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) {
+        const V a(alpha[g]);
+#pragma GCC unroll 16
+        for (std::size_t c = 0; c < H; ++c) acc[g * H + c] = vload<Arch>(o[g] + (c0 + c) * L) * a;
+      }
+#pragma GCC unroll 4
+      for (std::size_t j = 0; j < block; ++j) {
+        const float* pj = p + (j / R) * width + j % R;
+        V pg[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) pg[g] = V(pj[g * R]);
+#pragma GCC unroll 16
+        for (std::size_t c = 0; c < H; ++c) {
+          const V vv = vload_f32<Arch>(v[j] + (c0 + c) * L);
+#pragma GCC unroll 4
+          for (std::size_t g = 0; g < GB; ++g) acc[g * H + c] = vfma<Arch>(pg[g], vv, acc[g * H + c]);
+        }
+      }
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 16
+        for (std::size_t c = 0; c < H; ++c) vstore<Arch>(o[g] + (c0 + c) * L, acc[g * H + c]);
     }
   }
 };

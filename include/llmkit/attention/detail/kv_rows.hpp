@@ -6,6 +6,8 @@
 /// - `row_tile<T, N>`: up to N raw rows (pointers, int8 scales, positions);
 /// - `row_walker`: walks the chunks of one (sequence, layer, KV head) in
 ///   order and fills tiles, crossing chunk boundaries anywhere;
+/// - `vload_f32<Arch>`: one register of a stored row (f32, f16, bf16, int8)
+///   converted to f32 on the way in (decode's fused loads);
 /// - `row_to_f32<Arch>`: converts one stored row (f32, f16, bf16, int8 with
 ///   scale) to f32, vectorised where the arch has the instructions.
 
@@ -114,6 +116,32 @@ class row_walker {
     }
   }
 
+  /// Prefetches the K/V rows (and int8 scales) of the next min(n, left)
+  /// rows and moves past them: a second walker started `distance` rows ahead
+  /// of the reading one keeps the memory system busy across chunk (paged
+  /// block) and page boundaries, where the hardware prefetchers stop.
+  void prefetch_next(std::size_t n, std::size_t row_elements) {
+    const std::size_t row_bytes = row_elements * sizeof(T);
+    while (n > 0 && chunk_index_ < n_chunks_) {
+      const std::size_t take = std::min(n, chunk_.n_tokens - offset_);
+      const char* k = reinterpret_cast<const char*>(chunk_.k + offset_ * chunk_.row_stride);
+      const char* v = reinterpret_cast<const char*>(chunk_.v + offset_ * chunk_.row_stride);
+      const std::size_t stride = chunk_.row_stride * sizeof(T);
+      for (std::size_t t = 0; t < take; ++t, k += stride, v += stride)
+        for (std::size_t b = 0; b < row_bytes; b += 64) {
+          __builtin_prefetch(k + b, 0, 3);
+          __builtin_prefetch(v + b, 0, 3);
+        }
+      if (chunk_.k_scale != nullptr) {
+        __builtin_prefetch(chunk_.k_scale + offset_, 0, 3);
+        __builtin_prefetch(chunk_.v_scale + offset_, 0, 3);
+      }
+      n -= take;
+      offset_ += take;
+      if (offset_ == chunk_.n_tokens) next_chunk();
+    }
+  }
+
  private:
   void load_chunk() {
     // Empty chunks are skipped so offset_ < chunk_.n_tokens while rows remain.
@@ -150,6 +178,57 @@ std::int32_t last_position(const Cache& cache, kv::seq_id seq) {
     if (c.n_tokens > 0) last = std::max(last, c.first_pos + static_cast<std::int32_t>(c.n_tokens) - 1);
   }
   return last;
+}
+
+/// lanes<Arch> consecutive stored elements at `src` as one f32 register, the
+/// conversion fused into the load (f16: vcvtph2ps; bf16: widen and shift;
+/// int8: sign-extend and convert, the per-row scale left to the caller).
+/// Decode kernels call this once per register of a K/V row and feed the
+/// result to every query head of the GQA group, so no converted copy of the
+/// row is ever written.
+template <class Arch, class T>
+inline vec<Arch> vload_f32(const T* src) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) {
+    if constexpr (std::is_same_v<T, float>) return scalar_vec(*src);
+    else if constexpr (std::is_same_v<T, std::int8_t>) return scalar_vec(static_cast<float>(*src));
+    else return scalar_vec(to_f32(*src));
+  } else if constexpr (std::is_same_v<T, float>) {
+    return vec<Arch>::load_unaligned(src);
+  } else {
+#if defined(__AVX512F__)
+    if constexpr (has_avx512<Arch>) {
+      if constexpr (std::is_same_v<T, f16>) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      } else if constexpr (std::is_same_v<T, bf16>) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+      } else {
+        static_assert(std::is_same_v<T, std::int8_t>, "vload_f32: unsupported storage type");
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+      }
+    }
+#endif
+#if defined(__AVX2__) && defined(__F16C__)
+    if constexpr (has_avx2<Arch> && !has_avx512<Arch>) {
+      if constexpr (std::is_same_v<T, f16>) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+      } else if constexpr (std::is_same_v<T, bf16>) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+      } else {
+        static_assert(std::is_same_v<T, std::int8_t>, "vload_f32: unsupported storage type");
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src))));
+      }
+    }
+#endif
+    // Other archs: convert through a small buffer.
+    alignas(64) float tmp[lanes<Arch>];
+    for (std::size_t i = 0; i < lanes<Arch>; ++i) {
+      if constexpr (std::is_same_v<T, std::int8_t>) tmp[i] = static_cast<float>(src[i]);
+      else tmp[i] = to_f32(src[i]);
+    }
+    return vec<Arch>::load_aligned(tmp);
+  }
 }
 
 /// dst[0, n) = src[0, n) * scale converted to f32 (the scale matters only
