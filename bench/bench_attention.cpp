@@ -19,13 +19,8 @@
 // - decode_naive/...: the same step with Eigen products, materialised
 //   scores and a separate softmax (K/V converted to f32 matrices first for
 //   the 16-bit and int8 types), one thread: the baseline, same counters.
-// - prefill/<dtype>/<causal|packed>/tokens:<N>/threads:<T>: N query tokens
-//   against their own N cached tokens (causal: one sequence; packed: four
-//   sequences of N/4, block-diagonal causal). GFLOPs counts 4 * head_dim
-//   flops per visible (query, key) pair per head (Q.K and P.V; masked work
-//   is not counted); frac_fma_peak = GFLOPs / the measured fp32 FMA peak.
-// - prefill_naive/...: Eigen Q K^T, masked softmax, P V per sequence and
-//   head, one thread.
+//
+// Prefill is measured by bench_prefill (same cases, one place).
 //
 // Timing: one-thread runs are timed in the main thread's CPU time (as
 // bench_roofline measures its limits), so other processes time-slicing the
@@ -51,7 +46,6 @@
 #include <vector>
 
 #include <llmkit/attention/decode.hpp>
-#include <llmkit/attention/prefill.hpp>
 #include <llmkit/core/dtype.hpp>
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
@@ -127,20 +121,6 @@ kv_sets<T>& sets_for(std::size_t context, std::size_t batch) {
     key_batch = batch;
   }
   return *current;
-}
-
-void roof_counters(benchmark::State& state, double bytes_per_iter, double flops_per_iter, std::size_t threads) {
-  const auto& roof = llmkit_bench::roofline::get();
-  if (bytes_per_iter > 0) {
-    state.counters["kv_GBps"] =
-        benchmark::Counter(bytes_per_iter * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-    state.SetBytesProcessed(static_cast<std::int64_t>(bytes_per_iter * static_cast<double>(state.iterations())));
-  }
-  if (flops_per_iter > 0)
-    state.counters["GFLOPs"] =
-        benchmark::Counter(flops_per_iter * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-  state.counters["roof_read_GBps"] = threads > 1 ? roof.read_gbps_all : roof.read_gbps_1t;
-  state.counters["roof_fma_GFLOPs"] = threads > 1 ? roof.fma_gflops_all : roof.fma_gflops_1t;
 }
 
 // ---------------------------------------------------------------- decode
@@ -275,107 +255,6 @@ void bm_decode_naive(benchmark::State& state) {
   decode_counters(state, decode_bytes<T>(context, batch), timer.total, 1, kv.n_sets);
 }
 
-// ---------------------------------------------------------------- prefill
-
-/// n_seqs sequences of n tokens each (f32 or f16), all stored in layer 0.
-template <class T>
-struct prefill_data {
-  std::unique_ptr<kv::contiguous_cache<T>> cache;
-  std::vector<kv::seq_id> ids;
-  std::vector<std::int32_t> cu{0};
-  std::vector<float> q, out;
-
-  prefill_data(std::size_t n_seqs, std::size_t n) {
-    cache = std::make_unique<kv::contiguous_cache<T>>(kv::kv_shape{1, n_kv_heads, head_dim},
-                                                      kv::contiguous_cache_options{n_seqs, n});
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> k(n * n_kv_heads * head_dim), v(k.size());
-    for (std::size_t i = 0; i < n_seqs; ++i) {
-      for (auto& x : k) x = u(rng);
-      for (auto& x : v) x = u(rng);
-      const kv::seq_id s = *cache->add_sequence();
-      cache->grow(s, n);
-      cache->store(s, 0, 0, k, v);
-      ids.push_back(s);
-      cu.push_back(cu.back() + static_cast<std::int32_t>(n));
-    }
-    q.resize(n_seqs * n * n_heads * head_dim);
-    for (auto& x : q) x = u(rng);
-    out.resize(q.size());
-  }
-  /// Flops of the visible (query, key) pairs: causal within each sequence.
-  double flops() const {
-    double pairs = 0.0;
-    for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
-      const double n = cu[i + 1] - cu[i];
-      pairs += n * (n + 1) / 2;
-    }
-    return 4.0 * static_cast<double>(head_dim) * static_cast<double>(n_heads) * pairs;
-  }
-};
-
-template <class T>
-void bm_prefill(benchmark::State& state) {
-  const auto tokens = static_cast<std::size_t>(state.range(0));
-  const std::size_t n_seqs = state.range(1) ? 4 : 1;
-  const auto threads = static_cast<std::size_t>(state.range(2));
-  prefill_data<T> data(n_seqs, tokens / n_seqs);
-  thread_pool pool(threads);
-  for (auto _ : state) {
-    attention::prefill({.q = data.q, .out = data.out, .cu_seqlens = data.cu, .seq_ids = data.ids, .layer = 0,
-                        .n_heads = n_heads},
-                       *data.cache, attention::causal_mask{}, pool);
-    benchmark::DoNotOptimize(data.out.data());
-  }
-  roof_counters(state, 0.0, data.flops(), threads);
-  const auto& roof = llmkit_bench::roofline::get();
-  state.counters["frac_fma_peak"] = benchmark::Counter(
-      data.flops() * 1e-9 * static_cast<double>(state.iterations()) /
-          (threads > 1 ? roof.fma_gflops_all : roof.fma_gflops_1t),
-      benchmark::Counter::kIsRate);
-}
-
-template <class T>
-void bm_prefill_naive(benchmark::State& state) {
-  const auto tokens = static_cast<std::size_t>(state.range(0));
-  const std::size_t n_seqs = state.range(1) ? 4 : 1;
-  prefill_data<T> data(n_seqs, tokens / n_seqs);
-  const std::size_t n = tokens / n_seqs, group = n_heads / n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  row_matrix qh(n, head_dim), km, vm, o;
-  const auto ninf = -std::numeric_limits<float>::infinity();
-  for (auto _ : state) {
-    for (std::size_t i = 0; i < n_seqs; ++i)
-      for (std::size_t h = 0; h < n_heads; ++h) {
-        const auto c = data.cache->chunk(data.ids[i], 0, h / group, 0);
-        to_matrix(c.k, c.k_scale, c.n_tokens, km);
-        to_matrix(c.v, c.v_scale, c.n_tokens, vm);
-        for (std::size_t t = 0; t < n; ++t)
-          for (std::size_t d = 0; d < head_dim; ++d)
-            qh(t, d) = data.q[((i * n + t) * n_heads + h) * head_dim + d];
-        row_matrix s = (qh * km.transpose()) * scale;  // [n, n] materialised scores
-        for (Eigen::Index r = 0; r < s.rows(); ++r) {
-          for (Eigen::Index col = r + 1; col < s.cols(); ++col) s(r, col) = ninf;
-          const float m = s.row(r).maxCoeff();
-          s.row(r) = (s.row(r).array() - m).exp();
-          s.row(r) /= s.row(r).sum();
-        }
-        o.noalias() = s * vm;
-        benchmark::DoNotOptimize(o.data());
-      }
-  }
-  roof_counters(state, 0.0, data.flops(), 1);
-  const auto& roof = llmkit_bench::roofline::get();
-  state.counters["frac_fma_peak"] = benchmark::Counter(
-      data.flops() * 1e-9 * static_cast<double>(state.iterations()) / roof.fma_gflops_1t, benchmark::Counter::kIsRate);
-}
-
-/// One thread: the main thread's CPU time (the default); more: wall time.
-void timing(benchmark::internal::Benchmark* b, std::int64_t threads) {
-  if (threads > 1) b->UseRealTime();
-}
-
 template <class T>
 void register_decode() {
   const std::vector<std::int64_t> contexts =
@@ -399,33 +278,10 @@ void register_decode() {
     }
 }
 
-template <class T>
-void register_prefill() {
-  const std::vector<std::int64_t> sizes = smoke() ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{512, 2048};
-  for (const auto n : sizes)
-    for (const std::int64_t packed : {0, 1}) {
-      const std::string kind = packed ? "packed" : "causal";
-      for (const std::int64_t threads : {1, 2})
-        timing(benchmark::RegisterBenchmark((std::string("prefill/") + dtype_label<T>() + "/" + kind).c_str(),
-                                            bm_prefill<T>)
-                   ->Args({n, packed, threads})
-                   ->ArgNames({"tokens", "packed", "threads"})
-                   ->Unit(benchmark::kMillisecond),
-               threads);
-      benchmark::RegisterBenchmark((std::string("prefill_naive/") + dtype_label<T>() + "/" + kind).c_str(),
-                                   bm_prefill_naive<T>)
-          ->Args({n, packed, 1})
-          ->ArgNames({"tokens", "packed", "threads"})
-          ->Unit(benchmark::kMillisecond);
-    }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  register_prefill<float>();
-  register_prefill<f16>();
   register_decode<float>();
   register_decode<f16>();
   register_decode<bf16>();
