@@ -26,6 +26,7 @@
 #include "llmkit/kv/storage.hpp"
 
 #include "llmkit/attention/decode.hpp"
+#include "llmkit/attention/head_dims.hpp"
 #include "llmkit/attention/mask.hpp"
 #include "llmkit/attention/prefill.hpp"
 

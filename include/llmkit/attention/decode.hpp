@@ -29,6 +29,7 @@
 #include "llmkit/attention/detail/mask_ref.hpp"
 #include "llmkit/attention/mask.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
 #include "llmkit/kv/kv_view.hpp"
@@ -235,6 +236,28 @@ void decode_merge(const decode_job<T>& job, std::size_t i, std::size_t h) {
   }
 }
 
+/// The decode kernel of each (head dim, heads per pass) over storage type T
+/// on Arch. A class with an out-of-line member so that one translation unit
+/// can compile every kernel for a whole program (attention/kernels.hpp).
+template <class Arch, class T>
+struct decode_kernel_table {
+  using task_fn = void (*)(const decode_job<T>&, std::size_t);
+  /// @throws llmkit::error when head_dim is not one of supported_head_dims
+  static task_fn select(std::size_t head_dim, std::size_t head_batch);
+};
+
+template <class Arch, class T>
+typename decode_kernel_table<Arch, T>::task_fn decode_kernel_table<Arch, T>::select(std::size_t head_dim,
+                                                                                    std::size_t head_batch) {
+  return dispatch_head_dim(head_dim, [head_batch](auto d) -> task_fn {
+    constexpr std::size_t D = decltype(d)::value;
+    using A = arch_for_head_dim<Arch, D>;
+    if (head_batch == 1) return &decode_task<A, D, T, 1>;
+    if (head_batch == 2) return &decode_task<A, D, T, 2>;
+    return &decode_task<A, D, T, 4>;
+  });
+}
+
 }  // namespace detail
 
 /// Attention of one query token per sequence against its cache entry under
@@ -247,9 +270,9 @@ void decode_merge(const decode_job<T>& job, std::size_t i, std::size_t h) {
 /// `decode_params::kv_split_tokens`.
 ///
 /// @pre q.size() == out.size() == seq_ids.size() * n_heads * head_dim; every
-///      sequence holds >= 1 token; head_dim is one of 8 16 32 64 80 96 112
-///      128 256. Violations throw llmkit::error (the cache itself reports
-///      unknown sequences).
+///      sequence holds >= 1 token; head_dim is one of supported_head_dims
+///      (attention/head_dims.hpp). Violations throw llmkit::error (the
+///      cache itself reports unknown sequences).
 template <class Arch = simd::default_arch, kv::kv_readable Cache, mask_policy Mask = causal_mask,
           executor Exec = serial_executor>
 void decode(const decode_params& p, const Cache& cache, const Mask& mask = {}, Exec&& exec = {}) {
@@ -307,15 +330,7 @@ void decode(const decode_params& p, const Cache& cache, const Mask& mask = {}, E
   job.split_rows = split_rows;
   job.scale = detail::effective_scale(p.scale, head_dim);
   job.partial = detail::ensure(ws.partial, ws.task_first[n_seqs] * p.n_heads * (head_dim + 2));
-  using task_fn = void (*)(const detail::decode_job<T>&, std::size_t);
-  const std::size_t head_batch = detail::decode_head_batch(group);
-  const task_fn run = detail::dispatch_head_dim(head_dim, [head_batch](auto d) -> task_fn {
-    constexpr std::size_t D = decltype(d)::value;
-    using A = detail::arch_for_head_dim<Arch, D>;
-    if (head_batch == 1) return &detail::decode_task<A, D, T, 1>;
-    if (head_batch == 2) return &detail::decode_task<A, D, T, 2>;
-    return &detail::decode_task<A, D, T, 4>;
-  });
+  const auto run = detail::decode_kernel_table<Arch, T>::select(head_dim, detail::decode_head_batch(group));
   exec.parallel_for(ws.task_first[n_seqs] * shape.n_kv_heads, [&](std::size_t task) { run(job, task); });
   if (ws.task_first[n_seqs] > n_seqs)
     exec.parallel_for(n_seqs * shape.n_kv_heads, [&](std::size_t k) {
@@ -324,3 +339,13 @@ void decode(const decode_params& p, const Cache& cache, const Mask& mask = {}, E
 }
 
 }  // namespace llmkit::attention
+
+#if defined(LLMKIT_ATTENTION_EXTERN_KERNELS)
+// The kernels for the default arch are compiled elsewhere (attention/kernels.hpp).
+namespace llmkit::attention::detail {
+extern template struct decode_kernel_table<simd::default_arch, float>;
+extern template struct decode_kernel_table<simd::default_arch, f16>;
+extern template struct decode_kernel_table<simd::default_arch, bf16>;
+extern template struct decode_kernel_table<simd::default_arch, std::int8_t>;
+}  // namespace llmkit::attention::detail
+#endif

@@ -27,6 +27,7 @@
 #include "llmkit/attention/detail/mask_ref.hpp"
 #include "llmkit/attention/detail/prefill_kernels.hpp"
 #include "llmkit/attention/mask.hpp"
+#include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
 #include "llmkit/kv/kv_view.hpp"
@@ -171,6 +172,23 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
     K::finish_row(o + r * D, l[r], out + prefill_row_offset<D>(p, tile, h, group, r));
 }
 
+/// The prefill kernel of each head dim over storage type T on Arch (see
+/// decode_kernel_table: one translation unit can compile them all).
+template <class Arch, class T>
+struct prefill_kernel_table {
+  using task_fn = void (*)(const prefill_job<T>&, std::size_t, std::size_t);
+  /// @throws llmkit::error when head_dim is not one of supported_head_dims
+  static task_fn select(std::size_t head_dim);
+};
+
+template <class Arch, class T>
+typename prefill_kernel_table<Arch, T>::task_fn prefill_kernel_table<Arch, T>::select(std::size_t head_dim) {
+  return dispatch_head_dim(head_dim, [](auto d) -> task_fn {
+    constexpr std::size_t D = decltype(d)::value;
+    return &prefill_task<arch_for_head_dim<Arch, D>, D, T>;
+  });
+}
+
 }  // namespace detail
 
 /// Attention of every query token of a packed batch against its sequence's
@@ -185,9 +203,9 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
 ///
 /// @pre q.size() == out.size() == cu_seqlens.back() * n_heads * head_dim;
 ///      seq_ids.size() + 1 == cu_seqlens.size(); each sequence holds at least
-///      as many tokens as it has queries; head_dim is one of 8 16 32 64 80 96
-///      112 128 256. Violations throw llmkit::error (the cache itself reports
-///      unknown sequences).
+///      as many tokens as it has queries; head_dim is one of
+///      supported_head_dims (attention/head_dims.hpp). Violations throw
+///      llmkit::error (the cache itself reports unknown sequences).
 template <class Arch = simd::default_arch, kv::kv_readable Cache, mask_policy Mask = causal_mask,
           executor Exec = serial_executor>
 void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {}, Exec&& exec = {}) {
@@ -239,11 +257,7 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
     for (std::size_t t = 0; t < n_q; t += tile_tokens)
       job.tiles.push_back({i, first + t, std::min(tile_tokens, n_q - t), pos0 + static_cast<std::int32_t>(t)});
   }
-  using task_fn = void (*)(const detail::prefill_job<T>&, std::size_t, std::size_t);
-  const task_fn run = detail::dispatch_head_dim(head_dim, [](auto d) -> task_fn {
-    constexpr std::size_t D = decltype(d)::value;
-    return &detail::prefill_task<detail::arch_for_head_dim<Arch, D>, D, T>;
-  });
+  const auto run = detail::prefill_kernel_table<Arch, T>::select(head_dim);
   // Runs of consecutive tasks per executor call, so a thread knows the task
   // it runs next (for prefetching) while short runs keep the load balanced.
   const std::size_t n_tasks = job.tiles.size() * job.n_kv_heads;
@@ -258,3 +272,13 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
 }  // namespace llmkit::attention
 
 LLMKIT_SIMD_DIAGNOSTICS_END
+
+#if defined(LLMKIT_ATTENTION_EXTERN_KERNELS)
+// The kernels for the default arch are compiled elsewhere (attention/kernels.hpp).
+namespace llmkit::attention::detail {
+extern template struct prefill_kernel_table<simd::default_arch, float>;
+extern template struct prefill_kernel_table<simd::default_arch, f16>;
+extern template struct prefill_kernel_table<simd::default_arch, bf16>;
+extern template struct prefill_kernel_table<simd::default_arch, std::int8_t>;
+}  // namespace llmkit::attention::detail
+#endif

@@ -40,6 +40,7 @@
 
 #include "llmkit/attention/mask.hpp"
 #include "llmkit/attention/decode.hpp"
+#include "llmkit/attention/head_dims.hpp"
 #include "llmkit/attention/prefill.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/dtype.hpp"
@@ -115,8 +116,6 @@ struct llama_config {
     return c;
   }
 
-  /// Head sizes the attention kernels (attention/prefill.hpp) are compiled for.
-  static constexpr std::array<std::size_t, 9> supported_head_dims{8, 16, 32, 64, 80, 96, 112, 128, 256};
 
   /// @throws llmkit::error naming the first inconsistent field.
   void validate() const {
@@ -130,9 +129,8 @@ struct llama_config {
     LLMKIT_CHECK(n_layers > 0, "llama_config: n_layers must be > 0");
     LLMKIT_CHECK(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, "llama_config: n_heads = ", n_heads,
                  " is not a positive multiple of n_kv_heads = ", n_kv_heads);
-    LLMKIT_CHECK(std::ranges::find(supported_head_dims, head_dim) != supported_head_dims.end(),
-                 "llama_config: head_dim = ", head_dim,
-                 " is not supported by the attention kernels (supported: 8 16 32 64 80 96 112 128 256)");
+    LLMKIT_CHECK(attention::supports_head_dim(head_dim), "llama_config: head_dim = ", head_dim,
+                 " is not supported by the attention kernels (supported: ", attention::supported_head_dims_text(), ")");
     LLMKIT_CHECK(ffn_dim > 0, "llama_config: ffn_dim must be > 0");
     LLMKIT_CHECK(context_length > 0 && context_length <= (std::size_t{1} << 24), "llama_config: context_length = ",
                  context_length, " must be in [1, 2^24]");

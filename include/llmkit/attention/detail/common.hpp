@@ -2,8 +2,8 @@
 #pragma once
 
 /// @file llmkit/attention/detail/common.hpp
-/// What the prefill and decode kernels share: the head_dim dispatch, the
-/// per-thread scratch, and the checks of the arguments every call takes.
+/// What the prefill and decode kernels share: the per-thread scratch and the
+/// checks of the arguments every call takes.
 
 #include <cmath>
 #include <cstddef>
@@ -12,22 +12,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "llmkit/attention/head_dims.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
-#include "llmkit/core/dispatch.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
 
 namespace llmkit::attention::detail {
-
-/// Calls fn(std::integral_constant<std::size_t, D>{}) for the supported head
-/// dims, else throws llmkit::error naming `head_dim`.
-template <class Fn>
-decltype(auto) dispatch_head_dim(std::size_t head_dim, Fn&& fn) {
-  return llmkit::dispatch<std::size_t{8}, std::size_t{16}, std::size_t{32}, std::size_t{64}, std::size_t{80},
-                          std::size_t{96}, std::size_t{112}, std::size_t{128}, std::size_t{256}>(
-      head_dim, std::forward<Fn>(fn), "head_dim (supported: 8 16 32 64 80 96 112 128 256)");
-}
 
 /// The arch a kernel for head dim D runs on: Arch when D fills whole
 /// registers, else the scalar path (tiny head dims only).
