@@ -66,6 +66,7 @@ struct options {
   std::int64_t max_batch = 8;
   std::int64_t staging_seqs = 4;
   std::int64_t decode_blocks = 0;  // 0 = max_batch full contexts
+  bool wait_all = false;           // decode worker: receive everything before the first step
   std::uint64_t seed = 7;
   bool verbose = false;
   bool fault = false;
@@ -275,16 +276,16 @@ handoff recv_handoff() {
   return h;
 }
 
-/// Decodes everything offered by `next()` (which blocks when `blocking`),
-/// `n` requests in all.
+/// Decodes everything offered by `poll(blocking)`, `n` requests in all;
+/// with `wait_all`, receives all of them before the first step.
 template <class Poll>
-void decode_all(decode_worker& d, std::int64_t n, Poll&& poll) {
+void decode_all(decode_worker& d, std::int64_t n, bool wait_all, Poll&& poll) {
   std::deque<handoff> pending;  // received, waiting for staging room
   std::int64_t received = 0;
   while (received < n || !pending.empty() || !d.idle()) {
     // Take what has arrived; block only when there is nothing else to do.
     while (received < n) {
-      auto h = poll(d.idle() && pending.empty());
+      auto h = poll(wait_all || (d.idle() && pending.empty()));
       if (!h) break;
       pending.push_back(std::move(*h));
       ++received;
@@ -316,6 +317,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--decode-blocks", o.decode_blocks,
                  "decode worker: KV blocks of 16 tokens (0 = max-batch full contexts; fewer forces preemption)");
+  app.add_flag("--wait-all", o.wait_all,
+               "decode worker: receive every request before the first step (the same batches whatever the timing)");
   app.add_option("--seed", o.seed, "prompt seed");
   app.add_flag("--fault", o.fault, "change one decoded token of request 0 (shows that the comparison catches it)");
   app.add_flag("-v,--verbose", o.verbose, "print every request's tokens");
@@ -350,7 +353,7 @@ int main(int argc, char** argv) {
       });
       t_prefill = now() - t0;
       decode_worker d(m, exec, o);
-      decode_all(d, o.n_requests, [&](bool) -> std::optional<handoff> {
+      decode_all(d, o.n_requests, o.wait_all, [&](bool) -> std::optional<handoff> {
         if (link.empty()) return std::nullopt;
         handoff h = std::move(link.front());
         link.pop_front();
@@ -369,7 +372,7 @@ int main(int argc, char** argv) {
       t_prefill = now() - t0;
     } else {
       decode_worker d(m, exec, o);
-      decode_all(d, o.n_requests, [&](bool block) -> std::optional<handoff> {
+      decode_all(d, o.n_requests, o.wait_all, [&](bool block) -> std::optional<handoff> {
         int ready = 0;
         if (block)
           ready = 1;
