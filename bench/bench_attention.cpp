@@ -26,7 +26,9 @@
 // bench_roofline measures its limits), so other processes time-slicing the
 // core do not count against the kernel; two-thread runs use wall time.
 //
-// LLMKIT_BENCH_SMOKE=1 shrinks sizes so the smoke run takes seconds.
+// LLMKIT_BENCH_SMOKE=1 shrinks sizes so the smoke run takes seconds;
+// LLMKIT_DECODE_PREFETCH_BYTES=N sets how far ahead decode prefetches K/V
+// (bytes per stream, 0 = off) for tuning.
 
 #include <benchmark/benchmark.h>
 
@@ -286,6 +288,10 @@ int main(int argc, char** argv) {
   register_decode<f16>();
   register_decode<bf16>();
   register_decode<std::int8_t>();
+  // Tuning knob: how far (bytes of one K or V stream) decode prefetches ahead.
+  if (const char* pf = std::getenv("LLMKIT_DECODE_PREFETCH_BYTES"); pf != nullptr && *pf != '\0')
+    attention::detail::decode_prefetch_bytes = std::strtoull(pf, nullptr, 10);
+  benchmark::AddCustomContext("decode_prefetch_bytes", std::to_string(attention::detail::decode_prefetch_bytes));
   const auto& roof = llmkit_bench::roofline::get();
   benchmark::AddCustomContext("roofline", roof.to_json().dump());
   benchmark::AddCustomContext("roofline_source", roof.source);
