@@ -28,7 +28,7 @@
 //
 // LLMKIT_BENCH_SMOKE=1 shrinks sizes so the smoke run takes seconds;
 // LLMKIT_DECODE_PREFETCH_BYTES=N sets how far ahead decode prefetches K/V
-// (bytes per stream, 0 = off) for tuning.
+// (bytes per stream, 0 = off; unset = the per-type default) for tuning.
 
 #include <benchmark/benchmark.h>
 
@@ -289,9 +289,11 @@ int main(int argc, char** argv) {
   register_decode<bf16>();
   register_decode<std::int8_t>();
   // Tuning knob: how far (bytes of one K or V stream) decode prefetches ahead.
-  if (const char* pf = std::getenv("LLMKIT_DECODE_PREFETCH_BYTES"); pf != nullptr && *pf != '\0')
-    attention::detail::decode_prefetch_bytes = std::strtoull(pf, nullptr, 10);
-  benchmark::AddCustomContext("decode_prefetch_bytes", std::to_string(attention::detail::decode_prefetch_bytes));
+  if (const char* env = std::getenv("LLMKIT_DECODE_PREFETCH_BYTES"); env != nullptr && *env != '\0')
+    attention::detail::decode_prefetch_bytes = std::strtoull(env, nullptr, 10);
+  const std::size_t pf = attention::detail::decode_prefetch_bytes;
+  benchmark::AddCustomContext("decode_prefetch_bytes",
+                              pf == std::numeric_limits<std::size_t>::max() ? "per-type default" : std::to_string(pf));
   const auto& roof = llmkit_bench::roofline::get();
   benchmark::AddCustomContext("roofline", roof.to_json().dump());
   benchmark::AddCustomContext("roofline_source", roof.source);
