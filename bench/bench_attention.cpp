@@ -294,9 +294,7 @@ int main(int argc, char** argv) {
   const std::size_t pf = attention::detail::decode_prefetch_bytes;
   benchmark::AddCustomContext("decode_prefetch_bytes",
                               pf == std::numeric_limits<std::size_t>::max() ? "per-type default" : std::to_string(pf));
-  const auto& roof = llmkit_bench::roofline::get();
-  benchmark::AddCustomContext("roofline", roof.to_json().dump());
-  benchmark::AddCustomContext("roofline_source", roof.source);
+  llmkit_bench::add_roofline_context();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

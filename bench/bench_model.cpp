@@ -224,9 +224,7 @@ int main(int argc, char** argv) {
                      ->Unit(benchmark::kMicrosecond),
                  threads);
       }
-  const auto& roof = llmkit_bench::roofline::get();
-  benchmark::AddCustomContext("roofline", roof.to_json().dump());
-  benchmark::AddCustomContext("roofline_source", roof.source);
+  llmkit_bench::add_roofline_context();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

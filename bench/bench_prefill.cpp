@@ -289,9 +289,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   register_prefill<float>();
   register_prefill<f16>();
-  const auto& roof = llmkit_bench::roofline::get();
-  benchmark::AddCustomContext("roofline", roof.to_json().dump());
-  benchmark::AddCustomContext("roofline_source", roof.source);
+  llmkit_bench::add_roofline_context();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
 #include <xsimd/xsimd.hpp>
 
@@ -245,5 +246,15 @@ struct roofline {
     return instance;
   }
 };
+
+/// The limits of this process, also put into Google Benchmark's context
+/// (`roofline` as JSON, `roofline_source`), so every output names the
+/// roofline its fractions divide by. Call before RunSpecifiedBenchmarks.
+inline const roofline& add_roofline_context() {
+  const roofline& roof = roofline::get();
+  benchmark::AddCustomContext("roofline", roof.to_json().dump());
+  benchmark::AddCustomContext("roofline_source", roof.source);
+  return roof;
+}
 
 }  // namespace llmkit_bench

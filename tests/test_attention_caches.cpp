@@ -20,12 +20,7 @@ using namespace llmkit::attention;
 
 namespace {
 
-std::vector<float> uniform(std::size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& e : x) e = u(rng);
-  return x;
-}
+using llmkit::test::uniform_values;
 
 template <class T>
 void paged_equals_contiguous(std::uint32_t seed) {
@@ -43,7 +38,7 @@ void paged_equals_contiguous(std::uint32_t seed) {
     REQUIRE(contiguous.grow(c, n));
     REQUIRE(paged.grow(p, n));
     for (std::size_t layer = 0; layer < shape.n_layers; ++layer) {
-      const auto k = uniform(n * shape.n_kv_heads * shape.head_dim, rng), v = uniform(k.size(), rng);
+      const auto k = uniform_values(n * shape.n_kv_heads * shape.head_dim, rng), v = uniform_values(k.size(), rng);
       contiguous.store(c, layer, 0, k, v);
       paged.store(p, layer, 0, k, v);
     }
@@ -52,7 +47,7 @@ void paged_equals_contiguous(std::uint32_t seed) {
     n_q.push_back(1 + rng() % n);
     cu.push_back(cu.back() + static_cast<std::int32_t>(n_q.back()));
   }
-  const auto q = uniform(static_cast<std::size_t>(cu.back()) * row, rng);
+  const auto q = uniform_values(static_cast<std::size_t>(cu.back()) * row, rng);
   std::vector<float> a(q.size()), b(q.size());
   prefill({.q = q, .out = a, .cu_seqlens = cu, .seq_ids = cids, .layer = 1, .n_heads = n_heads}, contiguous);
   prefill({.q = q, .out = b, .cu_seqlens = cu, .seq_ids = pids, .layer = 1, .n_heads = n_heads}, paged);
@@ -70,7 +65,7 @@ void paged_equals_contiguous(std::uint32_t seed) {
   }
   REQUIRE(err < 1e-5);
 
-  const auto qd = uniform(lens.size() * row, rng);
+  const auto qd = uniform_values(lens.size() * row, rng);
   std::vector<float> da(qd.size()), db(qd.size()), dc(qd.size());
   decode({.q = qd, .out = da, .seq_ids = cids, .layer = 0, .n_heads = n_heads}, contiguous);
   decode({.q = qd, .out = db, .seq_ids = pids, .layer = 0, .n_heads = n_heads}, paged);
@@ -81,7 +76,7 @@ void paged_equals_contiguous(std::uint32_t seed) {
   // A fork shares the blocks: decoding it gives the parent's result.
   const kv::seq_id child = *paged.fork(pids[4]);
   const std::vector<kv::seq_id> both{pids[4], child};
-  const auto q2 = uniform(2 * row, rng);
+  const auto q2 = uniform_values(2 * row, rng);
   std::vector<float> o2(q2.size());
   decode({.q = q2, .out = o2, .seq_ids = both, .layer = 1, .n_heads = n_heads}, paged);
   const std::vector<float> q2a(q2.begin(), q2.begin() + static_cast<std::ptrdiff_t>(row));

@@ -18,12 +18,8 @@ using llmkit::test::chunked_test_cache;
 
 namespace {
 
-std::vector<float> uniform(std::size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& e : x) e = u(rng);
-  return x;
-}
+using llmkit::test::uniform_values;
+using errors = llmkit::test::attention_errors;
 
 struct decode_case {
   std::size_t n_kv_heads = 2;
@@ -37,13 +33,6 @@ struct decode_case {
   float softcap = 0.0f;
 };
 
-struct errors {
-  double stored = 0.0;
-  double original = 0.0;
-  bool finite = true;
-  std::vector<float> out;
-};
-
 template <class T, class Arch = simd::default_arch, class Mask = causal_mask, class Exec = serial_executor>
 errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec&& exec = {}) {
   std::mt19937 rng(seed);
@@ -55,14 +44,14 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   for (std::size_t i = 0; i < n_seqs; ++i) {
     ids[i] = static_cast<kv::seq_id>(3 * i + 1);
     const std::size_t n = c.n_cached[i];
-    const auto k = uniform(n * c.n_kv_heads * c.head_dim, rng);
-    const auto v = uniform(k.size(), rng);
+    const auto k = uniform_values(n * c.n_kv_heads * c.head_dim, rng);
+    const auto v = uniform_values(k.size(), rng);
     const auto chunks = llmkit::test::random_chunks(n, c.max_chunk, rng);
     cache.add_sequence(ids[i], n, k, v, chunks, 0, c.rotate);
     exact.add_sequence(ids[i], n, k, v, chunks, 0, c.rotate);
   }
   const std::size_t n_heads = c.n_kv_heads * c.group, row = n_heads * c.head_dim;
-  const auto q = uniform(n_seqs * row, rng);
+  const auto q = uniform_values(n_seqs * row, rng);
   errors e;
   e.out.assign(q.size(), std::nanf(""));
   decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
@@ -75,12 +64,7 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
     const std::int32_t pos[1] = {llmkit::test::reference_last_position(cache, ids[i])};
     const auto ref = llmkit::test::reference_attention(cache, ids[i], 0, qi, pos, n_heads, scale, c.softcap, vis);
     const auto ref0 = llmkit::test::reference_attention(exact, ids[i], 0, qi, pos, n_heads, scale, c.softcap, vis);
-    for (std::size_t x = 0; x < row; ++x) {
-      const double o = e.out[i * row + x];
-      if (!std::isfinite(o)) e.finite = false;
-      e.stored = std::max(e.stored, std::fabs(o - ref[x]));
-      e.original = std::max(e.original, std::fabs(o - ref0[x]));
-    }
+    e.add(e.out.data() + i * row, ref, ref0);
   }
   return e;
 }
@@ -206,10 +190,10 @@ TEST_CASE("decode: thread pool and split-KV agree with serial") {
 TEST_CASE("decode: a caller workspace is reused without growing") {
   std::mt19937 rng(15);
   chunked_test_cache<float> cache({1, 2, 64});
-  const auto k = uniform(1000 * 2 * 64, rng);
+  const auto k = uniform_values(1000 * 2 * 64, rng);
   cache.add_sequence(0, 1000, k, k, {500, 500});
   const std::vector<kv::seq_id> ids{0};
-  const auto q = uniform(4 * 64, rng);
+  const auto q = uniform_values(4 * 64, rng);
   std::vector<float> out(q.size());
   decode_workspace ws;
   decode_params p{.q = q, .out = out, .seq_ids = ids, .n_heads = 4, .kv_split_tokens = 100, .workspace = &ws};
@@ -225,11 +209,11 @@ TEST_CASE("decode: a caller workspace is reused without growing") {
 TEST_CASE("decode: bad input raises llmkit::error naming the argument") {
   std::mt19937 rng(16);
   chunked_test_cache<float> cache({2, 2, 64});
-  const auto k = uniform(2 * 5 * 2 * 64, rng);
+  const auto k = uniform_values(2 * 5 * 2 * 64, rng);
   cache.add_sequence(9, 5, k, k, {5});
   cache.add_sequence(10, 0, {}, {}, {});
   const std::vector<kv::seq_id> ids{9};
-  const auto q = uniform(6 * 64, rng);
+  const auto q = uniform_values(6 * 64, rng);
   std::vector<float> out(q.size());
   const decode_params p{.q = q, .out = out, .seq_ids = ids, .layer = 1, .n_heads = 6};
   REQUIRE_NOTHROW(decode(p, cache));

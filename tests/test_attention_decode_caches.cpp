@@ -21,12 +21,7 @@ using namespace llmkit::attention;
 
 namespace {
 
-std::vector<float> uniform(std::size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& e : x) e = u(rng);
-  return x;
-}
+using llmkit::test::uniform_values;
 
 /// Largest |decode - oracle| over a batch of sequences with lengths `lens`,
 /// for the contiguous and the paged cache; requires paged == contiguous.
@@ -43,13 +38,13 @@ double decode_error(std::size_t head_dim, std::size_t group, const std::vector<s
     const kv::seq_id c = *contiguous.add_sequence(), p = *paged.add_sequence();
     REQUIRE(contiguous.grow(c, n));
     REQUIRE(paged.grow(p, n));
-    const auto k = uniform(n * shape.n_kv_heads * head_dim, rng), v = uniform(k.size(), rng);
+    const auto k = uniform_values(n * shape.n_kv_heads * head_dim, rng), v = uniform_values(k.size(), rng);
     contiguous.store(c, 0, 0, k, v);
     paged.store(p, 0, 0, k, v);
     cids.push_back(c);
     pids.push_back(p);
   }
-  const auto q = uniform(lens.size() * row, rng);
+  const auto q = uniform_values(lens.size() * row, rng);
   std::vector<float> a(q.size()), b(q.size());
   decode({.q = q, .out = a, .seq_ids = cids, .n_heads = n_heads, .kv_split_tokens = split}, contiguous);
   decode({.q = q, .out = b, .seq_ids = pids, .n_heads = n_heads, .kv_split_tokens = split}, paged);

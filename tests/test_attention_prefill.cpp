@@ -19,12 +19,8 @@ using llmkit::test::chunked_test_cache;
 
 namespace {
 
-std::vector<float> uniform(std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> x(n);
-  for (auto& e : x) e = u(rng);
-  return x;
-}
+using llmkit::test::uniform_values;
+using errors = llmkit::test::attention_errors;
 
 struct prefill_case {
   std::size_t n_kv_heads = 2;
@@ -44,12 +40,6 @@ struct prefill_case {
 /// quantisation check), runs prefill and returns the largest error against
 /// the oracle over the stored values (`stored`) and over the original f32
 /// values (`original`), both relative to max|V| (= 1).
-struct errors {
-  double stored = 0.0;
-  double original = 0.0;
-  bool finite = true;
-};
-
 template <class T, class Arch = simd::default_arch, class Mask = causal_mask, class Exec = serial_executor>
 errors run_case(const prefill_case& c, const Mask& mask, std::uint32_t seed, Exec&& exec = {}) {
   std::mt19937 rng(seed);
@@ -63,8 +53,8 @@ errors run_case(const prefill_case& c, const Mask& mask, std::uint32_t seed, Exe
   for (std::size_t i = 0; i < n_seqs; ++i) {
     ids[i] = static_cast<kv::seq_id>(100 + 7 * i);
     const std::size_t n = c.n_cached[i];
-    const auto k = uniform(shape.n_layers * n * c.n_kv_heads * c.head_dim, rng);
-    const auto v = uniform(k.size(), rng);
+    const auto k = uniform_values(shape.n_layers * n * c.n_kv_heads * c.head_dim, rng);
+    const auto v = uniform_values(k.size(), rng);
     const auto chunks = llmkit::test::random_chunks(n, c.max_chunk, rng);
     cache.add_sequence(ids[i], n, k, v, chunks, c.first_pos, c.rotate);
     exact.add_sequence(ids[i], n, k, v, chunks, c.first_pos, c.rotate);
@@ -72,7 +62,7 @@ errors run_case(const prefill_case& c, const Mask& mask, std::uint32_t seed, Exe
   }
   const std::size_t n_heads = c.n_kv_heads * c.group;
   const std::size_t row = n_heads * c.head_dim;
-  const auto q = uniform(static_cast<std::size_t>(cu.back()) * row, rng);
+  const auto q = uniform_values(static_cast<std::size_t>(cu.back()) * row, rng);
   std::vector<float> out(q.size(), std::nanf(""));
   prefill<Arch>({.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids, .layer = layer, .n_heads = n_heads,
                  .scale = c.scale, .softcap = c.softcap},
@@ -88,12 +78,7 @@ errors run_case(const prefill_case& c, const Mask& mask, std::uint32_t seed, Exe
     auto vis = [&](std::int32_t qp, std::int32_t kp) { return mask.visible(qp, kp); };
     const auto ref = llmkit::test::reference_attention(cache, ids[i], layer, qi, pos, n_heads, scale, c.softcap, vis);
     const auto ref0 = llmkit::test::reference_attention(exact, ids[i], layer, qi, pos, n_heads, scale, c.softcap, vis);
-    for (std::size_t x = 0; x < ref.size(); ++x) {
-      const double o = out[first * row + x];
-      if (!std::isfinite(o)) e.finite = false;
-      e.stored = std::max(e.stored, std::fabs(o - ref[x]));
-      e.original = std::max(e.original, std::fabs(o - ref0[x]));
-    }
+    e.add(out.data() + first * row, ref, ref0);
   }
   return e;
 }
@@ -298,11 +283,11 @@ TEST_CASE("prefill: a thread pool gives bit-identical results") {
   std::vector<kv::seq_id> ids{0, 1, 2};
   std::vector<std::int32_t> cu{0};
   for (std::size_t i = 0; i < lens.size(); ++i) {
-    const auto k = uniform(lens[i] * 2 * 64, rng), v = uniform(lens[i] * 2 * 64, rng);
+    const auto k = uniform_values(lens[i] * 2 * 64, rng), v = uniform_values(lens[i] * 2 * 64, rng);
     cache.add_sequence(ids[i], lens[i], k, v, llmkit::test::random_chunks(lens[i], 33, rng));
     cu.push_back(cu.back() + static_cast<std::int32_t>(lens[i]));
   }
-  const auto q = uniform(static_cast<std::size_t>(cu.back()) * 8 * 64, rng);
+  const auto q = uniform_values(static_cast<std::size_t>(cu.back()) * 8 * 64, rng);
   std::vector<float> a(q.size()), b(q.size());
   const prefill_params p{.q = q, .out = a, .cu_seqlens = cu, .seq_ids = ids, .layer = 0, .n_heads = 8};
   prefill(p, cache);
@@ -317,11 +302,11 @@ TEST_CASE("prefill: bad input raises llmkit::error naming the argument") {
   std::mt19937 rng(16);
   const kv::kv_shape shape{2, 2, 64};
   chunked_test_cache<float> cache(shape);
-  const auto k = uniform(2 * 10 * 2 * 64, rng);
+  const auto k = uniform_values(2 * 10 * 2 * 64, rng);
   cache.add_sequence(3, 10, k, k, {4, 6});
   std::vector<kv::seq_id> ids{3};
   std::vector<std::int32_t> cu{0, 4};
-  auto q = uniform(4 * 4 * 64, rng);
+  auto q = uniform_values(4 * 4 * 64, rng);
   std::vector<float> out(q.size());
   prefill_params p{.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids, .layer = 1, .n_heads = 4};
   REQUIRE_NOTHROW(prefill(p, cache));

@@ -7,7 +7,9 @@
 ///   sequence's rows into caller-chosen (e.g. random) chunks, with padded
 ///   rows, any first position and optionally a rotated chunk order (a ring);
 /// - `reference_attention`: the naive double-precision oracle, reading K/V
-///   through the same chunk view, materialising every score.
+///   through the same chunk view, materialising every score;
+/// - `uniform_values` and `attention_errors`: random inputs and the largest
+///   deviations of a kernel's output from the oracle.
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +31,33 @@
 #include <llmkit/kv/kv_view.hpp>
 
 namespace llmkit::test {
+
+/// [n] values uniform in [lo, hi).
+inline std::vector<float> uniform_values(std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> x(n);
+  for (auto& e : x) e = u(rng);
+  return x;
+}
+
+/// Largest |out - oracle| of a kernel's output, against the oracle on the
+/// stored (converted) K/V and on the original f32 K/V.
+struct attention_errors {
+  double stored = 0.0;
+  double original = 0.0;
+  bool finite = true;
+  std::vector<float> out;  ///< the kernel's output, when the test keeps it
+
+  /// Folds in `out[x]` against `ref[x]` (stored) and `ref0[x]` (original).
+  void add(const float* out_rows, const std::vector<double>& ref, const std::vector<double>& ref0) {
+    for (std::size_t x = 0; x < ref.size(); ++x) {
+      const double o = out_rows[x];
+      if (!std::isfinite(o)) finite = false;
+      stored = std::max(stored, std::fabs(o - ref[x]));
+      original = std::max(original, std::fabs(o - ref0[x]));
+    }
+  }
+};
 
 /// Stored value of an f32 for storage type T (int8 uses the row's scale).
 template <class T>
