@@ -29,6 +29,8 @@
 #include <llmkit/search/beam_search.hpp>
 #include <llmkit/simd/arch.hpp>
 
+#include "example_model.hpp"
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -120,16 +122,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::vector<std::byte> synthetic_bytes;
-    std::unique_ptr<model::gguf_file> file;
-    if (synthetic) {
-      synthetic_bytes = model::synthetic_llama({.config = model::synthetic_100m_config(),
-                                                .weight_type = model::ggml_type::f16, .seed = 1}).bytes();
-      file = std::make_unique<model::gguf_file>(synthetic_bytes);
-      model_path = "synthetic-100M";
-    } else {
-      file = std::make_unique<model::gguf_file>(model::gguf_file::open(model_path));
-    }
+    const auto source = llmkit_examples::open_example_model(synthetic, model_path);
+    const auto& file = source.file;
+    model_path = source.name;
     const auto tok = model::tokenizer::from_gguf(*file);
     model::llama_model target(*file);
     thread_pool pool(threads);
