@@ -128,9 +128,9 @@ struct workload {
 
 workload make_workload(length_shape shape) {
   const std::size_t n = smoke() ? 8 : 64;
-  const length_distribution d{.shape = shape, .min_length = 8, .max_length = smoke() ? 64 : 512, .median = 60,
-                              .p99 = 1000, .constant = smoke() ? 32 : 128, .long_fraction = 1.0 / 16.0,
-                              .short_max = smoke() ? 16 : 64};
+  const length_distribution d{.shape = shape, .min_length = 8, .max_length = smoke() ? 64u : 512u, .median = 60,
+                              .p99 = 1000, .constant = smoke() ? 32u : 128u, .long_fraction = 1.0 / 16.0,
+                              .short_max = smoke() ? 16u : 64u};
   length_distribution capped = d;
   if (shape == length_shape::lognormal) capped.max_length = smoke() ? 128 : 2048;
   workload w;

@@ -67,9 +67,8 @@ inline row temperature(row logits, double t) {
 
 inline row top_k(const row& logits, std::int64_t k) {
   if (k <= 0 || static_cast<std::size_t>(k) >= logits.size()) return logits;
-  auto idx = order_desc(logits);
-  idx.resize(static_cast<std::size_t>(k));
-  return keep_only(logits, idx);
+  const auto idx = order_desc(logits);
+  return keep_only(logits, {idx.begin(), idx.begin() + k});
 }
 
 /// Keeps the shortest prefix of `order` whose summed `prob` reaches p.

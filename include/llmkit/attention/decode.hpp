@@ -34,6 +34,9 @@
 #include "llmkit/core/executor.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention {
 
@@ -363,3 +366,5 @@ extern template struct decode_kernel_table<simd::default_arch, bf16>;
 extern template struct decode_kernel_table<simd::default_arch, std::int8_t>;
 }  // namespace llmkit::attention::detail
 #endif
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -42,7 +42,10 @@ constexpr bool supports_head_dim(std::size_t head_dim) noexcept {
 inline const std::string& supported_head_dims_text() {
   static const std::string text = [] {
     std::string s;
-    for (const std::size_t d : supported_head_dims) s += (s.empty() ? "" : " ") + std::to_string(d);
+    for (const std::size_t d : supported_head_dims) {
+      if (!s.empty()) s += ' ';
+      s += std::to_string(d);
+    }
     return s;
   }();
   return text;

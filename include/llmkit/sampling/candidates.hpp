@@ -28,6 +28,9 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/sampling/detail/kernels.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::sampling {
 
@@ -282,3 +285,5 @@ class candidates {
 };
 
 }  // namespace llmkit::sampling
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -36,10 +36,13 @@
 
 #include "llmkit/attention/detail/kv_rows.hpp"
 #include "llmkit/attention/detail/vec.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention::detail {
 
@@ -210,3 +213,5 @@ struct decode_kernels {
 };
 
 }  // namespace llmkit::attention::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

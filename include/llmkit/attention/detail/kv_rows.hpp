@@ -23,10 +23,13 @@
 #include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention::detail {
 
@@ -301,3 +304,5 @@ inline void tile_rows_f32(const row_tile<T, N>& rt, std::size_t d, float* kf, fl
 }
 
 }  // namespace llmkit::attention::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -16,10 +16,13 @@
 #include <xsimd/xsimd.hpp>
 
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention::detail {
 
@@ -133,3 +136,5 @@ inline vec<Arch> vhaddp(const vec<Arch>* rows) noexcept {
 }
 
 }  // namespace llmkit::attention::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

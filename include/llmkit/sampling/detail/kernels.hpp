@@ -26,6 +26,9 @@
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::sampling::detail {
 
@@ -255,3 +258,5 @@ inline float value_of_descending_key(std::uint32_t key) noexcept {
 }
 
 }  // namespace llmkit::sampling::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

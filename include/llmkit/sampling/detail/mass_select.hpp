@@ -48,6 +48,9 @@
 #include "llmkit/sampling/detail/kernels.hpp"
 #include "llmkit/sampling/detail/select.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::sampling::detail {
 
@@ -636,3 +639,5 @@ void truncate_by_mass(candidates& c, const Score& score, double fraction, std::s
 }
 
 }  // namespace llmkit::sampling::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -26,6 +26,9 @@
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/detail/kernels.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::sampling::detail {
 
@@ -254,3 +257,5 @@ inline std::span<const std::uint32_t> top_k_indices(candidates& c, std::size_t k
 }
 
 }  // namespace llmkit::sampling::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -24,6 +24,9 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/exp.hpp"
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::search::detail {
 
@@ -136,3 +139,5 @@ void top_entries(std::span<const float> logits, std::size_t m, std::vector<row_e
 }
 
 }  // namespace llmkit::search::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END

@@ -13,11 +13,14 @@
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/diagnostics.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define LLMKIT_SIMD_X86 1
 #endif
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd::detail {
 
@@ -117,3 +120,5 @@ inline void store_i32_as_i8(const xsimd::batch<std::int32_t, Arch>& v, std::int8
 }
 
 }  // namespace llmkit::simd::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END
