@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -84,7 +85,16 @@ int main(int argc, char** argv) {
                  "llmkit::sampling chain, e.g. \"penalties(repeat=1.1);top_k(40);top_p(0.95);temperature(0.8);sample\" "
                  "(overrides --temperature/--top-k/--top-p)");
   app.add_option("--threads", threads, "threads (>= 1)")->check(CLI::PositiveNumber)->capture_default_str();
+  std::string weights_name = "native";
+  app.add_option("--weight-type", weights_name,
+                 "how the weights are kept in memory: native (as in the file), f32, f16 or q8_0")
+      ->check(CLI::IsMember({"native", "f32", "f16", "q8_0"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const std::map<std::string, llmkit::model::weight_type> weight_types{
+      {"native", llmkit::model::weight_type::native}, {"f32", llmkit::model::weight_type::f32},
+      {"f16", llmkit::model::weight_type::f16}, {"q8_0", llmkit::model::weight_type::q8_0}};
+  const llmkit::model::weight_type weights = weight_types.at(weights_name);
   if (!(so.top_p > 0.0f)) {
     std::cerr << "error: --top-p must be in (0, 1], got " << so.top_p << "\n";
     return 2;
@@ -94,7 +104,7 @@ int main(int argc, char** argv) {
     using clock = std::chrono::steady_clock;
     const auto file = llmkit::model::gguf_file::open(model_path);
     const auto tok = llmkit::model::tokenizer::from_gguf(file);
-    llmkit::model::llama_model model(file);
+    llmkit::model::llama_model model(file, {.weight_type = weights});
     const auto& c = model.config();
     const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, true);
     const std::size_t capacity = std::min(c.context_length, prompt_ids.size() + n_tokens);
@@ -103,7 +113,8 @@ int main(int argc, char** argv) {
                 << "\n";
       return 2;
     }
-    std::cerr << "llmkit-generate: " << model_path << "\n  sampling: "
+    std::cerr << "llmkit-generate: " << model_path << " (weights " << llmkit::model::weight_type_name(weights)
+              << ")\n  sampling: "
               << (chain_text.empty() ? chain_config(so) : chain_text) << "\n  arch " << llmkit::simd::arch_name<llmkit::simd::default_arch>()
               << ", " << threads << " thread(s); dim " << c.dim << ", " << c.n_layers << " layers, " << c.n_heads
               << " heads (" << c.n_kv_heads << " KV), vocab " << c.n_vocab << "\n";
