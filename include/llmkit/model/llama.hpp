@@ -491,8 +491,14 @@ class llama_model {
   void reserve(std::size_t n, std::size_t n_out) {
     const auto& c = config_;
     const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+    // Exact growth: release the old buffer, then allocate `size` (a plain
+    // resize would double the capacity, up to 2x the largest forward's
+    // activations kept for the model's lifetime).
     auto ensure = [](aligned_vector<float>& v, std::size_t size) {
-      if (v.size() < size) v.resize(size);
+      if (v.size() >= size) return;
+      v.clear();
+      v.shrink_to_fit();
+      v.resize(size);
     };
     ensure(x_, n * c.dim);
     ensure(xn_, std::max(n, n_out) * c.dim);
