@@ -21,9 +21,10 @@
 // - BM_synth_speculative/<drafter>/<k>: drafter 0 = n-gram, 1 = the target's
 //   first 6 layers, 2 = the target with Q8_0 weights (int8 self-draft);
 //   counters as above plus speedup (time per token of plain decoding / this).
-// - BM_synth_beam/<B>/<naive>: beam search from a 512-token prompt prefilled
-//   once per cache before the timed loop (beam_options::prefix), 16 new
-//   tokens; naive as for BM_beam.
+// - BM_synth_beam/<B>/<naive>/<prompt>: beam search from a 512- or
+//   1536-token prompt prefilled once per cache before the timed loop
+//   (beam_options::prefix), 16 new tokens; naive as for BM_beam (the copying
+//   baselines copy the whole context, so their cost grows with the prompt).
 // Times are the benchmark's CPU time of the main thread (everything runs on
 // it: LLMKIT_BENCH_THREADS unset or 1), so a loaded machine disturbs them
 // less than wall time; ratios come from one run.
@@ -349,7 +350,7 @@ struct synth_fixture {
       prompts.push_back(std::move(prompt));
     }
     long_prompt.push_back(1);
-    for (std::int32_t i = 0; long_prompt.size() < (smoke() ? 40u : 512u); ++i) long_prompt.push_back(3 + (i * 613) % (vocab - 3));
+    for (std::int32_t i = 0; long_prompt.size() < (smoke() ? 40u : 1536u); ++i) long_prompt.push_back(3 + (i * 613) % (vocab - 3));
     n_new = smoke() ? 6 : 32;
     // The plain baseline, timed once.
     paged16 cache(target->kv_shape(), {.n_blocks = 64, .max_sequences = 2});
@@ -445,11 +446,16 @@ void BM_synth_beam(benchmark::State& state) {
   auto& f = sfx();
   const auto B = static_cast<std::size_t>(state.range(0));
   const int naive = static_cast<int>(state.range(1));
+  const std::size_t prompt_len = std::min(static_cast<std::size_t>(state.range(2)), f.long_prompt.size());
   std::size_t tokens = 0;
-  const auto r = run_beams(state, *f.target, f.long_prompt, B, naive, smoke() ? 4 : 16, true, tokens);
+  const auto r = run_beams(state, *f.target, std::span<const std::int32_t>(f.long_prompt).first(prompt_len), B, naive,
+                           smoke() ? 4 : 16, true, tokens);
   beam_counters(state, r, tokens);
 }
-BENCHMARK(BM_synth_beam)->ArgsProduct({{1, 4, 16}, {0, 1, 2}})->ArgNames({"B", "naive"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_synth_beam)
+    ->ArgsProduct({{1, 4, 16}, {0, 1, 2}, {512, 1536}})
+    ->ArgNames({"B", "naive", "prompt"})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
