@@ -42,10 +42,7 @@ namespace {
 using namespace llmkit;
 using namespace llmkit::kv;
 
-bool smoke() {
-  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
-  return v != nullptr && std::string(v) != "0";
-}
+using llmkit_bench::smoke;
 
 constexpr std::size_t chunk_tokens = 64;
 constexpr std::size_t block = 16;

@@ -44,10 +44,7 @@ namespace {
 
 using namespace llmkit;
 
-bool smoke() {
-  const char* e = std::getenv("LLMKIT_BENCH_SMOKE");
-  return e != nullptr && std::string(e) != "0";
-}
+using llmkit_bench::smoke;
 
 constexpr std::size_t prompt_tokens = 128;
 constexpr double llamacpp_prefill_tps = 11800.0;

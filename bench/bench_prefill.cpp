@@ -72,10 +72,7 @@ namespace {
 
 using namespace llmkit;
 
-bool smoke() {
-  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
-  return v != nullptr && std::string(v) != "0";
-}
+using llmkit_bench::smoke;
 
 constexpr std::size_t n_heads = 32, n_kv_heads = 8, head_dim = 128, n_prompts = 4;
 

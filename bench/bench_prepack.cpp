@@ -41,10 +41,7 @@ namespace {
 
 using namespace llmkit::pack;
 
-bool smoke() {
-  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
-  return v != nullptr && std::string(v) != "0";
-}
+using llmkit_bench::smoke;
 
 constexpr std::size_t packer_capacity = 2048;
 

@@ -30,10 +30,7 @@
 
 namespace {
 
-bool smoke() {
-  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
-  return v != nullptr && std::string(v) != "0";
-}
+using llmkit_bench::smoke;
 
 unsigned all_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 

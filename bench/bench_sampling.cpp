@@ -50,10 +50,7 @@ namespace {
 using namespace llmkit;
 using namespace llmkit::sampling;
 
-bool smoke() {
-  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
-  return v != nullptr && std::string(v) != "0";
-}
+using llmkit_bench::smoke;
 
 /// Pristine and working rows for (vocab, batch), allocated and faulted once.
 struct rows {

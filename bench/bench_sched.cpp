@@ -48,10 +48,7 @@ namespace {
 
 namespace sched = llmkit::sched;
 
-bool smoke() {
-  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
-  return v != nullptr && std::string(v) != "0";
-}
+using llmkit_bench::smoke;
 
 const sched::cost_model& model() {
   static const sched::cost_model cm = [] {

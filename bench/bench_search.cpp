@@ -62,10 +62,7 @@ namespace {
 using paged16 = kv::paged_cache<float, 16>;
 using paged4 = kv::paged_cache<float, 4>;
 
-bool smoke() {
-  const char* v = std::getenv(LLMKIT_BENCH_SMOKE_ENV);
-  return v != nullptr && std::string(v) != "0";
-}
+using llmkit_bench::smoke;
 std::size_t n_new_tokens() { return smoke() ? 8 : 96; }
 
 double cpu_seconds() {

@@ -40,10 +40,7 @@ namespace {
 namespace simd = llmkit::simd;
 using simd_arch = simd::default_arch;
 
-bool smoke() {
-  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
-  return v != nullptr && std::string(v) != "0";
-}
+using llmkit_bench::smoke;
 
 struct size_class {
   const char* name;

@@ -32,6 +32,13 @@
 
 namespace llmkit_bench {
 
+/// LLMKIT_BENCH_SMOKE=1 (set by the bench-smoke ctest entries): every bench
+/// shrinks its sizes so the run takes seconds and proves only that it works.
+inline bool smoke() {
+  const char* v = std::getenv("LLMKIT_BENCH_SMOKE");
+  return v != nullptr && std::string(v) != "0";
+}
+
 /// Where the roofline JSON lives (LLMKIT_ROOFLINE_JSON, else <source>/build/roofline.json).
 inline std::string roofline_json_path() {
   if (const char* p = std::getenv("LLMKIT_ROOFLINE_JSON"); p != nullptr && *p != '\0') return p;
@@ -201,10 +208,8 @@ struct roofline {
   /// Quick in-process measurement (about a second; a few milliseconds, and
   /// meaningless figures, under LLMKIT_BENCH_SMOKE=1).
   static roofline measure_quick() {
-    const char* smoke_env = std::getenv("LLMKIT_BENCH_SMOKE");
-    const bool smoke = smoke_env != nullptr && std::string(smoke_env) != "0";
-    const std::size_t bytes = smoke ? std::size_t{4} << 20 : std::size_t{256} << 20;
-    const std::size_t iterations = smoke ? 20'000 : 2'000'000;
+    const std::size_t bytes = smoke() ? std::size_t{4} << 20 : std::size_t{256} << 20;
+    const std::size_t iterations = smoke() ? 20'000 : 2'000'000;
     roofline r;
     r.threads_all = std::max(1u, std::thread::hardware_concurrency());
     r.read_gbps_1t = measure_read_gbps(1, bytes, 3);
@@ -212,7 +217,7 @@ struct roofline {
     r.fma_gflops_1t = measure_fma_gflops(1, iterations, 3);
     r.fma_gflops_all = measure_fma_gflops(r.threads_all, iterations, 3);
     r.arch = llmkit::simd::arch_name<llmkit::simd::default_arch>();
-    r.source = smoke ? "measured in-process (smoke: meaningless)" : "measured in-process (quick)";
+    r.source = smoke() ? "measured in-process (smoke: meaningless)" : "measured in-process (quick)";
     return r;
   }
 
