@@ -16,8 +16,10 @@
 // Models: stories260K (models/stories260K.gguf, F32 file) and the synthetic
 // ~100M Llama (dim 768, 12 layers, 12/4 heads, ffn 2048, vocab 32000),
 // written as an F32 GGUF to <source>/build/bench-model-synthetic-100m.gguf on
-// the first run (a small one under LLMKIT_BENCH_SMOKE=1). Weights: f32 or
-// q8_0 in memory (llama_options::weight_type). vs_llamacpp compares with
+// the first run (a small one under LLMKIT_BENCH_SMOKE=1). Weights: f32,
+// q8_0 (llama_options::weight_type; exact product with f32 activations) or
+// q8_0xq8 (Q8_0 weights times int8-quantised activations, the VNNI product:
+// llama_options::activations = q8_0). vs_llamacpp compares with
 // llama.cpp on stories260K on this machine (2 threads: 11.8k prompt tokens/s,
 // 1.75k generated tokens/s). One thread is timed by the thread's CPU time,
 // two by wall time.
@@ -91,11 +93,23 @@ const std::string& model_path(int which) {
 
 const char* model_name(int which) { return which == 0 ? "stories260K" : "synthetic100M"; }
 
-/// Loaded models, kept for the process: [model][weights] -> copies.
-std::vector<std::unique_ptr<model::llama_model>>& models(int which, model::weight_type wt, std::size_t copies) {
-  static std::vector<std::unique_ptr<model::llama_model>> cache[2][4];
-  auto& v = cache[which][static_cast<int>(wt)];
-  if (v.empty()) v.push_back(std::make_unique<model::llama_model>(model::llama_model::load(model_path(which), {.weight_type = wt})));
+/// How the weight matrices are stored and multiplied.
+struct weights_variant {
+  int id;
+  const char* name;
+  model::llama_options options;
+};
+const weights_variant variants[] = {
+    {0, "f32", {.weight_type = model::weight_type::f32}},
+    {1, "q8_0", {.weight_type = model::weight_type::q8_0}},
+    {2, "q8_0xq8", {.weight_type = model::weight_type::q8_0, .activations = model::activation_type::q8_0}},
+};
+
+/// Loaded models, kept for the process: [model][variant] -> copies.
+std::vector<std::unique_ptr<model::llama_model>>& models(int which, const weights_variant& wt, std::size_t copies) {
+  static std::vector<std::unique_ptr<model::llama_model>> cache[2][3];
+  auto& v = cache[which][wt.id];
+  if (v.empty()) v.push_back(std::make_unique<model::llama_model>(model::llama_model::load(model_path(which), wt.options)));
   while (v.size() < copies) v.push_back(std::make_unique<model::llama_model>(*v.front()));
   return v;
 }
@@ -126,7 +140,7 @@ double roof_gbps(std::size_t threads) {
   return threads <= 1 ? r.read_gbps_1t : r.read_gbps_all;
 }
 
-void bm_prefill(benchmark::State& state, int which, model::weight_type wt, std::size_t threads) {
+void bm_prefill(benchmark::State& state, int which, const weights_variant& wt, std::size_t threads) {
   auto& m = *models(which, wt, 1).front();
   thread_pool pool(threads);
   kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 2 * prompt_tokens});
@@ -145,7 +159,7 @@ void bm_prefill(benchmark::State& state, int which, model::weight_type wt, std::
   if (which == 0) state.counters["vs_llamacpp"] = tokens / seconds / llamacpp_prefill_tps;
 }
 
-void bm_decode(benchmark::State& state, int which, model::weight_type wt, std::size_t threads, bool dram) {
+void bm_decode(benchmark::State& state, int which, const weights_variant& wt, std::size_t threads, bool dram) {
   // Enough copies that one pass over them is >= 1 GiB: each step's weights
   // were evicted from the L3 by the steps before it.
   std::size_t copies = 1;
@@ -203,9 +217,9 @@ void timing(benchmark::internal::Benchmark* b, std::size_t threads) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   for (int which : {0, 1})
-    for (model::weight_type wt : {model::weight_type::f32, model::weight_type::q8_0})
+    for (const weights_variant& wt : variants)
       for (std::size_t threads : {1u, 2u}) {
-        const std::string suffix = std::string(model_name(which)) + "/" + std::string(model::weight_type_name(wt)) +
+        const std::string suffix = std::string(model_name(which)) + "/" + wt.name +
                                    "/threads:" + std::to_string(threads);
         timing(benchmark::RegisterBenchmark(("prefill/" + suffix).c_str(),
                                             [=](benchmark::State& s) { bm_prefill(s, which, wt, threads); })

@@ -220,7 +220,7 @@ struct fixture {
   model::llama_model target{file};
   std::vector<std::byte> layers_bytes = search::self_draft_gguf(file, {.n_layers = 4});
   model::llama_model layers{model::gguf_file(layers_bytes)};
-  model::llama_model int8{file, {.weight_type = model::weight_type::q8_0}};
+  model::llama_model int8{file, {.weight_type = model::weight_type::q8_0, .activations = model::activation_type::q8_0}};
   std::vector<std::vector<std::int32_t>> prompts;
   fixture() {
     for (const char* p : {"Once upon a time", "Lily and Tom went to the park. Lily saw a big red ball. Tom saw a big red",
@@ -336,7 +336,8 @@ struct synth_fixture {
     bytes = model::synthetic_llama({.config = c, .weight_type = model::ggml_type::f16, .seed = 1}).bytes();
     file = std::make_unique<model::gguf_file>(bytes);
     target = std::make_unique<model::llama_model>(*file, model::llama_options{.weight_type = model::weight_type::f32});
-    int8 = std::make_unique<model::llama_model>(*file, model::llama_options{.weight_type = model::weight_type::q8_0});
+    int8 = std::make_unique<model::llama_model>(
+        *file, model::llama_options{.weight_type = model::weight_type::q8_0, .activations = model::activation_type::q8_0});
     const auto layer_bytes = search::self_draft_gguf(*file, {.n_layers = std::max<std::size_t>(1, c.n_layers / 2)});
     layers = std::make_unique<model::llama_model>(model::gguf_file(layer_bytes),
                                                   model::llama_options{.weight_type = model::weight_type::f32});

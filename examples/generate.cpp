@@ -4,6 +4,7 @@
 //
 //   llmkit-generate [--model PATH] [--prompt TEXT] [--tokens N] [--temperature T]
 //                   [--top-k K] [--top-p P] [--seed S] [--threads N] [--sampling CHAIN]
+//                   [--weight-type native|f32|f16|q8_0] [--activations f32|q8_0]
 //
 // The continuation alone goes to stdout; the SIMD arch, prompt tokens and
 // prefill / decode tokens per second go to stderr. With no arguments it
@@ -90,7 +91,14 @@ int main(int argc, char** argv) {
                  "how the weights are kept in memory: native (as in the file), f32, f16 or q8_0")
       ->check(CLI::IsMember({"native", "f32", "f16", "q8_0"}))
       ->capture_default_str();
+  std::string activations_name = "f32";
+  app.add_option("--activations", activations_name,
+                 "what Q8_0 matrices multiply: f32 (exact) or q8_0 (int8-quantised activations, the faster VNNI product)")
+      ->check(CLI::IsMember({"f32", "q8_0"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const auto activations =
+      activations_name == "q8_0" ? llmkit::model::activation_type::q8_0 : llmkit::model::activation_type::f32;
   const std::map<std::string, llmkit::model::weight_type> weight_types{
       {"native", llmkit::model::weight_type::native}, {"f32", llmkit::model::weight_type::f32},
       {"f16", llmkit::model::weight_type::f16}, {"q8_0", llmkit::model::weight_type::q8_0}};
@@ -104,7 +112,7 @@ int main(int argc, char** argv) {
     using clock = std::chrono::steady_clock;
     const auto file = llmkit::model::gguf_file::open(model_path);
     const auto tok = llmkit::model::tokenizer::from_gguf(file);
-    llmkit::model::llama_model model(file, {.weight_type = weights});
+    llmkit::model::llama_model model(file, {.weight_type = weights, .activations = activations});
     const auto& c = model.config();
     const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, true);
     const std::size_t capacity = std::min(c.context_length, prompt_ids.size() + n_tokens);
@@ -114,7 +122,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::cerr << "llmkit-generate: " << model_path << " (weights " << llmkit::model::weight_type_name(weights)
-              << ")\n  sampling: "
+              << ", activations " << activations_name << ")\n  sampling: "
               << (chain_text.empty() ? chain_config(so) : chain_text) << "\n  arch " << llmkit::simd::arch_name<llmkit::simd::default_arch>()
               << ", " << threads << " thread(s); dim " << c.dim << ", " << c.n_layers << " layers, " << c.n_heads
               << " heads (" << c.n_kv_heads << " KV), vocab " << c.n_vocab << "\n";

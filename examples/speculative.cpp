@@ -9,7 +9,8 @@
 //
 // Drafters: `ngram` (prompt lookup, no model), `layersN` (the target's first
 // N layers), `int8` (the target itself with its weight matrices stored as
-// Q8_0 and multiplied as int8: llama_options::weight_type = q8_0), and
+// Q8_0 and multiplied as int8 by int8-quantised activations:
+// llama_options{.weight_type = q8_0, .activations = q8_0}), and
 // `int8-layersN` (both). The target keeps the weights as --target-weights
 // (f32 by default).
 // With --json, one JSON object per line and (drafter, k): drafter, k,
@@ -246,8 +247,9 @@ int main(int argc, char** argv) {
         std::cerr << "error: unknown drafter '" << name << "' (ngram, layersN, int8, int8-layersN)\n";
         return 2;
       }
-      const model::llama_options draft_options{.weight_type = int8 ? model::weight_type::q8_0
-                                                                   : weights_of(target_weights)};
+      const model::llama_options draft_options{
+          .weight_type = int8 ? model::weight_type::q8_0 : weights_of(target_weights),
+          .activations = int8 ? model::activation_type::q8_0 : model::activation_type::f32};
       if (!draft_bytes.empty())
         draft_model = std::make_unique<model::llama_model>(model::gguf_file(draft_bytes), draft_options);
       else if (int8)

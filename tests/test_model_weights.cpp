@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // model/weights.hpp: weight_matrix storage (f32, f16, Q8_0) and the linear()
-// kernel against a double-precision oracle; llama_options::weight_type.
+// kernel against a double-precision oracle (also the Q8_0 x int8-activation
+// product); llama_options::weight_type and ::activations.
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
 #include <llmkit/model/batch.hpp>
@@ -12,8 +13,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "reference/model_reference.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <span>
 #include <vector>
@@ -121,6 +126,87 @@ TEST_CASE("weights: linear() matches the double oracle for every storage, shape 
       }
     }
   }
+}
+
+TEST_CASE("weights: q8_0 activations give ggml's Q8_0 x Q8_0 product, exactly rounded, batch invariant") {
+  std::mt19937 rng(12);
+  thread_pool pool(2);
+  serial_executor serial;
+  struct shape {
+    std::size_t rows, cols;
+  };
+  // Odd block counts (1, 3, 5, 9: a last half-filled pair), rows around the
+  // 4-row strip and the 64-row thread split.
+  const std::vector<shape> shapes{{1, 32}, {3, 64}, {5, 96}, {64, 160}, {67, 288}, {130, 256}, {9, 512}};
+  for (const shape sh : shapes) {
+    weight_matrix w(weight_type::q8_0, sh.rows, sh.cols);
+    std::uniform_int_distribution<int> qv(-128, 127);  // -128 too: GGUF files may hold it
+    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+    for (std::size_t r = 0; r < sh.rows; ++r) {
+      std::vector<block_q8_0> blocks(sh.cols / 32);
+      for (auto& b : blocks) {
+        b.scale = f16{f32_to_f16_bits(scale(rng))};
+        for (auto& q : b.qs) q = static_cast<std::int8_t>(qv(rng));
+      }
+      if (r == 0) blocks[0].qs[0] = -128;
+      w.set_row_q8_0(r, blocks.data());
+    }
+    for (const std::size_t n : {0u, 1u, 2u, 3u, 4u, 5u, 8u, 9u, 33u}) {
+      INFO("rows " << sh.rows << " cols " << sh.cols << " n " << n);
+      auto x = random_values(n * sh.cols, rng, 3.0f);
+      if (n > 0) std::fill_n(x.begin(), 32, 0.0f);  // an all-zero block (scale 0)
+      std::vector<double> ref, mag;
+      reference::q8_q8_product(x, n, sh.cols, w.q8_data(), w.q8_scales(), sh.rows, ref, mag);
+      const std::size_t stride = sh.rows + 2;
+      std::vector<float> y(n * stride, 7.0f), yp(n * stride, 7.0f), acc(n * stride, 0.5f), exact(n * stride);
+      linear(serial, x, n, w, y, stride, false, activation_type::q8_0);
+      linear(pool, x, n, w, yp, stride, false, activation_type::q8_0);
+      linear(serial, x, n, w, acc, stride, true, activation_type::q8_0);
+      linear(serial, x, n, w, exact, stride);
+      std::vector<double> eref, emag;
+      oracle(x, n, w, eref, emag);
+      for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t o = 0; o < sh.rows; ++o) {
+          const double e = ref[i * sh.rows + o];
+          // The integer dots are exact; f32 sums over cols / 32 scaled terms.
+          const double bound = 1e-6 + double(sh.cols / 32 + 2) * 1.2e-7 * mag[i * sh.rows + o];
+          REQUIRE(std::abs(double(y[i * stride + o]) - e) <= bound);
+          REQUIRE(yp[i * stride + o] == y[i * stride + o]);  // threads do not change the result
+          REQUIRE(std::abs(double(acc[i * stride + o]) - (e + 0.5)) <= bound + 1e-6);
+          // Against the exact product: each activation moves by at most half
+          // its block's scale (amax / 254), so |error| <= sum |w| amax / 254.
+          double wsum = 0.0;
+          std::vector<float> row(sh.cols);
+          w.row(o, row);
+          for (std::size_t k = 0; k < sh.cols; ++k) {
+            float amax = 0.0f;
+            for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[i * sh.cols + k / 32 * 32 + j]));
+            wsum += std::abs(double(row[k])) * amax / 254.0;
+          }
+          REQUIRE(std::abs(double(y[i * stride + o]) - eref[i * sh.rows + o]) <= wsum * 1.001 + bound);
+        }
+        for (std::size_t o = sh.rows; o < stride; ++o) REQUIRE(y[i * stride + o] == 7.0f);  // padding untouched
+      }
+      for (std::size_t i = 0; i < n; ++i) {  // batch invariance
+        std::vector<float> one(sh.rows);
+        linear(serial, std::span<const float>(x).subspan(i * sh.cols, sh.cols), 1, w, one, sh.rows, false,
+               activation_type::q8_0);
+        for (std::size_t o = 0; o < sh.rows; ++o) REQUIRE(one[o] == y[i * stride + o]);
+      }
+    }
+  }
+  // f32 and f16 weights ignore the option; a NaN activation gives NaN outputs.
+  const weight_matrix f = random_matrix(weight_type::f32, 5, 64, rng);
+  const auto x = random_values(64, rng);
+  std::vector<float> a(5), b(5);
+  linear(serial, x, 1, f, a, 5);
+  linear(serial, x, 1, f, b, 5, false, activation_type::q8_0);
+  REQUIRE(a == b);
+  weight_matrix q = random_matrix(weight_type::q8_0, 5, 64, rng);
+  auto xn = x;
+  xn[40] = std::numeric_limits<float>::quiet_NaN();
+  linear(serial, xn, 1, q, a, 5, false, activation_type::q8_0);
+  for (float v : a) REQUIRE(std::isnan(v));
 }
 
 TEST_CASE("weights: identical weights give bit-identical products whatever the storage") {
@@ -238,34 +324,37 @@ TEST_CASE("llama: weight_type keeps or converts the file's weights") {
 }
 
 TEST_CASE("llama: q8_0 on stories260K keeps the 172-wide ffn_down in f32 and tells the same story start") {
-  auto f = gguf_file::open(LLMKIT_DEFAULT_MODEL);
-  llama_model ref(f), q8(f, {.weight_type = weight_type::q8_0});
-  const auto types = q8.weight_types();
-  REQUIRE(types[0] == weight_type::q8_0);
-  REQUIRE(types[3] == weight_type::f32);  // ffn_down: 172 columns
-  // Greedy from BOS: the int8 copy follows the f32 model for the first tokens.
-  kv::contiguous_cache<float> c1(ref.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
-  kv::contiguous_cache<float> c2(ref.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
-  const auto s1 = *c1.add_sequence();
-  const auto s2 = *c2.add_sequence();
-  std::int32_t t1 = 1, t2 = 1;
-  std::size_t same = 0;
-  for (std::int32_t pos = 0; pos < 8; ++pos) {
-    batch_builder b1, b2;
-    b1.add(s1, {&t1, 1}, pos);
-    b2.add(s2, {&t2, 1}, pos);
-    const auto l1 = ref.forward(b1.view(), c1);
-    const auto l2 = q8.forward(b2.view(), c2);
-    auto argmax = [](matrix_view<const float> l) {
-      std::size_t best = 0;
-      for (std::size_t v = 1; v < l.cols(); ++v)
-        if (l(0, v) > l(0, best)) best = v;
-      return static_cast<std::int32_t>(best);
-    };
-    t1 = argmax(l1);
-    t2 = argmax(l2);
-    same += t1 == t2;
-    t2 = t1;  // teacher-force the reference path
+  for (const activation_type act : {activation_type::f32, activation_type::q8_0}) {
+    INFO("activations " << (act == activation_type::q8_0 ? "q8_0" : "f32"));
+    auto f = gguf_file::open(LLMKIT_DEFAULT_MODEL);
+    llama_model ref(f), q8(f, {.weight_type = weight_type::q8_0, .activations = act});
+    const auto types = q8.weight_types();
+    REQUIRE(types[0] == weight_type::q8_0);
+    REQUIRE(types[3] == weight_type::f32);  // ffn_down: 172 columns
+    // Greedy from BOS: the int8 copy follows the f32 model for the first tokens.
+    kv::contiguous_cache<float> c1(ref.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+    kv::contiguous_cache<float> c2(ref.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+    const auto s1 = *c1.add_sequence();
+    const auto s2 = *c2.add_sequence();
+    std::int32_t t1 = 1, t2 = 1;
+    std::size_t same = 0;
+    for (std::int32_t pos = 0; pos < 8; ++pos) {
+      batch_builder b1, b2;
+      b1.add(s1, {&t1, 1}, pos);
+      b2.add(s2, {&t2, 1}, pos);
+      const auto l1 = ref.forward(b1.view(), c1);
+      const auto l2 = q8.forward(b2.view(), c2);
+      auto argmax = [](matrix_view<const float> l) {
+        std::size_t best = 0;
+        for (std::size_t v = 1; v < l.cols(); ++v)
+          if (l(0, v) > l(0, best)) best = v;
+        return static_cast<std::int32_t>(best);
+      };
+      t1 = argmax(l1);
+      t2 = argmax(l2);
+      same += t1 == t2;
+      t2 = t1;  // teacher-force the reference path
+    }
+    REQUIRE(same >= 6);
   }
-  REQUIRE(same >= 6);
 }

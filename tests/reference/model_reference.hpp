@@ -3,6 +3,7 @@
 // Naive oracles for model/: an O(n^2) SentencePiece-BPE encoder and a
 // double-precision Llama forward pass over whole sequences (no cache).
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -205,5 +206,42 @@ struct llama_reference {
     return out;
   }
 };
+
+/// ggml's Q8_0 x Q8_0 product in double: each 32-value block of an
+/// activation row x [n, cols] is quantised as quantize_q8_0 does (f32 scale
+/// d = amax / 127, q = round(x * (1 / d)) in f32), then
+/// y[t, o] = sum_b d_x[t, b] * d_w[o, b] * sum_j q_x * q_w, with the int8
+/// weights q_w [rows, cols] and their block scales d_w [rows, cols / 32].
+/// mag gets sum |d_x d_w q_x q_w| per output, for error bounds.
+inline void q8_q8_product(const std::vector<float>& x, std::size_t n, std::size_t cols, const std::int8_t* qw,
+                          const float* dw, std::size_t rows, std::vector<double>& y, std::vector<double>& mag) {
+  const std::size_t blocks = cols / 32;
+  std::vector<int> qx(n * cols);
+  std::vector<double> dx(n * blocks);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t b = 0; b < blocks; ++b) {
+      float amax = 0.0f;
+      for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[t * cols + b * 32 + j]));
+      const float d = amax / 127.0f;
+      const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+      dx[t * blocks + b] = d;
+      for (std::size_t j = 0; j < 32; ++j) qx[t * cols + b * 32 + j] = int(std::round(x[t * cols + b * 32 + j] * inv));
+    }
+  y.assign(n * rows, 0.0);
+  mag.assign(n * rows, 0.0);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t o = 0; o < rows; ++o)
+      for (std::size_t b = 0; b < blocks; ++b) {
+        long dot = 0, abs_dot = 0;
+        for (std::size_t j = 0; j < 32; ++j) {
+          const long p = long(qx[t * cols + b * 32 + j]) * long(qw[o * cols + b * 32 + j]);
+          dot += p;
+          abs_dot += p < 0 ? -p : p;
+        }
+        const double d = dx[t * blocks + b] * double(dw[o * blocks + b]);
+        y[t * rows + o] += d * double(dot);
+        mag[t * rows + o] += std::abs(d) * double(abs_dot);
+      }
+}
 
 }  // namespace llmkit::reference

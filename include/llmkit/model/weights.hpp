@@ -16,7 +16,9 @@
 /// `linear(exec, x, w, y)` widens W to f32 in registers and runs one
 /// register-tiled FMA kernel (model/detail/matmul.hpp): a matrix-vector
 /// product for one token reads each weight once; rows are split across the
-/// executor above ~2^16 multiply-adds.
+/// executor above ~2^16 multiply-adds. With `activation_type::q8_0` a Q8_0
+/// matrix instead multiplies int8-quantised activations
+/// (model/detail/matmul_q8.hpp: ggml's Q8_0 x Q8_0 product, VNNI).
 
 #include <algorithm>
 #include <cstddef>
@@ -32,6 +34,7 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
 #include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/detail/matmul_q8.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/convert.hpp"
@@ -49,6 +52,16 @@ enum class weight_type : std::uint8_t {
   f16,     ///< 2 bytes per weight (IEEE half)
   q8_0,    ///< 1 byte per weight + one f32 scale per 32 (1.125 bytes per weight)
 };
+
+/// What a product does with its f32 activations. `f32`: multiplies them as
+/// they are (the exact stored weights, f32 arithmetic). `q8_0`: when the
+/// weights are Q8_0, quantises each 32-value block of an activation row to
+/// int8 (scale amax / 127, like quantize_q8_0) and multiplies int8 by int8
+/// (model/detail/matmul_q8.hpp); f32 and f16 weights ignore it. The int8
+/// product does ~4x less arithmetic per weight, so a Q8_0 decode step runs at
+/// the speed of reading its weights; it differs from the exact product by
+/// the activations' rounding (at most half a block's scale per value).
+enum class activation_type { f32, q8_0 };
 
 /// "native", "f32", "f16" or "q8_0".
 constexpr std::string_view weight_type_name(weight_type t) noexcept {
@@ -251,14 +264,22 @@ class weight_matrix {
 /// in f32 arithmetic over the exact stored weights, rows split across `exec`
 /// for large products. Batch invariant (each output is one dot product
 /// summed in a fixed order whatever n, the tile or the thread).
+/// `activations`: see activation_type (q8_0 changes the product of Q8_0
+/// weights only; it is batch invariant too).
 /// @throws llmkit::error if x.size() is not n * cols, y_stride < rows, or y is too small.
 template <class Arch = simd::default_arch, executor Exec>
 void linear(Exec& exec, std::span<const float> x, std::size_t n, const weight_matrix& w, std::span<float> y,
-            std::size_t y_stride, bool accumulate = false) {
+            std::size_t y_stride, bool accumulate = false, activation_type activations = activation_type::f32) {
   LLMKIT_CHECK(x.size() == n * w.cols(), "linear: x.size() = ", x.size(), " must be n * cols = ", n, " * ", w.cols());
   LLMKIT_CHECK(y_stride >= w.rows(), "linear: y_stride = ", y_stride, " is less than the ", w.rows(), " rows of w");
   LLMKIT_CHECK(n == 0 || y.size() >= (n - 1) * y_stride + w.rows(), "linear: y.size() = ", y.size(),
                " is too small for ", n, " rows of stride ", y_stride);
+  if (activations == activation_type::q8_0 && w.type() == weight_type::q8_0) {
+    detail::q8_activations xq;
+    detail::matmul_q8<Arch>(exec, x.data(), n, w.cols(), detail::q8_weights{w.q8_data(), w.q8_scales(), w.cols()},
+                            w.rows(), y.data(), y_stride, accumulate, xq);
+    return;
+  }
   w.visit([&](const auto& acc) {
     detail::matmul<Arch>(exec, x.data(), n, w.cols(), acc, w.rows(), y.data(), y_stride, accumulate);
   });

@@ -19,9 +19,11 @@
 /// whatever the batch size, the tile it falls in or the thread that runs it.
 /// So a token's logits are bit-identical whether it runs alone, in a packed
 /// prefill, or as a decode step. Register tiles of 4 tokens x 4 output rows
-/// (16 accumulators) give 2 FMAs per load; a single token (decode) runs
-/// 1 x 4 tiles, a matrix-vector product that streams W once. W's rows are
-/// split in blocks across the executor when the product is large enough.
+/// (16 accumulators) give 2 FMAs per load. Products of up to
+/// matmul_stream_max_tokens tokens (decode steps, speculative verification,
+/// continuous batches) stream W once, strip by strip, with software
+/// prefetch; a single token runs 1 x 4 tiles, 5-8 tokens one n x 2 tile.
+/// W's rows are split across the executor when the product is large enough.
 
 #include <algorithm>
 #include <cmath>
@@ -30,7 +32,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#if defined(__AVX512F__)
+#if defined(__SSE__)
 #include <immintrin.h>
 #endif
 
@@ -51,9 +53,34 @@ namespace llmkit::model::detail {
 /// weights is 256 KiB of W, ~25 us at one core's DRAM bandwidth.
 inline constexpr double matmul_parallel_min_work = 1 << 16;
 
-/// Tokens and output rows per register tile.
+/// Tokens and output rows per register tile of a large product (prefill).
 inline constexpr std::size_t matmul_tile_tokens = 4;
 inline constexpr std::size_t matmul_tile_rows = 4;
+
+/// Products of at most this many tokens (decode, speculative verification,
+/// a continuous batch's decode rows) stream W from memory exactly once: for
+/// each strip of output rows, every token tile passes over it while it is in
+/// L1. Larger products (prefill) are compute-bound and block W in L2 instead.
+inline constexpr std::size_t matmul_stream_max_tokens = 32;
+
+/// How far ahead of its loads a streaming product asks for W in L2
+/// (PREFETCHT1), in bytes of W's storage. The hardware streamer alone keeps
+/// only ~8-12 GB/s in flight once a product does several FMAs per W load:
+/// bench_search's BM_synth_verify_pass on the ~100M model went from 1.67 to
+/// ~1.1 decode steps at 8 rows. 12-96 KiB all work; 32 KiB is the middle.
+inline constexpr std::size_t matmul_prefetch_bytes = 32 * 1024;
+
+/// Asks for the cache line `bytes_ahead` past p in L2. A hint: it never
+/// faults, so it may point past the end of W (the address is formed as an
+/// integer, not by pointer arithmetic beyond the array).
+inline void prefetch_l2(const void* p, std::size_t bytes_ahead) noexcept {
+#if defined(__SSE__)
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + bytes_ahead), _MM_HINT_T1);
+#else
+  (void)p;
+  (void)bytes_ahead;
+#endif
+}
 
 /// f32 weights: row o at w + o * in.
 struct f32_weights {
@@ -64,6 +91,7 @@ struct f32_weights {
     return xsimd::batch<float, Arch>::load_unaligned(w + o * in + k);
   }
   float at(std::size_t o, std::size_t k) const noexcept { return w[o * in + k]; }
+  void prefetch(std::size_t o, std::size_t k) const noexcept { prefetch_l2(w + o * in + k, matmul_prefetch_bytes); }
 };
 
 /// f16 weights (bit patterns): row o at w + o * in.
@@ -75,6 +103,7 @@ struct f16_weights {
     return simd::detail::load_f16_as_f32<Arch>(w + o * in + k);
   }
   float at(std::size_t o, std::size_t k) const noexcept { return f16_bits_to_f32(w[o * in + k]); }
+  void prefetch(std::size_t o, std::size_t k) const noexcept { prefetch_l2(w + o * in + k, matmul_prefetch_bytes); }
 };
 
 /// Q8_0 weights: int8 values q [out, in] and one f32 scale per 32 of them,
@@ -93,11 +122,35 @@ struct q8_weights {
   float at(std::size_t o, std::size_t k) const noexcept {
     return s[(o * in + k) / q8_block_size] * static_cast<float>(q[o * in + k]);
   }
+  void prefetch(std::size_t o, std::size_t k) const noexcept {
+    prefetch_l2(q + o * in + k, matmul_prefetch_bytes);
+    if ((o * in + k) % (16 * q8_block_size) == 0) prefetch_l2(s + (o * in + k) / q8_block_size, matmul_prefetch_bytes / 8);
+  }
 };
 
 
-/// One tile: tokens [t0, t0 + TN) x rows [o0, o0 + ON).
-template <class Arch, std::size_t TN, std::size_t ON, class W>
+#if defined(__AVX512F__)
+/// sums[a][b] = the horizontal sum of the 16-lane register acc[a][b], all
+/// through attention's fixed tree (haddp16): every register is reduced in
+/// the same order whatever its slot, so an output does not depend on its
+/// tile. V: __m512 or an AVX-512 xsimd batch.
+template <std::size_t TN, std::size_t ON, class V>
+inline void reduce_tile16(const V (&acc)[TN][ON], float (&sums)[TN][ON]) noexcept {
+  static_assert(TN * ON <= 16);
+  __m512 r[16];
+  for (std::size_t i = 0; i < 16; ++i) r[i] = _mm512_setzero_ps();
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) r[a * ON + b] = acc[a][b];
+  alignas(64) float s16[16];
+  _mm512_store_ps(s16, attention::detail::haddp16(r));
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) sums[a][b] = s16[a * ON + b];
+}
+#endif
+
+/// One tile: tokens [t0, t0 + TN) x rows [o0, o0 + ON). `Prefetch`: ask for
+/// W's rows matmul_prefetch_bytes ahead (streaming products).
+template <class Arch, std::size_t TN, std::size_t ON, class W, bool Prefetch = false>
 inline void matmul_tile(const float* x, std::size_t in, const W& w, float* y, std::size_t y_stride, bool accumulate,
                         std::size_t t0, std::size_t o0) noexcept {
   float sums[TN][ON];
@@ -115,22 +168,14 @@ inline void matmul_tile(const float* x, std::size_t in, const W& w, float* y, st
       batch xv[TN];
       for (std::size_t a = 0; a < TN; ++a) xv[a] = batch::load_unaligned(x + (t0 + a) * in + k);
       for (std::size_t b = 0; b < ON; ++b) {
+        if constexpr (Prefetch) w.prefetch(o0 + b, k);
         const batch wv = w.template load<Arch>(o0 + b, k);
         for (std::size_t a = 0; a < TN; ++a) acc[a][b] = xsimd::fma(xv[a], wv, acc[a][b]);
       }
     }
 #if defined(__AVX512F__)
     if constexpr (batch::size == 16 && TN * ON <= 16) {
-      __m512 r[16];
-      for (std::size_t i = 0; i < 16; ++i) r[i] = _mm512_setzero_ps();
-      for (std::size_t a = 0; a < TN; ++a)
-        for (std::size_t b = 0; b < ON; ++b) r[a * ON + b] = acc[a][b];
-      alignas(64) float s16[16];
-      // attention's fixed tree: every register is reduced in the same order
-      // whatever its slot, so an output does not depend on its tile.
-      _mm512_store_ps(s16, attention::detail::haddp16(r));
-      for (std::size_t a = 0; a < TN; ++a)
-        for (std::size_t b = 0; b < ON; ++b) sums[a][b] = s16[a * ON + b];
+      reduce_tile16(acc, sums);
     } else
 #endif
     {
@@ -164,16 +209,64 @@ inline void matmul_rows(const float* x, std::size_t in, const W& w, float* y, st
   }
 }
 
+/// Output rows [o, o + ON) for all n tokens, W streaming (prefetched): one
+/// tile of n x 2 when 5 <= n <= 8 (ON == 2, up to 16 accumulators), else
+/// tiles of 4 tokens (the strip's W stays in L1 while they pass over it).
+template <class Arch, std::size_t ON, class W>
+inline void matmul_strip(const float* x, std::size_t n, std::size_t in, const W& w, float* y, std::size_t y_stride,
+                         bool accumulate, std::size_t o) noexcept {
+  if constexpr (ON <= 2) {
+    switch (n) {
+      case 5: return matmul_tile<Arch, 5, ON, W, true>(x, in, w, y, y_stride, accumulate, 0, o);
+      case 6: return matmul_tile<Arch, 6, ON, W, true>(x, in, w, y, y_stride, accumulate, 0, o);
+      case 7: return matmul_tile<Arch, 7, ON, W, true>(x, in, w, y, y_stride, accumulate, 0, o);
+      case 8: return matmul_tile<Arch, 8, ON, W, true>(x, in, w, y, y_stride, accumulate, 0, o);
+      default: break;
+    }
+  }
+  std::size_t t = 0;
+  for (; t + matmul_tile_tokens <= n; t += matmul_tile_tokens)
+    matmul_tile<Arch, matmul_tile_tokens, ON, W, true>(x, in, w, y, y_stride, accumulate, t, o);
+  switch (n - t) {
+    case 3: matmul_tile<Arch, 3, ON, W, true>(x, in, w, y, y_stride, accumulate, t, o); break;
+    case 2: matmul_tile<Arch, 2, ON, W, true>(x, in, w, y, y_stride, accumulate, t, o); break;
+    case 1: matmul_tile<Arch, 1, ON, W, true>(x, in, w, y, y_stride, accumulate, t, o); break;
+    default: break;
+  }
+}
+
+/// Rows [row_first, row_last) of a streaming product (n <=
+/// matmul_stream_max_tokens): W is read from memory once, strip by strip.
+template <class Arch, class W>
+inline void matmul_stream(const float* x, std::size_t n, std::size_t in, const W& w, float* y, std::size_t y_stride,
+                          bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
+  std::size_t o = row_first;
+  if (n >= 5 && n <= 8) {
+    for (; o + 2 <= row_last; o += 2) matmul_strip<Arch, 2>(x, n, in, w, y, y_stride, accumulate, o);
+    if (o < row_last) matmul_strip<Arch, 1>(x, n, in, w, y, y_stride, accumulate, o);
+    return;
+  }
+  for (; o + matmul_tile_rows <= row_last; o += matmul_tile_rows)
+    matmul_strip<Arch, matmul_tile_rows>(x, n, in, w, y, y_stride, accumulate, o);
+  switch (row_last - o) {
+    case 3: matmul_strip<Arch, 3>(x, n, in, w, y, y_stride, accumulate, o); break;
+    case 2: matmul_strip<Arch, 2>(x, n, in, w, y, y_stride, accumulate, o); break;
+    case 1: matmul_strip<Arch, 1>(x, n, in, w, y, y_stride, accumulate, o); break;
+    default: break;
+  }
+}
+
 /// `[n, out] y (row stride y_stride) (+)= [n, in] x * ([out, in] w)^T`.
 template <class Arch = simd::default_arch, class Exec, class W>
 void matmul(Exec& exec, const float* x, std::size_t n, std::size_t in, const W& w, std::size_t out, float* y,
             std::size_t y_stride, bool accumulate) {
   if (n == 0 || out == 0) return;
-  // Row blocks of 64 (a multiple of the tile) keep a block of W hot in L1/L2
-  // while every token tile passes over it.
+  // Prefill: row blocks of 64 (a multiple of the tile) keep a block of W hot
+  // in L2 while every token tile passes over it.
   constexpr std::size_t block_rows = 64;
   const std::size_t n_blocks = (out + block_rows - 1) / block_rows;
-  auto body = [&](std::size_t first, std::size_t last) {
+  const bool streaming = n <= matmul_stream_max_tokens;
+  auto blocked = [&](std::size_t first, std::size_t last) {
     std::size_t t = 0;
     for (; t + matmul_tile_tokens <= n; t += matmul_tile_tokens)
       matmul_rows<Arch, matmul_tile_tokens>(x, in, w, y, y_stride, accumulate, t, first, last);
@@ -184,28 +277,19 @@ void matmul(Exec& exec, const float* x, std::size_t n, std::size_t in, const W& 
       default: break;
     }
   };
+  // Blocks [b0, b1) of output rows.
+  auto run = [&](std::size_t b0, std::size_t b1) {
+    if (streaming) return matmul_stream<Arch>(x, n, in, w, y, y_stride, accumulate, b0 * block_rows,
+                                              std::min(out, b1 * block_rows));
+    for (std::size_t blk = b0; blk < b1; ++blk) blocked(blk * block_rows, std::min(out, (blk + 1) * block_rows));
+  };
   const double work = double(n) * double(in) * double(out);
-  if (exec.concurrency() <= 1 || n_blocks == 1 || work < matmul_parallel_min_work) {
-    if (n <= matmul_tile_tokens) {
-      body(0, out);  // one pass over W
-    } else {
-      for (std::size_t blk = 0; blk < n_blocks; ++blk) body(blk * block_rows, std::min(out, (blk + 1) * block_rows));
-    }
-    return;
-  }
-  // A matrix-vector product (decode) is one stream over W: one contiguous
-  // share of the rows per thread, so each hand-off moves the most bytes.
-  // Larger products take a few blocks per task to balance.
-  const std::size_t n_tasks =
-      n <= matmul_tile_tokens ? std::min(n_blocks, exec.concurrency()) : std::min(n_blocks, exec.concurrency() * 4);
-  exec.parallel_for(n_tasks, [&](std::size_t task) {
-    const std::size_t b0 = n_blocks * task / n_tasks, b1 = n_blocks * (task + 1) / n_tasks;
-    if (n <= matmul_tile_tokens) {
-      body(b0 * block_rows, std::min(out, b1 * block_rows));
-    } else {
-      for (std::size_t blk = b0; blk < b1; ++blk) body(blk * block_rows, std::min(out, (blk + 1) * block_rows));
-    }
-  });
+  if (exec.concurrency() <= 1 || n_blocks == 1 || work < matmul_parallel_min_work) return run(0, n_blocks);
+  // A streaming product is one stream over W: one contiguous share of the
+  // rows per thread, so each hand-off moves the most bytes. Prefill takes a
+  // few blocks per task to balance.
+  const std::size_t n_tasks = std::min(n_blocks, exec.concurrency() * (streaming ? 1 : 4));
+  exec.parallel_for(n_tasks, [&](std::size_t task) { run(n_blocks * task / n_tasks, n_blocks * (task + 1) / n_tasks); });
 }
 
 }  // namespace llmkit::model::detail

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/detail/matmul_q8.hpp
+/// Y = X * W^T (or Y += X * W^T) for Q8_0 weights W [out, in] with the
+/// activations X [n, in] quantised to int8 too: the integer product ggml runs
+/// for Q8_0 x Q8_0, here with AVX-512 VNNI.
+///
+/// Each 32-value block b of a token row x is stored as int8 q_x and one f32
+/// scale d_x = amax / 127 (q_x = round(x / d_x), as quantize_q8_0 does), so
+///
+///     y[t, o] = sum_b d_x[t, b] * d_w[o, b] * sum_{j < 32} q_x[t, 32 b + j] * q_w[o, 32 b + j]
+///
+/// where the inner sum is exact in int32. The product differs from the exact
+/// one of matmul.hpp (f32 activations times the dequantised weights) only by
+/// the activations' rounding, at most d_x / 2 per value. In exchange the
+/// arithmetic per weight is one int8 multiply-add in a VPDPBUSD (64 per
+/// instruction) instead of widen + convert + scale + FMA, so a decode step
+/// runs at the int8 weights' memory speed.
+///
+/// VPDPBUSD multiplies unsigned by signed bytes: the unsigned side is |q_w|
+/// (VPABSB, exact for -128 too) and the signed side q_x with the sign of q_w
+/// (q_x is in [-127, 127], so negating it is exact). Two blocks fill a
+/// 64-byte register; lanes 0-7 sum block 2p, lanes 8-15 block 2p + 1, and
+/// the f32 accumulator gets cvt(int32 lanes) * (d_x * d_w) per pair. An odd
+/// last block is a pair with zero upper half.
+///
+/// Batch invariant like matmul.hpp: every output is accumulated in the same
+/// order (pairs ascending, then the fixed horizontal-add tree), whatever n,
+/// the tile or the thread. Without AVX-512 VNNI the same formula runs as a
+/// scalar loop (blocks ascending; a different but equally fixed order).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/dtype.hpp"
+#include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/convert.hpp"
+
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
+
+namespace llmkit::model::detail {
+
+/// Activations X [n, in] quantised per 32-value block.
+struct q8_activations {
+  std::size_t n = 0, in = 0;
+  aligned_vector<std::int8_t> q;  ///< [n, in] int8 values
+  aligned_vector<float> d;        ///< [n, pairs, 16]: lanes 0-7 the scale of block 2p, 8-15 of block 2p + 1 (0 past the end)
+
+  std::size_t pairs() const noexcept { return (in / q8_block_size + 1) / 2; }
+  const float* pair_scales(std::size_t t, std::size_t p) const noexcept { return d.data() + (t * pairs() + p) * 16; }
+  float scale(std::size_t t, std::size_t b) const noexcept { return pair_scales(t, b / 2)[(b % 2) * 8]; }
+
+  /// Quantises x [n, in]. @pre in % 32 == 0
+  template <class Arch>
+  void assign(const float* x, std::size_t n_tokens, std::size_t width) {
+    n = n_tokens;
+    in = width;
+    q.resize(n * in);
+    d.assign(n * pairs() * 16, 0.0f);
+    const std::size_t blocks = in / q8_block_size;
+    for (std::size_t t = 0; t < n; ++t) {
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const float* xb = x + t * in + b * q8_block_size;
+        std::int8_t* qb = q.data() + t * in + b * q8_block_size;
+        bool finite = true;
+        const float amax = simd::detail::block_abs_max<Arch>(xb, finite);
+        float scale = amax / 127.0f;
+        if (finite) {
+          simd::detail::block_quantize<Arch>(xb, scale != 0.0f ? 1.0f / scale : 0.0f, qb);
+        } else {  // a NaN scale: the block's outputs are NaN, as the f32 product's would be
+          std::fill_n(qb, q8_block_size, std::int8_t{0});
+          scale = std::numeric_limits<float>::quiet_NaN();
+        }
+        std::fill_n(d.data() + (t * pairs() + b / 2) * 16 + (b % 2) * 8, 8, scale);
+      }
+    }
+  }
+};
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+inline constexpr bool matmul_q8_vnni = true;
+
+/// One tile: tokens [t0, t0 + TN) x rows [o0, o0 + ON).
+template <std::size_t TN, std::size_t ON>
+inline void matmul_q8_tile(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
+                           bool accumulate, std::size_t t0, std::size_t o0) noexcept {
+  static_assert(TN * ON <= 16);
+  const std::size_t in = xa.in, blocks = in / q8_block_size, pairs = xa.pairs();
+  __m512 acc[TN][ON];
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  for (std::size_t p = 0; p < pairs; ++p) {
+    const std::size_t k = p * 2 * q8_block_size;
+    const bool full = 2 * p + 1 < blocks;
+    const __mmask64 bytes = full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
+    __m512i aw[ON];
+    __mmask64 neg[ON];
+    __m512 dw[ON];
+    for (std::size_t b = 0; b < ON; ++b) {
+      const std::int8_t* wp = w.q + (o0 + b) * in + k;
+      w.prefetch(o0 + b, k);
+      const __m512i wq = _mm512_maskz_loadu_epi8(bytes, wp);
+      aw[b] = _mm512_abs_epi8(wq);
+      neg[b] = _mm512_movepi8_mask(wq);
+      const float* sp = w.s + (o0 + b) * blocks + 2 * p;
+      const __m128 s2 = full ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sp))) : _mm_load_ss(sp);
+      dw[b] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
+    }
+    for (std::size_t a = 0; a < TN; ++a) {
+      const __m512i xq = _mm512_maskz_loadu_epi8(bytes, xa.q.data() + (t0 + a) * in + k);
+      const __m512 dx = _mm512_load_ps(xa.pair_scales(t0 + a, p));
+      for (std::size_t b = 0; b < ON; ++b) {
+        const __m512i sx = _mm512_mask_sub_epi8(xq, neg[b], _mm512_setzero_si512(), xq);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw[b], sx);
+        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dx, dw[b]), acc[a][b]);
+      }
+    }
+  }
+  float sums[TN][ON];
+  reduce_tile16(acc, sums);
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) {
+      float& out = y[(t0 + a) * y_stride + o0 + b];
+      out = accumulate ? out + sums[a][b] : sums[a][b];
+    }
+}
+
+/// Output rows [o, o + ON) for every token: tiles of up to 4 tokens while
+/// the strip's int8 rows stay in L1.
+template <std::size_t ON>
+inline void matmul_q8_strip(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
+                            bool accumulate, std::size_t o) noexcept {
+  std::size_t t = 0;
+  for (; t + 4 <= xa.n; t += 4) matmul_q8_tile<4, ON>(xa, w, y, y_stride, accumulate, t, o);
+  switch (xa.n - t) {
+    case 3: matmul_q8_tile<3, ON>(xa, w, y, y_stride, accumulate, t, o); break;
+    case 2: matmul_q8_tile<2, ON>(xa, w, y, y_stride, accumulate, t, o); break;
+    case 1: matmul_q8_tile<1, ON>(xa, w, y, y_stride, accumulate, t, o); break;
+    default: break;
+  }
+}
+#else
+inline constexpr bool matmul_q8_vnni = false;
+#endif
+
+/// Rows [row_first, row_last) of y for every token of xa.
+inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
+                           bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  std::size_t o = row_first;
+  for (; o + 4 <= row_last; o += 4) matmul_q8_strip<4>(xa, w, y, y_stride, accumulate, o);
+  switch (row_last - o) {
+    case 3: matmul_q8_strip<3>(xa, w, y, y_stride, accumulate, o); break;
+    case 2: matmul_q8_strip<2>(xa, w, y, y_stride, accumulate, o); break;
+    case 1: matmul_q8_strip<1>(xa, w, y, y_stride, accumulate, o); break;
+    default: break;
+  }
+#else
+  const std::size_t in = xa.in, blocks = in / q8_block_size;
+  for (std::size_t t = 0; t < xa.n; ++t)
+    for (std::size_t o = row_first; o < row_last; ++o) {
+      float s = 0.0f;
+      for (std::size_t b = 0; b < blocks; ++b) {
+        std::int32_t dot = 0;
+        for (std::size_t j = 0; j < q8_block_size; ++j)
+          dot += std::int32_t(xa.q[t * in + b * q8_block_size + j]) * std::int32_t(w.q[o * in + b * q8_block_size + j]);
+        s = std::fma(float(dot), xa.scale(t, b) * w.s[o * blocks + b], s);
+      }
+      float& out = y[t * y_stride + o];
+      out = accumulate ? out + s : s;
+    }
+#endif
+}
+
+/// `[n, out] y (row stride y_stride) (+)= quantise([n, in] x) * ([out, in] w)^T`,
+/// x quantised into `xa` (the caller's scratch, reused across calls).
+/// @pre in % 32 == 0 (Q8_0 rows)
+template <class Arch = simd::default_arch, class Exec>
+void matmul_q8(Exec& exec, const float* x, std::size_t n, std::size_t in, const q8_weights& w, std::size_t out,
+               float* y, std::size_t y_stride, bool accumulate, q8_activations& xa) {
+  if (n == 0 || out == 0) return;
+  xa.assign<Arch>(x, n, in);
+  constexpr std::size_t block_rows = 64;
+  const std::size_t n_blocks = (out + block_rows - 1) / block_rows;
+  const double work = double(n) * double(in) * double(out);
+  // int8 products do ~4x the work of f32 ones per unit of time.
+  if (exec.concurrency() <= 1 || n_blocks == 1 || work < 4 * matmul_parallel_min_work)
+    return matmul_q8_rows(xa, w, y, y_stride, accumulate, 0, out);
+  const std::size_t n_tasks = std::min(n_blocks, exec.concurrency() * (n <= matmul_stream_max_tokens ? 1 : 4));
+  exec.parallel_for(n_tasks, [&](std::size_t task) {
+    const std::size_t b0 = n_blocks * task / n_tasks, b1 = n_blocks * (task + 1) / n_tasks;
+    matmul_q8_rows(xa, w, y, y_stride, accumulate, b0 * block_rows, std::min(out, b1 * block_rows));
+  });
+}
+
+}  // namespace llmkit::model::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END
