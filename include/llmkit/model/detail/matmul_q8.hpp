@@ -88,43 +88,51 @@ struct q8_activations {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 inline constexpr bool matmul_q8_vnni = true;
 
+/// Folds pair p (blocks 2p, 2p + 1; only 2p when !Full) of tokens
+/// [t0, t0 + TN) x rows [o0, o0 + ON) into acc.
+template <std::size_t TN, std::size_t ON, bool Full>
+inline void matmul_q8_pair(const q8_activations& xa, const q8_weights& w, std::size_t t0, std::size_t o0,
+                           std::size_t p, __m512 (&acc)[TN][ON]) noexcept {
+  const std::size_t in = xa.in, blocks = in / q8_block_size, k = p * 2 * q8_block_size;
+  const __mmask64 bytes = Full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512i aw[ON];
+  __mmask64 neg[ON];
+  __m512 dw[ON];
+  for (std::size_t b = 0; b < ON; ++b) {
+    const std::int8_t* wp = w.q + (o0 + b) * in + k;
+    const float* sp = w.s + (o0 + b) * blocks + 2 * p;
+    prefetch_l2(wp, matmul_prefetch_bytes);
+    prefetch_l2(sp, matmul_prefetch_bytes / 8);
+    const __m512i wq = Full ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi8(bytes, wp);
+    aw[b] = _mm512_abs_epi8(wq);
+    neg[b] = _mm512_movepi8_mask(wq);
+    const __m128 s2 = Full ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sp))) : _mm_load_ss(sp);
+    dw[b] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
+  }
+  for (std::size_t a = 0; a < TN; ++a) {
+    const std::int8_t* xp = xa.q.data() + (t0 + a) * in + k;
+    const __m512i xq = Full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi8(bytes, xp);
+    const __m512 dx = _mm512_load_ps(xa.pair_scales(t0 + a, p));
+    for (std::size_t b = 0; b < ON; ++b) {
+      const __m512i sx = _mm512_mask_sub_epi8(xq, neg[b], _mm512_setzero_si512(), xq);
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw[b], sx);
+      acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dx, dw[b]), acc[a][b]);
+    }
+  }
+}
+
 /// One tile: tokens [t0, t0 + TN) x rows [o0, o0 + ON).
 template <std::size_t TN, std::size_t ON>
 inline void matmul_q8_tile(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
                            bool accumulate, std::size_t t0, std::size_t o0) noexcept {
   static_assert(TN * ON <= 16);
-  const std::size_t in = xa.in, blocks = in / q8_block_size, pairs = xa.pairs();
+  const std::size_t blocks = xa.in / q8_block_size;
   __m512 acc[TN][ON];
   for (std::size_t a = 0; a < TN; ++a)
     for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
-  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (std::size_t p = 0; p < pairs; ++p) {
-    const std::size_t k = p * 2 * q8_block_size;
-    const bool full = 2 * p + 1 < blocks;
-    const __mmask64 bytes = full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
-    __m512i aw[ON];
-    __mmask64 neg[ON];
-    __m512 dw[ON];
-    for (std::size_t b = 0; b < ON; ++b) {
-      const std::int8_t* wp = w.q + (o0 + b) * in + k;
-      w.prefetch(o0 + b, k);
-      const __m512i wq = _mm512_maskz_loadu_epi8(bytes, wp);
-      aw[b] = _mm512_abs_epi8(wq);
-      neg[b] = _mm512_movepi8_mask(wq);
-      const float* sp = w.s + (o0 + b) * blocks + 2 * p;
-      const __m128 s2 = full ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sp))) : _mm_load_ss(sp);
-      dw[b] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
-    }
-    for (std::size_t a = 0; a < TN; ++a) {
-      const __m512i xq = _mm512_maskz_loadu_epi8(bytes, xa.q.data() + (t0 + a) * in + k);
-      const __m512 dx = _mm512_load_ps(xa.pair_scales(t0 + a, p));
-      for (std::size_t b = 0; b < ON; ++b) {
-        const __m512i sx = _mm512_mask_sub_epi8(xq, neg[b], _mm512_setzero_si512(), xq);
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw[b], sx);
-        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dx, dw[b]), acc[a][b]);
-      }
-    }
-  }
+  for (std::size_t p = 0; p < blocks / 2; ++p) matmul_q8_pair<TN, ON, true>(xa, w, t0, o0, p, acc);
+  if (blocks % 2 != 0) matmul_q8_pair<TN, ON, false>(xa, w, t0, o0, blocks / 2, acc);
   float sums[TN][ON];
   reduce_tile16(acc, sums);
   for (std::size_t a = 0; a < TN; ++a)
