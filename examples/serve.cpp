@@ -16,6 +16,10 @@
 // they differ from each other only in batch formation. --check reruns the
 // first requests alone and compares the tokens (greedy, batch invariant).
 //
+// --burst N adds N requests with --burst-prompt-token prompts arriving from
+// --burst-start every --burst-interval seconds while the trace decodes (the
+// chunked-prefill case: a long unchunked prefill stalls every decode).
+//
 // --synthetic serves the synthetic ~100M Llama (seeded random weights,
 // llmkit/model/synthetic.hpp) instead of a GGUF file.
 //
@@ -85,6 +89,10 @@ struct options {
   std::size_t threads = 2;
   std::string clock = "wall";
   std::int64_t check = 0;
+  // The burst workload: long prompts arriving while the trace decodes.
+  std::int64_t burst = 0;
+  std::size_t burst_prompt = 1500, burst_output = 16;
+  double burst_start = 1.0, burst_interval = 0.5;
   std::vector<std::string> policies = {"request-level", "continuous", "continuous+chunked", "continuous+prepacked"};
 };
 
@@ -366,6 +374,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"wall", "cpu"}));
   app.add_option("--check", o.check, "rerun the first N requests alone and compare their greedy tokens");
   app.add_option("--policies", o.policies, "policies to run")->delimiter(',');
+  app.add_option("--burst", o.burst, "add this many long-prompt requests arriving during decoding (the burst workload)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--burst-prompt", o.burst_prompt, "prompt length of a burst request");
+  app.add_option("--burst-output", o.burst_output, "output length of a burst request");
+  app.add_option("--burst-start", o.burst_start, "arrival of the first burst request, s")->check(CLI::NonNegativeNumber);
+  app.add_option("--burst-interval", o.burst_interval, "s between burst arrivals")->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -413,11 +427,20 @@ int main(int argc, char** argv) {
     else if (o.output_shape != "uniform")
       llmkit::detail::throw_error("--output-shape: unknown shape '", o.output_shape, "' (uniform, lognormal, constant)");
     auto trace = sched::make_trace(w);
+    for (std::int64_t i = 0; i < o.burst; ++i)
+      trace.push_back({.id = o.n_requests + i,
+                       .arrival_s = o.burst_start + o.burst_interval * static_cast<double>(i),
+                       .n_prompt = static_cast<std::int64_t>(o.burst_prompt),
+                       .n_output = static_cast<std::int64_t>(o.burst_output),
+                       .max_new_tokens = static_cast<std::int64_t>(o.burst_output)});
+    std::stable_sort(trace.begin(), trace.end(), [](const auto& a, const auto& b) { return a.arrival_s < b.arrival_s; });
     if (!o.simulate)  // a real run stops at the drawn length
       for (auto& r : trace) r.max_new_tokens = r.n_output;
 
     const std::int64_t context =
-        o.context > 0 ? o.context : static_cast<std::int64_t>(o.prompt_max + o.output_max);
+        o.context > 0 ? o.context
+                      : static_cast<std::int64_t>(std::max(o.prompt_max + o.output_max,
+                                                           o.burst > 0 ? o.burst_prompt + o.burst_output : 0));
     const sched::engine_limits limits{
         .max_context = context,
         .block_size = o.block_size,
