@@ -159,6 +159,23 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   std::fill(o, o + padded * D, 0.0f);
   const float* qg[GB];
   float* og[GB];
+  // int8 keys with VNNI: the queries as int16, one scale per head
+  // (decode_kernels::scores_i16), and each batch's scales in lane layout.
+  [[maybe_unused]] const std::int16_t* q16g[GB];
+  [[maybe_unused]] std::int16_t* q16 = nullptr;
+  [[maybe_unused]] float* q16_lanes = nullptr;
+  if constexpr (K::int16_queries) {
+    q16 = reinterpret_cast<std::int16_t*>(ensure(s.g, padded * D / 2));
+    q16_lanes = ensure(s.h, n_batches * K::width);
+    for (std::size_t g = 0; g < padded; ++g) {
+      const float* x = qs + g * D;
+      float amax = 0.0f;
+      for (std::size_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(x[d]));
+      const float qscale = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+      for (std::size_t d = 0; d < D; ++d) q16[g * D + d] = static_cast<std::int16_t>(std::lrint(x[d] * inv));
+      for (std::size_t r = 0; r < K::R; ++r) q16_lanes[(g / GB) * K::width + (g % GB) * K::R + r] = qscale;
+    }
+  }
 
   const T* kp[BT];
   const T* vp[BT];
@@ -198,9 +215,13 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       for (std::size_t g = 0; g < GB; ++g) {
         qg[g] = qs + (b * GB + g) * D;
         og[g] = o + (b * GB + g) * D;
+        if constexpr (K::int16_queries) q16g[g] = q16 + (b * GB + g) * D;
       }
       float* sb = sc + b * GB * BT;
-      K::scores(qg, kp, sb);
+      if constexpr (K::int16_queries)
+        K::scores_i16(q16g, q16_lanes + b * K::width, kp, sb);
+      else
+        K::scores(qg, kp, sb);
       K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
                  alpha + b * GB);
       K::accumulate(og, alpha + b * GB, sb, vp);

@@ -11,7 +11,8 @@
 /// - every register of a stored row is loaded once, converted to f32 in that
 ///   register (`vload_f32`) and multiplied there with the matching register
 ///   of every query head of the batch: no converted copy of a row, no second
-///   read of it;
+///   read of it (int8 keys with VNNI: sign-extended to int16 and dotted with
+///   int16 queries in integers, `scores_i16`);
 /// - the scores kernel keeps 16 independent dot products in flight (R =
 ///   16 / GB rows x GB heads) and folds them with one haddp per pass. The
 ///   scores stay in that "lane layout" (below), so the softmax runs on whole
@@ -111,6 +112,51 @@ struct decode_kernels {
       for (std::size_t b = 0; b < regs; ++b) vstore<Arch>(s + p * width + b * L, vhaddp<Arch>(acc + b * L));
     }
   }
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  /// int8 keys are dotted in integers (VPDPWSSD) with the queries rounded to
+  /// int16 (one scale per head, amax / 32767: a relative error of at most
+  /// 2^-16 of the head's largest value, far below the int8 keys' own
+  /// rounding): each key register is sign-extended once (32 values) and
+  /// multiply-added for every head of the batch, with no int -> f32
+  /// conversion per key value.
+  static constexpr bool int16_queries = std::is_same_v<T, std::int8_t> && has_avx512<Arch> && D % 32 == 0;
+
+  /// s (lane layout) = q_scale(g) * (q[g] . k[j]) in int32, for g < GB,
+  /// j < block (int8 rows unscaled, like scores()).
+  /// @param q [GB] pointers to [D] int16 query rows
+  /// @param q_scale [16] lane a: the scale of head a / R
+  /// @param k [block] pointers to [D] int8 rows
+  /// @param s [block * GB] scores, lane layout
+  static void scores_i16(const std::int16_t* const* q, const float* q_scale, const T* const* k, float* s) noexcept
+    requires int16_queries
+  {
+    const __m512 qs = _mm512_load_ps(q_scale);
+    for (std::size_t p = 0; p < passes; ++p) {
+      __m512i acc[width];
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < width; ++a) acc[a] = _mm512_setzero_si512();
+      for (std::size_t c = 0; c < D / 32; ++c) {
+        __m512i qv[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) qv[g] = _mm512_loadu_si512(q[g] + c * 32);
+#pragma GCC unroll 16
+        for (std::size_t r = 0; r < R; ++r) {
+          const __m512i kv =
+              _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k[p * R + r] + c * 32)));
+#pragma GCC unroll 4
+          for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = _mm512_dpwssd_epi32(acc[g * R + r], kv, qv[g]);
+        }
+      }
+      __m512 f[width];
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < width; ++a) f[a] = _mm512_cvtepi32_ps(acc[a]);
+      _mm512_store_ps(s + p * width, _mm512_mul_ps(haddp16(f), qs));
+    }
+  }
+#else
+  static constexpr bool int16_queries = false;
+#endif
 
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
   /// layout: lane a gets x[p * R + a % R].
