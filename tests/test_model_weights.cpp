@@ -88,7 +88,8 @@ TEST_CASE("weights: linear() matches the double oracle for every storage, shape 
   struct shape {
     std::size_t rows, cols;
   };
-  // Output rows around the 4-row tile and 64-row block; inputs around the
+  // Output rows around the 4- and 6-row tiles and the 96-row block; token
+  // counts on every path (1-4, 5-8, 9-32 streaming, 37 blocked); inputs around the
   // 16-lane register (f32/f16 also odd widths and widths below a register).
   const std::vector<shape> shapes{{1, 32}, {3, 64}, {5, 96}, {64, 32}, {65, 160}, {130, 256}, {257, 512},
                                   {7, 1},  {9, 17}, {33, 15}, {63, 47}, {66, 300}};
@@ -96,7 +97,7 @@ TEST_CASE("weights: linear() matches the double oracle for every storage, shape 
     for (const shape sh : shapes) {
       if (t == weight_type::q8_0 && sh.cols % 32 != 0) continue;
       const weight_matrix w = random_matrix(t, sh.rows, sh.cols, rng);
-      for (const std::size_t n : {0u, 1u, 2u, 3u, 4u, 5u, 9u}) {
+      for (const std::size_t n : {0u, 1u, 2u, 3u, 4u, 5u, 8u, 9u, 14u, 37u}) {
         INFO("type " << weight_type_name(t) << " rows " << sh.rows << " cols " << sh.cols << " n " << n);
         const auto x = random_values(n * sh.cols, rng);
         std::vector<double> ref, mag;
