@@ -74,7 +74,8 @@ TEST_CASE("weights: stored rows decode to the f32 values, rounded per storage ty
   for (std::size_t i = 0; i < 64; ++i) REQUIRE(out[i] == to_f32(blocks[i / 32].scale) * float(blocks[i / 32].qs[i % 32]));
   q.row(0, out);
   for (float x : out) REQUIRE(x == 0.0f);  // untouched rows stay zero
-  REQUIRE(f.bytes() == 2 * 64 * 4);
+  REQUIRE(f.bytes() == model::detail::panel_storage_size(2, 64) * 4);  // f32: whole 64-row panels
+  REQUIRE(model::detail::panel_storage_size(2, 64) == 64 * 64);
   REQUIRE(h.bytes() == 2 * 64 * 2);
   REQUIRE(q.bytes() == 2 * 64 + 2 * 2 * 4);
   REQUIRE(q.type() == weight_type::q8_0);
@@ -210,10 +211,10 @@ TEST_CASE("weights: q8_0 activations give ggml's Q8_0 x Q8_0 product, exactly ro
   for (float v : a) REQUIRE(std::isnan(v));
 }
 
-TEST_CASE("weights: identical weights give bit-identical products whatever the storage") {
+TEST_CASE("weights: identical weights give bit-identical products in f16 and Q8_0 storage, f32 within rounding") {
   // Values exactly representable in f16 and in Q8_0 (scale 1/64... via
   // integers times a power of two) decode identically from every storage,
-  // and the kernel sums in the same order: equal results.
+  // and the f16 and Q8_0 products share one kernel and its summation order.
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> q(-127, 127);
   const std::size_t rows = 37, cols = 96;
@@ -236,8 +237,9 @@ TEST_CASE("weights: identical weights give bit-identical products whatever the s
   linear(serial, x, 5, f, yf, rows);
   linear(serial, x, 5, h, yh, rows);
   linear(serial, x, 5, b, yb, rows);
-  REQUIRE(yf == yh);
-  REQUIRE(yf == yb);
+  REQUIRE(yh == yb);  // one kernel, one summation order
+  // f32 panels sum the same products in another order (outer product).
+  for (std::size_t i = 0; i < yf.size(); ++i) REQUIRE(std::abs(yf[i] - yh[i]) <= 1e-5f * std::max(1.0f, std::abs(yh[i])));
 }
 
 TEST_CASE("weights: bad shapes raise llmkit::error naming the argument") {
@@ -303,9 +305,14 @@ TEST_CASE("llama: weight_type keeps or converts the file's weights") {
   for (weight_type t : q8_native.weight_types()) REQUIRE(t == weight_type::q8_0);
   for (weight_type t : f16_native.weight_types()) REQUIRE(t == weight_type::f16);
   for (weight_type t : q8_as_f32.weight_types()) REQUIRE(t == weight_type::f32);
-  // Same values, same summation order: bit-identical logits.
-  REQUIRE(logits_of(q8_native, tokens) == logits_of(q8_as_f32, tokens));
-  REQUIRE(logits_of(f16_native, tokens) == logits_of(f16_as_f32, tokens));
+  // Same values; f32 sums in the outer-product order of its panels, f16 and
+  // Q8_0 in the dot-product order: equal up to f32 rounding.
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::abs(a[i] - b[i]) <= 1e-4f * std::max(1.0f, std::abs(a[i])));
+  };
+  close(logits_of(q8_native, tokens), logits_of(q8_as_f32, tokens));
+  close(logits_of(f16_native, tokens), logits_of(f16_as_f32, tokens));
   // Q8_0 -> f16 rounds (scale * q needs up to 18 significant bits, f16 has 11): close, not equal.
   llama_model q8_as_f16(q8_file, {.weight_type = weight_type::f16});
   const auto a = logits_of(q8_native, tokens), b = logits_of(q8_as_f16, tokens);

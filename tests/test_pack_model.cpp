@@ -24,6 +24,11 @@
 using namespace llmkit;
 using namespace llmkit::pack;
 
+// Logits and K/V reached through different kernel paths (prefill vs decode
+// attention, packed vs alone tiles) sum in different orders: they agree to
+// ~1e-5 (the products themselves are batch invariant, bit for bit).
+constexpr float path_tolerance = 2e-5f;
+
 namespace {
 
 model::llama_model& stories() {
@@ -134,8 +139,8 @@ void check_against_alone(const std::vector<Row>& rows, Cache& cache, std::span<c
   for (std::size_t q = 0; q < prompts.size(); ++q) {
     const std::span<const float> row(logits.data() + q * vocab, vocab);
     INFO("request " << q << " length " << prompts[q].size());
-    REQUIRE(max_abs_diff(row, alone[q].logits) <= 1e-5f);
-    REQUIRE(max_abs_diff(read_kv(cache, seqs[q]), alone[q].kv) <= 1e-5f);
+    REQUIRE(max_abs_diff(row, alone[q].logits) <= path_tolerance);
+    REQUIRE(max_abs_diff(read_kv(cache, seqs[q]), alone[q].kv) <= path_tolerance);
     next[q] = argmax(row);
   }
   const auto greedy = greedy_all(cache, seqs, next);

@@ -234,7 +234,8 @@ class llama_model {
     auto load_norm = [&](const std::string& name) {
       weight_matrix m(weight_type::f32, 1, c.dim);
       m.copy_from(file.tensor(name), 0);
-      aligned_vector<float> v(m.f32_data(), m.f32_data() + c.dim);
+      aligned_vector<float> v(c.dim);
+      m.row(0, v);
       return v;
     };
     token_embd_ = load_matrix({"token_embd.weight"}, c.n_vocab, c.dim);

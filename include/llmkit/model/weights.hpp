@@ -13,10 +13,12 @@
 /// of the file, widened exactly), so a native Q8_0 tensor keeps its exact
 /// values.
 ///
-/// `linear(exec, x, w, y)` widens W to f32 in registers and runs one
-/// register-tiled FMA kernel (model/detail/matmul.hpp): a matrix-vector
-/// product for one token reads each weight once; rows are split across the
-/// executor above ~2^16 multiply-adds. With `activation_type::q8_0` a Q8_0
+/// `linear(exec, x, w, y)`: f32 matrices are kept in panels of 64 rows and
+/// multiplied by an outer-product kernel (model/detail/matmul_panels.hpp);
+/// f16 and Q8_0 ones are widened to f32 in registers by a register-tiled
+/// dot-product kernel (model/detail/matmul.hpp). Either way a product for
+/// one token reads each weight once, and rows are split across the executor
+/// above ~2^16 multiply-adds. With `activation_type::q8_0` a Q8_0
 /// matrix instead multiplies int8-quantised activations
 /// (model/detail/matmul_q8.hpp: ggml's Q8_0 x Q8_0 product, VNNI).
 
@@ -34,6 +36,7 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
 #include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/simd/arch.hpp"
@@ -104,7 +107,7 @@ class weight_matrix {
                  ") to be a multiple of 32");
     const std::size_t n = rows * cols;
     switch (type) {
-      case weight_type::f32: f32_.assign(n, 0.0f); break;
+      case weight_type::f32: f32_.assign(detail::panel_storage_size(rows, cols), 0.0f); break;
       case weight_type::f16: f16_.assign(n, 0); break;
       case weight_type::q8_0:
         q_.assign(n, 0);
@@ -129,7 +132,7 @@ class weight_matrix {
                  values.size(), " values for ", cols_, " columns");
     const std::size_t o = r * cols_;
     switch (type_) {
-      case weight_type::f32: std::copy(values.begin(), values.end(), f32_.begin() + std::ptrdiff_t(o)); break;
+      case weight_type::f32: store_f32_row(r, values.data()); break;
       case weight_type::f16:
         for (std::size_t k = 0; k < cols_; ++k) f16_[o + k] = f32_to_f16_bits(values[k]);
         break;
@@ -158,7 +161,9 @@ class weight_matrix {
                  " outputs for ", cols_, " columns");
     const std::size_t o = r * cols_;
     switch (type_) {
-      case weight_type::f32: std::copy_n(f32_.data() + o, cols_, out.data()); break;
+      case weight_type::f32:
+        for (std::size_t k = 0; k < cols_; ++k) out[k] = f32_[detail::panel_index(r, k, cols_)];
+        break;
       case weight_type::f16:
         for (std::size_t k = 0; k < cols_; ++k) out[k] = f16_bits_to_f32(f16_[o + k]);
         break;
@@ -181,7 +186,11 @@ class weight_matrix {
                  ") of a [", rows_, ", ", cols_, "] matrix");
     const std::size_t n = n_rows * cols_;
     if (type_ == weight_type::f32 && src.type == ggml_type::f32) {
-      std::memcpy(f32_.data() + first_row * cols_, src.data, n * sizeof(float));
+      std::vector<float> tmp(cols_);
+      for (std::size_t r = 0; r < n_rows; ++r) {
+        std::memcpy(tmp.data(), src.data + r * cols_ * sizeof(float), cols_ * sizeof(float));
+        store_f32_row(first_row + r, tmp.data());
+      }
       return;
     }
     if (type_ == weight_type::f16 && src.type == ggml_type::f16) {
@@ -205,20 +214,23 @@ class weight_matrix {
     }
   }
 
-  /// Raw storage: the pointer of the active type, others are null.
+  /// Raw storage: the pointer of the active type, others are null. f32 is
+  /// packed in panels of 64 rows (element (o, k) at
+  /// detail::panel_index(o, k, cols()); model/detail/matmul_panels.hpp);
+  /// f16, int8 and the Q8_0 scales are row-major.
   const float* f32_data() const noexcept { return f32_.empty() ? nullptr : f32_.data(); }
   const std::uint16_t* f16_data() const noexcept { return f16_.empty() ? nullptr : f16_.data(); }
   const std::int8_t* q8_data() const noexcept { return q_.empty() ? nullptr : q_.data(); }
   const float* q8_scales() const noexcept { return scales_.empty() ? nullptr : scales_.data(); }
 
   /// Calls fn(accessor) with the storage's kernel accessor
-  /// (detail::f32_weights, f16_weights or q8_weights).
+  /// (detail::f32_panels, f16_weights or q8_weights).
   template <class Fn>
   decltype(auto) visit(Fn&& fn) const {
     switch (type_) {
       case weight_type::f16: return fn(detail::f16_weights{f16_.data(), cols_});
       case weight_type::q8_0: return fn(detail::q8_weights{q_.data(), scales_.data(), cols_});
-      default: return fn(detail::f32_weights{f32_.data(), cols_});
+      default: return fn(detail::f32_panels{f32_.data(), cols_});
     }
   }
 
@@ -250,6 +262,12 @@ class weight_matrix {
         }
         break;
     }
+  }
+
+  // Row r of f32 values into the panel layout.
+  void store_f32_row(std::size_t r, const float* values) noexcept {
+    float* dst = f32_.data() + detail::panel_index(r, 0, cols_);
+    for (std::size_t k = 0; k < cols_; ++k) dst[k * detail::matmul_panel_rows] = values[k];
   }
 
   weight_type type_ = weight_type::f32;
