@@ -20,8 +20,9 @@
 /// A prefill streams a panel (192 KiB at in = 768) from L2 for every token
 /// tile; a decode step streams the whole matrix once, in address order, with
 /// software prefetch 32 KiB ahead. Measured on one Sapphire Rapids core
-/// (docs/model.md): ~160 GFLOP/s for 64-128 tokens, against ~100 for the
-/// dot-product tiles of matmul.hpp (which reduce every output horizontally).
+/// (docs/model.md): ~160 GFLOP/s for 64-128 tokens with the weights in L3,
+/// against ~110 for the dot-product tiles of matmul.hpp (which reduce every
+/// output horizontally); +10-18% on the ~100M model's whole prefill.
 ///
 /// Batch invariant and arch invariant: every output is
 /// `fma(x[k], w[k], acc)` for k = 0, 1, ..., in - 1 from acc = 0 (then added
@@ -146,14 +147,12 @@ void matmul(Exec& exec, const float* x, std::size_t n, std::size_t in, const f32
             std::size_t y_stride, bool accumulate) {
   if (n == 0 || out == 0) return;
   const std::size_t n_panels = (out + matmul_panel_rows - 1) / matmul_panel_rows;
-  // Decode-sized products stream the panels from memory (prefetched); a
-  // prefill re-reads each from L2 per token tile.
+  // Every tile prefetches 32 KiB ahead: a decode step streams the panels
+  // from memory, and a prefill's first token tile of each panel does too (the
+  // other tiles find it in L2, where the prefetches cost a load slot each).
   const bool streaming = n <= matmul_stream_max_tokens;
   auto run = [&](std::size_t p0, std::size_t p1) {
-    if (streaming)
-      panel_range<Arch, true>(x, n, in, w, out, y, y_stride, accumulate, p0, p1);
-    else
-      panel_range<Arch, false>(x, n, in, w, out, y, y_stride, accumulate, p0, p1);
+    panel_range<Arch, true>(x, n, in, w, out, y, y_stride, accumulate, p0, p1);
   };
   const double work = double(n) * double(in) * double(out);
   if (exec.concurrency() <= 1 || n_panels == 1 || work < matmul_parallel_min_work) return run(0, n_panels);
