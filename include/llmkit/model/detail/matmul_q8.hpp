@@ -107,7 +107,7 @@ inline void matmul_q8_pair(const q8_activations& xa, const q8_weights& w, std::s
     const __m512i wq = Full ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi8(bytes, wp);
     aw[b] = _mm512_abs_epi8(wq);
     neg[b] = _mm512_movepi8_mask(wq);
-    const __m128 s2 = Full ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sp))) : _mm_load_ss(sp);
+    const __m128 s2 = Full ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp))) : _mm_load_ss(sp);
     dw[b] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
   }
   for (std::size_t a = 0; a < TN; ++a) {
