@@ -3,13 +3,14 @@
 
 /// @file llmkit/model/detail/matmul.hpp
 /// Y = X * W^T (or Y += X * W^T) with row-major f32 activations X [n, in]
-/// and a weight matrix W [out, in] stored as f32, f16 or Q8_0 (the product
-/// of every linear layer of the reference model; see model/weights.hpp).
+/// and a row-major weight matrix W [out, in] stored as f16 or Q8_0 (f32
+/// matrices are panel-packed: model/detail/matmul_panels.hpp; see
+/// model/weights.hpp).
 ///
 /// The weights are read through an accessor that widens `lanes` of them to
 /// f32 registers (f16: VCVTPH2PS; Q8_0: sign-extend the int8 values, convert,
 /// times the block's scale, which is exact in f32), so one register-tiled
-/// FMA kernel serves every storage type, and each W load is shared by the
+/// FMA kernel serves both storage types, and each W load is shared by the
 /// tile's tokens.
 ///
 /// Batch invariant by construction: every output element is one dot product
@@ -88,18 +89,6 @@ inline void prefetch_l2(const void* p, std::size_t bytes_ahead) noexcept {
 #endif
 }
 
-/// f32 weights: row o at w + o * in.
-struct f32_weights {
-  const float* w;
-  std::size_t in;
-  template <class Arch>
-  xsimd::batch<float, Arch> load(std::size_t o, std::size_t k) const noexcept {
-    return xsimd::batch<float, Arch>::load_unaligned(w + o * in + k);
-  }
-  float at(std::size_t o, std::size_t k) const noexcept { return w[o * in + k]; }
-  void prefetch(std::size_t o, std::size_t k) const noexcept { prefetch_l2(w + o * in + k, matmul_prefetch_bytes); }
-};
-
 /// f16 weights (bit patterns): row o at w + o * in.
 struct f16_weights {
   const std::uint16_t* w;
@@ -154,6 +143,18 @@ inline void reduce_tile16(const V (&acc)[TN][ON], float (&sums)[TN][ON]) noexcep
     for (std::size_t b = 0; b < ON; ++b) sums[a][b] = s16[(a * ON + b) / 16][(a * ON + b) % 16];
 }
 #endif
+
+/// Runs run(b0, b1) over the blocks [0, n_blocks): on the calling thread
+/// when `serial` (or with one thread or one block), else split across
+/// `exec`: one contiguous share per thread for a streaming product (one
+/// stream over W, so each hand-off moves the most bytes), a few shares per
+/// thread for prefill (to balance).
+template <class Exec, class Run>
+void split_blocks(Exec& exec, std::size_t n_blocks, bool streaming, bool serial, Run&& run) {
+  if (serial || exec.concurrency() <= 1 || n_blocks <= 1) return run(std::size_t{0}, n_blocks);
+  const std::size_t n_tasks = std::min(n_blocks, exec.concurrency() * (streaming ? 1 : 4));
+  exec.parallel_for(n_tasks, [&](std::size_t task) { run(n_blocks * task / n_tasks, n_blocks * (task + 1) / n_tasks); });
+}
 
 /// One tile: tokens [t0, t0 + TN) x rows [o0, o0 + ON). `Prefetch`: ask for
 /// W's rows matmul_prefetch_bytes ahead (streaming products).
@@ -298,12 +299,7 @@ void matmul(Exec& exec, const float* x, std::size_t n, std::size_t in, const W& 
     for (std::size_t blk = b0; blk < b1; ++blk) blocked(blk * block_rows, std::min(out, (blk + 1) * block_rows));
   };
   const double work = double(n) * double(in) * double(out);
-  if (exec.concurrency() <= 1 || n_blocks == 1 || work < matmul_parallel_min_work) return run(0, n_blocks);
-  // A streaming product is one stream over W: one contiguous share of the
-  // rows per thread, so each hand-off moves the most bytes. Prefill takes a
-  // few blocks per task to balance.
-  const std::size_t n_tasks = std::min(n_blocks, exec.concurrency() * (streaming ? 1 : 4));
-  exec.parallel_for(n_tasks, [&](std::size_t task) { run(n_blocks * task / n_tasks, n_blocks * (task + 1) / n_tasks); });
+  split_blocks(exec, n_blocks, streaming, work < matmul_parallel_min_work, run);
 }
 
 }  // namespace llmkit::model::detail

@@ -155,11 +155,7 @@ void matmul(Exec& exec, const float* x, std::size_t n, std::size_t in, const f32
     panel_range<Arch, true>(x, n, in, w, out, y, y_stride, accumulate, p0, p1);
   };
   const double work = double(n) * double(in) * double(out);
-  if (exec.concurrency() <= 1 || n_panels == 1 || work < matmul_parallel_min_work) return run(0, n_panels);
-  // Streaming: one contiguous share of the panels per thread; prefill: a few
-  // per thread to balance.
-  const std::size_t n_tasks = std::min(n_panels, exec.concurrency() * (streaming ? 1 : 4));
-  exec.parallel_for(n_tasks, [&](std::size_t task) { run(n_panels * task / n_tasks, n_panels * (task + 1) / n_tasks); });
+  split_blocks(exec, n_panels, streaming, work < matmul_parallel_min_work, run);
 }
 
 }  // namespace llmkit::model::detail

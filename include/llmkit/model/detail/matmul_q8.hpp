@@ -201,13 +201,10 @@ void matmul_q8(Exec& exec, const float* x, std::size_t n, std::size_t in, const 
   const std::size_t n_blocks = (out + block_rows - 1) / block_rows;
   const double work = double(n) * double(in) * double(out);
   // int8 products do ~4x the work of f32 ones per unit of time.
-  if (exec.concurrency() <= 1 || n_blocks == 1 || work < 4 * matmul_parallel_min_work)
-    return matmul_q8_rows(xa, w, y, y_stride, accumulate, 0, out);
-  const std::size_t n_tasks = std::min(n_blocks, exec.concurrency() * (n <= matmul_stream_max_tokens ? 1 : 4));
-  exec.parallel_for(n_tasks, [&](std::size_t task) {
-    const std::size_t b0 = n_blocks * task / n_tasks, b1 = n_blocks * (task + 1) / n_tasks;
-    matmul_q8_rows(xa, w, y, y_stride, accumulate, b0 * block_rows, std::min(out, b1 * block_rows));
-  });
+  split_blocks(exec, n_blocks, n <= matmul_stream_max_tokens, work < 4 * matmul_parallel_min_work,
+               [&](std::size_t b0, std::size_t b1) {
+                 matmul_q8_rows(xa, w, y, y_stride, accumulate, b0 * block_rows, std::min(out, b1 * block_rows));
+               });
 }
 
 }  // namespace llmkit::model::detail
