@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
+#include <type_traits>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -380,4 +382,33 @@ TEST_CASE("prefill: empty batch and sequences without queries") {
   const std::vector<std::int32_t> cu0{0, 0};
   const std::vector<kv::seq_id> ids{0};
   REQUIRE_NOTHROW(prefill({.q = none, .out = none, .cu_seqlens = cu0, .seq_ids = ids, .layer = 0, .n_heads = 1}, cache));
+}
+
+TEST_CASE("prefill: the softmax exponential, against std::exp in double") {
+  // vexp_softmax is exact to 2e-7 on [-87, 0] and gives exactly +0 below
+  // -87 and for -inf: never a subnormal (each one costs a microcode assist).
+  using A = simd::default_arch;
+  namespace ad = llmkit::attention::detail;
+  constexpr std::size_t L = ad::lanes<A>;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-87.0f, 0.0f);
+  std::vector<float> x(4096);
+  for (auto& v : x) v = u(rng);
+  const float edges[] = {0.0f, -0.0f, -1e-30f, -86.99f, -87.0f, -87.0001f, -87.5f, -90.0f, -103.0f, -150.0f,
+                         -160.0f, -1e30f, -std::numeric_limits<float>::infinity()};
+  std::copy(std::begin(edges), std::end(edges), x.begin());
+  std::vector<float> y(x.size());
+  for (std::size_t i = 0; i < x.size(); i += L)
+    ad::vstore<A>(y.data() + i, ad::vexp_softmax<A>(ad::vload<A>(x.data() + i)));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("x = " << x[i] << ", e^x = " << y[i]);
+    REQUIRE(std::fpclassify(y[i]) != FP_SUBNORMAL);
+    if (x[i] < -87.0f) {
+      REQUIRE(y[i] == 0.0f);
+      REQUIRE(!std::signbit(y[i]));
+    } else {
+      const double e = std::exp(static_cast<double>(x[i]));
+      REQUIRE(std::fabs(y[i] - e) <= 2e-7 * e);
+    }
+  }
 }

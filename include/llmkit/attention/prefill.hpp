@@ -148,7 +148,6 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
 
   const std::int32_t q_first = tile.first_pos;
   const std::int32_t q_last = tile.first_pos + static_cast<std::int32_t>(tile.n_tokens) - 1;
-  const float* kp[KT];
   const float* vp[KT];
   row_tile<T, KT> rt;
   row_walker<T> walker(job.source, p.seq_ids[tile.seq], p.layer, h, 0);
@@ -159,8 +158,8 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
     if (vis == tile_visibility::hidden) continue;
     prefetch_out(8);
     prefetch_q(8);
-    tile_rows_f32<Arch>(rt, D, kf, vf, kp, vp);
-    K::scores(qt, qld, n_rv, kp, rt.n, st);
+    tile_rows_f32<Arch>(rt, D, kf, vf, vp);
+    K::scores(qt, qld, n_rv, kf, rt.n, st);
     if (p.softcap > 0.0f) K::soft_cap(st, qld, n_rv, rt.n, p.softcap);
     if (vis == tile_visibility::partial)
       job.apply_mask(job.mask.mask, st, qld, tile.n_tokens, group, q_first, rt.pos, rt.n);

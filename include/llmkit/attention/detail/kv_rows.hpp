@@ -234,15 +234,10 @@ inline vec<Arch> vload_f32(const T* src) noexcept {
   }
 }
 
-/// dst[0, n) = src[0, n) * scale converted to f32 (the scale matters only
-/// for int8 storage).
+/// row_to_f32 for the 16-bit and int8 storage types.
 template <class Arch, class T>
-inline void row_to_f32(const T* src, float scale, float* dst, std::size_t n) noexcept {
+inline void row_to_f32_converted(const T* src, float scale, float* dst, std::size_t n) noexcept {
   std::size_t i = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(src, src + n, dst);
-    return;
-  }
 #if defined(__AVX512F__)
   if constexpr (has_avx512<Arch>) {
     for (; i + 16 <= n; i += 16) {
@@ -285,19 +280,29 @@ inline void row_to_f32(const T* src, float scale, float* dst, std::size_t n) noe
   }
 }
 
-/// Points `kp[j]`/`vp[j]` at the f32 rows of a tile: the cache's own rows for
-/// f32 storage, else rows converted into the scratch `kf`/`vf` (`[rt.n, d]`).
+/// dst[0, n) = src[0, n) * scale converted to f32 (the scale matters only
+/// for int8 storage).
+template <class Arch, class T>
+inline void row_to_f32(const T* src, float scale, float* dst, std::size_t n) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(src, src + n, dst);
+  } else {
+    row_to_f32_converted<Arch>(src, scale, dst, n);
+  }
+}
+
+/// The f32 rows of a tile: keys copied (converted to f32, scaled for int8)
+/// into the contiguous scratch `kf` (`[rt.n, d]`); `vp[j]` pointing at value
+/// row j, the cache's own row for f32 storage, else a row converted into
+/// the scratch `vf` (`[rt.n, d]`).
 template <class Arch, class T, std::size_t N>
-inline void tile_rows_f32(const row_tile<T, N>& rt, std::size_t d, float* kf, float* vf, const float** kp,
-                          const float** vp) noexcept {
+inline void tile_rows_f32(const row_tile<T, N>& rt, std::size_t d, float* kf, float* vf, const float** vp) noexcept {
   for (std::size_t j = 0; j < rt.n; ++j) {
+    row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * d, d);
     if constexpr (std::is_same_v<T, float>) {
-      kp[j] = rt.k[j];
       vp[j] = rt.v[j];
     } else {
-      row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * d, d);
       row_to_f32<Arch>(rt.v[j], rt.v_scale[j], vf + j * d, d);
-      kp[j] = kf + j * d;
       vp[j] = vf + j * d;
     }
   }

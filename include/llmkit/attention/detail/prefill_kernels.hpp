@@ -12,9 +12,12 @@
 ///   st  [key_tile, qld] scores, transposed: keys x query rows; softmax then
 ///                       runs down columns with whole registers of rows
 ///   o   [rows, D]      un-normalised output rows
-///   k,v [n_keys] pointers to f32 rows of D elements
+///   k   [n_keys, D]    the key tile's f32 rows, contiguous
+///   v   [n_keys]       pointers to f32 rows of D elements
 /// Transposing Q (once per query block) instead of K (once per key tile)
-/// lets K and V rows be read in place, straight from an f32 cache.
+/// lets the key tile be a plain copy of its rows (`k`, converted to f32 on
+/// the way for 16-bit and int8 storage) and V rows be read in place,
+/// straight from an f32 cache.
 
 #include <algorithm>
 #include <cstddef>
@@ -67,16 +70,19 @@ struct prefill_kernels {
       for (std::size_t r = n_rows; r < qld; ++r) qt[d * qld + r] = 0.0f;
   }
 
-  /// st[j, r] = sum_d qt[d, r] * k[j][d] for j < n_keys, r < n_rv * L.
-  static void scores(const float* qt, std::size_t qld, std::size_t n_rv, const float* const* k, std::size_t n_keys,
+  /// st[j, r] = sum_d qt[d, r] * k[j * D + d] for j < n_keys, r < n_rv * L.
+  /// @param k [n_keys, D] the key tile's rows, contiguous (one base register
+  ///          addresses every key of a register tile: with a pointer per key
+  ///          the 12 pointers spill and their reloads compete with the FMAs)
+  static void scores(const float* qt, std::size_t qld, std::size_t n_rv, const float* k, std::size_t n_keys,
                      float* st) noexcept {
     // Keys outer, row registers inner: the JR key rows of a block (JR * D
     // floats) stay in L1 while the query panel qt streams past once per key
     // block, each loaded row register feeding JR FMAs.
     std::size_t j = 0;
-    for (; j + key_block <= n_keys; j += key_block) scores_keys<key_block>(qt, qld, n_rv, k + j, st + j * qld);
-    for (; j + 4 <= n_keys; j += 4) scores_keys<4>(qt, qld, n_rv, k + j, st + j * qld);
-    for (; j < n_keys; ++j) scores_keys<1>(qt, qld, n_rv, k + j, st + j * qld);
+    for (; j + key_block <= n_keys; j += key_block) scores_keys<key_block>(qt, qld, n_rv, k + j * D, st + j * qld);
+    for (; j + 4 <= n_keys; j += 4) scores_keys<4>(qt, qld, n_rv, k + j * D, st + j * qld);
+    for (; j < n_keys; ++j) scores_keys<1>(qt, qld, n_rv, k + j * D, st + j * qld);
   }
 
   /// x = cap * tanh(x / cap) on st[j, r], j < n_keys, r < n_rv * L.
@@ -147,21 +153,26 @@ struct prefill_kernels {
  private:
   // A register tile of JR keys x RV row-registers; JR * RV accumulators.
   template <std::size_t RV, std::size_t JR>
-  static void scores_block(const float* qt, std::size_t qld, const float* const* k, float* st) noexcept {
+  static void scores_block(const float* qt, std::size_t qld, const float* k, float* st) noexcept {
     V acc[JR][RV];
+#pragma GCC unroll 16
     for (std::size_t j = 0; j < JR; ++j)
+#pragma GCC unroll 2
       for (std::size_t r = 0; r < RV; ++r) acc[j][r] = V(0.0f);
-    const float* kj[JR];
-    for (std::size_t j = 0; j < JR; ++j) kj[j] = k[j];
     for (std::size_t d = 0; d < D; ++d) {
       V qv[RV];
+#pragma GCC unroll 2
       for (std::size_t r = 0; r < RV; ++r) qv[r] = vload<Arch>(qt + d * qld + r * L);
+#pragma GCC unroll 16
       for (std::size_t j = 0; j < JR; ++j) {
-        const V kb(kj[j][d]);
+        const V kb(k[j * D + d]);
+#pragma GCC unroll 2
         for (std::size_t r = 0; r < RV; ++r) acc[j][r] = vfma<Arch>(kb, qv[r], acc[j][r]);
       }
     }
+#pragma GCC unroll 16
     for (std::size_t j = 0; j < JR; ++j)
+#pragma GCC unroll 2
       for (std::size_t r = 0; r < RV; ++r) vstore<Arch>(st + j * qld + r * L, acc[j][r]);
   }
 
@@ -170,8 +181,7 @@ struct prefill_kernels {
   static constexpr std::size_t key_block = has_avx512<Arch> ? 12 : (simd::is_scalar_v<Arch> ? 4 : 6);
 
   template <std::size_t JR>
-  static void scores_keys(const float* qt, std::size_t qld, std::size_t n_rv, const float* const* k,
-                          float* st) noexcept {
+  static void scores_keys(const float* qt, std::size_t qld, std::size_t n_rv, const float* k, float* st) noexcept {
     std::size_t rv = 0;
     for (; rv + 2 <= n_rv; rv += 2) scores_block<2, JR>(qt + rv * L, qld, k, st + rv * L);
     if (rv < n_rv) scores_block<1, JR>(qt + rv * L, qld, k, st + rv * L);
@@ -180,21 +190,30 @@ struct prefill_kernels {
   template <std::size_t MR, std::size_t CB>
   static void accumulate_block(float* o, const float* alpha, const float* pt, std::size_t qld,
                                const float* const* v, std::size_t n_keys, std::size_t c0) noexcept {
+    // Fully unrolled so the MR x CB accumulators live in registers (GCC
+    // otherwise keeps this array in memory: a load and a store per FMA).
     V acc[MR][CB];
+#pragma GCC unroll 8
     for (std::size_t r = 0; r < MR; ++r) {
       const V a(alpha[r]);
+#pragma GCC unroll 8
       for (std::size_t c = 0; c < CB; ++c) acc[r][c] = vload<Arch>(o + r * D + c0 + c * L) * a;
     }
     for (std::size_t j = 0; j < n_keys; ++j) {
       const float* vj = v[j] + c0;
       V vv[CB];
+#pragma GCC unroll 8
       for (std::size_t c = 0; c < CB; ++c) vv[c] = vload<Arch>(vj + c * L);
+#pragma GCC unroll 8
       for (std::size_t r = 0; r < MR; ++r) {
         const V p(pt[j * qld + r]);
+#pragma GCC unroll 8
         for (std::size_t c = 0; c < CB; ++c) acc[r][c] = vfma<Arch>(p, vv[c], acc[r][c]);
       }
     }
+#pragma GCC unroll 8
     for (std::size_t r = 0; r < MR; ++r)
+#pragma GCC unroll 8
       for (std::size_t c = 0; c < CB; ++c) vstore<Arch>(o + r * D + c0 + c * L, acc[r][c]);
   }
 
