@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "llmkit/attention/detail/kv_rows.hpp"
+#include "llmkit/attention/detail/prefill_simd.hpp"
 #include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
@@ -173,6 +174,18 @@ struct decode_kernels {
     return vload<Arch>(t);
   }
 
+#if defined(__AVX512F__)
+  /// Lane a of the result: the max of x over the R lanes of head a / R (one
+  /// register holds a whole pass on AVX-512), by swapping halves of ever
+  /// smaller lane groups.
+  static __m512 head_max(__m512 x) noexcept {
+    if constexpr (R >= 16) x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, 0x4E));  // 256-bit halves
+    if constexpr (R >= 8) x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, 0xB1));   // 128-bit lanes
+    x = _mm512_max_ps(x, _mm512_permute_ps(x, 0x4E));                                // 64-bit pairs
+    return _mm512_max_ps(x, _mm512_permute_ps(x, 0xB1));                             // neighbours
+  }
+#endif
+
   /// The online-softmax step of one block: folds the block's scores into
   /// `st`, turns `s` into the probabilities the value kernel multiplies
   /// (times the int8 value scales when `v_scale` is set) and writes the
@@ -194,27 +207,35 @@ struct decode_kernels {
         vstore<Arch>(sp, x);
         mx[b] = vmax<Arch>(mx[b], x);
       }
-    // Per head: the max over its R lanes, written back to all of them.
+    // Per head: the max over its R lanes (and the running max), written
+    // back to all of them.
     alignas(64) float m_new[width];
-    for (std::size_t b = 0; b < regs; ++b) vstore<Arch>(m_new + b * L, mx[b]);
-    for (std::size_t g = 0; g < GB; ++g) {
-      float m = st.m[g * R];
-      for (std::size_t r = 0; r < R; ++r) m = std::max(m, m_new[g * R + r]);
-      for (std::size_t r = 0; r < R; ++r) m_new[g * R + r] = m;
+#if defined(__AVX512F__)
+    if constexpr (has_avx512<Arch>) {
+      vstore<Arch>(m_new, vmax<Arch>(vload<Arch>(st.m), head_max(mx[0])));
+    } else
+#endif
+    {
+      for (std::size_t b = 0; b < regs; ++b) vstore<Arch>(m_new + b * L, mx[b]);
+      for (std::size_t g = 0; g < GB; ++g) {
+        float m = st.m[g * R];
+        for (std::size_t r = 0; r < R; ++r) m = std::max(m, m_new[g * R + r]);
+        for (std::size_t r = 0; r < R; ++r) m_new[g * R + r] = m;
+      }
     }
     alignas(64) float a_lane[width];
     V shift[regs], sum[regs];
     for (std::size_t b = 0; b < regs; ++b) {
       const V m = vload<Arch>(m_new + b * L);
       shift[b] = vfinite_or_zero<Arch>(m);  // a head that has seen nothing yet: exp(-inf - 0) = 0
-      vstore<Arch>(a_lane + b * L, vexp<Arch>(vload<Arch>(st.m + b * L) - shift[b]));
+      vstore<Arch>(a_lane + b * L, vexp_softmax<Arch>(vload<Arch>(st.m + b * L) - shift[b]));
       vstore<Arch>(st.m + b * L, m);
       sum[b] = V(0.0f);
     }
     for (std::size_t p = 0; p < passes; ++p)
       for (std::size_t b = 0; b < regs; ++b) {
         float* sp = s + p * width + b * L;
-        const V e = vexp<Arch>(vload<Arch>(sp) - shift[b]);
+        const V e = vexp_softmax<Arch>(vload<Arch>(sp) - shift[b]);
         sum[b] = sum[b] + e;
         vstore<Arch>(sp, v_scale != nullptr ? e * row_lanes(v_scale, p, b) : e);
       }
