@@ -70,6 +70,11 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
 }
 
 constexpr double f32_tolerance = 1e-5;
+/// int8 values on a VNNI CPU: P.V runs in integers with each block's
+/// probabilities rounded to 16 bits (decode_kernels::int16_values), which
+/// adds up to ~1.2e-5 on these cases (values in [-1, 1]); 12-bit
+/// probabilities would fail it.
+constexpr double int8_tolerance = 4e-5;
 
 }  // namespace
 
@@ -157,7 +162,7 @@ TEST_CASE("decode: f16, bf16 and int8 storage") {
     const auto hs = run_case<f16, simd::scalar>(c, causal_mask{}, seed);
     for (const auto* e : {&h, &b, &i8, &hs}) {
       REQUIRE(e->finite);
-      REQUIRE(e->stored < f32_tolerance);
+      REQUIRE(e->stored < (e == &i8 ? int8_tolerance : f32_tolerance));
     }
     REQUIRE(h.original < 1e-3);
     REQUIRE(b.original < 8e-3);

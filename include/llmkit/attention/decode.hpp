@@ -224,7 +224,14 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
         K::scores(qg, kp, sb);
       K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
                  alpha + b * GB);
-      K::accumulate(og, alpha + b * GB, sb, vp);
+      if constexpr (K::int16_values) {
+        alignas(64) std::int16_t p16[BT * GB];
+        float p_scale[GB];
+        K::quantize_p(sb, p16, p_scale);
+        K::accumulate_i16(og, alpha + b * GB, p16, p_scale, vp);
+      } else {
+        K::accumulate(og, alpha + b * GB, sb, vp);
+      }
     }
   }
 

@@ -20,7 +20,9 @@
 ///   one for the rescale factors) and the value kernel reads each
 ///   probability at a compile-time offset;
 /// - the value kernel streams the block's rows through GB x H output
-///   registers, the GB probabilities of a row held in registers.
+///   registers, the GB probabilities of a row held in registers (int8
+///   values with VNNI: the probabilities rounded to int16 per block and
+///   head, two rows multiplied per VPDPWSSD, `accumulate_i16`).
 ///
 /// Lane layout of a block's scores `s` (`[block / R][16]` floats): pass
 /// p = j / R holds, in lane a, head g = a / R and row j = p * R + a % R.
@@ -155,8 +157,91 @@ struct decode_kernels {
       _mm512_store_ps(s + p * width, _mm512_mul_ps(haddp16(f), qs));
     }
   }
+
+  /// int8 values with VNNI: the block's probabilities (times the value
+  /// scales) rounded to int16, one scale per head and block (its largest
+  /// probability / 32767), and P.V in integers: VPDPWSSD multiplies two
+  /// rows at once (rows j and j + 1 interleaved per column) with the
+  /// probability pair (p_j, p_j+1) of each head, so no int8 -> f32
+  /// conversion is spent per value. The result is added to the f32 output
+  /// once per block (rescaled by alpha like accumulate()).
+  static constexpr bool int16_values = int16_queries && D % 64 == 0 && block % 2 == 0;
+
+  /// p16 (lane layout, [block * GB] int16) = round(p / p_scale[g]) with
+  /// p_scale[g] = max_j p(g, j) / 32767 (0 for a head whose block is all 0).
+  static void quantize_p(const float* p, std::int16_t* p16, float* p_scale) noexcept
+    requires int16_values
+  {
+    __m512 mx = _mm512_setzero_ps();
+    for (std::size_t ps = 0; ps < passes; ++ps) mx = _mm512_max_ps(mx, _mm512_loadu_ps(p + ps * width));
+    const __m512 m = head_max(mx);
+    const __mmask16 pos = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const __m512 inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(32767.0f), m);
+    alignas(64) float sc[width];
+    _mm512_store_ps(sc, _mm512_mul_ps(m, _mm512_set1_ps(1.0f / 32767.0f)));
+    for (std::size_t g = 0; g < GB; ++g) p_scale[g] = sc[g * R];
+    for (std::size_t ps = 0; ps < passes; ++ps) {
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + ps * width), inv));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p16 + ps * width), _mm512_cvtepi32_epi16(q));
+    }
+  }
+
+  /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j p16(g, j) * v[j] for g < GB.
+  /// @param p16 [block * GB] int16 probabilities, lane layout (quantize_p)
+  static void accumulate_i16(float* const* o, const float* alpha, const std::int16_t* p16, const float* p_scale,
+                             const T* const* v) noexcept
+    requires int16_values
+  {
+    // Columns in passes of 64 (GB x 4 int32 accumulators of 16 columns).
+    const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
+      __m512i acc[GB][4];
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 4
+        for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < block; j += 2) {
+        __m512i pw[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) {
+          std::int32_t pair;
+          __builtin_memcpy(&pair, p16 + (j / R) * width + g * R + j % R, sizeof pair);
+          pw[g] = _mm512_set1_epi32(pair);
+        }
+#pragma GCC unroll 2
+        for (std::size_t h = 0; h < 2; ++h) {
+          const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[j] + c0 + h * 32)));
+          const __m512i b =
+              _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[j + 1] + c0 + h * 32)));
+          // Per 128-bit lane L: lo holds columns 8L .. 8L + 3, hi 8L + 4 .. 8L + 7 (as (row j, row j + 1) pairs).
+          const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+#pragma GCC unroll 4
+          for (std::size_t g = 0; g < GB; ++g) {
+            acc[g][2 * h] = _mm512_dpwssd_epi32(acc[g][2 * h], lo, pw[g]);
+            acc[g][2 * h + 1] = _mm512_dpwssd_epi32(acc[g][2 * h + 1], hi, pw[g]);
+          }
+        }
+      }
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) {
+        const __m512 a = _mm512_set1_ps(alpha[g]), ps = _mm512_set1_ps(p_scale[g]);
+#pragma GCC unroll 2
+        for (std::size_t h = 0; h < 2; ++h) {
+          const __m512 lo = _mm512_cvtepi32_ps(acc[g][2 * h]), hi = _mm512_cvtepi32_ps(acc[g][2 * h + 1]);
+          float* dst = o[g] + c0 + h * 32;
+          _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, lo_idx, hi), ps,
+                                                _mm512_mul_ps(_mm512_loadu_ps(dst), a)));
+          _mm512_storeu_ps(dst + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, hi_idx, hi), ps,
+                                                     _mm512_mul_ps(_mm512_loadu_ps(dst + 16), a)));
+        }
+      }
+    }
+  }
 #else
   static constexpr bool int16_queries = false;
+  static constexpr bool int16_values = false;
 #endif
 
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
