@@ -141,7 +141,7 @@ struct prefill_kernels {
                          const float* const* v, std::size_t n_keys) noexcept {
     std::size_t r = 0;
     for (; r + pv_rows <= n_rows; r += pv_rows) accumulate_rows<pv_rows>(o + r * D, alpha + r, pt + r, qld, v, n_keys);
-    for (; r < n_rows; ++r) accumulate_rows<1>(o + r * D, alpha + r, pt + r, qld, v, n_keys);
+    if (r < n_rows) accumulate_tail<pv_rows - 1>(n_rows - r, o + r * D, alpha + r, pt + r, qld, v, n_keys);
   }
 
   /// out[r] = o[r] / l[r] (zeros where l[r] == 0: a fully masked row).
@@ -218,11 +218,21 @@ struct prefill_kernels {
   }
 
   // P.V register tile: pv_rows query rows x pv_cols column registers of O,
-  // 24 accumulators on AVX-512 (head_dim 128: 3 rows x the whole row, so
-  // each V row is loaded once per 3 rows and each P element broadcast once),
-  // 12 on AVX2.
-  static constexpr std::size_t pv_cols = std::min<std::size_t>(DV, has_avx512<Arch> ? 8 : 4);
+  // 24 accumulators on AVX-512 (6 rows x 4 registers: per key 4 loads of V
+  // and 6 broadcasts of P feed 24 FMAs, and the 24 + 4 + 1 registers fit in
+  // 32, where 3 rows x 8 registers needed 33 and spilled), 12 on AVX2.
+  static constexpr std::size_t pv_cols = std::min<std::size_t>(DV, 4);
   static constexpr std::size_t pv_rows = std::max<std::size_t>(1, (has_avx512<Arch> ? 24 : 12) / pv_cols);
+
+  // The last n_rows < pv_rows rows in one tile of exactly that many rows.
+  template <std::size_t MR>
+  static void accumulate_tail(std::size_t n_rows, float* o, const float* alpha, const float* pt, std::size_t qld,
+                              const float* const* v, std::size_t n_keys) noexcept {
+    if constexpr (MR > 0) {
+      if (n_rows == MR) accumulate_rows<MR>(o, alpha, pt, qld, v, n_keys);
+      else accumulate_tail<MR - 1>(n_rows, o, alpha, pt, qld, v, n_keys);
+    }
+  }
 
   template <std::size_t MR>
   static void accumulate_rows(float* o, const float* alpha, const float* pt, std::size_t qld, const float* const* v,
