@@ -89,25 +89,26 @@ struct decode_job {
 constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ? group : 4; }
 
 /// How far ahead of the reading walker (bytes of one stream, K or V) the
-/// prefetching one runs, per storage type. Measured on Sapphire Rapids with
-/// bench_attention (docs/attention.md): a short distance helps f32 (0.66 ->
-/// 0.92 of the read bandwidth) and int8 (0.41 -> 0.50); f16/bf16 are fastest
-/// with none (the hardware prefetchers keep up; 1.0 vs 0.87).
+/// prefetching one runs; the kernels prefetch the rows it hands them inside
+/// their row loops (`prefetch_row`). Measured on Sapphire Rapids
+/// (docs/attention.md): 1 KiB is best for every storage type; 2-8 KiB is
+/// slower (the prefetches then miss L2 too and hold the line fill buffers
+/// for a whole DRAM round trip, starving the loads).
 template <class T>
-inline constexpr std::size_t default_decode_prefetch_bytes =
-    std::is_same_v<T, float> || std::is_same_v<T, std::int8_t> ? 1024 : 0;
+inline constexpr std::size_t default_decode_prefetch_bytes = 1024;
 
 /// Override of the distance for every type (bytes, 0 disables; SIZE_MAX keeps
 /// the per-type default): a detail knob for experiments, read at each call.
 inline std::size_t decode_prefetch_bytes = std::numeric_limits<std::size_t>::max();
 
-/// Rows the prefetching walker runs ahead of the reading one.
+/// Rows the prefetching walker runs ahead of the reading one (0: none).
 template <class T>
 std::size_t decode_prefetch_rows(std::size_t head_dim) {
   const std::size_t bytes = decode_prefetch_bytes != std::numeric_limits<std::size_t>::max()
                                 ? decode_prefetch_bytes
                                 : default_decode_prefetch_bytes<T>;
-  return bytes / (head_dim * sizeof(T));
+  const std::size_t row_bytes = head_dim * sizeof(T);
+  return bytes == 0 ? 0 : std::max<std::size_t>(1, (bytes + row_bytes / 2) / row_bytes);
 }
 
 /// One task: the rows [row_begin, row_end) of sequence i, KV head h, for
@@ -182,16 +183,22 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   alignas(64) float bias[BT];
   row_tile<T, BT> rt;
   row_walker<T> walker(job.source, p.seq_ids[i], p.layer, h, row_begin);
+  // The rows pf_rows ahead of each block, prefetched by the kernels while
+  // they work on it (rows past the end: the zero row, already in L1).
   const std::size_t pf_rows = decode_prefetch_rows<T>(D);
   std::size_t ahead_row = std::min(row_end, row_begin + pf_rows);
   row_walker<T> ahead(job.source, p.seq_ids[i], p.layer, h, ahead_row);
+  row_tile<T, BT> pf;
+  const T* const* pf_k = pf_rows > 0 ? pf.k : nullptr;
+  const T* const* pf_v = pf_rows > 0 ? pf.v : nullptr;
   for (std::size_t row = row_begin; row < row_end; row += rt.n) {
     walker.next(rt, std::min(BT, row_end - row));
     if (rt.n == 0) break;
-    if (pf_rows > 0 && ahead_row < row_end) {
-      const std::size_t n_pf = std::min(rt.n, row_end - ahead_row);
-      ahead.prefetch_next(n_pf, D);
-      ahead_row += n_pf;
+    if (pf_rows > 0) {
+      pf.n = 0;
+      if (ahead_row < row_end) ahead.next_pointers(pf, std::min(BT, row_end - ahead_row));
+      ahead_row += pf.n;
+      for (std::size_t j = pf.n; j < BT; ++j) pf.k[j] = pf.v[j] = zero_row;
     }
     const tile_visibility vis = job.mask.classify(q_pos, q_pos, rt.pos_min, rt.pos_max);
     if (vis == tile_visibility::hidden) continue;
@@ -218,19 +225,22 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
         if constexpr (K::int16_queries) q16g[g] = q16 + (b * GB + g) * D;
       }
       float* sb = sc + b * GB * BT;
+      // The first batch of heads prefetches (a GQA group of 8 runs two).
+      const T* const* bk = b == 0 ? pf_k : nullptr;
+      const T* const* bv = b == 0 ? pf_v : nullptr;
       if constexpr (K::int16_queries)
-        K::scores_i16(q16g, q16_lanes + b * K::width, kp, sb);
+        K::scores_i16(q16g, q16_lanes + b * K::width, kp, sb, bk);
       else
-        K::scores(qg, kp, sb);
+        K::scores(qg, kp, sb, bk);
       K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
                  alpha + b * GB);
       if constexpr (K::int16_values) {
         alignas(64) std::int16_t p16[BT * GB];
         float p_scale[GB];
         K::quantize_p(sb, p16, p_scale);
-        K::accumulate_i16(og, alpha + b * GB, p16, p_scale, vp);
+        K::accumulate_i16(og, alpha + b * GB, p16, p_scale, vp, bv);
       } else {
-        K::accumulate(og, alpha + b * GB, sb, vp);
+        K::accumulate(og, alpha + b * GB, sb, vp, bv);
       }
     }
   }

@@ -73,6 +73,7 @@ struct decode_kernels {
   static constexpr std::size_t DV = D / L;
   /// Output registers per head in one value pass (GB x H <= 16 accumulators).
   static constexpr std::size_t H = largest_divisor_at_most(DV, 16 / GB);
+  static constexpr std::size_t row_bytes = D * sizeof(T);  ///< one stored K or V row
 
   /// Running softmax state of the GB heads, per lane (head a / R).
   struct state {
@@ -95,8 +96,11 @@ struct decode_kernels {
   /// @param q [GB] pointers to [D] f32 query rows
   /// @param k [block] pointers to [D] stored rows
   /// @param s [block * GB] scores, lane layout
-  static void scores(const float* const* q, const T* const* k, float* s) noexcept {
+  /// @param pf [block] rows to prefetch meanwhile (`prefetch_row`), or null
+  static void scores(const float* const* q, const T* const* k, float* s, const T* const* pf) noexcept {
     for (std::size_t p = 0; p < passes; ++p) {
+      if (pf != nullptr)
+        for (std::size_t r = 0; r < R; ++r) prefetch_row<row_bytes>(pf[p * R + r]);
       V acc[width];
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < width; ++a) acc[a] = V(0.0f);
@@ -131,11 +135,15 @@ struct decode_kernels {
   /// @param q_scale [16] lane a: the scale of head a / R
   /// @param k [block] pointers to [D] int8 rows
   /// @param s [block * GB] scores, lane layout
-  static void scores_i16(const std::int16_t* const* q, const float* q_scale, const T* const* k, float* s) noexcept
+  /// @param pf [block] rows to prefetch meanwhile, or null
+  static void scores_i16(const std::int16_t* const* q, const float* q_scale, const T* const* k, float* s,
+                         const T* const* pf) noexcept
     requires int16_queries
   {
     const __m512 qs = _mm512_load_ps(q_scale);
     for (std::size_t p = 0; p < passes; ++p) {
+      if (pf != nullptr)
+        for (std::size_t r = 0; r < R; ++r) prefetch_row<row_bytes>(pf[p * R + r]);
       __m512i acc[width];
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < width; ++a) acc[a] = _mm512_setzero_si512();
@@ -188,8 +196,9 @@ struct decode_kernels {
 
   /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j p16(g, j) * v[j] for g < GB.
   /// @param p16 [block * GB] int16 probabilities, lane layout (quantize_p)
+  /// @param pf [block] rows to prefetch meanwhile, or null
   static void accumulate_i16(float* const* o, const float* alpha, const std::int16_t* p16, const float* p_scale,
-                             const T* const* v) noexcept
+                             const T* const* v, const T* const* pf) noexcept
     requires int16_values
   {
     // Columns in passes of 64 (GB x 4 int32 accumulators of 16 columns).
@@ -203,6 +212,10 @@ struct decode_kernels {
         for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_si512();
 #pragma GCC unroll 2
       for (std::size_t j = 0; j < block; j += 2) {
+        if (pf != nullptr && c0 == 0) {
+          prefetch_row<row_bytes>(pf[j]);
+          prefetch_row<row_bytes>(pf[j + 1]);
+        }
         __m512i pw[GB];
 #pragma GCC unroll 4
         for (std::size_t g = 0; g < GB; ++g) {
@@ -334,7 +347,9 @@ struct decode_kernels {
   /// @param o [GB] pointers to [D] f32 output rows
   /// @param p [block * GB] probabilities, lane layout
   /// @param v [block] pointers to [D] stored rows
-  static void accumulate(float* const* o, const float* alpha, const float* p, const T* const* v) noexcept {
+  /// @param pf [block] rows to prefetch meanwhile, or null
+  static void accumulate(float* const* o, const float* alpha, const float* p, const T* const* v,
+                         const T* const* pf) noexcept {
     for (std::size_t c0 = 0; c0 < DV; c0 += H) {
       V acc[GB * H];
 #pragma GCC unroll 4
@@ -345,6 +360,7 @@ struct decode_kernels {
       }
 #pragma GCC unroll 4
       for (std::size_t j = 0; j < block; ++j) {
+        if (pf != nullptr && c0 == 0) prefetch_row<row_bytes>(pf[j]);
         const float* pj = p + (j / R) * width + j % R;
         V pg[GB];
 #pragma GCC unroll 4
