@@ -178,8 +178,6 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     }
   }
 
-  const T* kp[BT];
-  const T* vp[BT];
   alignas(64) float bias[BT];
   row_tile<T, BT> rt;
   row_walker<T> walker(job.source, p.seq_ids[i], p.layer, h, row_begin);
@@ -202,13 +200,9 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     }
     const tile_visibility vis = job.mask.classify(q_pos, q_pos, rt.pos_min, rt.pos_max);
     if (vis == tile_visibility::hidden) continue;
-    for (std::size_t j = 0; j < rt.n; ++j) {
-      kp[j] = rt.k[j];
-      vp[j] = rt.v[j];
-    }
     const bool short_block = rt.n < BT;
     for (std::size_t j = rt.n; j < BT; ++j) {
-      kp[j] = vp[j] = zero_row;
+      rt.k[j] = rt.v[j] = zero_row;
       rt.k_scale[j] = rt.v_scale[j] = 0.0f;
     }
     const float* row_bias = nullptr;
@@ -229,18 +223,18 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       const T* const* bk = b == 0 ? pf_k : nullptr;
       const T* const* bv = b == 0 ? pf_v : nullptr;
       if constexpr (K::int16_queries)
-        K::scores_i16(q16g, q16_lanes + b * K::width, kp, sb, bk);
+        K::scores_i16(q16g, q16_lanes + b * K::width, rt.k, sb, bk);
       else
-        K::scores(qg, kp, sb, bk);
+        K::scores(qg, rt.k, sb, bk);
       K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
                  alpha + b * GB);
       if constexpr (K::int16_values) {
         alignas(64) std::int16_t p16[BT * GB];
         float p_scale[GB];
         K::quantize_p(sb, p16, p_scale);
-        K::accumulate_i16(og, alpha + b * GB, p16, p_scale, vp, bv);
+        K::accumulate_i16(og, alpha + b * GB, p16, p_scale, rt.v, bv);
       } else {
-        K::accumulate(og, alpha + b * GB, sb, vp, bv);
+        K::accumulate(og, alpha + b * GB, sb, rt.v, bv);
       }
     }
   }

@@ -159,10 +159,7 @@ struct decode_kernels {
           for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = _mm512_dpwssd_epi32(acc[g * R + r], kv, qv[g]);
         }
       }
-      __m512 f[width];
-#pragma GCC unroll 16
-      for (std::size_t a = 0; a < width; ++a) f[a] = _mm512_cvtepi32_ps(acc[a]);
-      _mm512_store_ps(s + p * width, _mm512_mul_ps(haddp16(f), qs));
+      _mm512_store_ps(s + p * width, _mm512_mul_ps(_mm512_cvtepi32_ps(haddi16(acc)), qs));
     }
   }
 

@@ -99,22 +99,39 @@ inline constexpr bool has_avx2 = [] {
 }();
 
 #if defined(__AVX512F__)
+/// The folding tree of haddp16 / haddi16 over 16 registers (lanes seen as
+/// f32 or int32 bits; `add` is the lane-wise sum of that type).
+template <class Add>
+inline __m512 hadd16_tree(const __m512* r, Add add) noexcept {
+  __m512 x[8], z[4];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a, b, a, b] partial sums
+    x[i] = add(_mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)  // per 128-bit lane: [a, b, c, d]
+    z[i] = add(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+               _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 w01 = add(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 w23 = add(_mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return add(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
+             _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 /// 16 registers -> one register of their sums. xsimd 8.1's avx512 haddp
 /// returns the sums in a permuted order (2<->4, 3<->5, 10<->12, 11<->13),
 /// so llmkit folds them itself: pairs within 128-bit lanes, then across.
 inline __m512 haddp16(const __m512* r) noexcept {
-  __m512 x[8], z[4];
-  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a, b, a, b] partial sums
-    x[i] = _mm512_add_ps(_mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]));
-  for (int i = 0; i < 4; ++i)  // per 128-bit lane: [a, b, c, d]
-    z[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+  return hadd16_tree(r, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+}
+
+/// haddp16 for int32 lanes (wrapping adds): integer dot products are folded
+/// before their one conversion to f32 instead of converted 16 times.
+inline __m512i haddi16(const __m512i* r) noexcept {
+  __m512 f[16];
+  for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(r[i]);
+  return _mm512_castps_si512(hadd16_tree(f, [](__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }));
 }
 #endif
 
