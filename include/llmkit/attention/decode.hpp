@@ -226,14 +226,14 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
         K::scores_i16(q16g, q16_lanes + b * K::width, rt.k, sb, bk);
       else
         K::scores(qg, rt.k, sb, bk);
-      K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
-                 alpha + b * GB);
       if constexpr (K::int16_values) {
         alignas(64) std::int16_t p16[BT * GB];
         float p_scale[GB];
-        K::quantize_p(sb, p16, p_scale);
+        K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, p16, p_scale);
         K::accumulate_i16(og, alpha + b * GB, p16, p_scale, rt.v, bv);
       } else {
+        K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
+                   alpha + b * GB);
         K::accumulate(og, alpha + b * GB, sb, rt.v, bv);
       }
     }

@@ -174,11 +174,12 @@ struct decode_kernels {
 
   /// p16 (lane layout, [block * GB] int16) = round(p / p_scale[g]) with
   /// p_scale[g] = max_j p(g, j) / 32767 (0 for a head whose block is all 0).
-  static void quantize_p(const float* p, std::int16_t* p16, float* p_scale) noexcept
+  /// @param p [passes] registers of probabilities, lane layout (softmax)
+  static void quantize_p(const __m512* p, std::int16_t* p16, float* p_scale) noexcept
     requires int16_values
   {
     __m512 mx = _mm512_setzero_ps();
-    for (std::size_t ps = 0; ps < passes; ++ps) mx = _mm512_max_ps(mx, _mm512_loadu_ps(p + ps * width));
+    for (std::size_t ps = 0; ps < passes; ++ps) mx = _mm512_max_ps(mx, p[ps]);
     const __m512 m = head_max(mx);
     const __mmask16 pos = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
     const __m512 inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(32767.0f), m);
@@ -186,7 +187,7 @@ struct decode_kernels {
     _mm512_store_ps(sc, _mm512_mul_ps(m, _mm512_set1_ps(1.0f / 32767.0f)));
     for (std::size_t g = 0; g < GB; ++g) p_scale[g] = sc[g * R];
     for (std::size_t ps = 0; ps < passes; ++ps) {
-      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + ps * width), inv));
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(p[ps], inv));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p16 + ps * width), _mm512_cvtepi32_epi16(q));
     }
   }
@@ -285,10 +286,14 @@ struct decode_kernels {
   /// `st`, turns `s` into the probabilities the value kernel multiplies
   /// (times the int8 value scales when `v_scale` is set) and writes the
   /// factor each head's output must be rescaled by to `alpha` ([GB]).
+  /// With `p16` set (int8 values with VNNI) the probabilities go to
+  /// accumulate_i16 rounded to int16 (`quantize_p`) instead of back to `s`.
   /// @param bias [block] 0 or -inf per row, or null when every row counts
   /// @param k_scale, v_scale [block] int8 row scales, or null
+  /// @param p16, p_scale [block * GB] int16 probabilities and [GB] their
+  ///        scales, or null
   static void softmax(float* s, state& st, const float* bias, const float* k_scale, const float* v_scale,
-                      float softcap, float* alpha) noexcept {
+                      float softcap, float* alpha, std::int16_t* p16 = nullptr, float* p_scale = nullptr) noexcept {
     constexpr float ninf = -std::numeric_limits<float>::infinity();
     V mx[regs];
     for (std::size_t b = 0; b < regs; ++b) mx[b] = V(ninf);
@@ -327,13 +332,23 @@ struct decode_kernels {
       vstore<Arch>(st.m + b * L, m);
       sum[b] = V(0.0f);
     }
+    V probs[passes * regs];
     for (std::size_t p = 0; p < passes; ++p)
       for (std::size_t b = 0; b < regs; ++b) {
         float* sp = s + p * width + b * L;
         const V e = vexp_softmax<Arch>(vload<Arch>(sp) - shift[b]);
         sum[b] = sum[b] + e;
-        vstore<Arch>(sp, v_scale != nullptr ? e * row_lanes(v_scale, p, b) : e);
+        probs[p * regs + b] = v_scale != nullptr ? e * row_lanes(v_scale, p, b) : e;
       }
+    if constexpr (int16_values) {
+      if (p16 != nullptr) {
+        __m512 r[passes];
+        for (std::size_t p = 0; p < passes; ++p) r[p] = probs[p];
+        quantize_p(r, p16, p_scale);
+      }
+    }
+    if (p16 == nullptr)
+      for (std::size_t x = 0; x < passes * regs; ++x) vstore<Arch>(s + x * L, probs[x]);
     for (std::size_t b = 0; b < regs; ++b)
       vstore<Arch>(st.l + b * L, vload<Arch>(st.l + b * L) * vload<Arch>(a_lane + b * L) + sum[b]);
     for (std::size_t g = 0; g < GB; ++g) alpha[g] = a_lane[g * R];
