@@ -69,12 +69,8 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   return e;
 }
 
-constexpr double f32_tolerance = 1e-5;
-/// int8 values on a VNNI CPU: P.V runs in integers with each block's
-/// probabilities rounded to 16 bits (decode_kernels::int16_values), which
-/// adds up to ~1.2e-5 on these cases (values in [-1, 1]); 12-bit
-/// probabilities would fail it.
-constexpr double int8_tolerance = 4e-5;
+constexpr double f32_tolerance = llmkit::test::attention_f32_tolerance;
+constexpr double int8_tolerance = llmkit::test::attention_int8_decode_tolerance;
 
 }  // namespace
 

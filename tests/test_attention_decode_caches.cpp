@@ -74,8 +74,8 @@ void every_shape(std::uint32_t seed) {
       // Block boundaries (16) +- 1, a single row, and one longer sequence.
       const std::vector<std::size_t> lens{1, 15, 16, 17, 31 + rng() % 3, 100 + rng() % 100};
       const std::size_t split = rng() % 2 ? 0 : 16 * (1 + rng() % 3) + rng() % 2;
-      // int8: P.V in integers with 16-bit probabilities (test_attention_decode.cpp's int8_tolerance).
-      const double tolerance = std::is_same_v<T, std::int8_t> ? 4e-5 : 1e-5;
+      const double tolerance = std::is_same_v<T, std::int8_t> ? llmkit::test::attention_int8_decode_tolerance
+                                                              : llmkit::test::attention_f32_tolerance;
       REQUIRE(decode_error<T>(head_dim, group, lens, split, static_cast<std::uint32_t>(rng())) < tolerance);
     }
 }

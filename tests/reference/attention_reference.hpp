@@ -32,6 +32,15 @@
 
 namespace llmkit::test {
 
+/// Largest |out - oracle on the stored K/V| accepted from the f32 kernels
+/// (values in [-1, 1]).
+inline constexpr double attention_f32_tolerance = 1e-5;
+/// The same for int8 decode on a VNNI CPU: P.V runs in integers with each
+/// block's probabilities rounded to 16 bits (decode_kernels::int16_values),
+/// which adds up to ~1.2e-5 on the tests' cases; 12-bit probabilities fail
+/// it.
+inline constexpr double attention_int8_decode_tolerance = 4e-5;
+
 /// [n] values uniform in [lo, hi).
 inline std::vector<float> uniform_values(std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> u(lo, hi);

@@ -38,7 +38,7 @@
 #include <type_traits>
 
 #include "llmkit/attention/detail/kv_rows.hpp"
-#include "llmkit/attention/detail/prefill_simd.hpp"
+#include "llmkit/attention/detail/kernel_simd.hpp"
 #include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 

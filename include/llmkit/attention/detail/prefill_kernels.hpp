@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <limits>
 
-#include "llmkit/attention/detail/prefill_simd.hpp"
+#include "llmkit/attention/detail/kernel_simd.hpp"
 #include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 

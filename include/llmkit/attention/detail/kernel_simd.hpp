@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
-/// @file llmkit/attention/detail/prefill_simd.hpp
-/// Two vector helpers of the prefill kernels:
+/// @file llmkit/attention/detail/kernel_simd.hpp
+/// Two vector helpers of the attention kernels:
 /// - `vexp_softmax<Arch>(x)`: e^x for the softmax arguments x <= 0 (scores
-///   minus their running max; -inf for masked scores gives exactly 0);
+///   minus their running max; -inf for masked scores gives exactly 0), the
+///   exponential of both the prefill and the decode softmax;
 /// - `transpose16`: an in-register 16 x 16 float transpose (AVX-512), used
 ///   to lay a block of query rows out as columns once per query block.
 
