@@ -165,10 +165,11 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
                              tile_visibility::hidden)
         --rt.n;
     // Likewise the query rows of a partial tile that see none of its keys
-    // (the tokens before the diagonal): skipping them leaves their state
-    // exactly as a row of -inf scores would (alpha = 1, p = 0). The kept
-    // rows [r0, r1) are whole registers; a causal 4 x 128-token packed
-    // batch does 17% less.
+    // (tokens before the diagonal when the query block straddles the
+    // tile's start, e.g. after a cached prefix of 16k + 8 tokens; tokens
+    // past a sliding window): skipping them leaves their state exactly as
+    // a row of -inf scores would (alpha = 1, p = 0). The kept rows
+    // [r0, r1) are whole registers.
     std::size_t r0 = 0, r1 = qld;
     if (vis == tile_visibility::partial) {
       auto hidden_token = [&](std::size_t t) {
