@@ -112,11 +112,7 @@ class row_walker {
     max_rows = std::min(max_rows, N);
     while (tile.n < max_rows && chunk_index_ < n_chunks_) {
       const std::size_t take = std::min(max_rows - tile.n, chunk_.n_tokens - offset_);
-      // One loop per array, so that each vectorises.
-      const T* k = chunk_.k + offset_ * chunk_.row_stride;
-      const T* v = chunk_.v + offset_ * chunk_.row_stride;
-      for (std::size_t t = 0; t < take; ++t) tile.k[tile.n + t] = k + t * chunk_.row_stride;
-      for (std::size_t t = 0; t < take; ++t) tile.v[tile.n + t] = v + t * chunk_.row_stride;
+      fill_pointers(tile, take);
       if (chunk_.k_scale != nullptr) {
         std::copy(chunk_.k_scale + offset_, chunk_.k_scale + offset_ + take, tile.k_scale + tile.n);
         std::copy(chunk_.v_scale + offset_, chunk_.v_scale + offset_ + take, tile.v_scale + tile.n);
@@ -132,8 +128,7 @@ class row_walker {
         tile.pos_max = std::max(tile.pos_max, tile.pos[tile.n + take - 1]);
       }
       tile.n += take;
-      offset_ += take;
-      if (offset_ == chunk_.n_tokens) next_chunk();
+      advance(take);
     }
   }
 
@@ -148,21 +143,31 @@ class row_walker {
     max_rows = std::min(max_rows, N);
     while (tile.n < max_rows && chunk_index_ < n_chunks_) {
       const std::size_t take = std::min(max_rows - tile.n, chunk_.n_tokens - offset_);
-      const T* k = chunk_.k + offset_ * chunk_.row_stride;
-      const T* v = chunk_.v + offset_ * chunk_.row_stride;
-      for (std::size_t t = 0; t < take; ++t) tile.k[tile.n + t] = k + t * chunk_.row_stride;
-      for (std::size_t t = 0; t < take; ++t) tile.v[tile.n + t] = v + t * chunk_.row_stride;
+      fill_pointers(tile, take);
       if (chunk_.k_scale != nullptr && take > 0) {
         __builtin_prefetch(chunk_.k_scale + offset_ + take - 1, 0, 3);
         __builtin_prefetch(chunk_.v_scale + offset_ + take - 1, 0, 3);
       }
       tile.n += take;
-      offset_ += take;
-      if (offset_ == chunk_.n_tokens) next_chunk();
+      advance(take);
     }
   }
 
  private:
+  /// tile.k / tile.v [tile.n, tile.n + take) = the current chunk's next
+  /// `take` rows (one loop per array, so that each vectorises).
+  template <std::size_t N>
+  void fill_pointers(row_tile<T, N>& tile, std::size_t take) const {
+    const T* k = chunk_.k + offset_ * chunk_.row_stride;
+    const T* v = chunk_.v + offset_ * chunk_.row_stride;
+    for (std::size_t t = 0; t < take; ++t) tile.k[tile.n + t] = k + t * chunk_.row_stride;
+    for (std::size_t t = 0; t < take; ++t) tile.v[tile.n + t] = v + t * chunk_.row_stride;
+  }
+  /// Moves past `take` rows of the current chunk (to the next chunk at its end).
+  void advance(std::size_t take) {
+    offset_ += take;
+    if (offset_ == chunk_.n_tokens) next_chunk();
+  }
   void load_chunk() {
     // Empty chunks are skipped so offset_ < chunk_.n_tokens while rows remain.
     while (chunk_index_ < n_chunks_) {
