@@ -186,8 +186,8 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
     const std::size_t n_rv_kept = (r1 - r0) / L;
     prefetch_out(8);
     prefetch_q(8);
-    tile_rows_f32<Arch>(rt, D, kf, vf, vp);
-    K::scores(qt + r0, qld, n_rv_kept, kf, rt.n, st + r0);
+    const float* keys = tile_rows_f32<Arch>(rt, D, kf, vf, vp);
+    K::scores(qt + r0, qld, n_rv_kept, keys, rt.n, st + r0);
     if (p.softcap > 0.0f) K::soft_cap(st + r0, qld, n_rv_kept, rt.n, p.softcap);
     if (vis == tile_visibility::partial)
       job.apply_mask(job.mask.mask, st, qld, tile.n_tokens, group, q_first, rt.pos, rt.n);

@@ -313,21 +313,31 @@ inline void row_to_f32(const T* src, float scale, float* dst, std::size_t n) noe
   }
 }
 
-/// The f32 rows of a tile: keys copied (converted to f32, scaled for int8)
-/// into the contiguous scratch `kf` (`[rt.n, d]`); `vp[j]` pointing at value
-/// row j, the cache's own row for f32 storage, else a row converted into
-/// the scratch `vf` (`[rt.n, d]`).
+/// The f32 rows of a tile. Returns the keys as one `[rt.n, d]` f32 block:
+/// the cache's own rows when they are f32 and adjacent in memory (a
+/// contiguous cache, a paged block), else copied (converted to f32, scaled
+/// for int8) into the scratch `kf`. `vp[j]` points at value row j: the
+/// cache's own row for f32 storage, else a row converted into the scratch
+/// `vf` (`[rt.n, d]`).
 template <class Arch, class T, std::size_t N>
-inline void tile_rows_f32(const row_tile<T, N>& rt, std::size_t d, float* kf, float* vf, const float** vp) noexcept {
+inline const float* tile_rows_f32(const row_tile<T, N>& rt, std::size_t d, float* kf, float* vf,
+                                  const float** vp) noexcept {
+  bool adjacent = std::is_same_v<T, float>;
   for (std::size_t j = 0; j < rt.n; ++j) {
-    row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * d, d);
     if constexpr (std::is_same_v<T, float>) {
       vp[j] = rt.v[j];
+      adjacent = adjacent && rt.k[j] == rt.k[0] + j * d;
     } else {
+      row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * d, d);
       row_to_f32<Arch>(rt.v[j], rt.v_scale[j], vf + j * d, d);
       vp[j] = vf + j * d;
     }
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (adjacent) return rt.k[0];
+    for (std::size_t j = 0; j < rt.n; ++j) std::copy(rt.k[j], rt.k[j] + d, kf + j * d);
+  }
+  return kf;
 }
 
 }  // namespace llmkit::attention::detail

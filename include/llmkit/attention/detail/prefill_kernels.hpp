@@ -15,9 +15,9 @@
 ///   k   [n_keys, D]    the key tile's f32 rows, contiguous
 ///   v   [n_keys]       pointers to f32 rows of D elements
 /// Transposing Q (once per query block) instead of K (once per key tile)
-/// lets the key tile be a plain copy of its rows (`k`, converted to f32 on
-/// the way for 16-bit and int8 storage) and V rows be read in place,
-/// straight from an f32 cache.
+/// lets the key tile be read in place from an f32 cache whose rows are
+/// adjacent (else a plain copy of its rows, converted to f32 on the way for
+/// 16-bit and int8 storage) and V rows be read in place from any f32 cache.
 
 #include <algorithm>
 #include <cstddef>
