@@ -55,8 +55,19 @@ inline void vstore(float* p, vec<Arch> v) noexcept {
 }
 template <class Arch>
 inline vec<Arch> vfma(vec<Arch> a, vec<Arch> b, vec<Arch> c) noexcept {
-  if constexpr (simd::is_scalar_v<Arch>) return scalar_vec(a.value * b.value + c.value);
-  else return xsimd::fma(a, b, c);
+  if constexpr (simd::is_scalar_v<Arch>) {
+    // One rounding where the target has FMA, as in the vector paths; the
+    // explicit call also keeps the compiler from contracting a*b+c in some
+    // unrollings of a loop and not in others (results then change with the
+    // trip count: 1-ulp differences between otherwise equal calls).
+#if defined(FP_FAST_FMAF)
+    return scalar_vec(std::fma(a.value, b.value, c.value));
+#else
+    return scalar_vec(a.value * b.value + c.value);
+#endif
+  } else {
+    return xsimd::fma(a, b, c);
+  }
 }
 template <class Arch>
 inline vec<Arch> vmax(vec<Arch> a, vec<Arch> b) noexcept {
