@@ -83,6 +83,8 @@ const std::string& model_path(int which) {
     if (!std::filesystem::exists(p)) {
       model::synthetic_options o{.config = synthetic_config(), .weight_type = model::ggml_type::f32, .seed = 1};
       const std::string tmp = p + ".tmp";
+      // A fresh checkout configured elsewhere (cmake -B /tmp/x) has no <source>/build yet.
+      if (const auto dir = std::filesystem::path(p).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
       model::write_synthetic_llama(tmp, o);
       std::filesystem::rename(tmp, p);
     }
