@@ -71,10 +71,16 @@ struct prefill_job {
   const prefill_params* params = nullptr;
   chunk_source<T> source;
   mask_ref mask;  // classify
+  /// key_end[t] = 1 + the last j < n_keys with visible(q_first + t, k_pos[j])
+  /// (0: none), for t < n_tokens.
+  void (*key_ends)(const void*, std::size_t n_tokens, position q_first, const position* k_pos, std::size_t n_keys,
+                   std::uint32_t* key_end) = nullptr;
   /// st[j * ld + t * group + g] = -inf where !visible(q_first + t, k_pos[j]),
-  /// for j < n_keys, t < n_tokens, g < group: one mask test per query token.
+  /// for j < n_keys, t < n_tokens, g < group (key_end from key_ends: no
+  /// mask test past it).
   void (*apply_mask)(const void*, float* st, std::size_t ld, std::size_t n_tokens, std::size_t group,
-                     position q_first, const position* k_pos, std::size_t n_keys) = nullptr;
+                     position q_first, const position* k_pos, std::size_t n_keys,
+                     const std::uint32_t* key_end) = nullptr;
   std::size_t group = 1;
   std::size_t n_kv_heads = 1;
   float scale = 1.0f;
@@ -119,6 +125,12 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
   float* alpha = ensure(s.f, qld);
   float* kf = ensure(s.g, KT * D);
   float* vf = ensure(s.h, KT * D);
+  // Partial tiles: how many of the tile's keys (a prefix) each query token,
+  // row and row register can see (see key_ends).
+  if (s.counts.size() < tile.n_tokens + qld + qld / L) s.counts.resize(tile.n_tokens + qld + qld / L);
+  std::uint32_t* key_end = s.counts.data();     // [n_tokens]
+  std::uint32_t* row_keys = key_end + tile.n_tokens;  // [qld]
+  std::uint32_t* rv_keys = row_keys + qld;            // [qld / L]
 
   const float* q = p.q.data();
   K::load_q([&](std::size_t r) { return q + prefill_row_offset<D>(p, tile, h, group, r); }, rows, job.scale, qt, qld);
@@ -186,13 +198,28 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
     const std::size_t n_rv_kept = (r1 - r0) / L;
     prefetch_out(8);
     prefetch_q(8);
+    // In a partial tile the kernels stop at the last key each row (block)
+    // can see: the far side of the diagonal is neither dotted nor
+    // multiplied by 0 (whole blocks of 12 / 4 keys x 2 row registers in the
+    // scores, 6 rows in the values; what they skip, apply_mask sets to -inf).
+    const std::uint32_t* kept_row_keys = nullptr;
+    const std::uint32_t* kept_rv_keys = nullptr;
+    if (vis == tile_visibility::partial) {
+      job.key_ends(job.mask.mask, tile.n_tokens, q_first, rt.pos, rt.n, key_end);
+      std::fill(row_keys + r0, row_keys + r1, 0u);  // padding rows see nothing
+      for (std::size_t r = r0; r < std::min(rows, r1); ++r) row_keys[r] = key_end[r / group];
+      for (std::size_t rv = r0 / L; rv < r1 / L; ++rv)
+        rv_keys[rv] = *std::max_element(row_keys + rv * L, row_keys + (rv + 1) * L);
+      kept_row_keys = row_keys + r0;
+      kept_rv_keys = rv_keys + r0 / L;
+    }
     const float* keys = tile_rows_f32<Arch>(rt, D, kf, vf, vp);
-    K::scores(qt + r0, qld, n_rv_kept, keys, rt.n, st + r0);
+    K::scores(qt + r0, qld, n_rv_kept, keys, rt.n, st + r0, kept_rv_keys);
     if (p.softcap > 0.0f) K::soft_cap(st + r0, qld, n_rv_kept, rt.n, p.softcap);
     if (vis == tile_visibility::partial)
-      job.apply_mask(job.mask.mask, st, qld, tile.n_tokens, group, q_first, rt.pos, rt.n);
+      job.apply_mask(job.mask.mask, st, qld, tile.n_tokens, group, q_first, rt.pos, rt.n, key_end);
     K::softmax_update(st + r0, qld, n_rv_kept, rt.n, m + r0, l + r0, alpha + r0);
-    K::accumulate(o + r0 * D, std::min(rows, r1) - r0, alpha + r0, st + r0, qld, vp, rt.n);
+    K::accumulate(o + r0 * D, std::min(rows, r1) - r0, alpha + r0, st + r0, qld, vp, rt.n, kept_row_keys);
   }
   prefetch_q(next_rows);  // whatever the key tiles did not cover
   for (std::size_t r = 0; r < rows; ++r)
@@ -266,12 +293,22 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
   job.source = detail::make_chunk_source(cache);
   job.mask = detail::make_mask_ref(mask);
   job.apply_mask = [](const void* m, float* st, std::size_t ld, std::size_t n_q, std::size_t g, position q_first,
-                      const position* k_pos, std::size_t n_keys) {
+                      const position* k_pos, std::size_t n_keys, const std::uint32_t* key_end) {
     const Mask& mk = *static_cast<const Mask*>(m);
     constexpr float ninf = -std::numeric_limits<float>::infinity();
-    for (std::size_t j = 0; j < n_keys; ++j)
-      for (std::size_t t = 0; t < n_q; ++t)
-        if (!mk.visible(q_first + static_cast<position>(t), k_pos[j])) std::fill_n(st + j * ld + t * g, g, ninf);
+    for (std::size_t t = 0; t < n_q; ++t)
+      for (std::size_t j = 0; j < n_keys; ++j)
+        if (j >= key_end[t] || !mk.visible(q_first + static_cast<position>(t), k_pos[j]))
+          std::fill_n(st + j * ld + t * g, g, ninf);
+  };
+  job.key_ends = [](const void* m, std::size_t n_q, position q_first, const position* k_pos, std::size_t n_keys,
+                    std::uint32_t* key_end) {
+    const Mask& mk = *static_cast<const Mask*>(m);
+    for (std::size_t t = 0; t < n_q; ++t) {
+      std::size_t end = n_keys;
+      while (end > 0 && !mk.visible(q_first + static_cast<position>(t), k_pos[end - 1])) --end;
+      key_end[t] = static_cast<std::uint32_t>(end);
+    }
   };
   job.group = group;
   job.n_kv_heads = p.n_heads / group;

@@ -11,6 +11,7 @@
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "llmkit/attention/head_dims.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
@@ -29,6 +30,7 @@ using arch_for_head_dim = std::conditional_t<simd::is_scalar_v<Arch> || D % simd
 /// Grow-only per-thread buffers: kernels never allocate once warm.
 struct scratch {
   aligned_vector<float> a, b, c, d, e, f, g, h;
+  std::vector<std::uint32_t> counts;
   static scratch& local() {
     thread_local scratch s;
     return s;

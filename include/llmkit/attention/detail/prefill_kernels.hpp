@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 
 #include "llmkit/attention/detail/kernel_simd.hpp"
@@ -74,15 +75,19 @@ struct prefill_kernels {
   /// @param k [n_keys, D] the key tile's rows, contiguous (one base register
   ///          addresses every key of a register tile: with a pointer per key
   ///          the 12 pointers spill and their reloads compete with the FMAs)
+  /// @param rv_keys [n_rv] per row register, the keys its rows can see
+  ///        are among the first rv_keys[rv], or null (all n_keys): blocks
+  ///        of keys past them are skipped (st left as is there).
   static void scores(const float* qt, std::size_t qld, std::size_t n_rv, const float* k, std::size_t n_keys,
-                     float* st) noexcept {
+                     float* st, const std::uint32_t* rv_keys) noexcept {
     // Keys outer, row registers inner: the JR key rows of a block (JR * D
     // floats) stay in L1 while the query panel qt streams past once per key
     // block, each loaded row register feeding JR FMAs.
     std::size_t j = 0;
-    for (; j + key_block <= n_keys; j += key_block) scores_keys<key_block>(qt, qld, n_rv, k + j * D, st + j * qld);
-    for (; j + 4 <= n_keys; j += 4) scores_keys<4>(qt, qld, n_rv, k + j * D, st + j * qld);
-    for (; j < n_keys; ++j) scores_keys<1>(qt, qld, n_rv, k + j * D, st + j * qld);
+    for (; j + key_block <= n_keys; j += key_block)
+      scores_keys<key_block>(qt, qld, n_rv, k + j * D, st + j * qld, rv_keys, j);
+    for (; j + 4 <= n_keys; j += 4) scores_keys<4>(qt, qld, n_rv, k + j * D, st + j * qld, rv_keys, j);
+    for (; j < n_keys; ++j) scores_keys<1>(qt, qld, n_rv, k + j * D, st + j * qld, rv_keys, j);
   }
 
   /// x = cap * tanh(x / cap) on st[j, r], j < n_keys, r < n_rv * L.
@@ -137,11 +142,21 @@ struct prefill_kernels {
   }
 
   /// o[r, :] = alpha[r] * o[r, :] + sum_j pt[j, r] * v[j][:] for r < n_rows.
+  /// @param row_keys [n_rows] per row, the keys it can see are among the
+  ///        first row_keys[r] (pt[j, r] = 0 for j >= row_keys[r]), or null
+  ///        (all n_keys): a block of rows stops at the largest count of its
+  ///        rows, so the far side of the diagonal is not multiplied by 0.
   static void accumulate(float* o, std::size_t n_rows, const float* alpha, const float* pt, std::size_t qld,
-                         const float* const* v, std::size_t n_keys) noexcept {
+                         const float* const* v, std::size_t n_keys, const std::uint32_t* row_keys) noexcept {
+    auto keys = [&](std::size_t r, std::size_t n) -> std::size_t {
+      if (row_keys == nullptr) return n_keys;
+      return std::min<std::size_t>(n_keys, *std::max_element(row_keys + r, row_keys + r + n));
+    };
     std::size_t r = 0;
-    for (; r + pv_rows <= n_rows; r += pv_rows) accumulate_rows<pv_rows>(o + r * D, alpha + r, pt + r, qld, v, n_keys);
-    if (r < n_rows) accumulate_tail<pv_rows - 1>(n_rows - r, o + r * D, alpha + r, pt + r, qld, v, n_keys);
+    for (; r + pv_rows <= n_rows; r += pv_rows)
+      accumulate_rows<pv_rows>(o + r * D, alpha + r, pt + r, qld, v, keys(r, pv_rows));
+    if (r < n_rows)
+      accumulate_tail<pv_rows - 1>(n_rows - r, o + r * D, alpha + r, pt + r, qld, v, keys(r, n_rows - r));
   }
 
   /// out[r] = o[r] / l[r] (zeros where l[r] == 0: a fully masked row).
@@ -180,11 +195,15 @@ struct prefill_kernels {
   // accumulators of AVX-512's 32 registers; 6 x 2 = 12 of AVX2's 16.
   static constexpr std::size_t key_block = has_avx512<Arch> ? 12 : (simd::is_scalar_v<Arch> ? 4 : 6);
 
+  // Keys [j0, j0 + JR) against every row register that sees any of them.
   template <std::size_t JR>
-  static void scores_keys(const float* qt, std::size_t qld, std::size_t n_rv, const float* k, float* st) noexcept {
+  static void scores_keys(const float* qt, std::size_t qld, std::size_t n_rv, const float* k, float* st,
+                          const std::uint32_t* rv_keys, std::size_t j0) noexcept {
+    auto sees = [&](std::size_t rv) { return rv_keys == nullptr || rv_keys[rv] > j0; };
     std::size_t rv = 0;
-    for (; rv + 2 <= n_rv; rv += 2) scores_block<2, JR>(qt + rv * L, qld, k, st + rv * L);
-    if (rv < n_rv) scores_block<1, JR>(qt + rv * L, qld, k, st + rv * L);
+    for (; rv + 2 <= n_rv; rv += 2)
+      if (sees(rv) || sees(rv + 1)) scores_block<2, JR>(qt + rv * L, qld, k, st + rv * L);
+    if (rv < n_rv && sees(rv)) scores_block<1, JR>(qt + rv * L, qld, k, st + rv * L);
   }
 
   template <std::size_t MR, std::size_t CB>
