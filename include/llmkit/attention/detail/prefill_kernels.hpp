@@ -86,6 +86,10 @@ struct prefill_kernels {
     std::size_t j = 0;
     for (; j + key_block <= n_keys; j += key_block)
       scores_keys<key_block>(qt, qld, n_rv, k + j * D, st + j * qld, rv_keys, j);
+    // A 32-key tile is 12 + 12 + 8 (an 8-key tail block runs 16 accumulators
+    // where two 4-key blocks ran 8 each and read the query panel twice).
+    if constexpr (key_block > 8)
+      for (; j + 8 <= n_keys; j += 8) scores_keys<8>(qt, qld, n_rv, k + j * D, st + j * qld, rv_keys, j);
     for (; j + 4 <= n_keys; j += 4) scores_keys<4>(qt, qld, n_rv, k + j * D, st + j * qld, rv_keys, j);
     for (; j < n_keys; ++j) scores_keys<1>(qt, qld, n_rv, k + j * D, st + j * qld, rv_keys, j);
   }
