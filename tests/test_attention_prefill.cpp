@@ -277,6 +277,28 @@ TEST_CASE("prefill: f16, bf16 and int8 storage") {
   }
 }
 
+TEST_CASE("prefill: consecutive 16-bit and int8 calls never reuse another call's converted rows") {
+  // A thread keeps the f32 rows it converted for (call, sequence, KV head)
+  // across its tasks. With one KV head and one sequence, every call's tasks
+  // share the previous call's last (sequence, head): only the call id tells
+  // the rows apart. New data (and head dims) each call must still match the
+  // oracle.
+  std::mt19937 rng(21);
+  for (int call = 0; call < 6; ++call) {
+    prefill_case c;
+    c.n_kv_heads = 1;
+    c.group = 1 + call % 3;
+    c.head_dim = call % 3 == 2 ? 128 : 64;
+    c.n_cached = {40 + rng() % 90};
+    c.n_q = {c.n_cached[0]};
+    const auto seed = static_cast<std::uint32_t>(rng());
+    for (const auto& e : {run_case<f16>(c, causal_mask{}, seed), run_case<std::int8_t>(c, causal_mask{}, seed)}) {
+      REQUIRE(e.finite);
+      REQUIRE(e.stored < f32_tolerance);
+    }
+  }
+}
+
 TEST_CASE("prefill: a thread pool gives bit-identical results") {
   std::mt19937 rng(15);
   const kv::kv_shape shape{1, 2, 64};

@@ -15,6 +15,7 @@
 /// @endcode
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -81,6 +82,7 @@ struct prefill_job {
   void (*apply_mask)(const void*, float* st, std::size_t ld, std::size_t n_tokens, std::size_t group,
                      position q_first, const position* k_pos, std::size_t n_keys,
                      const std::uint32_t* key_end) = nullptr;
+  std::uint64_t call = 0;  ///< distinct per prefill() call (keys the converted-tile memo)
   std::size_t group = 1;
   std::size_t n_kv_heads = 1;
   float scale = 1.0f;
@@ -99,6 +101,10 @@ inline std::size_t prefill_row_offset(const prefill_params& p, const prefill_til
                                       std::size_t group, std::size_t r) noexcept {
   return ((tile.first_token + r / group) * p.n_heads + h * group + r % group) * D;
 }
+
+/// Counts prefill() calls (one counter for every instantiation: the ids key
+/// the per-thread converted-tile memo, which all calls share).
+inline std::atomic<std::uint64_t> prefill_calls{0};
 
 /// Runs task `task` = (query tile, KV head); `next` (or SIZE_MAX) is the task
 /// this thread runs after it, whose query rows are prefetched into L2 while
@@ -164,7 +170,7 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
   const float* vp[KT];
   row_tile<T, KT> rt;
   row_walker<T> walker(job.source, p.seq_ids[tile.seq], p.layer, h, 0);
-  for (;;) {
+  for (std::size_t tile_index = 0;; ++tile_index) {
     walker.next(rt, KT);
     if (rt.n == 0) break;
     const tile_visibility vis = job.mask.classify(q_first, q_last, rt.pos_min, rt.pos_max);
@@ -213,7 +219,13 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
       kept_row_keys = row_keys + r0;
       kept_rv_keys = rv_keys + r0 / L;
     }
-    const float* keys = tile_rows_f32<Arch>(rt, D, kf, vf, vp);
+    // 16-bit and int8 tiles of prompts up to memo_rows tokens: converted
+    // once per thread and KV head (the memo's K and V fit in L2).
+    constexpr std::size_t memo_rows = std::max<std::size_t>(KT, (256 * 1024 / (D * sizeof(float))) / KT * KT);
+    const float* keys = nullptr;
+    if constexpr (!std::is_same_v<T, float>)
+      keys = memo_tile_rows_f32<Arch>(s.converted, job.call, tile.seq, h, tile_index, memo_rows, rt, D, vp);
+    if (keys == nullptr) keys = tile_rows_f32<Arch>(rt, D, kf, vf, vp);
     K::scores(qt + r0, qld, n_rv_kept, keys, rt.n, st + r0, kept_rv_keys);
     if (p.softcap > 0.0f) K::soft_cap(st + r0, qld, n_rv_kept, rt.n, p.softcap);
     if (vis == tile_visibility::partial)
@@ -310,6 +322,7 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
       key_end[t] = static_cast<std::uint32_t>(end);
     }
   };
+  job.call = detail::prefill_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   job.group = group;
   job.n_kv_heads = p.n_heads / group;
   job.scale = detail::effective_scale(p.scale, head_dim);

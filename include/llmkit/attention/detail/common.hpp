@@ -27,10 +27,22 @@ template <class Arch, std::size_t D>
 using arch_for_head_dim = std::conditional_t<simd::is_scalar_v<Arch> || D % simd::float_lanes<Arch> == 0, Arch,
                                              simd::scalar>;
 
+/// f32 copies of the stored K/V rows of one (prefill call, sequence, KV
+/// head), kept by a thread across its consecutive tasks, so a 16-bit or
+/// int8 key tile is converted once per thread and KV head rather than once
+/// per query block (see memo_tile_rows_f32).
+struct converted_tiles {
+  std::uint64_t call = 0;  ///< prefill call id (0: empty)
+  std::size_t seq = 0, head = 0;
+  aligned_vector<float> k, v;        ///< [tile][row][D]
+  std::vector<std::uint32_t> rows;  ///< rows converted so far, per key tile
+};
+
 /// Grow-only per-thread buffers: kernels never allocate once warm.
 struct scratch {
   aligned_vector<float> a, b, c, d, e, f, g, h;
   std::vector<std::uint32_t> counts;
+  converted_tiles converted;
   static scratch& local() {
     thread_local scratch s;
     return s;

@@ -20,6 +20,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "llmkit/core/dtype.hpp"
+#include "llmkit/attention/detail/common.hpp"
 #include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
@@ -337,6 +338,41 @@ inline const float* tile_rows_f32(const row_tile<T, N>& rt, std::size_t d, float
     if (adjacent) return rt.k[0];
     for (std::size_t j = 0; j < rt.n; ++j) std::copy(rt.k[j], rt.k[j] + d, kf + j * d);
   }
+  return kf;
+}
+
+/// tile_rows_f32 for 16-bit and int8 storage through the thread's memo:
+/// key tile `tile_index` (the walker's tiles of N rows, counted from the
+/// sequence's first row) of (call, seq, head) is converted once into
+/// `memo` and read from there by later tasks; rows a later task needs
+/// beyond those converted (a tile trimmed at a diagonal) are added. Returns
+/// null, converting nothing, for tiles past the memo's `max_rows` rows:
+/// the caller converts those per task.
+template <class Arch, class T, std::size_t N>
+inline const float* memo_tile_rows_f32(converted_tiles& memo, std::uint64_t call, std::size_t seq,
+                                       std::size_t head, std::size_t tile_index, std::size_t max_rows,
+                                       const row_tile<T, N>& rt, std::size_t d, const float** vp) {
+  static_assert(!std::is_same_v<T, float>, "memo_tile_rows_f32: f32 rows are read in place");
+  const std::size_t n_tiles = max_rows / N;
+  if (tile_index >= n_tiles) return nullptr;
+  if (memo.call != call || memo.seq != seq || memo.head != head) {
+    memo.call = call;
+    memo.seq = seq;
+    memo.head = head;
+    if (memo.k.size() < n_tiles * N * d) {
+      memo.k.resize(n_tiles * N * d);
+      memo.v.resize(n_tiles * N * d);
+    }
+    memo.rows.assign(n_tiles, 0);
+  }
+  float* kf = memo.k.data() + tile_index * N * d;
+  float* vf = memo.v.data() + tile_index * N * d;
+  for (std::size_t j = memo.rows[tile_index]; j < rt.n; ++j) {
+    row_to_f32<Arch>(rt.k[j], rt.k_scale[j], kf + j * d, d);
+    row_to_f32<Arch>(rt.v[j], rt.v_scale[j], vf + j * d, d);
+  }
+  memo.rows[tile_index] = std::max<std::uint32_t>(memo.rows[tile_index], static_cast<std::uint32_t>(rt.n));
+  for (std::size_t j = 0; j < rt.n; ++j) vp[j] = vf + j * d;
   return kf;
 }
 
