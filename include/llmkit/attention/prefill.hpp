@@ -206,8 +206,9 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
     prefetch_q(8);
     // In a partial tile the kernels stop at the last key each row (block)
     // can see: the far side of the diagonal is neither dotted nor
-    // multiplied by 0 (whole blocks of 12 / 4 keys x 2 row registers in the
-    // scores, 6 rows in the values; what they skip, apply_mask sets to -inf).
+    // multiplied by 0 (whole blocks of 12 / 8 / 4 keys x 2 row registers in
+    // the scores, 6 rows in the values; what they skip, apply_mask sets to
+    // -inf).
     const std::uint32_t* kept_row_keys = nullptr;
     const std::uint32_t* kept_rv_keys = nullptr;
     if (vis == tile_visibility::partial) {
