@@ -167,6 +167,38 @@ TEST_CASE("decode: f16, bf16 and int8 storage") {
   }
 }
 
+TEST_CASE("decode: int8 keys on AMX give the VNNI kernel's results bit for bit") {
+  if (!attention::detail::amx_tiles_usable()) {
+    WARN("AMX tiles are not available to this build or process: only the VNNI kernel ran");
+  }
+  struct restore {
+    ~restore() { attention::detail::decode_use_amx = true; }
+  } guard;
+  std::mt19937 rng(17);
+  for (std::size_t head_dim : {64u, 96u, 128u, 256u})
+    for (std::size_t group : {1u, 2u, 3u, 4u, 8u}) {
+      INFO("head_dim = " << head_dim << ", group = " << group);
+      decode_case c;
+      c.head_dim = head_dim;
+      c.group = group;
+      c.n_kv_heads = 1 + rng() % 2;
+      c.n_cached = {1 + rng() % 700, 1 + rng() % 40, 16, 33};
+      // Long chunks and short ones (blocks that span chunks).
+      c.max_chunk = rng() % 2 ? 1000 : 1 + rng() % 40;
+      c.split = rng() % 2 ? 64 : 0;
+      c.softcap = rng() % 2 ? 3.0f : 0.0f;
+      const auto seed = static_cast<std::uint32_t>(rng());
+      const sliding_window_mask window(300, 2);
+      attention::detail::decode_use_amx = true;
+      const auto amx = run_case<std::int8_t>(c, window, seed);
+      attention::detail::decode_use_amx = false;
+      const auto vnni = run_case<std::int8_t>(c, window, seed);
+      REQUIRE(amx.finite);
+      REQUIRE(amx.stored < int8_tolerance);
+      REQUIRE(amx.out == vnni.out);
+    }
+}
+
 TEST_CASE("decode: thread pool and split-KV agree with serial") {
   decode_case c;
   c.n_kv_heads = 1;

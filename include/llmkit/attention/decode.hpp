@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <new>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -177,6 +178,29 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       for (std::size_t r = 0; r < K::R; ++r) q16_lanes[(g / GB) * K::width + (g % GB) * K::R + r] = qscale;
     }
   }
+  // int8 keys on AMX (decode_kernels::scores_amx, same scores as
+  // scores_i16): each batch's int16 queries as tiles, then room for the
+  // rows of one block (amx_stage).
+  [[maybe_unused]] bool use_amx = false;
+  [[maybe_unused]] std::int8_t* q_tiles = nullptr;
+  [[maybe_unused]] std::int8_t* k_stage = nullptr;
+#if LLMKIT_ATTENTION_AMX_INT8
+  std::optional<tile_scope> tiles;
+  if constexpr (K::amx_scores) {
+    if (decode_use_amx && amx_tiles_usable()) {
+      use_amx = true;
+      const std::size_t q_bytes = n_batches * K::amx_q_bytes;
+      q_tiles = reinterpret_cast<std::int8_t*>(ensure(s.i, (q_bytes + BT * D) / sizeof(float)));
+      k_stage = q_tiles + q_bytes;
+      for (std::size_t b = 0; b < n_batches; ++b) {
+        const std::int16_t* qb[GB];
+        for (std::size_t g = 0; g < GB; ++g) qb[g] = q16 + (b * GB + g) * D;
+        K::amx_pack_q(qb, q_tiles + b * K::amx_q_bytes);
+      }
+      tiles.emplace(K::amx_config());
+    }
+  }
+#endif
 
   alignas(64) float bias[BT];
   row_tile<T, BT> rt;
@@ -212,6 +236,8 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       if (vis == tile_visibility::partial) job.mask.apply(bias, 1, 1, 1, q_pos, rt.pos, rt.n);
       row_bias = bias;
     }
+    if constexpr (K::amx_scores)
+      if (use_amx) K::amx_stage(rt.k, k_stage);
     for (std::size_t b = 0; b < n_batches; ++b) {
       for (std::size_t g = 0; g < GB; ++g) {
         qg[g] = qs + (b * GB + g) * D;
@@ -222,7 +248,12 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       // The first batch of heads prefetches (a GQA group of 8 runs two).
       const T* const* bk = b == 0 ? pf_k : nullptr;
       const T* const* bv = b == 0 ? pf_v : nullptr;
-      if constexpr (K::int16_queries)
+      if constexpr (K::amx_scores) {
+        if (use_amx)
+          K::scores_amx(q_tiles + b * K::amx_q_bytes, q16_lanes + b * K::width, k_stage, sb, bk);
+        else
+          K::scores_i16(q16g, q16_lanes + b * K::width, rt.k, sb, bk);
+      } else if constexpr (K::int16_queries)
         K::scores_i16(q16g, q16_lanes + b * K::width, rt.k, sb, bk);
       else
         K::scores(qg, rt.k, sb, bk);

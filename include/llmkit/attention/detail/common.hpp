@@ -40,7 +40,7 @@ struct converted_tiles {
 
 /// Grow-only per-thread buffers: kernels never allocate once warm.
 struct scratch {
-  aligned_vector<float> a, b, c, d, e, f, g, h;
+  aligned_vector<float> a, b, c, d, e, f, g, h, i;
   std::vector<std::uint32_t> counts;
   converted_tiles converted;
   static scratch& local() {

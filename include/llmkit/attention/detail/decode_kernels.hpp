@@ -32,11 +32,13 @@
 ///     GB = 1, R = 16: s[r]                    (row j = r)
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "llmkit/attention/detail/amx.hpp"
 #include "llmkit/attention/detail/kv_rows.hpp"
 #include "llmkit/attention/detail/kernel_simd.hpp"
 #include "llmkit/attention/detail/vec.hpp"
@@ -163,6 +165,105 @@ struct decode_kernels {
     }
   }
 
+#if LLMKIT_ATTENTION_AMX_INT8
+  /// int8 keys on AMX: scores_i16's integer dot products, 16 rows x GB
+  /// heads per tile instruction. The int16 queries are split into bytes
+  /// (q = 256 hi + lo, hi signed, lo unsigned: TDPBSSD and TDPBUSD) so the
+  /// int32 sums, and hence the scores, equal scores_i16's bit for bit.
+  static constexpr bool amx_scores = int16_queries && D % 64 == 0;
+  static constexpr std::size_t amx_chunks = D / 64;  ///< 64-byte K chunks (one A tile each)
+  /// Bytes of one batch's query tiles (amx_pack_q): [amx_chunks][hi, lo][16][GB * 4].
+  static constexpr std::size_t amx_q_bytes = amx_chunks * 2 * 16 * GB * 4;
+
+  /// The tiles of scores_amx: tmm0 a 64-byte chunk of the 16 K rows (A),
+  /// tmm1 / tmm2 the high / low query bytes (B, [16 groups of 4 dims][GB
+  /// heads x 4]), tmm3 / tmm4 their int32 sums ([16 rows][GB]).
+  static tile_config amx_config() noexcept {
+    tile_config c;
+    c.rows[0] = 16;
+    c.bytes_per_row[0] = 64;
+    for (int t = 1; t <= 4; ++t) {
+      c.rows[t] = 16;
+      c.bytes_per_row[t] = GB * 4;
+    }
+    return c;
+  }
+
+  /// Packs the GB int16 query rows of a batch as B tiles: chunk c, half x
+  /// (0 high bytes, 1 low bytes), row r, column g * 4 + i holds byte x of
+  /// q[g][64 c + 4 r + i].
+  /// @param q [GB] pointers to [D] int16 query rows
+  /// @param dst [amx_q_bytes]
+  static void amx_pack_q(const std::int16_t* const* q, std::int8_t* dst) noexcept
+    requires amx_scores
+  {
+    for (std::size_t c = 0; c < amx_chunks; ++c)
+      for (std::size_t r = 0; r < 16; ++r)
+        for (std::size_t g = 0; g < GB; ++g)
+          for (std::size_t i = 0; i < 4; ++i) {
+            const std::int16_t x = q[g][c * 64 + r * 4 + i];
+            const std::size_t at = ((c * 2) * 16 + r) * GB * 4 + g * 4 + i;
+            dst[at] = static_cast<std::int8_t>(x >> 8);                                    // signed high byte
+            dst[at + 16 * GB * 4] = static_cast<std::int8_t>(static_cast<std::uint8_t>(x));  // unsigned low byte
+          }
+  }
+
+  /// Copies a block's rows for scores_amx, with vector loads: a tile load
+  /// straight from rows still on their way from DRAM stalls the core
+  /// (measured: slower than the VNNI kernel; with the copy, faster).
+  /// @param k [block] pointers to [D] int8 rows
+  /// @param stage [block * D] the rows, contiguous
+  static void amx_stage(const T* const* k, std::int8_t* stage) noexcept
+    requires amx_scores
+  {
+    for (std::size_t j = 0; j < block; ++j) __builtin_memcpy(stage + j * D, k[j], D);
+  }
+
+  /// scores_i16 on AMX (the caller holds a tile_scope of amx_config()).
+  /// @param qt [amx_q_bytes] the batch's query tiles (amx_pack_q)
+  /// @param q_scale [16] lane a: the scale of head a / R
+  /// @param stage [block * D] the block's int8 rows (amx_stage)
+  /// @param s [block * GB] scores, lane layout
+  /// @param pf [block] rows to prefetch meanwhile, or null
+  static void scores_amx(const std::int8_t* qt, const float* q_scale, const std::int8_t* stage, float* s,
+                         const T* const* pf) noexcept
+    requires amx_scores
+  {
+    _tile_zero(3);
+    _tile_zero(4);
+    for (std::size_t c = 0; c < amx_chunks; ++c) {
+      if (pf != nullptr)
+        for (std::size_t j = c * block / amx_chunks; j < (c + 1) * block / amx_chunks; ++j)
+          prefetch_row<row_bytes>(pf[j]);
+      const std::int8_t* hi = qt + c * 2 * 16 * GB * 4;
+      _tile_loadd(0, stage + c * 64, D);
+      _tile_loadd(1, hi, GB * 4);
+      _tile_loadd(2, hi + 16 * GB * 4, GB * 4);
+      _tile_dpbssd(3, 0, 1);
+      _tile_dpbsud(4, 0, 2);
+    }
+    alignas(64) std::int32_t sum_hi[block * GB], sum_lo[block * GB];
+    _tile_stored(3, sum_hi, GB * 4);
+    _tile_stored(4, sum_lo, GB * 4);
+    // [row][head] -> lane layout: lane g * R + r of pass p takes row p * R + r, head g.
+    static constexpr auto lane_index = [] {
+      std::array<std::int32_t, 16> x{};
+      for (std::size_t g = 0; g < GB; ++g)
+        for (std::size_t r = 0; r < R; ++r) x[g * R + r] = static_cast<std::int32_t>(r * GB + g);
+      return x;
+    }();
+    const __m512i idx = _mm512_loadu_si512(lane_index.data());
+    const __m512 qs = _mm512_load_ps(q_scale);
+    for (std::size_t p = 0; p < passes; ++p) {
+      const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sum_hi + p * 16), 8),
+                                           _mm512_load_si512(sum_lo + p * 16));
+      _mm512_store_ps(s + p * width, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(idx, sum)), qs));
+    }
+  }
+#else
+  static constexpr bool amx_scores = false;
+#endif
+
   /// int8 values with VNNI: the block's probabilities (times the value
   /// scales) rounded to int16, one scale per head and block (its largest
   /// probability / 32767), and P.V in integers: VPDPWSSD multiplies two
@@ -253,6 +354,7 @@ struct decode_kernels {
 #else
   static constexpr bool int16_queries = false;
   static constexpr bool int16_values = false;
+  static constexpr bool amx_scores = false;
 #endif
 
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
