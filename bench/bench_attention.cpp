@@ -28,7 +28,9 @@
 //
 // LLMKIT_BENCH_SMOKE=1 shrinks sizes so the smoke run takes seconds;
 // LLMKIT_DECODE_PREFETCH_BYTES=N sets how far ahead decode prefetches K/V
-// (bytes per stream, 0 = off; unset = the per-type default) for tuning.
+// (bytes per stream, 0 = off; unset = the per-type default) for tuning;
+// LLMKIT_DECODE_AMX=0 runs int8 decode on the VNNI kernel where the AMX one
+// would run (an A/B in one binary).
 
 #include <benchmark/benchmark.h>
 
@@ -295,6 +297,12 @@ int main(int argc, char** argv) {
   const std::size_t pf = attention::detail::decode_prefetch_bytes;
   benchmark::AddCustomContext("decode_prefetch_bytes",
                               pf == std::numeric_limits<std::size_t>::max() ? "per-type default" : std::to_string(pf));
+  if (const char* env = std::getenv("LLMKIT_DECODE_AMX"); env != nullptr && std::string(env) == "0")
+    attention::detail::decode_use_amx = false;
+  benchmark::AddCustomContext("decode_int8_scores", attention::detail::decode_use_amx &&
+                                                            attention::detail::amx_tiles_usable()
+                                                        ? "AMX tiles"
+                                                        : "not AMX (VNNI where the build targets it)");
   llmkit_bench::add_roofline_context();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

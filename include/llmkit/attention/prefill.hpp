@@ -175,44 +175,36 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
     if (rt.n == 0) break;
     const tile_visibility vis = job.mask.classify(q_first, q_last, rt.pos_min, rt.pos_max);
     if (vis == tile_visibility::hidden) continue;
-    // Rows at the end of a partial tile that no query of the block sees (the
-    // far side of the diagonal under causal masks) are dropped rather than
-    // computed and masked: a causal 4 x 128-token packed batch does 10% less.
-    if (vis == tile_visibility::partial)
-      while (rt.n > 1 && job.mask.classify(q_first, q_last, rt.pos[rt.n - 1], rt.pos[rt.n - 1]) ==
-                             tile_visibility::hidden)
-        --rt.n;
-    // Likewise the query rows of a partial tile that see none of its keys
-    // (tokens before the diagonal when the query block straddles the
-    // tile's start, e.g. after a cached prefix of 16k + 8 tokens; tokens
-    // past a sliding window): skipping them leaves their state exactly as
-    // a row of -inf scores would (alpha = 1, p = 0). The kept rows
-    // [r0, r1) are whole registers.
-    std::size_t r0 = 0, r1 = qld;
-    if (vis == tile_visibility::partial) {
-      auto hidden_token = [&](std::size_t t) {
-        const std::int32_t pos = q_first + static_cast<std::int32_t>(t);
-        return job.mask.classify(pos, pos, rt.pos_min, rt.pos_max) == tile_visibility::hidden;
-      };
-      std::size_t t0 = 0, t1 = tile.n_tokens;
-      while (t0 < t1 && hidden_token(t0)) ++t0;
-      while (t1 > t0 && hidden_token(t1 - 1)) --t1;
-      if (t0 == t1) continue;  // classify was conservative: nothing to do
-      r0 = t0 * group / L * L;
-      r1 = std::min(qld, (t1 * group + L - 1) / L * L);
-    }
-    const std::size_t n_rv_kept = (r1 - r0) / L;
+    // A partial tile is cut down to what its query block sees, from one
+    // pass over the mask: key_end[t] = 1 + the last of the tile's keys that
+    // token t sees (0: none).
+    // - Keys past every token's key_end (the far side of the diagonal under
+    //   causal masks) are dropped rather than computed and masked: a causal
+    //   4 x 128-token packed batch does 10% less.
+    // - The query rows of tokens that see none of the tile's keys (tokens
+    //   before the diagonal when the query block straddles the tile's start,
+    //   e.g. after a cached prefix of 16k + 8 tokens; tokens past a sliding
+    //   window) are skipped at both ends of the block: that leaves their
+    //   state exactly as a row of -inf scores would (alpha = 1, p = 0). The
+    //   kept rows [r0, r1) are whole registers.
+    // - The kernels stop at the last key each row (register) can see: the
+    //   far side of the diagonal is neither dotted nor multiplied by 0 (whole
+    //   blocks of 12 / 8 / 4 keys x 2 row registers in the scores, 6 rows in
+    //   the values; what they skip, apply_mask sets to -inf).
     prefetch_out(8);
     prefetch_q(8);
-    // In a partial tile the kernels stop at the last key each row (block)
-    // can see: the far side of the diagonal is neither dotted nor
-    // multiplied by 0 (whole blocks of 12 / 8 / 4 keys x 2 row registers in
-    // the scores, 6 rows in the values; what they skip, apply_mask sets to
-    // -inf).
+    std::size_t r0 = 0, r1 = qld;
     const std::uint32_t* kept_row_keys = nullptr;
     const std::uint32_t* kept_rv_keys = nullptr;
     if (vis == tile_visibility::partial) {
       job.key_ends(job.mask.mask, tile.n_tokens, q_first, rt.pos, rt.n, key_end);
+      std::size_t t0 = 0, t1 = tile.n_tokens;
+      while (t0 < t1 && key_end[t0] == 0) ++t0;
+      while (t1 > t0 && key_end[t1 - 1] == 0) --t1;
+      if (t0 == t1) continue;  // classify was conservative: nothing to do
+      rt.n = *std::max_element(key_end + t0, key_end + t1);
+      r0 = t0 * group / L * L;
+      r1 = std::min(qld, (t1 * group + L - 1) / L * L);
       std::fill(row_keys + r0, row_keys + r1, 0u);  // padding rows see nothing
       for (std::size_t r = r0; r < std::min(rows, r1); ++r) row_keys[r] = key_end[r / group];
       for (std::size_t rv = r0 / L; rv < r1 / L; ++rv)
@@ -220,6 +212,7 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
       kept_row_keys = row_keys + r0;
       kept_rv_keys = rv_keys + r0 / L;
     }
+    const std::size_t n_rv_kept = (r1 - r0) / L;
     // 16-bit and int8 tiles of prompts up to memo_rows tokens: converted
     // once per thread and KV head (the memo's K and V fit in L2).
     constexpr std::size_t memo_rows = std::max<std::size_t>(KT, (256 * 1024 / (D * sizeof(float))) / KT * KT);
