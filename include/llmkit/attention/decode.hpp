@@ -236,8 +236,8 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       if (vis == tile_visibility::partial) job.mask.apply(bias, 1, 1, 1, q_pos, rt.pos, rt.n);
       row_bias = bias;
     }
-    if constexpr (K::amx_scores)
-      if (use_amx) K::amx_stage(rt.k, k_stage);
+    if (use_amx)
+      if constexpr (K::amx_scores) K::amx_stage(rt.k, k_stage);
     for (std::size_t b = 0; b < n_batches; ++b) {
       for (std::size_t g = 0; g < GB; ++g) {
         qg[g] = qs + (b * GB + g) * D;
@@ -248,15 +248,14 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       // The first batch of heads prefetches (a GQA group of 8 runs two).
       const T* const* bk = b == 0 ? pf_k : nullptr;
       const T* const* bv = b == 0 ? pf_v : nullptr;
-      if constexpr (K::amx_scores) {
-        if (use_amx)
+      if (use_amx) {  // only ever set where K::amx_scores
+        if constexpr (K::amx_scores)
           K::scores_amx(q_tiles + b * K::amx_q_bytes, q16_lanes + b * K::width, k_stage, sb, bk);
-        else
-          K::scores_i16(q16g, q16_lanes + b * K::width, rt.k, sb, bk);
-      } else if constexpr (K::int16_queries)
+      } else if constexpr (K::int16_queries) {
         K::scores_i16(q16g, q16_lanes + b * K::width, rt.k, sb, bk);
-      else
+      } else {
         K::scores(qg, rt.k, sb, bk);
+      }
       if constexpr (K::int16_values) {
         alignas(64) std::int16_t p16[BT * GB];
         float p_scale[GB];
