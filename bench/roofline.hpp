@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -231,6 +232,19 @@ struct roofline {
     return r;
   }
 
+  /// " (written N min ago)" for the file at `path`, or "" when its time is
+  /// unknown. Fractions from two runs compare only when they divide by the
+  /// same limits: a file written in another hour (the machine's speed drifts
+  /// by several percent between hours) or a build whose source tree has no
+  /// file (limits measured in-process) shifts every fraction of that run.
+  static std::string age_note(const std::string& path) {
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(path, ec);
+    if (ec) return "";
+    const auto age = std::filesystem::file_time_type::clock::now() - written;
+    return " (written " + std::to_string(std::chrono::duration_cast<std::chrono::minutes>(age).count()) + " min ago)";
+  }
+
   /// Reads the JSON at `path`; false if it is missing or malformed.
   static bool load(const std::string& path, roofline& out) {
     std::ifstream in(path);
@@ -243,7 +257,7 @@ struct roofline {
       out.fma_gflops_all = j.at("fma_gflops_all").get<double>();
       out.threads_all = j.value("threads_all", 1u);
       out.arch = j.value("arch", std::string("?"));
-      out.source = path;
+      out.source = path + age_note(path);
       return out.read_gbps_1t > 0 && out.read_gbps_all > 0 && out.fma_gflops_1t > 0 && out.fma_gflops_all > 0;
     } catch (const std::exception&) {
       return false;
