@@ -28,7 +28,8 @@
 //
 // LLMKIT_BENCH_SMOKE=1 shrinks sizes so the smoke run takes seconds;
 // LLMKIT_DECODE_PREFETCH_BYTES=N sets how far ahead decode prefetches K/V
-// (bytes per stream, 0 = off; unset = the per-type default) for tuning;
+// (bytes per stream, 0 = off; unset = the default for this CPU's vendor)
+// for tuning;
 // LLMKIT_DECODE_AMX=0 runs int8 decode on the VNNI kernel where the AMX one
 // would run (an A/B in one binary).
 
@@ -296,7 +297,10 @@ int main(int argc, char** argv) {
     attention::detail::decode_prefetch_bytes = std::strtoull(env, nullptr, 10);
   const std::size_t pf = attention::detail::decode_prefetch_bytes;
   benchmark::AddCustomContext("decode_prefetch_bytes",
-                              pf == std::numeric_limits<std::size_t>::max() ? "per-type default" : std::to_string(pf));
+                              pf == std::numeric_limits<std::size_t>::max()
+                                  ? "default for this CPU (" +
+                                        std::to_string(attention::detail::default_decode_prefetch_bytes()) + ")"
+                                  : std::to_string(pf));
   if (const char* env = std::getenv("LLMKIT_DECODE_AMX"); env != nullptr && std::string(env) == "0")
     attention::detail::decode_use_amx = false;
   benchmark::AddCustomContext("decode_int8_scores", attention::detail::decode_use_amx &&

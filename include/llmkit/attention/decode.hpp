@@ -91,15 +91,29 @@ constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ?
 
 /// How far ahead of the reading walker (bytes of one stream, K or V) the
 /// prefetching one runs; the kernels prefetch the rows it hands them inside
-/// their row loops (`prefetch_row`). Measured on Sapphire Rapids
-/// (docs/attention.md): 1 KiB is best for every storage type; 2-8 KiB is
-/// slower (the prefetches then miss L2 too and hold the line fill buffers
-/// for a whole DRAM round trip, starving the loads).
-template <class T>
-inline constexpr std::size_t default_decode_prefetch_bytes = 1024;
+/// their row loops (`prefetch_row`). The best distance grows with the rate
+/// one core reads from DRAM (it must cover about one miss latency), so it is
+/// chosen per CPU vendor, once per process (measured in docs/attention.md,
+/// every storage type):
+/// - Intel (Sapphire Rapids, ~16 GB/s per core): 1 KiB; 2-8 KiB is slower
+///   (the prefetches then miss L2 too and hold the line fill buffers for a
+///   whole DRAM round trip, starving the loads);
+/// - AMD (Zen 5, ~43 GB/s per core): 4 KiB; 1 KiB reads 20-35 % slower,
+///   8 KiB 5-10 % slower.
+/// Other CPUs take 1 KiB.
+inline std::size_t default_decode_prefetch_bytes() noexcept {
+  static const std::size_t bytes = [] {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amd")) return std::size_t{4096};
+#endif
+    return std::size_t{1024};
+  }();
+  return bytes;
+}
 
 /// Override of the distance for every type (bytes, 0 disables; SIZE_MAX keeps
-/// the per-type default): a detail knob for experiments, read at each call.
+/// the default above): a detail knob for experiments, read at each call.
 inline std::size_t decode_prefetch_bytes = std::numeric_limits<std::size_t>::max();
 
 /// Rows the prefetching walker runs ahead of the reading one (0: none).
@@ -107,7 +121,7 @@ template <class T>
 std::size_t decode_prefetch_rows(std::size_t head_dim) {
   const std::size_t bytes = decode_prefetch_bytes != std::numeric_limits<std::size_t>::max()
                                 ? decode_prefetch_bytes
-                                : default_decode_prefetch_bytes<T>;
+                                : default_decode_prefetch_bytes();
   const std::size_t row_bytes = head_dim * sizeof(T);
   return bytes == 0 ? 0 : std::max<std::size_t>(1, (bytes + row_bytes / 2) / row_bytes);
 }
