@@ -98,8 +98,8 @@ constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ?
 /// - Intel (Sapphire Rapids, ~16 GB/s per core): 1 KiB; 2-8 KiB is slower
 ///   (the prefetches then miss L2 too and hold the line fill buffers for a
 ///   whole DRAM round trip, starving the loads);
-/// - AMD (Zen 5, ~43 GB/s per core): 4 KiB; 1 KiB reads 20-35 % slower,
-///   8 KiB 5-10 % slower.
+/// - AMD (Zen 5, ~43 GB/s per core): 4 KiB; 1 KiB reads 6-35 % slower
+///   (f32 least, f16/bf16 most), 8 KiB 0-16 % slower.
 /// Other CPUs take 1 KiB.
 inline std::size_t default_decode_prefetch_bytes() noexcept {
   static const std::size_t bytes = [] {

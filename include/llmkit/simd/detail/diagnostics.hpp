@@ -11,6 +11,13 @@
 /// -Waggressive-loop-optimizations false positive on the scalar tail loops
 /// when a kernel is inlined on a fixed-size array (it cannot see that the
 /// vector loop left i <= n).
+///
+/// GCC attributes some of these warnings to the intrinsics header itself
+/// (e.g. `_mm512_roundscale_round_ps` inlined into xsimd's exp, reported in
+/// the sanitizer build), so a bracket opened after <immintrin.h> was
+/// included does not cover them. A translation unit that instantiates the
+/// kernels (src/attention_kernels_*.cpp) therefore opens the bracket before
+/// its first include and closes it at its end.
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define LLMKIT_SIMD_DIAGNOSTICS_BEGIN                                  \
