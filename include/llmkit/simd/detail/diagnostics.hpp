@@ -15,9 +15,10 @@
 /// GCC attributes some of these warnings to the intrinsics header itself
 /// (e.g. `_mm512_roundscale_round_ps` inlined into xsimd's exp, reported in
 /// the sanitizer build), so a bracket opened after <immintrin.h> was
-/// included does not cover them. A translation unit that instantiates the
-/// kernels (src/attention_kernels_*.cpp) therefore opens the bracket before
-/// its first include and closes it at its end.
+/// included does not cover them. A translation unit where they appear
+/// therefore opens the bracket before its first include and may close it
+/// after its llmkit includes (src/attention_kernels_*.cpp, which instantiate
+/// the attention kernels; tests/test_model.cpp).
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define LLMKIT_SIMD_DIAGNOSTICS_BEGIN                                  \
