@@ -18,7 +18,8 @@
 /// included does not cover them. A translation unit where they appear
 /// therefore opens the bracket before its first include and may close it
 /// after its llmkit includes (src/attention_kernels_*.cpp, which instantiate
-/// the attention kernels; tests/test_model.cpp).
+/// the attention kernels; tests/test_model.cpp; tests/simd_cases.hpp, the
+/// per-arch simd tests).
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define LLMKIT_SIMD_DIAGNOSTICS_BEGIN                                  \
