@@ -98,14 +98,16 @@ constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ?
 /// - Intel (Sapphire Rapids, ~16 GB/s per core): 1 KiB; 2-8 KiB is slower
 ///   (the prefetches then miss L2 too and hold the line fill buffers for a
 ///   whole DRAM round trip, starving the loads);
-/// - AMD (Zen 5, ~43 GB/s per core): 4 KiB; 1 KiB reads 6-35 % slower
-///   (f32 least, f16/bf16 most), 8 KiB 0-16 % slower.
+/// - AMD (Zen 5, ~41-43 GB/s per core): 8 KiB. Since the kernels prefetch
+///   one line per column step (`prefetch_line_at`), 8-16 KiB read alike
+///   and 4 KiB reads f32 15-20 % slower; 1 KiB was 6-35 % slower when the
+///   prefetches came a row at a time.
 /// Other CPUs take 1 KiB.
 inline std::size_t default_decode_prefetch_bytes() noexcept {
   static const std::size_t bytes = [] {
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
-    if (__builtin_cpu_is("amd")) return std::size_t{4096};
+    if (__builtin_cpu_is("amd")) return std::size_t{8192};
 #endif
     return std::size_t{1024};
   }();

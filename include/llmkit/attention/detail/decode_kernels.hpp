@@ -98,15 +98,15 @@ struct decode_kernels {
   /// @param q [GB] pointers to [D] f32 query rows
   /// @param k [block] pointers to [D] stored rows
   /// @param s [block * GB] scores, lane layout
-  /// @param pf [block] rows to prefetch meanwhile (`prefetch_row`), or null
+  /// @param pf [block] rows to prefetch meanwhile (`prefetch_line_at`), or null
   static void scores(const float* const* q, const T* const* k, float* s, const T* const* pf) noexcept {
     for (std::size_t p = 0; p < passes; ++p) {
-      if (pf != nullptr)
-        for (std::size_t r = 0; r < R; ++r) prefetch_row<row_bytes>(pf[p * R + r]);
       V acc[width];
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < width; ++a) acc[a] = V(0.0f);
       for (std::size_t c = 0; c < DV; ++c) {
+        if (pf != nullptr)
+          for (std::size_t r = 0; r < R; ++r) prefetch_line_at(pf[p * R + r], c * L * sizeof(T));
         V qv[GB];
 #pragma GCC unroll 4
         for (std::size_t g = 0; g < GB; ++g) qv[g] = vload<Arch>(q[g] + c * L);
@@ -144,12 +144,12 @@ struct decode_kernels {
   {
     const __m512 qs = _mm512_load_ps(q_scale);
     for (std::size_t p = 0; p < passes; ++p) {
-      if (pf != nullptr)
-        for (std::size_t r = 0; r < R; ++r) prefetch_row<row_bytes>(pf[p * R + r]);
       __m512i acc[width];
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < width; ++a) acc[a] = _mm512_setzero_si512();
       for (std::size_t c = 0; c < D / 32; ++c) {
+        if (pf != nullptr)
+          for (std::size_t r = 0; r < R; ++r) prefetch_line_at(pf[p * R + r], c * 32);
         __m512i qv[GB];
 #pragma GCC unroll 4
         for (std::size_t g = 0; g < GB; ++g) qv[g] = _mm512_loadu_si512(q[g] + c * 32);
@@ -311,9 +311,9 @@ struct decode_kernels {
         for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_si512();
 #pragma GCC unroll 2
       for (std::size_t j = 0; j < block; j += 2) {
-        if (pf != nullptr && c0 == 0) {
-          prefetch_row<row_bytes>(pf[j]);
-          prefetch_row<row_bytes>(pf[j + 1]);
+        if (pf != nullptr) {  // the pass's 64 columns: one line of each row
+          prefetch_line_at(pf[j], c0);
+          prefetch_line_at(pf[j + 1], c0);
         }
         __m512i pw[GB];
 #pragma GCC unroll 4
@@ -474,13 +474,13 @@ struct decode_kernels {
       }
 #pragma GCC unroll 4
       for (std::size_t j = 0; j < block; ++j) {
-        if (pf != nullptr && c0 == 0) prefetch_row<row_bytes>(pf[j]);
         const float* pj = p + (j / R) * width + j % R;
         V pg[GB];
 #pragma GCC unroll 4
         for (std::size_t g = 0; g < GB; ++g) pg[g] = V(pj[g * R]);
 #pragma GCC unroll 16
         for (std::size_t c = 0; c < H; ++c) {
+          if (pf != nullptr) prefetch_line_at(pf[j], (c0 + c) * L * sizeof(T));
           const V vv = vload_f32<Arch>(v[j] + (c0 + c) * L);
 #pragma GCC unroll 4
           for (std::size_t g = 0; g < GB; ++g) acc[g * H + c] = vfma<Arch>(pg[g], vv, acc[g * H + c]);

@@ -87,6 +87,19 @@ inline void prefetch_row(const void* row) noexcept {
   for (std::size_t b = 0; b < Bytes; b += 64) __builtin_prefetch(c + b, 0, 3);
 }
 
+/// Prefetches into L1 the cache line at byte `offset` of `row` when the
+/// offset starts one. A decode kernel calls it in each column step of its
+/// row loops, for the row pf_rows ahead and the step's own offset, so the
+/// prefetches come one line at a time among the FMAs: issued a row or a
+/// pass at a time (`prefetch_row`), they came in bursts that waited for
+/// line fill buffers and held back the loads behind them. Measured on
+/// Zen 5 with the distance raised from 4 to 8 KiB, which bursts could not
+/// use: one-thread decode f32 23.5-23.9 -> 27.5-30.0 GB/s, f16 31 -> 34-35
+/// (docs/attention.md).
+inline void prefetch_line_at(const void* row, std::size_t offset) noexcept {
+  if (offset % 64 == 0) __builtin_prefetch(static_cast<const char*>(row) + offset, 0, 3);
+}
+
 /// Walks the rows of (seq, layer, kv_head) chunk by chunk.
 template <class T>
 class row_walker {
