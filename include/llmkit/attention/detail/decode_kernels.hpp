@@ -273,6 +273,20 @@ struct decode_kernels {
   /// once per block (rescaled by alpha like accumulate()).
   static constexpr bool int16_values = int16_queries && D % 64 == 0 && block % 2 == 0;
 
+  /// acc + VPDPWSSD(a, b), computed in acc's register. GCC 12 compiles the
+  /// intrinsic in accumulate_i16's loop as a copy of each accumulator to a
+  /// new register before the instruction and back after it (two moves per
+  /// dot product, and accumulators spilled to the stack); the asm names the
+  /// accumulator as both input and output, so it stays where it is.
+  static __m512i dpwssd(__m512i acc, __m512i a, __m512i b) noexcept {
+#if defined(__GNUC__) && !defined(__clang__)
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+#else
+    return _mm512_dpwssd_epi32(acc, a, b);
+#endif
+  }
+
   /// p16 (lane layout, [block * GB] int16) = round(p / p_scale[g]) with
   /// p_scale[g] = max_j p(g, j) / 32767 (0 for a head whose block is all 0).
   /// @param p [passes] registers of probabilities, lane layout (softmax)
@@ -331,8 +345,8 @@ struct decode_kernels {
           const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
 #pragma GCC unroll 4
           for (std::size_t g = 0; g < GB; ++g) {
-            acc[g][2 * h] = _mm512_dpwssd_epi32(acc[g][2 * h], lo, pw[g]);
-            acc[g][2 * h + 1] = _mm512_dpwssd_epi32(acc[g][2 * h + 1], hi, pw[g]);
+            acc[g][2 * h] = dpwssd(acc[g][2 * h], lo, pw[g]);
+            acc[g][2 * h + 1] = dpwssd(acc[g][2 * h + 1], hi, pw[g]);
           }
         }
       }
