@@ -296,10 +296,13 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("LLMKIT_DECODE_PREFETCH_BYTES"); env != nullptr && *env != '\0')
     attention::detail::decode_prefetch_bytes = std::strtoull(env, nullptr, 10);
   const std::size_t pf = attention::detail::decode_prefetch_bytes;
+  const auto default_pf = [](std::size_t bytes_per_value) {
+    return std::to_string(attention::detail::default_decode_prefetch_bytes(128 * bytes_per_value));
+  };
   benchmark::AddCustomContext("decode_prefetch_bytes",
                               pf == std::numeric_limits<std::size_t>::max()
-                                  ? "default for this CPU (" +
-                                        std::to_string(attention::detail::default_decode_prefetch_bytes()) + ")"
+                                  ? "default for this CPU, head_dim 128 (f32 " + default_pf(sizeof(float)) +
+                                        ", f16 / bf16 " + default_pf(sizeof(f16)) + ", int8 " + default_pf(1) + ")"
                                   : std::to_string(pf));
   if (const char* env = std::getenv("LLMKIT_DECODE_AMX"); env != nullptr && std::string(env) == "0")
     attention::detail::decode_use_amx = false;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // attention::decode's fused-conversion kernels on the real caches: every
 // storage type x head_dim 64/80/96/128/256 x GQA 1..8, lengths across the
-// 16-row block boundary, paged and contiguous, against the double-precision
+// 16- and 32-row block boundaries, paged and contiguous, against the double-precision
 // oracle (on the stored values), and paged == contiguous bit for bit.
 #include <llmkit/attention/decode.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
@@ -71,8 +71,9 @@ void every_shape(std::uint32_t seed) {
   for (const std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
     for (std::size_t group = 1; group <= 8; ++group) {
       INFO("head_dim = " << head_dim << ", group = " << group);
-      // Block boundaries (16) +- 1, a single row, and one longer sequence.
-      const std::vector<std::size_t> lens{1, 15, 16, 17, 31 + rng() % 3, 100 + rng() % 100};
+      // Block boundaries (16, and 32 for int8 with VNNI) +- 1, a single row,
+      // and longer sequences.
+      const std::vector<std::size_t> lens{1, 15, 16, 17, 31, 32, 33, 63 + rng() % 3, 100 + rng() % 100};
       const std::size_t split = rng() % 2 ? 0 : 16 * (1 + rng() % 3) + rng() % 2;
       const double tolerance = std::is_same_v<T, std::int8_t> ? llmkit::test::attention_int8_decode_tolerance
                                                               : llmkit::test::attention_f32_tolerance;

@@ -90,28 +90,31 @@ struct decode_job {
 constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ? group : 4; }
 
 /// How far ahead of the reading walker (bytes of one stream, K or V) the
-/// prefetching one runs; the kernels prefetch the rows it hands them inside
-/// their row loops (`prefetch_row`). The best distance grows with the rate
-/// one core reads from DRAM (it must cover about one miss latency), so it is
-/// chosen per CPU vendor, once per process (measured in docs/attention.md,
-/// every storage type):
-/// - Intel (Sapphire Rapids, ~16 GB/s per core): 1 KiB; 2-8 KiB is slower
+/// prefetching one runs for rows of `row_bytes` bytes; the kernels prefetch
+/// the rows it hands them inside their row loops (`prefetch_line_at`). The
+/// best distance grows with the rate one core reads from DRAM (it must
+/// cover about one miss latency), so it is chosen per CPU vendor, once per
+/// process (measured in docs/attention.md, every storage type):
+/// - Intel (Sapphire Rapids, ~16 GB/s per core): 1 KiB; 2-8 KiB was slower
 ///   (the prefetches then miss L2 too and hold the line fill buffers for a
 ///   whole DRAM round trip, starving the loads);
-/// - AMD (Zen 5, ~41-43 GB/s per core): 8 KiB. Since the kernels prefetch
-///   one line per column step (`prefetch_line_at`), 8-16 KiB read alike
-///   and 4 KiB reads f32 15-20 % slower; 1 KiB was 6-35 % slower when the
+/// - AMD (Zen 5, ~41-43 GB/s per core): 32 rows, at most 8 KiB (f32 16
+///   rows at head_dim 128, f16 / bf16 32, int8 32). Since the kernels
+///   prefetch one line per column step, 8-16 KiB read alike for f32 and
+///   f16 / bf16, 4 KiB reads f32 15-20 % slower, and int8 reads 5-8 %
+///   faster at 4 KiB than at 8; 1 KiB was 6-35 % slower when the
 ///   prefetches came a row at a time.
 /// Other CPUs take 1 KiB.
-inline std::size_t default_decode_prefetch_bytes() noexcept {
-  static const std::size_t bytes = [] {
+inline std::size_t default_decode_prefetch_bytes(std::size_t row_bytes) noexcept {
+  static const bool amd = [] {
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
-    if (__builtin_cpu_is("amd")) return std::size_t{8192};
+    return __builtin_cpu_is("amd") != 0;
+#else
+    return false;
 #endif
-    return std::size_t{1024};
   }();
-  return bytes;
+  return amd ? std::min<std::size_t>(8192, 32 * row_bytes) : std::size_t{1024};
 }
 
 /// Override of the distance for every type (bytes, 0 disables; SIZE_MAX keeps
@@ -121,10 +124,10 @@ inline std::size_t decode_prefetch_bytes = std::numeric_limits<std::size_t>::max
 /// Rows the prefetching walker runs ahead of the reading one (0: none).
 template <class T>
 std::size_t decode_prefetch_rows(std::size_t head_dim) {
+  const std::size_t row_bytes = head_dim * sizeof(T);
   const std::size_t bytes = decode_prefetch_bytes != std::numeric_limits<std::size_t>::max()
                                 ? decode_prefetch_bytes
-                                : default_decode_prefetch_bytes();
-  const std::size_t row_bytes = head_dim * sizeof(T);
+                                : default_decode_prefetch_bytes(row_bytes);
   return bytes == 0 ? 0 : std::max<std::size_t>(1, (bytes + row_bytes / 2) / row_bytes);
 }
 

@@ -75,11 +75,12 @@ chunk_source<typename Cache::storage_type> make_chunk_source(const Cache& cache)
 }
 
 /// Prefetches the `Bytes` bytes at `row` into L1, one cache line at a time.
-/// Decode kernels call it for a few rows of the next block inside their own
-/// row loops, so the prefetches are spread over the block's compute instead
-/// of issued in one burst (a burst fills the line fill buffers and the loads
-/// behind it wait; measured on Sapphire Rapids in a same-run A/B: int8
-/// decode +16-24 %, f16 +8-23 %, docs/attention.md).
+/// The AMX scores kernel calls it for a few rows per 64-byte chunk, so the
+/// prefetches are spread over the block's compute instead of issued in one
+/// burst (a burst fills the line fill buffers and the loads behind it wait;
+/// measured on Sapphire Rapids in a same-run A/B: int8 decode +16-24 %,
+/// f16 +8-23 %, docs/attention.md). The other kernels spread them further,
+/// a line per column step (`prefetch_line_at`).
 template <std::size_t Bytes>
 inline void prefetch_row(const void* row) noexcept {
   const char* c = static_cast<const char*>(row);
