@@ -95,8 +95,8 @@ inline void prefetch_row(const void* row) noexcept {
 /// pass at a time (`prefetch_row`), they came in bursts that waited for
 /// line fill buffers and held back the loads behind them. Measured on
 /// Zen 5 with the distance raised from 4 to 8 KiB, which bursts could not
-/// use: one-thread decode f32 23.5-23.9 -> 27.5-30.0 GB/s, f16 31 -> 34-35
-/// (docs/attention.md).
+/// use: one-thread decode f32 23.5-23.9 -> 27.5-30.0 GB/s, f16 30.8-31.2
+/// -> 33.7-35.0 (docs/attention.md).
 inline void prefetch_line_at(const void* row, std::size_t offset) noexcept {
   if (offset % 64 == 0) __builtin_prefetch(static_cast<const char*>(row) + offset, 0, 3);
 }
