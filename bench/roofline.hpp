@@ -26,7 +26,7 @@
 
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
-#include <xsimd/xsimd.hpp>
+#include <llmkit/simd/detail/intrinsics.hpp>
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/simd/arch.hpp"

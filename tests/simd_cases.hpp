@@ -6,10 +6,6 @@
 //   LLMKIT_TEST_ARCH_AVAILABLE  a run-time bool: can this CPU run it?
 // then includes this file. Everything is in an unnamed namespace, so TUs
 // built with different -march flags share no inline code.
-// The diagnostics bracket opens before <immintrin.h> is first included, by
-// simd.hpp below (why: llmkit/simd/detail/diagnostics.hpp).
-#include "llmkit/simd/detail/diagnostics.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -21,9 +17,7 @@
 #include <vector>
 
 #include "llmkit/core/aligned_buffer.hpp"
-LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 #include "llmkit/simd/simd.hpp"
-LLMKIT_SIMD_DIAGNOSTICS_END
 #include "reference/simd_reference.hpp"
 
 #ifndef LLMKIT_TEST_ARCH

@@ -1,17 +1,11 @@
 // SPDX-License-Identifier: MIT
 // model/llama.hpp on the vendored stories260K model: greedy text, packed
 // batches equal to single sequences, bad input.
-// The diagnostics bracket opens before <immintrin.h> is included (why:
-// llmkit/simd/detail/diagnostics.hpp).
-#include <llmkit/simd/detail/diagnostics.hpp>
-
-LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 #include <llmkit/kv/contiguous_cache.hpp>
 #include <llmkit/kv/paged_cache.hpp>
 #include <llmkit/model/language_model.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/tokenizer.hpp>
-LLMKIT_SIMD_DIAGNOSTICS_END
 
 #include <catch2/catch.hpp>
 

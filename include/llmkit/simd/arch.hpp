@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 namespace llmkit::simd {
 

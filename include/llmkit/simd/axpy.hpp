@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <span>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"

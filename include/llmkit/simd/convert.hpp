@@ -22,7 +22,7 @@
 #include <limits>
 #include <span>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"

@@ -20,7 +20,7 @@
 #include <cmath>
 #include <span>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"

@@ -12,7 +12,7 @@
 #include <limits>
 #include <span>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"

@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"

@@ -15,7 +15,7 @@
 #include <vector>
 #include <algorithm>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"

@@ -17,7 +17,7 @@
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__linux__)
 #define LLMKIT_ATTENTION_AMX_INT8 1
-#include <immintrin.h>
+#include "llmkit/simd/detail/intrinsics.hpp"
 #include <sys/syscall.h>
 #include <unistd.h>
 #else

@@ -44,9 +44,7 @@
 #include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 

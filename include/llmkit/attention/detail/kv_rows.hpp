@@ -17,7 +17,7 @@
 #include <limits>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/attention/detail/common.hpp"
@@ -25,10 +25,6 @@
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
-
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 

@@ -13,14 +13,10 @@
 #include <limits>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 

@@ -32,11 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <xsimd/xsimd.hpp>
-
-#if defined(__SSE__)
-#include <immintrin.h>
-#endif
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/attention/detail/vec.hpp"
@@ -122,7 +118,6 @@ struct q8_weights {
     if ((o * in + k) % (16 * q8_block_size) == 0) prefetch_l2(s + (o * in + k) / q8_block_size, matmul_prefetch_bytes / 8);
   }
 };
-
 
 #if defined(__AVX512F__)
 /// sums[a][b] = the horizontal sum of the 16-lane register acc[a][b], all

@@ -33,7 +33,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/executor.hpp"
 #include "llmkit/model/detail/matmul.hpp"

@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"

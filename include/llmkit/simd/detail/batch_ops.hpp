@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <limits>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN

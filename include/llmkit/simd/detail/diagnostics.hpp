@@ -12,22 +12,11 @@
 /// when a kernel is inlined on a fixed-size array (it cannot see that the
 /// vector loop left i <= n).
 ///
-/// GCC attributes some of these warnings to the intrinsics header itself
-/// (e.g. `_mm512_roundscale_round_ps` inlined into xsimd's exp, reported in
-/// the sanitizer build), so a bracket opened after <immintrin.h> was
-/// included does not cover them. A translation unit where they appear
-/// therefore opens the bracket before its first include and may close it
-/// after its llmkit includes (src/attention_kernels_*.cpp, which instantiate
-/// the attention kernels; tests/test_model.cpp; tests/simd_cases.hpp, the
-/// per-arch simd tests).
-///
-/// Not done yet, and the better depth: each llmkit header that includes
-/// <immintrin.h>, xsimd or Eigen would open its bracket before those
-/// includes instead of after them (it closes at its end, so push and pop
-/// stay balanced per header). Then a TU whose first SIMD include is an
-/// llmkit header needs no bracket of its own. It changes some 18 headers at
-/// once and wants a sanitizer run to confirm, which GCC's uneven reporting
-/// makes slow to trust.
+/// GCC attributes some of these warnings to the intrinsics headers
+/// themselves (e.g. `_mm512_roundscale_round_ps` inlined into xsimd's exp),
+/// and a pragma covers the lines read while it is in force. So llmkit reads
+/// xsimd and <immintrin.h> in one place, llmkit/simd/detail/intrinsics.hpp,
+/// inside this bracket; translation units need no bracket of their own.
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define LLMKIT_SIMD_DIAGNOSTICS_BEGIN                                  \

@@ -12,11 +12,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include "llmkit/simd/detail/intrinsics.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
 #define LLMKIT_SIMD_X86 1
 #endif
 
