@@ -35,6 +35,7 @@
 #include "llmkit/core/executor.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/convert.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
@@ -190,8 +191,8 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     q16_lanes = ensure(s.h, n_batches * K::width);
     for (std::size_t g = 0; g < padded; ++g) {
       const float* x = qs + g * D;
-      float amax = 0.0f;
-      for (std::size_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(x[d]));
+      bool finite = true;  // not checked: like the f32 path, non-finite queries give non-finite scores
+      const float amax = simd::detail::abs_max<Arch>(x, D, finite);
       const float qscale = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
       // nearbyint rounds as lrint does (|x * inv| <= 32767, in range) but,
       // setting no errno, is inlined and vectorised (lrint is a libm call).
