@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -279,4 +280,38 @@ TEST_CASE("decode: bad input raises llmkit::error naming the argument") {
   REQUIRE_THROWS_WITH(decode(bad, cache), "decode: softcap must be finite and >= 0, got inf");
   // An empty batch is fine.
   REQUIRE_NOTHROW(decode({.q = {}, .out = {}, .seq_ids = {}, .n_heads = 2}, cache));
+}
+
+TEMPLATE_TEST_CASE("decode: a query holding NaN or inf gives zeros for its head only, every storage type", "", float, f16,
+                   bf16, std::int8_t) {
+  // Its scores are NaN, and the softmax gives such a head zeros, as it does
+  // a query that sees nothing. int8 keys: the query is rounded to int16 with
+  // a scale from its largest |value|; a NaN must not reach the float ->
+  // int16 conversion (undefined behaviour; it gave finite garbage).
+  std::mt19937 rng(31);
+  const kv::kv_shape shape{1, 1, 128};
+  const std::size_t n = 100, n_heads = 4, row = n_heads * shape.head_dim;
+  chunked_test_cache<TestType> cache(shape);
+  const auto k = uniform_values(n * shape.head_dim, rng);
+  const auto v = uniform_values(k.size(), rng);
+  const kv::seq_id id = 1;
+  cache.add_sequence(id, n, k, v, llmkit::test::random_chunks(n, 40, rng), 0, 0);
+  const auto q = uniform_values(row, rng);
+  std::vector<float> clean(row);
+  decode({.q = q, .out = clean, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads}, cache, causal_mask{});
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    INFO("bad value " << bad);
+    auto qb = q;
+    qb[shape.head_dim + 5] = bad;  // head 1
+    std::vector<float> out(row);
+    decode({.q = qb, .out = out, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads}, cache, causal_mask{});
+    for (std::size_t g = 0; g < n_heads; ++g) {
+      const auto first = out.begin() + static_cast<std::ptrdiff_t>(g * shape.head_dim);
+      const auto last = first + static_cast<std::ptrdiff_t>(shape.head_dim);
+      if (g == 1)
+        REQUIRE(std::all_of(first, last, [](float x) { return x == 0.0f; }));
+      else
+        REQUIRE(std::equal(first, last, clean.begin() + static_cast<std::ptrdiff_t>(g * shape.head_dim)));
+    }
+  }
 }

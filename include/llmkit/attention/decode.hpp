@@ -191,12 +191,19 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     q16_lanes = ensure(s.h, n_batches * K::width);
     for (std::size_t g = 0; g < padded; ++g) {
       const float* x = qs + g * D;
-      bool finite = true;  // not checked: like the f32 path, non-finite queries give non-finite scores
+      bool finite = true;
       const float amax = simd::detail::abs_max<Arch>(x, D, finite);
-      const float qscale = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+      // A query holding inf or NaN gives NaN scores (as it would in f32)
+      // rather than converting inf or NaN to int16.
+      const float qscale = finite ? amax / 32767.0f : std::numeric_limits<float>::quiet_NaN();
+      const float inv = finite && amax > 0.0f ? 32767.0f / amax : 0.0f;
       // nearbyint rounds as lrint does (|x * inv| <= 32767, in range) but,
       // setting no errno, is inlined and vectorised (lrint is a libm call).
-      for (std::size_t d = 0; d < D; ++d) q16[g * D + d] = static_cast<std::int16_t>(std::nearbyint(x[d] * inv));
+      std::int16_t* row = q16 + g * D;
+      if (finite)
+        for (std::size_t d = 0; d < D; ++d) row[d] = static_cast<std::int16_t>(std::nearbyint(x[d] * inv));
+      else
+        std::fill(row, row + D, std::int16_t{0});
       for (std::size_t r = 0; r < K::R; ++r) q16_lanes[(g / GB) * K::width + (g % GB) * K::R + r] = qscale;
     }
   }
