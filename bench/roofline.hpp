@@ -26,10 +26,10 @@
 
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
-#include <llmkit/simd/detail/intrinsics.hpp>
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 namespace llmkit_bench {
 

@@ -193,8 +193,9 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       const float* x = qs + g * D;
       bool finite = true;
       const float amax = simd::detail::abs_max<Arch>(x, D, finite);
-      // A query holding inf or NaN gives NaN scores (as it would in f32)
-      // rather than converting inf or NaN to int16.
+      // A query holding inf or NaN gives NaN scores, hence a zero output
+      // for its head as in f32 (tests/test_attention_decode.cpp), instead
+      // of converting inf or NaN to int16 (undefined behaviour).
       const float qscale = finite ? amax / 32767.0f : std::numeric_limits<float>::quiet_NaN();
       const float inv = finite && amax > 0.0f ? 32767.0f / amax : 0.0f;
       // nearbyint rounds as lrint does (|x * inv| <= 32767, in range) but,
