@@ -62,16 +62,24 @@ template <class Arch, std::size_t D, class T, std::size_t GB>
 struct decode_kernels {
   using V = vec<Arch>;
   static constexpr std::size_t L = lanes<Arch>;
-  /// Rows per block: 16, or 32 for int8 with VNNI (not AMX, whose tiles
-  /// take 16 rows). An int8 block's dot products are cheap next to its
-  /// softmax step and the per-block work around it, so twice the rows per
-  /// step read 11-12 % faster from DRAM on Zen 5 (f32 / f16 gained
-  /// nothing; docs/attention.md).
-  static constexpr std::size_t block =
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && !LLMKIT_ATTENTION_AMX_INT8
-      std::is_same_v<T, std::int8_t> && has_avx512<Arch> ? 32 :
+  /// int8 keys are dotted in integers (VPDPWSSD, `scores_i16`) with the
+  /// queries rounded to int16 (one scale per head, amax / 32767: a relative
+  /// error of at most 2^-16 of the head's largest value, far below the int8
+  /// keys' own rounding): each key register is sign-extended once (32
+  /// values) and multiply-added for every head of the batch, with no int ->
+  /// f32 conversion per key value.
+  static constexpr bool int16_queries =
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+      std::is_same_v<T, std::int8_t> && has_avx512<Arch> && D % 32 == 0;
+#else
+      false;
 #endif
-      16;
+  /// Rows per block: 16, or 32 on the int16-query path without AMX (whose
+  /// tiles take 16 rows). An int8 block's dot products are cheap next to
+  /// its softmax step and the per-block work around it, so twice the rows
+  /// per step read 11-12 % faster from DRAM on Zen 5 (f32 / f16 gained
+  /// nothing; docs/attention.md).
+  static constexpr std::size_t block = int16_queries && !LLMKIT_ATTENTION_AMX_INT8 ? 32 : 16;
   static constexpr std::size_t width = 16;   ///< lanes of one pass (dot products in flight)
   static constexpr std::size_t R = width / GB;      ///< rows per pass
   static constexpr std::size_t passes = block / R;  ///< passes per block
@@ -130,13 +138,6 @@ struct decode_kernels {
   }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-  /// int8 keys are dotted in integers (VPDPWSSD) with the queries rounded to
-  /// int16 (one scale per head, amax / 32767: a relative error of at most
-  /// 2^-16 of the head's largest value, far below the int8 keys' own
-  /// rounding): each key register is sign-extended once (32 values) and
-  /// multiply-added for every head of the batch, with no int -> f32
-  /// conversion per key value.
-  static constexpr bool int16_queries = std::is_same_v<T, std::int8_t> && has_avx512<Arch> && D % 32 == 0;
 
   /// s (lane layout) = q_scale(g) * (q[g] . k[j]) in int32, for g < GB,
   /// j < block (int8 rows unscaled, like scores()).
@@ -373,7 +374,6 @@ struct decode_kernels {
     }
   }
 #else
-  static constexpr bool int16_queries = false;
   static constexpr bool int16_values = false;
   static constexpr bool amx_scores = false;
 #endif
