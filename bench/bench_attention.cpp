@@ -4,7 +4,8 @@
 // - decode/<dtype>/ctx:<C>/batch:<B>/threads:<T>: one decode step, 32 query
 //   heads, 8 KV heads (GQA 4), head_dim 128, B sequences of C tokens in a
 //   contiguous cache; contexts 512, 2048, 8192, 32768, batch 1 and 16,
-//   f32/f16/bf16/int8 KV, 1 and 2 threads. Enough distinct KV sets (cache
+//   f32/f16/bf16/int8 KV, 1 and 2 threads (decode/int8_q8: int8 KV with
+//   decode_params::int8_queries). Enough distinct KV sets (cache
 //   layers, one per call, rotated) that the calls between two reads of a set
 //   stream >= 1 GiB, over twice the 480 MiB L3, so reads come from DRAM (a
 //   set of >= 1 GiB is its own rotation). Counters, all plain numbers
@@ -175,7 +176,7 @@ double decode_bytes(std::size_t context, std::size_t batch) {
   return static_cast<double>(context * batch * n_kv_heads * kv_row_bytes<T>());
 }
 
-template <class T>
+template <class T, bool Int8Queries = false>
 void bm_decode(benchmark::State& state) {
   const auto context = static_cast<std::size_t>(state.range(0));
   const auto batch = static_cast<std::size_t>(state.range(1));
@@ -191,7 +192,8 @@ void bm_decode(benchmark::State& state) {
   call_timer timer{threads > 1};
   for (auto _ : state) {
     const double start = timer.now();
-    attention::decode({.q = q, .out = out, .seq_ids = kv.ids, .layer = layer, .n_heads = n_heads, .workspace = &ws},
+    attention::decode({.q = q, .out = out, .seq_ids = kv.ids, .layer = layer, .n_heads = n_heads, .workspace = &ws,
+                       .int8_queries = Int8Queries},
                       *kv.cache, attention::causal_mask{}, pool);
     benchmark::DoNotOptimize(out.data());
     const double seconds = timer.now() - start;
@@ -268,12 +270,19 @@ void register_decode() {
   const std::vector<std::int64_t> batches = smoke() ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1, 16};
   for (const auto b : batches)
     for (const auto c : contexts) {
-      for (const std::int64_t threads : {1, 2})
+      for (const std::int64_t threads : {1, 2}) {
         benchmark::RegisterBenchmark((std::string("decode/") + dtype_label<T>()).c_str(), bm_decode<T>)
             ->Args({c, b, threads})
             ->ArgNames({"ctx", "batch", "threads"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
+        if constexpr (std::is_same_v<T, std::int8_t>)
+          benchmark::RegisterBenchmark("decode/int8_q8", bm_decode<T, true>)
+              ->Args({c, b, threads})
+              ->ArgNames({"ctx", "batch", "threads"})
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond);
+      }
       // The baseline is slow (it converts every row): up to 8192 x 16 rows.
       if (c * b <= 8192 * 16)
         benchmark::RegisterBenchmark((std::string("decode_naive/") + dtype_label<T>()).c_str(), bm_decode_naive<T>)

@@ -32,7 +32,28 @@ struct decode_case {
   std::size_t split = 0;  // kv_split_tokens
   float scale = 0.0f;
   float softcap = 0.0f;
+  bool int8_queries = false;  // decode_params::int8_queries
 };
+
+/// The queries decode scores when int8_queries is set: each head of q *
+/// scale rounded to int8 levels as the kernel rounds them (in float, the
+/// same operations), returned unscaled (the oracle multiplies by scale).
+std::vector<float> int8_rounded_queries(const std::vector<float>& q, std::size_t head_dim, float scale) {
+  std::vector<float> r(q.size());
+  for (std::size_t h = 0; h < q.size() / head_dim; ++h) {
+    std::vector<float> x(head_dim);
+    float amax = 0.0f;
+    for (std::size_t d = 0; d < head_dim; ++d) {
+      x[d] = q[h * head_dim + d] * scale;
+      amax = std::max(amax, std::fabs(x[d]));
+    }
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (std::size_t d = 0; d < head_dim; ++d)
+      r[h * head_dim + d] =
+          static_cast<float>(std::nearbyint(x[d] * inv) * (static_cast<double>(amax) / 127.0) / scale);
+  }
+  return r;
+}
 
 template <class T, class Arch = simd::default_arch, class Mask = causal_mask, class Exec = serial_executor>
 errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec&& exec = {}) {
@@ -56,18 +77,38 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   errors e;
   e.out.assign(q.size(), std::nanf(""));
   decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
-                .softcap = c.softcap, .kv_split_tokens = c.split},
+                .softcap = c.softcap, .kv_split_tokens = c.split, .int8_queries = c.int8_queries},
                cache, mask, exec);
   const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  // int8_queries: the stored error is against the rounded queries, the
+  // original one against the queries as given.
+  const auto q_scored = c.int8_queries && std::is_same_v<T, std::int8_t>
+                            ? int8_rounded_queries(q, c.head_dim, attention::detail::effective_scale(c.scale, c.head_dim))
+                            : q;
   auto vis = [&](std::int32_t qp, std::int32_t kp) { return mask.visible(qp, kp); };
   for (std::size_t i = 0; i < n_seqs; ++i) {
-    const std::span<const float> qi(q.data() + i * row, row);
+    const std::span<const float> qi(q.data() + i * row, row), qs(q_scored.data() + i * row, row);
     const std::int32_t pos[1] = {llmkit::test::reference_last_position(cache, ids[i])};
-    const auto ref = llmkit::test::reference_attention(cache, ids[i], 0, qi, pos, n_heads, scale, c.softcap, vis);
+    const auto ref = llmkit::test::reference_attention(cache, ids[i], 0, qs, pos, n_heads, scale, c.softcap, vis);
     const auto ref0 = llmkit::test::reference_attention(exact, ids[i], 0, qi, pos, n_heads, scale, c.softcap, vis);
     e.add(e.out.data() + i * row, ref, ref0);
   }
   return e;
+}
+
+/// An int8-cache case of the given shape with random lengths (a long one,
+/// a short one, 16 and 33), chunks (long ones or short ones: blocks that
+/// span chunks), split and soft-capping.
+decode_case random_int8_case(std::size_t head_dim, std::size_t group, std::mt19937& rng) {
+  decode_case c;
+  c.head_dim = head_dim;
+  c.group = group;
+  c.n_kv_heads = 1 + rng() % 2;
+  c.n_cached = {1 + rng() % 700, 1 + rng() % 40, 16, 33};
+  c.max_chunk = rng() % 2 ? 1000 : 1 + rng() % 40;
+  c.split = rng() % 2 ? 64 : 0;
+  c.softcap = rng() % 2 ? 3.0f : 0.0f;
+  return c;
 }
 
 constexpr double f32_tolerance = llmkit::test::attention_f32_tolerance;
@@ -168,6 +209,46 @@ TEST_CASE("decode: f16, bf16 and int8 storage") {
   }
 }
 
+TEST_CASE("decode: int8_queries scores the queries rounded to int8, on every path") {
+  // The VNNI kernel (scores_int<int8_t>: head_dim 64 / 128 / 256), the int16-query
+  // kernel given int8 levels (96 here), the f32 kernels (80, and the scalar
+  // arch everywhere) must all score the same rounded queries; the oracle
+  // scores them too (`stored`). `original` is against the queries as given
+  // and the keys and values before int8 storage: what a caller sees.
+  std::mt19937 rng(41);
+  double worst = 0.0, worst_exact = 0.0;
+  for (std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
+    for (std::size_t group : {1u, 2u, 3u, 4u, 8u}) {
+      INFO("head_dim = " << head_dim << ", group = " << group);
+      decode_case c = random_int8_case(head_dim, group, rng);
+      const auto seed = static_cast<std::uint32_t>(rng());
+      const sliding_window_mask window(300, 2);
+      c.int8_queries = true;
+      const auto fast = run_case<std::int8_t>(c, window, seed);
+      const auto scalar = run_case<std::int8_t, simd::scalar>(c, window, seed);
+      const auto half = run_case<f16>(c, window, seed);
+      c.int8_queries = false;
+      const auto exact = run_case<std::int8_t>(c, window, seed);
+      const auto half_exact = run_case<f16>(c, window, seed);
+      for (const auto* e : {&fast, &scalar}) {
+        REQUIRE(e->finite);
+        REQUIRE(e->stored < int8_tolerance);
+        REQUIRE(e->original < 1e-2);
+        worst = std::max(worst, e->original);
+      }
+      // The queries were rounded: the int16 queries' results differ.
+      double moved = 0.0;
+      for (std::size_t x = 0; x < exact.out.size(); ++x)
+        moved = std::max(moved, std::fabs(static_cast<double>(fast.out[x]) - exact.out[x]));
+      REQUIRE(moved > int8_tolerance);
+      // Other storage types ignore the option.
+      REQUIRE(half.out == half_exact.out);
+      worst_exact = std::max(worst_exact, exact.original);
+    }
+  WARN("int8_queries: largest error against the unrounded inputs " << worst << " (int16 queries: " << worst_exact
+                                                                      << ")");
+}
+
 TEST_CASE("decode: int8 keys on AMX give the VNNI kernel's results bit for bit") {
   if (!attention::detail::amx_tiles_usable()) {
     WARN("AMX tiles are not available to this build or process: only the VNNI kernel ran");
@@ -175,28 +256,25 @@ TEST_CASE("decode: int8 keys on AMX give the VNNI kernel's results bit for bit")
   struct restore {
     ~restore() { attention::detail::decode_use_amx = true; }
   } guard;
+  // With int8_queries AMX takes the int8 levels as int16 queries; the VNNI
+  // kernel dots int8 bytes (scores_int<int8_t>): the same exact int32 sums.
   std::mt19937 rng(17);
   for (std::size_t head_dim : {64u, 96u, 128u, 256u})
     for (std::size_t group : {1u, 2u, 3u, 4u, 8u}) {
-      INFO("head_dim = " << head_dim << ", group = " << group);
-      decode_case c;
-      c.head_dim = head_dim;
-      c.group = group;
-      c.n_kv_heads = 1 + rng() % 2;
-      c.n_cached = {1 + rng() % 700, 1 + rng() % 40, 16, 33};
-      // Long chunks and short ones (blocks that span chunks).
-      c.max_chunk = rng() % 2 ? 1000 : 1 + rng() % 40;
-      c.split = rng() % 2 ? 64 : 0;
-      c.softcap = rng() % 2 ? 3.0f : 0.0f;
+      decode_case c = random_int8_case(head_dim, group, rng);
       const auto seed = static_cast<std::uint32_t>(rng());
       const sliding_window_mask window(300, 2);
-      attention::detail::decode_use_amx = true;
-      const auto amx = run_case<std::int8_t>(c, window, seed);
-      attention::detail::decode_use_amx = false;
-      const auto vnni = run_case<std::int8_t>(c, window, seed);
-      REQUIRE(amx.finite);
-      REQUIRE(amx.stored < int8_tolerance);
-      REQUIRE(amx.out == vnni.out);
+      for (const bool int8_queries : {false, true}) {
+        INFO("head_dim = " << head_dim << ", group = " << group << ", int8_queries " << int8_queries);
+        c.int8_queries = int8_queries;
+        attention::detail::decode_use_amx = true;
+        const auto amx = run_case<std::int8_t>(c, window, seed);
+        attention::detail::decode_use_amx = false;
+        const auto vnni = run_case<std::int8_t>(c, window, seed);
+        REQUIRE(amx.finite);
+        REQUIRE(amx.stored < int8_tolerance);
+        REQUIRE(amx.out == vnni.out);
+      }
     }
 }
 
@@ -297,14 +375,17 @@ TEMPLATE_TEST_CASE("decode: a query holding NaN or inf gives zeros for its head 
   const kv::seq_id id = 1;
   cache.add_sequence(id, n, k, v, llmkit::test::random_chunks(n, 40, rng), 0, 0);
   const auto q = uniform_values(row, rng);
-  std::vector<float> clean(row);
-  decode({.q = q, .out = clean, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads}, cache, causal_mask{});
+  for (const bool int8_queries : {false, true})
   for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    INFO("bad value " << bad);
+    INFO("bad value " << bad << ", int8_queries " << int8_queries);
+    std::vector<float> clean(row);
+    decode({.q = q, .out = clean, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
+           cache, causal_mask{});
     auto qb = q;
     qb[shape.head_dim + 5] = bad;  // head 1
     std::vector<float> out(row);
-    decode({.q = qb, .out = out, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads}, cache, causal_mask{});
+    decode({.q = qb, .out = out, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
+           cache, causal_mask{});
     for (std::size_t g = 0; g < n_heads; ++g) {
       const auto first = out.begin() + static_cast<std::ptrdiff_t>(g * shape.head_dim);
       const auto last = first + static_cast<std::ptrdiff_t>(shape.head_dim);

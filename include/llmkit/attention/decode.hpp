@@ -66,6 +66,15 @@ struct decode_params {
   /// split on one thread); otherwise contexts longer than this are split.
   std::size_t kv_split_tokens = 0;
   decode_workspace* workspace = nullptr;  ///< optional reusable memory
+  /// int8 caches only (other storage types ignore it): round each query
+  /// head to int8 before its dot products with the keys (one scale per
+  /// head, its largest |value| / 127), as llama.cpp's q8_0 x q8_0 scores
+  /// do. Faster where the CPU has AVX-512 VNNI and head_dim is 64, 128 or
+  /// 256 (VPDPBUSD: half the multiply-adds of the int16 queries used
+  /// otherwise); every other path computes the same rounded queries' scores.
+  /// The cost is the queries' rounding, up to 1/254 of a head's largest
+  /// value per element (docs/attention.md gives the tested error).
+  bool int8_queries = false;
 };
 
 namespace detail {
@@ -181,13 +190,38 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   std::fill(o, o + padded * D, 0.0f);
   const float* qg[GB];
   float* og[GB];
+  // int8_queries: each head's queries rounded to int8 levels (amax / 127
+  // steps) instead of int16 ones (amax / 32767).
+  const bool round_to_int8 = scaled && p.int8_queries;
+  const float levels = round_to_int8 ? 127.0f : 32767.0f;
+  if (round_to_int8 && !K::int16_queries) {  // f32 scores: the rounded values themselves
+    for (std::size_t g = 0; g < group; ++g) {
+      float* x = qs + g * D;
+      bool finite = true;
+      const float amax = simd::detail::abs_max<Arch>(x, D, finite);
+      if (!finite || amax == 0.0f) continue;  // NaN / inf: NaN scores and a zero output as without rounding
+      const float step = amax / levels, inv = levels / amax;
+      for (std::size_t d = 0; d < D; ++d) x[d] = std::nearbyint(x[d] * inv) * step;
+    }
+  }
   // int8 keys with VNNI: the queries as int16, one scale per head
-  // (decode_kernels::scores_i16), and each batch's scales in lane layout.
+  // (decode_kernels::scores_int), and each batch's scales in lane layout;
+  // with int8_queries and K::int8_queries also as int8 rows, with the
+  // offsets scores_int<int8_t> takes off (lane layout).
   [[maybe_unused]] const std::int16_t* q16g[GB];
+  [[maybe_unused]] const std::int8_t* q8g[GB];
   [[maybe_unused]] std::int16_t* q16 = nullptr;
+  [[maybe_unused]] std::int8_t* q8 = nullptr;
   [[maybe_unused]] float* q16_lanes = nullptr;
+  [[maybe_unused]] std::int32_t* q8_offsets = nullptr;
+  [[maybe_unused]] const bool use_i8 = K::int8_queries && round_to_int8;
   if constexpr (K::int16_queries) {
-    q16 = reinterpret_cast<std::int16_t*>(ensure(s.g, padded * D / 2));
+    // s.g: [padded, D] int16 queries, then [padded, D] int8 ones and
+    // [n_batches, width] int32 offsets (only with use_i8).
+    float* qmem = ensure(s.g, padded * D / 2 + (use_i8 ? padded * D / 4 + n_batches * K::width : 0));
+    q16 = reinterpret_cast<std::int16_t*>(qmem);
+    q8 = reinterpret_cast<std::int8_t*>(qmem + padded * D / 2);
+    q8_offsets = reinterpret_cast<std::int32_t*>(qmem + padded * D / 2 + padded * D / 4);
     q16_lanes = ensure(s.h, n_batches * K::width);
     for (std::size_t g = 0; g < padded; ++g) {
       const float* x = qs + g * D;
@@ -196,20 +230,29 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       // A query holding inf or NaN gives NaN scores, hence a zero output
       // for its head as in f32 (tests/test_attention_decode.cpp), instead
       // of converting inf or NaN to int16 (undefined behaviour).
-      const float qscale = finite ? amax / 32767.0f : std::numeric_limits<float>::quiet_NaN();
-      const float inv = finite && amax > 0.0f ? 32767.0f / amax : 0.0f;
-      // nearbyint rounds as lrint does (|x * inv| <= 32767, in range) but,
+      const float qscale = finite ? amax / levels : std::numeric_limits<float>::quiet_NaN();
+      const float inv = finite && amax > 0.0f ? levels / amax : 0.0f;
+      // nearbyint rounds as lrint does (|x * inv| <= levels, in range) but,
       // setting no errno, is inlined and vectorised (lrint is a libm call).
       std::int16_t* row = q16 + g * D;
       if (finite)
         for (std::size_t d = 0; d < D; ++d) row[d] = static_cast<std::int16_t>(std::nearbyint(x[d] * inv));
       else
         std::fill(row, row + D, std::int16_t{0});
-      for (std::size_t r = 0; r < K::R; ++r) q16_lanes[(g / GB) * K::width + (g % GB) * K::R + r] = qscale;
+      const std::size_t lane0 = (g / GB) * K::width + (g % GB) * K::R;
+      for (std::size_t r = 0; r < K::R; ++r) q16_lanes[lane0 + r] = qscale;
+      if (use_i8) {
+        std::int32_t sum = 0;
+        for (std::size_t d = 0; d < D; ++d) {
+          q8[g * D + d] = static_cast<std::int8_t>(row[d]);
+          sum += row[d];
+        }
+        for (std::size_t r = 0; r < K::R; ++r) q8_offsets[lane0 + r] = 128 * sum;
+      }
     }
   }
   // int8 keys on AMX (decode_kernels::scores_amx, same scores as
-  // scores_i16): each batch's int16 queries as tiles, then room for the
+  // scores_int): each batch's int16 queries as tiles, then room for the
   // rows of one block (amx_stage).
   [[maybe_unused]] bool use_amx = false;
   [[maybe_unused]] std::int8_t* q_tiles = nullptr;
@@ -272,7 +315,10 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       for (std::size_t g = 0; g < GB; ++g) {
         qg[g] = qs + (b * GB + g) * D;
         og[g] = o + (b * GB + g) * D;
-        if constexpr (K::int16_queries) q16g[g] = q16 + (b * GB + g) * D;
+        if constexpr (K::int16_queries) {
+          q16g[g] = q16 + (b * GB + g) * D;
+          q8g[g] = q8 + (b * GB + g) * D;
+        }
       }
       float* sb = sc + b * GB * BT;
       // The first batch of heads prefetches (a GQA group of 8 runs two).
@@ -281,8 +327,13 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       if (use_amx) {  // only ever set where K::amx_scores
         if constexpr (K::amx_scores)
           K::scores_amx(q_tiles + b * K::amx_q_bytes, q16_lanes + b * K::width, k_stage, sb, bk);
+      } else if constexpr (K::int8_queries) {
+        if (use_i8)
+          K::template scores_int<std::int8_t>(q8g, q16_lanes + b * K::width, q8_offsets + b * K::width, rt.k, sb, bk);
+        else
+          K::template scores_int<std::int16_t>(q16g, q16_lanes + b * K::width, nullptr, rt.k, sb, bk);
       } else if constexpr (K::int16_queries) {
-        K::scores_i16(q16g, q16_lanes + b * K::width, rt.k, sb, bk);
+        K::template scores_int<std::int16_t>(q16g, q16_lanes + b * K::width, nullptr, rt.k, sb, bk);
       } else {
         K::scores(qg, rt.k, sb, bk);
       }

@@ -12,7 +12,7 @@
 ///   register (`vload_f32`) and multiplied there with the matching register
 ///   of every query head of the batch: no converted copy of a row, no second
 ///   read of it (int8 keys with VNNI: sign-extended to int16 and dotted with
-///   int16 queries in integers, `scores_i16`);
+///   int16 queries in integers, `scores_int`);
 /// - the scores kernel keeps 16 independent dot products in flight (R =
 ///   16 / GB rows x GB heads) and folds them with one haddp per pass. The
 ///   scores stay in that "lane layout" (below), so the softmax runs on whole
@@ -62,7 +62,7 @@ template <class Arch, std::size_t D, class T, std::size_t GB>
 struct decode_kernels {
   using V = vec<Arch>;
   static constexpr std::size_t L = lanes<Arch>;
-  /// int8 keys are dotted in integers (VPDPWSSD, `scores_i16`) with the
+  /// int8 keys are dotted in integers (VPDPWSSD, `scores_int`) with the
   /// queries rounded to int16 (one scale per head, amax / 32767: a relative
   /// error of at most 2^-16 of the head's largest value, far below the int8
   /// keys' own rounding): each key register is sign-extended once (32
@@ -139,45 +139,69 @@ struct decode_kernels {
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 
+  /// int8 queries (`decode_params::int8_queries`) against int8 keys: the
+  /// same integer dot products in half the multiply-adds. VPDPBUSD
+  /// multiplies unsigned by signed bytes, so each key register is offset to
+  /// unsigned (k + 128: one XOR, shared by the GB heads) and the offset's
+  /// share, 128 * sum_d q[g][d], is taken off each head's sums (`q_offset`).
+  static constexpr bool int8_queries = int16_queries && D % 64 == 0;
+
   /// s (lane layout) = q_scale(g) * (q[g] . k[j]) in int32, for g < GB,
-  /// j < block (int8 rows unscaled, like scores()).
-  /// @param q [GB] pointers to [D] int16 query rows
+  /// j < block (int8 rows unscaled, like scores()). Q = std::int16_t: each
+  /// key register sign-extended to int16 (32 values per step, VPDPWSSD);
+  /// Q = std::int8_t (int8_queries): offset to unsigned (64 values per
+  /// step, VPDPBUSD). The int32 sums are exact either way, so int16 queries
+  /// holding int8 values give the same scores as the int8 path.
+  /// @param q [GB] pointers to [D] query rows
   /// @param q_scale [16] lane a: the scale of head a / R
+  /// @param q_offset [16] lane a: 128 * sum_d q[a / R][d] (Q = int8 only)
   /// @param k [block] pointers to [D] int8 rows
   /// @param s [block * GB] scores, lane layout
   /// @param pf [block] rows to prefetch meanwhile, or null
-  static void scores_i16(const std::int16_t* const* q, const float* q_scale, const T* const* k, float* s,
-                         const T* const* pf) noexcept
-    requires int16_queries
+  template <class Q>
+  static void scores_int(const Q* const* q, const float* q_scale, const std::int32_t* q_offset, const T* const* k,
+                         float* s, const T* const* pf) noexcept
+    requires(std::is_same_v<Q, std::int16_t> && int16_queries) || (std::is_same_v<Q, std::int8_t> && int8_queries)
   {
+    constexpr bool bytes = std::is_same_v<Q, std::int8_t>;
+    constexpr std::size_t step = bytes ? 64 : 32;  // key values per register
     const __m512 qs = _mm512_load_ps(q_scale);
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     for (std::size_t p = 0; p < passes; ++p) {
       __m512i acc[width];
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < width; ++a) acc[a] = _mm512_setzero_si512();
-      for (std::size_t c = 0; c < D / 32; ++c) {
+      for (std::size_t c = 0; c < D / step; ++c) {
         if (pf != nullptr)
-          for (std::size_t r = 0; r < R; ++r) prefetch_line_at(pf[p * R + r], c * 32);
+          for (std::size_t r = 0; r < R; ++r) prefetch_line_at(pf[p * R + r], c * step);
         __m512i qv[GB];
 #pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) qv[g] = _mm512_loadu_si512(q[g] + c * 32);
+        for (std::size_t g = 0; g < GB; ++g) qv[g] = _mm512_loadu_si512(q[g] + c * step);
 #pragma GCC unroll 16
         for (std::size_t r = 0; r < R; ++r) {
-          const __m512i kv =
-              _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k[p * R + r] + c * 32)));
+          const T* row = k[p * R + r] + c * step;
+          if constexpr (bytes) {
+            const __m512i kv = _mm512_xor_si512(_mm512_loadu_si512(row), flip);
 #pragma GCC unroll 4
-          for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = _mm512_dpwssd_epi32(acc[g * R + r], kv, qv[g]);
+            for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = _mm512_dpbusd_epi32(acc[g * R + r], kv, qv[g]);
+          } else {
+            const __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+#pragma GCC unroll 4
+            for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = _mm512_dpwssd_epi32(acc[g * R + r], kv, qv[g]);
+          }
         }
       }
-      _mm512_store_ps(s + p * width, _mm512_mul_ps(_mm512_cvtepi32_ps(haddi16(acc)), qs));
+      __m512i sums = haddi16(acc);
+      if constexpr (bytes) sums = _mm512_sub_epi32(sums, _mm512_load_si512(q_offset));
+      _mm512_store_ps(s + p * width, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), qs));
     }
   }
 
 #if LLMKIT_ATTENTION_AMX_INT8
-  /// int8 keys on AMX: scores_i16's integer dot products, 16 rows x GB
+  /// int8 keys on AMX: scores_int<int16_t>'s integer dot products, 16 rows x GB
   /// heads per tile instruction. The int16 queries are split into bytes
   /// (q = 256 hi + lo, hi signed, lo unsigned: TDPBSSD and TDPBUSD) so the
-  /// int32 sums, and hence the scores, equal scores_i16's bit for bit.
+  /// int32 sums, and hence the scores, equal scores_int<int16_t>'s bit for bit.
   static constexpr bool amx_scores = int16_queries && D % 64 == 0;
   static constexpr std::size_t amx_chunks = D / 64;  ///< 64-byte K chunks (one A tile each)
   /// Bytes of one batch's query tiles (amx_pack_q): [amx_chunks][hi, lo][16][GB * 4].
@@ -227,7 +251,7 @@ struct decode_kernels {
     for (std::size_t j = 0; j < block; ++j) __builtin_memcpy(stage + j * D, k[j], D);
   }
 
-  /// scores_i16 on AMX (the caller holds a tile_scope of amx_config()).
+  /// scores_int<int16_t> on AMX (the caller holds a tile_scope of amx_config()).
   /// @param qt [amx_q_bytes] the batch's query tiles (amx_pack_q)
   /// @param q_scale [16] lane a: the scale of head a / R
   /// @param stage [block * D] the block's int8 rows (amx_stage)
@@ -375,6 +399,7 @@ struct decode_kernels {
   }
 #else
   static constexpr bool int16_values = false;
+  static constexpr bool int8_queries = false;
   static constexpr bool amx_scores = false;
 #endif
 
