@@ -152,17 +152,17 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
   auto& s = loaded();
   const auto prompt = s.tok.encode("Lily went to the park with her mom and dad. They saw a big tree.", true);
   REQUIRE(prompt.size() > 20);
-  auto run = [&](auto& cache) {
+  auto run = [&](auto& cache, llama_model& model) {
     const kv::seq_id seq = *cache.add_sequence();
     std::vector<std::vector<float>> rows;
     batch_builder b;
     b.add(seq, std::span(prompt).first(prompt.size() - 3), 0);
-    auto l = s.model.forward(b.view(), cache);
+    auto l = model.forward(b.view(), cache);
     rows.emplace_back(l.row(0).begin(), l.row(0).end());
     for (std::size_t i = prompt.size() - 3; i < prompt.size(); ++i) {  // decode across block edges
       b.clear();
       b.add(seq, {&prompt[i], 1}, static_cast<std::int32_t>(i));
-      l = s.model.forward(b.view(), cache);
+      l = model.forward(b.view(), cache);
       rows.emplace_back(l.row(0).begin(), l.row(0).end());
     }
     return rows;
@@ -171,13 +171,21 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
   kv::paged_cache<float, 4> paged(s.model.kv_shape(), {.n_blocks = 32});
   kv::paged_cache<f16, 16> half(s.model.kv_shape(), {.n_blocks = 8});
   kv::contiguous_cache<std::int8_t> q8(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
-  const auto ref = run(dense), p = run(paged), h = run(half), q = run(q8);
+  kv::contiguous_cache<std::int8_t> q8q(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+  llama_model int8_queries(s.file, {.int8_attention_queries = true});
+  const auto ref = run(dense, s.model), p = run(paged, s.model), h = run(half, s.model), q = run(q8, s.model);
+  const auto qq = run(q8q, int8_queries);
   for (std::size_t r = 0; r < ref.size(); ++r)
     for (std::size_t v = 0; v < 512; ++v) {
       REQUIRE(std::abs(p[r][v] - ref[r][v]) <= path_tolerance);
       REQUIRE(std::abs(h[r][v] - ref[r][v]) <= 0.05f);
       REQUIRE(std::abs(q[r][v] - ref[r][v]) <= 0.5f);
+      REQUIRE(std::abs(qq[r][v] - ref[r][v]) <= 0.5f);
     }
+  // The option reaches decode: the first row is prefill (the same), the
+  // decoded ones move.
+  REQUIRE(qq[0] == q[0]);
+  REQUIRE(qq.back() != q.back());
   // Reduced precision changes the numbers, not the argmax here.
   REQUIRE(argmax(h.back()) == argmax(ref.back()));
 }

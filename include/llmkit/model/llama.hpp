@@ -186,6 +186,11 @@ struct llama_options {
   /// per 32 values to int8 (ggml's Q8_0 x Q8_0 product; ~3.5x faster decode
   /// for a ~0.4% rounding of the activations). See model::activation_type.
   model::activation_type activations = model::activation_type::f32;
+  /// With an int8 KV cache, decode attention rounds each query head to int8
+  /// before its dot products with the keys (attention::decode_params::
+  /// int8_queries, as llama.cpp does with a q8_0 cache); other caches
+  /// ignore it.
+  bool int8_attention_queries = false;
 };
 
 /// A Llama-architecture model with its weights in memory (f32, f16 or Q8_0,
@@ -385,7 +390,8 @@ class llama_model {
                                           .seq_ids = decode_seqs_,
                                           .layer = l,
                                           .n_heads = c.n_heads,
-                                          .workspace = &decode_ws_};
+                                          .workspace = &decode_ws_,
+                                          .int8_queries = options_.int8_attention_queries};
         if (decode_parallel)
           attention::decode(dp, std::as_const(cache), attention::causal_mask{}, exec);
         else
