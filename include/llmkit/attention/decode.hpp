@@ -216,12 +216,14 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   [[maybe_unused]] std::int32_t* q8_offsets = nullptr;
   [[maybe_unused]] const bool use_i8 = K::int8_queries && round_to_int8;
   if constexpr (K::int16_queries) {
-    // s.g: [padded, D] int16 queries, then [padded, D] int8 ones and
-    // [n_batches, width] int32 offsets (only with use_i8).
-    float* qmem = ensure(s.g, padded * D / 2 + (use_i8 ? padded * D / 4 + n_batches * K::width : 0));
+    // s.g: [padded, D] int16 queries, then (where K::int8_queries) [padded,
+    // D] int8 ones and [n_batches, width] int32 offsets.
+    float* qmem = ensure(s.g, padded * D / 2 + (K::int8_queries ? padded * D / 4 + n_batches * K::width : 0));
     q16 = reinterpret_cast<std::int16_t*>(qmem);
-    q8 = reinterpret_cast<std::int8_t*>(qmem + padded * D / 2);
-    q8_offsets = reinterpret_cast<std::int32_t*>(qmem + padded * D / 2 + padded * D / 4);
+    if constexpr (K::int8_queries) {
+      q8 = reinterpret_cast<std::int8_t*>(qmem + padded * D / 2);
+      q8_offsets = reinterpret_cast<std::int32_t*>(qmem + padded * D / 2 + padded * D / 4);
+    }
     q16_lanes = ensure(s.h, n_batches * K::width);
     for (std::size_t g = 0; g < padded; ++g) {
       const float* x = qs + g * D;
@@ -315,10 +317,8 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       for (std::size_t g = 0; g < GB; ++g) {
         qg[g] = qs + (b * GB + g) * D;
         og[g] = o + (b * GB + g) * D;
-        if constexpr (K::int16_queries) {
-          q16g[g] = q16 + (b * GB + g) * D;
-          q8g[g] = q8 + (b * GB + g) * D;
-        }
+        if constexpr (K::int16_queries) q16g[g] = q16 + (b * GB + g) * D;
+        if constexpr (K::int8_queries) q8g[g] = q8 + (b * GB + g) * D;
       }
       float* sb = sc + b * GB * BT;
       // The first batch of heads prefetches (a GQA group of 8 runs two).
