@@ -82,9 +82,9 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   // int8_queries: the stored error is against the rounded queries, the
   // original one against the queries as given.
-  const auto q_scored = c.int8_queries && std::is_same_v<T, std::int8_t>
-                            ? int8_rounded_queries(q, c.head_dim, attention::detail::effective_scale(c.scale, c.head_dim))
-                            : q;
+  const float kernel_scale = attention::detail::effective_scale(c.scale, c.head_dim);
+  const auto q_scored =
+      c.int8_queries && std::is_same_v<T, std::int8_t> ? int8_rounded_queries(q, c.head_dim, kernel_scale) : q;
   auto vis = [&](std::int32_t qp, std::int32_t kp) { return mask.visible(qp, kp); };
   for (std::size_t i = 0; i < n_seqs; ++i) {
     const std::span<const float> qi(q.data() + i * row, row), qs(q_scored.data() + i * row, row);
@@ -375,24 +375,25 @@ TEMPLATE_TEST_CASE("decode: a query holding NaN or inf gives zeros for its head 
   const kv::seq_id id = 1;
   cache.add_sequence(id, n, k, v, llmkit::test::random_chunks(n, 40, rng), 0, 0);
   const auto q = uniform_values(row, rng);
-  for (const bool int8_queries : {false, true})
-  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    INFO("bad value " << bad << ", int8_queries " << int8_queries);
-    std::vector<float> clean(row);
-    decode({.q = q, .out = clean, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
-           cache, causal_mask{});
-    auto qb = q;
-    qb[shape.head_dim + 5] = bad;  // head 1
-    std::vector<float> out(row);
-    decode({.q = qb, .out = out, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
-           cache, causal_mask{});
-    for (std::size_t g = 0; g < n_heads; ++g) {
-      const auto first = out.begin() + static_cast<std::ptrdiff_t>(g * shape.head_dim);
-      const auto last = first + static_cast<std::ptrdiff_t>(shape.head_dim);
-      if (g == 1)
-        REQUIRE(std::all_of(first, last, [](float x) { return x == 0.0f; }));
-      else
-        REQUIRE(std::equal(first, last, clean.begin() + static_cast<std::ptrdiff_t>(g * shape.head_dim)));
+  for (const bool int8_queries : {false, true}) {
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      INFO("bad value " << bad << ", int8_queries " << int8_queries);
+      std::vector<float> clean(row);
+      decode({.q = q, .out = clean, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
+             cache, causal_mask{});
+      auto qb = q;
+      qb[shape.head_dim + 5] = bad;  // head 1
+      std::vector<float> out(row);
+      decode({.q = qb, .out = out, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
+             cache, causal_mask{});
+      for (std::size_t g = 0; g < n_heads; ++g) {
+        const auto first = out.begin() + static_cast<std::ptrdiff_t>(g * shape.head_dim);
+        const auto last = first + static_cast<std::ptrdiff_t>(shape.head_dim);
+        if (g == 1)
+          REQUIRE(std::all_of(first, last, [](float x) { return x == 0.0f; }));
+        else
+          REQUIRE(std::equal(first, last, clean.begin() + static_cast<std::ptrdiff_t>(g * shape.head_dim)));
+      }
     }
   }
 }
