@@ -376,11 +376,11 @@ TEMPLATE_TEST_CASE("decode: a query holding NaN or inf gives zeros for its head 
   cache.add_sequence(id, n, k, v, llmkit::test::random_chunks(n, 40, rng), 0, 0);
   const auto q = uniform_values(row, rng);
   for (const bool int8_queries : {false, true}) {
+    std::vector<float> clean(row);
+    decode({.q = q, .out = clean, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
+           cache, causal_mask{});
     for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       INFO("bad value " << bad << ", int8_queries " << int8_queries);
-      std::vector<float> clean(row);
-      decode({.q = q, .out = clean, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
-             cache, causal_mask{});
       auto qb = q;
       qb[shape.head_dim + 5] = bad;  // head 1
       std::vector<float> out(row);
