@@ -104,7 +104,7 @@ constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ?
 /// the rows it hands them inside their row loops (`prefetch_line_at`). The
 /// best distance grows with the rate one core reads from DRAM (it must
 /// cover about one miss latency), so it is chosen per CPU vendor, once per
-/// process (measured in docs/attention.md, every storage type):
+/// process (measured in docs/attention-history.md, every storage type):
 /// - Intel (Sapphire Rapids, ~16 GB/s per core): 1 KiB; 2-8 KiB was slower
 ///   (the prefetches then miss L2 too and hold the line fill buffers for a
 ///   whole DRAM round trip, starving the loads);

@@ -78,7 +78,7 @@ struct decode_kernels {
   /// tiles take 16 rows). An int8 block's dot products are cheap next to
   /// its softmax step and the per-block work around it, so twice the rows
   /// per step read 11-12 % faster from DRAM on Zen 5 (f32 / f16 gained
-  /// nothing; docs/attention.md).
+  /// nothing; docs/attention-history.md).
   static constexpr std::size_t block = int16_queries && !LLMKIT_ATTENTION_AMX_INT8 ? 32 : 16;
   static constexpr std::size_t width = 16;   ///< lanes of one pass (dot products in flight)
   static constexpr std::size_t R = width / GB;      ///< rows per pass

@@ -75,7 +75,7 @@ chunk_source<typename Cache::storage_type> make_chunk_source(const Cache& cache)
 /// prefetches are spread over the block's compute instead of issued in one
 /// burst (a burst fills the line fill buffers and the loads behind it wait;
 /// measured on Sapphire Rapids in a same-run A/B: int8 decode +16-24 %,
-/// f16 +8-23 %, docs/attention.md). The other kernels spread them further,
+/// f16 +8-23 %, docs/attention-history.md). The other kernels spread them further,
 /// a line per column step (`prefetch_line_at`).
 template <std::size_t Bytes>
 inline void prefetch_row(const void* row) noexcept {
@@ -92,7 +92,7 @@ inline void prefetch_row(const void* row) noexcept {
 /// line fill buffers and held back the loads behind them. Measured on
 /// Zen 5 with the distance raised from 4 to 8 KiB, which bursts could not
 /// use: one-thread decode f32 23.5-23.9 -> 27.5-30.0 GB/s, f16 30.8-31.2
-/// -> 33.7-35.0 (docs/attention.md).
+/// -> 33.7-35.0 (docs/attention-history.md).
 inline void prefetch_line_at(const void* row, std::size_t offset) noexcept {
   if (offset % 64 == 0) __builtin_prefetch(static_cast<const char*>(row) + offset, 0, 3);
 }
