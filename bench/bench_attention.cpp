@@ -15,8 +15,15 @@
 //     kv_GBps       K/V bytes one step must read (rows + int8 scales), GB/s;
 //     frac_read_bw  kv_GBps / bench_roofline's sustained read bandwidth for
 //                   the same thread count (read_gbps_1t or read_gbps_all);
-//     roof_read_GBps that bandwidth; kv_sets the rotation; thp the fraction
-//                   of the process's anonymous memory in huge pages.
+//     roof_read_GBps that bandwidth;
+//     live_read_GBps the read bandwidth measured again after every call
+//                   (bench_roofline's read loop over the K/V rows of the
+//                   set half a rotation away, same thread count, untimed);
+//     frac_live_read kv_GBps / live_read_GBps: the same bytes read plainly
+//                   in the same minute, the fraction that moves least when
+//                   the machine's memory does;
+//     kv_sets the rotation; thp the fraction of the process's anonymous
+//                   memory in huge pages.
 // - decode_naive/...: the same step with Eigen products, materialised
 //   scores and a separate softmax (K/V converted to f32 matrices first for
 //   the 16-bit and int8 types), one thread: the baseline, same counters.
@@ -47,6 +54,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <llmkit/attention/decode.hpp>
@@ -158,15 +166,70 @@ struct call_timer {
   double now() const { return wall ? wall_seconds() : llmkit_bench::thread_cpu_seconds(); }
 };
 
+/// The read bandwidth measured again after every decode call, outside its
+/// timing: bench_roofline's read loop over the K and V rows of one KV set,
+/// on the call's thread count (each thread's bytes over its own CPU time,
+/// summed, as bench_roofline does). It reads the set half a rotation away
+/// from the one just decoded, so its rows come from DRAM and are not left
+/// in cache for the kernel's next calls. The memory of a shared VM moves
+/// by 10-30 % within minutes (docs/attention.md); the kernel's rate over
+/// this same-minute reading of the same bytes moves less than its rate
+/// over bench_roofline's figure of another hour.
+class live_read {
+ public:
+  template <class T>
+  void probe(const kv_sets<T>& kv, std::size_t layer, std::size_t threads) {
+    const std::size_t set = (layer + kv.n_sets / 2) % kv.n_sets;
+    streams_.clear();
+    for (const kv::seq_id s : kv.ids)
+      for (std::size_t h = 0; h < n_kv_heads; ++h) {
+        const auto c = kv.cache->chunk(s, set, h, 0);
+        const std::size_t n_floats = c.n_tokens * c.row_stride * sizeof(T) / sizeof(float);
+        streams_.push_back({reinterpret_cast<const float*>(c.k), n_floats});
+        streams_.push_back({reinterpret_cast<const float*>(c.v), n_floats});
+      }
+    // Plain and prefetching passes alternate, as in bench_roofline.
+    const bool prefetch = n_probes_[0] > n_probes_[1];
+    std::vector<double> rate(threads);
+    std::vector<float> sink(threads);
+    llmkit_bench::detail::run_together(static_cast<unsigned>(threads), [&](unsigned t) {
+      const double start = llmkit_bench::thread_cpu_seconds();
+      double bytes = 0.0;
+      for (std::size_t i = t; i < streams_.size(); i += threads) {
+        sink[t] += llmkit_bench::detail::read_kernel(streams_[i].first, streams_[i].second, prefetch);
+        bytes += static_cast<double>(streams_[i].second * sizeof(float));
+      }
+      rate[t] = bytes / (llmkit_bench::thread_cpu_seconds() - start) * 1e-9;
+    });
+    benchmark::DoNotOptimize(sink.data());
+    for (const double r : rate) sum_gbps_[prefetch] += r;
+    ++n_probes_[prefetch];
+  }
+  /// The better of the plain and the prefetching passes' mean rates (GB/s).
+  double gbps() const {
+    double best = 0.0;
+    for (int kind = 0; kind < 2; ++kind)
+      if (n_probes_[kind] > 0) best = std::max(best, sum_gbps_[kind] / static_cast<double>(n_probes_[kind]));
+    return best;
+  }
+
+ private:
+  std::vector<std::pair<const float*, std::size_t>> streams_;  // [first float, floats] of each K or V stream
+  double sum_gbps_[2] = {0.0, 0.0};
+  std::size_t n_probes_[2] = {0, 0};
+};
+
 /// The decode counters of a run that read `bytes` per call in `seconds`.
 void decode_counters(benchmark::State& state, double bytes_per_call, double seconds, std::size_t threads,
-                     std::size_t n_sets) {
+                     std::size_t n_sets, const live_read& live) {
   const auto& roof = llmkit_bench::roofline::get();
   const double roof_gbps = threads > 1 ? roof.read_gbps_all : roof.read_gbps_1t;
   const double gbps = bytes_per_call * static_cast<double>(state.iterations()) / seconds * 1e-9;
   state.counters["kv_GBps"] = gbps;
   state.counters["frac_read_bw"] = gbps / roof_gbps;
   state.counters["roof_read_GBps"] = roof_gbps;
+  state.counters["live_read_GBps"] = live.gbps();
+  state.counters["frac_live_read"] = live.gbps() > 0.0 ? gbps / live.gbps() : 0.0;
   state.counters["kv_sets"] = static_cast<double>(n_sets);
   state.counters["thp"] = huge_page_fraction();
 }
@@ -190,6 +253,7 @@ void bm_decode(benchmark::State& state) {
   attention::decode_workspace ws;
   std::size_t layer = 0;
   call_timer timer{threads > 1};
+  live_read live;
   for (auto _ : state) {
     const double start = timer.now();
     attention::decode({.q = q, .out = out, .seq_ids = kv.ids, .layer = layer, .n_heads = n_heads, .workspace = &ws,
@@ -199,9 +263,10 @@ void bm_decode(benchmark::State& state) {
     const double seconds = timer.now() - start;
     timer.total += seconds;
     state.SetIterationTime(seconds);
+    live.probe(kv, layer, threads);
     layer = (layer + 1) % kv.n_sets;
   }
-  decode_counters(state, decode_bytes<T>(context, batch), timer.total, threads, kv.n_sets);
+  decode_counters(state, decode_bytes<T>(context, batch), timer.total, threads, kv.n_sets, live);
 }
 
 using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -239,6 +304,7 @@ void bm_decode_naive(benchmark::State& state) {
   std::size_t layer = 0;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   call_timer timer{false};
+  live_read live;
   for (auto _ : state) {
     const double start = timer.now();
     for (const kv::seq_id s : kv.ids)
@@ -258,9 +324,10 @@ void bm_decode_naive(benchmark::State& state) {
     const double seconds = timer.now() - start;
     timer.total += seconds;
     state.SetIterationTime(seconds);
+    live.probe(kv, layer, 1);
     layer = (layer + 1) % kv.n_sets;
   }
-  decode_counters(state, decode_bytes<T>(context, batch), timer.total, 1, kv.n_sets);
+  decode_counters(state, decode_bytes<T>(context, batch), timer.total, 1, kv.n_sets, live);
 }
 
 template <class T>
