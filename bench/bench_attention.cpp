@@ -18,10 +18,11 @@
 //     roof_read_GBps that bandwidth;
 //     live_read_GBps the read bandwidth measured again after every call
 //                   (bench_roofline's read loop over the K/V rows of the
-//                   set half a rotation away, same thread count, untimed);
-//     frac_live_read kv_GBps / live_read_GBps: the same bytes read plainly
-//                   in the same minute, the fraction that moves least when
-//                   the machine's memory does;
+//                   set half a rotation away, same thread count, untimed),
+//                   the median of those probes;
+//     frac_live_read the median over the calls of the call's rate over the
+//                   probe right after it: the fraction that moves least
+//                   when the machine's memory does;
 //     kv_sets the rotation; thp the fraction of the process's anonymous
 //                   memory in huge pages.
 // - decode_naive/...: the same step with Eigen products, materialised
@@ -46,6 +47,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -172,13 +174,16 @@ struct call_timer {
 /// summed, as bench_roofline does). It reads the set half a rotation away
 /// from the one just decoded, so its rows come from DRAM and are not left
 /// in cache for the kernel's next calls. The memory of a shared VM moves
-/// by 10-30 % within minutes (docs/attention.md); the kernel's rate over
-/// this same-minute reading of the same bytes moves less than its rate
-/// over bench_roofline's figure of another hour.
+/// by 10-30 % within minutes and stalls for a moment now and then
+/// (docs/attention.md): each call's rate over the probe just after it, and
+/// the median of those ratios, moves far less than the kernel's rate over
+/// bench_roofline's figure of another hour.
 class live_read {
  public:
+  /// Reads the set half a rotation from `layer` and records `call_gbps`
+  /// (the decode call just made) over the probe's rate.
   template <class T>
-  void probe(const kv_sets<T>& kv, std::size_t layer, std::size_t threads) {
+  void probe(const kv_sets<T>& kv, std::size_t layer, std::size_t threads, double call_gbps) {
     const std::size_t set = (layer + kv.n_sets / 2) % kv.n_sets;
     streams_.clear();
     for (const kv::seq_id s : kv.ids)
@@ -189,7 +194,7 @@ class live_read {
         streams_.push_back({reinterpret_cast<const float*>(c.v), n_floats});
       }
     // Plain and prefetching passes alternate, as in bench_roofline.
-    const bool prefetch = n_probes_[0] > n_probes_[1];
+    const bool prefetch = probe_gbps_.size() % 2 == 1;
     std::vector<double> rate(threads);
     std::vector<float> sink(threads);
     llmkit_bench::detail::run_together(static_cast<unsigned>(threads), [&](unsigned t) {
@@ -202,21 +207,26 @@ class live_read {
       rate[t] = bytes / (llmkit_bench::thread_cpu_seconds() - start) * 1e-9;
     });
     benchmark::DoNotOptimize(sink.data());
-    for (const double r : rate) sum_gbps_[prefetch] += r;
-    ++n_probes_[prefetch];
+    double gbps = 0.0;
+    for (const double r : rate) gbps += r;
+    probe_gbps_.push_back(gbps);
+    ratios_.push_back(call_gbps / gbps);
   }
-  /// The better of the plain and the prefetching passes' mean rates (GB/s).
-  double gbps() const {
-    double best = 0.0;
-    for (int kind = 0; kind < 2; ++kind)
-      if (n_probes_[kind] > 0) best = std::max(best, sum_gbps_[kind] / static_cast<double>(n_probes_[kind]));
-    return best;
-  }
+  /// Median of the probes' rates (GB/s).
+  double gbps() const { return median(probe_gbps_); }
+  /// Median over the calls of the call's rate over the next probe's.
+  double fraction() const { return median(ratios_); }
 
  private:
+  static double median(std::vector<double> x) {
+    if (x.empty()) return 0.0;
+    const auto mid = x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2);
+    std::nth_element(x.begin(), mid, x.end());
+    return *mid;
+  }
   std::vector<std::pair<const float*, std::size_t>> streams_;  // [first float, floats] of each K or V stream
-  double sum_gbps_[2] = {0.0, 0.0};
-  std::size_t n_probes_[2] = {0, 0};
+  std::vector<double> probe_gbps_;
+  std::vector<double> ratios_;
 };
 
 /// The decode counters of a run that read `bytes` per call in `seconds`.
@@ -229,7 +239,7 @@ void decode_counters(benchmark::State& state, double bytes_per_call, double seco
   state.counters["frac_read_bw"] = gbps / roof_gbps;
   state.counters["roof_read_GBps"] = roof_gbps;
   state.counters["live_read_GBps"] = live.gbps();
-  state.counters["frac_live_read"] = live.gbps() > 0.0 ? gbps / live.gbps() : 0.0;
+  state.counters["frac_live_read"] = live.fraction();
   state.counters["kv_sets"] = static_cast<double>(n_sets);
   state.counters["thp"] = huge_page_fraction();
 }
@@ -263,7 +273,7 @@ void bm_decode(benchmark::State& state) {
     const double seconds = timer.now() - start;
     timer.total += seconds;
     state.SetIterationTime(seconds);
-    live.probe(kv, layer, threads);
+    live.probe(kv, layer, threads, decode_bytes<T>(context, batch) / seconds * 1e-9);
     layer = (layer + 1) % kv.n_sets;
   }
   decode_counters(state, decode_bytes<T>(context, batch), timer.total, threads, kv.n_sets, live);
@@ -324,7 +334,7 @@ void bm_decode_naive(benchmark::State& state) {
     const double seconds = timer.now() - start;
     timer.total += seconds;
     state.SetIterationTime(seconds);
-    live.probe(kv, layer, 1);
+    live.probe(kv, layer, 1, decode_bytes<T>(context, batch) / seconds * 1e-9);
     layer = (layer + 1) % kv.n_sets;
   }
   decode_counters(state, decode_bytes<T>(context, batch), timer.total, 1, kv.n_sets, live);
