@@ -169,19 +169,14 @@ struct call_timer {
 };
 
 /// The read bandwidth measured again after every decode call, outside its
-/// timing: bench_roofline's read loop over the K and V rows of one KV set,
-/// on the call's thread count (each thread's bytes over its own CPU time,
-/// summed, as bench_roofline does). It reads the set half a rotation away
-/// from the one just decoded, so its rows come from DRAM and are not left
-/// in cache for the kernel's next calls. The memory of a shared VM moves
-/// by 10-30 % within minutes and stalls for a moment now and then
-/// (docs/attention.md): each call's rate over the probe just after it, and
-/// the median of those ratios, moves far less than the kernel's rate over
-/// bench_roofline's figure of another hour.
+/// timing (`llmkit_bench::live_ratio`): bench_roofline's read loop over the
+/// K and V rows of one KV set, on the call's thread count. It reads the set
+/// half a rotation away from the one just decoded, so its rows come from
+/// DRAM and are not left in cache for the kernel's next calls.
 class live_read {
  public:
   /// Reads the set half a rotation from `layer` and records `call_gbps`
-  /// (the decode call just made) over the probe's rate.
+  /// (the decode call just made) against the probe's rate.
   template <class T>
   void probe(const kv_sets<T>& kv, std::size_t layer, std::size_t threads, double call_gbps) {
     const std::size_t set = (layer + kv.n_sets / 2) % kv.n_sets;
@@ -190,43 +185,21 @@ class live_read {
       for (std::size_t h = 0; h < n_kv_heads; ++h) {
         const auto c = kv.cache->chunk(s, set, h, 0);
         const std::size_t n_floats = c.n_tokens * c.row_stride * sizeof(T) / sizeof(float);
-        streams_.push_back({reinterpret_cast<const float*>(c.k), n_floats});
-        streams_.push_back({reinterpret_cast<const float*>(c.v), n_floats});
+        streams_.emplace_back(reinterpret_cast<const float*>(c.k), n_floats);
+        streams_.emplace_back(reinterpret_cast<const float*>(c.v), n_floats);
       }
     // Plain and prefetching passes alternate, as in bench_roofline.
-    const bool prefetch = probe_gbps_.size() % 2 == 1;
-    std::vector<double> rate(threads);
-    std::vector<float> sink(threads);
-    llmkit_bench::detail::run_together(static_cast<unsigned>(threads), [&](unsigned t) {
-      const double start = llmkit_bench::thread_cpu_seconds();
-      double bytes = 0.0;
-      for (std::size_t i = t; i < streams_.size(); i += threads) {
-        sink[t] += llmkit_bench::detail::read_kernel(streams_[i].first, streams_[i].second, prefetch);
-        bytes += static_cast<double>(streams_[i].second * sizeof(float));
-      }
-      rate[t] = bytes / (llmkit_bench::thread_cpu_seconds() - start) * 1e-9;
-    });
-    benchmark::DoNotOptimize(sink.data());
-    double gbps = 0.0;
-    for (const double r : rate) gbps += r;
-    probe_gbps_.push_back(gbps);
-    ratios_.push_back(call_gbps / gbps);
+    const bool prefetch = ratio_.size() % 2 == 1;
+    ratio_.add(call_gbps, llmkit_bench::read_spans_gbps(streams_, static_cast<unsigned>(threads), prefetch));
   }
   /// Median of the probes' rates (GB/s).
-  double gbps() const { return median(probe_gbps_); }
+  double gbps() const { return ratio_.probe_median(); }
   /// Median over the calls of the call's rate over the next probe's.
-  double fraction() const { return median(ratios_); }
+  double fraction() const { return ratio_.ratio_median(); }
 
  private:
-  static double median(std::vector<double> x) {
-    if (x.empty()) return 0.0;
-    const auto mid = x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2);
-    std::nth_element(x.begin(), mid, x.end());
-    return *mid;
-  }
-  std::vector<std::pair<const float*, std::size_t>> streams_;  // [first float, floats] of each K or V stream
-  std::vector<double> probe_gbps_;
-  std::vector<double> ratios_;
+  std::vector<llmkit_bench::read_span> streams_;  // each K or V stream of the set
+  llmkit_bench::live_ratio ratio_;
 };
 
 /// The decode counters of a run that read `bytes` per call in `seconds`.

@@ -24,10 +24,11 @@
 //   time with one thread, wall time with two).
 // - roof_fma_GFLOPs: the peak used.
 // - live_fma_GFLOPs / frac_live_peak: the FMA peak re-measured (a short
-//   run of bench_roofline's FMA loop, untimed) after every kernel call, and
-//   the kernel's rate over it: under load from other processes (time-sliced
-//   cores, a busy hyperthread sibling) both sink together, so this ratio is
-//   the more stable figure on a shared machine.
+//   run of bench_roofline's FMA loop, untimed) after every kernel call (the
+//   median of those), and the median over the calls of each call's rate
+//   over the probe right after it: under load from other processes
+//   (time-sliced cores, a busy hyperthread sibling) both sink together, so
+//   this ratio is the more stable figure on a shared machine.
 //
 // Timing: one-thread runs are timed in the calling thread's CPU time (the
 // thread_pool runs tasks on the caller), so other processes time-slicing the
@@ -150,20 +151,18 @@ struct prefill_data {
 };
 
 /// The FMA peak measured again right after each kernel call (a short run of
-/// bench_roofline's FMA loop on `threads` threads, outside the timed region):
-/// on a loaded machine it sinks with the kernel, so kernel / live peak stays
-/// close to what a quiet machine shows.
+/// bench_roofline's FMA loop on `threads` threads, outside the timed region,
+/// `llmkit_bench::live_ratio`): on a loaded machine it sinks with the
+/// kernel, so kernel / live peak stays close to what a quiet machine shows.
 struct live_peak {
-  double sum_gflops = 0.0;
-  std::size_t n = 0;
-  void probe(benchmark::State& state, std::size_t threads) {
+  llmkit_bench::live_ratio ratio;
+  /// Records the call just made (`call_gflops`) against a probe run now.
+  void probe(benchmark::State& state, std::size_t threads, double call_gflops) {
     state.PauseTiming();
-    sum_gflops +=
-        llmkit_bench::measure_fma_gflops(static_cast<unsigned>(threads), smoke() ? 2'000 : 200'000, 1);
-    ++n;
+    ratio.add(call_gflops,
+              llmkit_bench::measure_fma_gflops(static_cast<unsigned>(threads), smoke() ? 2'000 : 200'000, 1));
     state.ResumeTiming();
   }
-  double gflops() const { return n > 0 ? sum_gflops / static_cast<double>(n) : 0.0; }
 };
 
 void roof_counters(benchmark::State& state, double flops_per_iter, double seconds, std::size_t threads,
@@ -175,8 +174,8 @@ void roof_counters(benchmark::State& state, double flops_per_iter, double second
   state.counters["GFLOPs"] = benchmark::Counter(flops_per_iter * 1e-9 * iters, benchmark::Counter::kIsRate);
   state.counters["roof_fma_GFLOPs"] = peak;
   state.counters["frac_fma_peak"] = gflops / peak;
-  state.counters["live_fma_GFLOPs"] = live.gflops();
-  state.counters["frac_live_peak"] = live.gflops() > 0 ? gflops / live.gflops() : 0.0;
+  state.counters["live_fma_GFLOPs"] = live.ratio.probe_median();
+  state.counters["frac_live_peak"] = live.ratio.ratio_median();
 }
 
 template <class T>
@@ -195,9 +194,10 @@ void bm_prefill(benchmark::State& state) {
     const double t0 = now_seconds(threads);
     if (k == kind::packed_row) attention::prefill(params, *data.cache, row_mask, pool);
     else attention::prefill(params, *data.cache, attention::causal_mask{}, pool);
-    seconds += now_seconds(threads) - t0;
+    const double call = now_seconds(threads) - t0;
+    seconds += call;
     benchmark::DoNotOptimize(data.out.data());
-    live.probe(state, threads);
+    live.probe(state, threads, data.flops() * 1e-9 / call);
   }
   roof_counters(state, data.flops(), seconds, threads, live);
 }
@@ -252,8 +252,9 @@ void bm_prefill_naive(benchmark::State& state) {
         benchmark::DoNotOptimize(o.data());
       }
     }
-    seconds += now_seconds(1) - t0;
-    live.probe(state, 1);
+    const double call = now_seconds(1) - t0;
+    seconds += call;
+    live.probe(state, 1, data.flops() * 1e-9 / call);
   }
   roof_counters(state, data.flops(), seconds, 1, live);
 }

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -152,34 +153,46 @@ inline double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-/// Sustained read bandwidth in GB/s (1e9 bytes/s) of n_threads threads each
-/// streaming its own share of `total_bytes` (first-touched by that thread),
-/// best of `repeats` plain and `repeats` prefetching passes (read_kernel)
-/// after one warm-up pass. Each thread's rate is its
-/// bytes over its own CPU time (not wall time, so that other processes
-/// time-slicing the cores do not count as memory stalls); the figure is the
-/// sum of the threads' rates.
+/// Floats to read: [first float, count).
+using read_span = std::pair<const float*, std::size_t>;
+
+/// Reads `spans` with read_kernel on n_threads threads (thread t reads
+/// spans t, t + n_threads, ...) and returns the rate in GB/s (1e9 bytes/s):
+/// each thread's bytes over its own CPU time (not wall time, so that other
+/// processes time-slicing the cores do not count as memory stalls), summed
+/// over the threads.
+inline double read_spans_gbps(const std::vector<read_span>& spans, unsigned n_threads, bool prefetch) {
+  std::vector<double> rate(n_threads);
+  std::vector<float> sinks(n_threads);
+  detail::run_together(n_threads, [&](unsigned t) {
+    const double start = thread_cpu_seconds();
+    double bytes = 0.0;
+    for (std::size_t i = t; i < spans.size(); i += n_threads) {
+      sinks[t] += detail::read_kernel(spans[i].first, spans[i].second, prefetch);
+      bytes += static_cast<double>(spans[i].second * sizeof(float));
+    }
+    rate[t] = bytes / (thread_cpu_seconds() - start) * 1e-9;
+  });
+  benchmark::DoNotOptimize(sinks.data());
+  double total = 0.0;
+  for (const double r : rate) total += r;
+  return total;
+}
+
+/// Sustained read bandwidth in GB/s of n_threads threads each streaming its
+/// own share of `total_bytes` (first-touched by that thread), best of
+/// `repeats` plain and `repeats` prefetching passes (read_spans_gbps) after
+/// one warm-up pass.
 inline double measure_read_gbps(unsigned n_threads, std::size_t total_bytes, int repeats) {
   const std::size_t per_thread = total_bytes / n_threads / sizeof(float) / 1024 * 1024;
   std::vector<llmkit::aligned_vector<float>> buffers(n_threads);
   detail::run_together(n_threads, [&](unsigned t) { buffers[t].assign(per_thread, 1.0f); });
-  std::vector<float> sinks(n_threads);
-  std::vector<double> seconds(n_threads);
-  bool prefetch = false;
-  auto pass = [&](unsigned t) {
-    const double start = thread_cpu_seconds();
-    sinks[t] += detail::read_kernel(buffers[t].data(), per_thread, prefetch);
-    seconds[t] = thread_cpu_seconds() - start;
-  };
-  detail::run_together(n_threads, pass);
+  std::vector<read_span> spans;
+  for (const auto& b : buffers) spans.emplace_back(b.data(), per_thread);
+  read_spans_gbps(spans, n_threads, false);
   double best = 0.0;
-  for (int r = 0; r < 2 * repeats; ++r) {  // plain and prefetching passes alternate
-    prefetch = r % 2 == 1;
-    detail::run_together(n_threads, pass);
-    double rate = 0.0;
-    for (double sec : seconds) rate += static_cast<double>(per_thread * sizeof(float)) / sec / 1e9;
-    best = std::max(best, rate);
-  }
+  for (int r = 0; r < 2 * repeats; ++r)  // plain and prefetching passes alternate
+    best = std::max(best, read_spans_gbps(spans, n_threads, r % 2 == 1));
   return best;
 }
 
@@ -200,6 +213,38 @@ inline double measure_fma_gflops(unsigned n_threads, std::size_t iterations, int
   }
   return best;
 }
+
+/// Median of x (the upper one of an even count; 0 when empty).
+inline double median(std::vector<double> x) {
+  if (x.empty()) return 0.0;
+  const auto mid = x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2);
+  std::nth_element(x.begin(), mid, x.end());
+  return *mid;
+}
+
+/// A kernel's rate over a limit of the machine measured again right after
+/// each call, outside the call's timing (a "live" probe). The speed of a
+/// shared VM moves by 10-30 % within minutes and stalls for a moment now
+/// and then: each call's rate over the probe just after it, and the median
+/// of those ratios, move far less than the kernel's rate over a roofline
+/// reading of another hour, and a short stall does not move the median.
+class live_ratio {
+ public:
+  /// Records one call's rate and the probe's rate after it (same units).
+  void add(double call_rate, double probe_rate) {
+    probes_.push_back(probe_rate);
+    ratios_.push_back(probe_rate > 0.0 ? call_rate / probe_rate : 0.0);
+  }
+  std::size_t size() const { return probes_.size(); }
+  /// Median of the probes' rates.
+  double probe_median() const { return median(probes_); }
+  /// Median over the calls of the call's rate over the next probe's.
+  double ratio_median() const { return median(ratios_); }
+
+ private:
+  std::vector<double> probes_;
+  std::vector<double> ratios_;
+};
 
 /// The machine limits, in GB/s and GFLOP/s.
 struct roofline {
