@@ -101,19 +101,22 @@ constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ?
 
 /// How far ahead of the reading walker (bytes of one stream, K or V) the
 /// prefetching one runs for rows of `row_bytes` bytes; the kernels prefetch
-/// the rows it hands them inside their row loops (`prefetch_line_at`). The
+/// the rows it hands them inside their row loops, one line per column step,
+/// the lines taken in address order (`prefetch_slot`). The
 /// best distance grows with the rate one core reads from DRAM (it must
 /// cover about one miss latency), so it is chosen per CPU vendor, once per
 /// process (measured in docs/attention-history.md, every storage type):
 /// - Intel (Sapphire Rapids, ~16 GB/s per core): 1 KiB; 2-8 KiB was slower
 ///   (the prefetches then miss L2 too and hold the line fill buffers for a
 ///   whole DRAM round trip, starving the loads);
-/// - AMD (Zen 5, ~41-43 GB/s per core): 32 rows, at most 8 KiB (f32 16
-///   rows at head_dim 128, f16 / bf16 32, int8 32). Since the kernels
-///   prefetch one line per column step, 8-16 KiB read alike for f32 and
-///   f16 / bf16, 4 KiB reads f32 15-20 % slower, and int8 reads 5-8 %
-///   faster at 4 KiB than at 8; 1 KiB was 6-35 % slower when the
-///   prefetches came a row at a time.
+/// - AMD (Zen 5, ~41-43 GB/s per core): 32 rows, at most 4 KiB (f32 8
+///   rows at head_dim 128, f16 / bf16 16, int8 32). With the lines
+///   prefetched in address order (session 16), 4 KiB reads 3-10 % faster
+///   than 8 KiB for f32 / f16 / bf16 (1 and 2 threads), 16 KiB 7 % slower
+///   and 2 KiB 3-8 % slower; before that order (lines taken across the
+///   rows), 8-16 KiB were best for f32 and f16 / bf16 and 4 KiB read f32
+///   15-20 % slower; int8 has read best at 4 KiB either way.
+///   Sapphire Rapids was last measured before the address order.
 /// Other CPUs take 1 KiB.
 inline std::size_t default_decode_prefetch_bytes(std::size_t row_bytes) noexcept {
   static const bool amd = [] {
@@ -124,7 +127,7 @@ inline std::size_t default_decode_prefetch_bytes(std::size_t row_bytes) noexcept
     return false;
 #endif
   }();
-  return amd ? std::min<std::size_t>(8192, 32 * row_bytes) : std::size_t{1024};
+  return amd ? std::min<std::size_t>(4096, 32 * row_bytes) : std::size_t{1024};
 }
 
 /// Override of the distance for every type (bytes, 0 disables; SIZE_MAX keeps

@@ -113,7 +113,7 @@ struct decode_kernels {
   /// @param q [GB] pointers to [D] f32 query rows
   /// @param k [block] pointers to [D] stored rows
   /// @param s [block * GB] scores, lane layout
-  /// @param pf [block] rows to prefetch meanwhile (`prefetch_line_at`), or null
+  /// @param pf [block] rows to prefetch meanwhile (`prefetch_slot`: in address order), or null
   static void scores(const float* const* q, const T* const* k, float* s, const T* const* pf) noexcept {
     for (std::size_t p = 0; p < passes; ++p) {
       V acc[width];
@@ -121,7 +121,7 @@ struct decode_kernels {
       for (std::size_t a = 0; a < width; ++a) acc[a] = V(0.0f);
       for (std::size_t c = 0; c < DV; ++c) {
         if (pf != nullptr)
-          for (std::size_t r = 0; r < R; ++r) prefetch_line_at(pf[p * R + r], c * L * sizeof(T));
+          for (std::size_t r = 0; r < R; ++r) prefetch_slot<DV, L * sizeof(T)>(pf, (p * DV + c) * R + r);
         V qv[GB];
 #pragma GCC unroll 4
         for (std::size_t g = 0; g < GB; ++g) qv[g] = vload<Arch>(q[g] + c * L);
@@ -173,7 +173,7 @@ struct decode_kernels {
       for (std::size_t a = 0; a < width; ++a) acc[a] = _mm512_setzero_si512();
       for (std::size_t c = 0; c < D / step; ++c) {
         if (pf != nullptr)
-          for (std::size_t r = 0; r < R; ++r) prefetch_line_at(pf[p * R + r], c * step);
+          for (std::size_t r = 0; r < R; ++r) prefetch_slot<D / step, step>(pf, (p * (D / step) + c) * R + r);
         __m512i qv[GB];
 #pragma GCC unroll 4
         for (std::size_t g = 0; g < GB; ++g) qv[g] = _mm512_loadu_si512(q[g] + c * step);
@@ -357,9 +357,9 @@ struct decode_kernels {
         for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_si512();
 #pragma GCC unroll 2
       for (std::size_t j = 0; j < block; j += 2) {
-        if (pf != nullptr) {  // the pass's 64 columns: one line of each row
-          prefetch_line_at(pf[j], c0);
-          prefetch_line_at(pf[j + 1], c0);
+        if (pf != nullptr) {  // two lines per row pair (D / 64 per row in all)
+          prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j);
+          prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j + 1);
         }
         __m512i pw[GB];
 #pragma GCC unroll 4
@@ -526,7 +526,7 @@ struct decode_kernels {
         for (std::size_t g = 0; g < GB; ++g) pg[g] = V(pj[g * R]);
 #pragma GCC unroll 16
         for (std::size_t c = 0; c < H; ++c) {
-          if (pf != nullptr) prefetch_line_at(pf[j], (c0 + c) * L * sizeof(T));
+          if (pf != nullptr) prefetch_slot<DV, L * sizeof(T)>(pf, ((c0 / H) * block + j) * H + c);
           const V vv = vload_f32<Arch>(v[j] + (c0 + c) * L);
 #pragma GCC unroll 4
           for (std::size_t g = 0; g < GB; ++g) acc[g * H + c] = vfma<Arch>(pg[g], vv, acc[g * H + c]);
