@@ -86,9 +86,10 @@ inline void prefetch_row(const void* row) noexcept {
 }
 
 /// Prefetches into L1 the cache line at byte `offset` of `row` when the
-/// offset starts one. A decode kernel calls it in each column step of its
-/// row loops, for the row pf_rows ahead and the step's own offset, so the
-/// prefetches come one line at a time among the FMAs: issued a row or a
+/// offset starts one. A decode kernel calls it (through `prefetch_slot`)
+/// once in each column step of its row loops, for a line of the rows
+/// pf_rows ahead, so the prefetches come one line at a time among the
+/// FMAs: issued a row or a
 /// pass at a time (`prefetch_row`), they came in bursts that waited for
 /// line fill buffers and held back the loads behind them. Measured on
 /// Zen 5 with the distance raised from 4 to 8 KiB, which bursts could not
