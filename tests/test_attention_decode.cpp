@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -33,6 +34,7 @@ struct decode_case {
   float scale = 0.0f;
   float softcap = 0.0f;
   bool int8_queries = false;  // decode_params::int8_queries
+  bool bf16_queries = false;  // decode_params::bf16_queries
 };
 
 /// The queries decode scores when int8_queries is set: each head of q *
@@ -51,6 +53,18 @@ std::vector<float> int8_rounded_queries(const std::vector<float>& q, std::size_t
     for (std::size_t d = 0; d < head_dim; ++d)
       r[h * head_dim + d] =
           static_cast<float>(std::nearbyint(x[d] * inv) * (static_cast<double>(amax) / 127.0) / scale);
+  }
+  return r;
+}
+
+/// The queries decode scores when bf16_queries is set: q * scale rounded
+/// to bf16 (to nearest even, on the f32 bits), returned unscaled.
+std::vector<float> bf16_rounded_queries(const std::vector<float>& q, float scale) {
+  std::vector<float> r(q.size());
+  for (std::size_t x = 0; x < q.size(); ++x) {
+    std::uint32_t bits = std::bit_cast<std::uint32_t>(q[x] * scale);
+    bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    r[x] = static_cast<float>(static_cast<double>(std::bit_cast<float>(bits)) / scale);
   }
   return r;
 }
@@ -77,14 +91,16 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   errors e;
   e.out.assign(q.size(), std::nanf(""));
   decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
-                .softcap = c.softcap, .kv_split_tokens = c.split, .int8_queries = c.int8_queries},
+                .softcap = c.softcap, .kv_split_tokens = c.split, .int8_queries = c.int8_queries,
+                .bf16_queries = c.bf16_queries},
                cache, mask, exec);
   const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   // int8_queries: the stored error is against the rounded queries, the
   // original one against the queries as given.
   const float kernel_scale = attention::detail::effective_scale(c.scale, c.head_dim);
-  const auto q_scored =
-      c.int8_queries && std::is_same_v<T, std::int8_t> ? int8_rounded_queries(q, c.head_dim, kernel_scale) : q;
+  const auto q_scored = c.int8_queries && std::is_same_v<T, std::int8_t> ? int8_rounded_queries(q, c.head_dim, kernel_scale)
+                        : c.bf16_queries && std::is_same_v<T, bf16>       ? bf16_rounded_queries(q, kernel_scale)
+                                                                          : q;
   auto vis = [&](std::int32_t qp, std::int32_t kp) { return mask.visible(qp, kp); };
   for (std::size_t i = 0; i < n_seqs; ++i) {
     const std::span<const float> qi(q.data() + i * row, row), qs(q_scored.data() + i * row, row);
@@ -209,43 +225,70 @@ TEST_CASE("decode: f16, bf16 and int8 storage") {
   }
 }
 
-TEST_CASE("decode: int8_queries scores the queries rounded to int8, on every path") {
-  // The VNNI kernel (scores_int<int8_t>: head_dim 64 / 128 / 256), the int16-query
-  // kernel given int8 levels (96 here), the f32 kernels (80, and the scalar
-  // arch everywhere) must all score the same rounded queries; the oracle
-  // scores them too (`stored`). `original` is against the queries as given
-  // and the keys and values before int8 storage: what a caller sees.
-  std::mt19937 rng(41);
-  double worst = 0.0, worst_exact = 0.0;
+/// The largest errors against the unrounded inputs, with and without a
+/// query-rounding option.
+struct rounding_errors {
+  double rounded = 0.0, exact = 0.0;
+};
+
+/// The check of a query-rounding option (`option`: int8_queries or
+/// bf16_queries) for storage type T, head_dim 64-256, GQA 1-8, random
+/// lengths and chunks, a sliding window: with the option, the SIMD and
+/// scalar archs are within `tolerance` of the oracle given the rounded
+/// queries (`stored`) and within `original_bound` of the queries as given
+/// and the keys and values before storage (`original`: what a caller sees);
+/// the option moves the result by more than `tolerance` (a path that
+/// ignored it would fail the first check); the storage types Others ignore
+/// it bit for bit.
+template <class T, class... Others>
+rounding_errors check_rounded_queries(bool decode_case::* option, std::uint32_t seed, double tolerance,
+                                      double original_bound) {
+  std::mt19937 rng(seed);
+  rounding_errors worst;
   for (std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
     for (std::size_t group : {1u, 2u, 3u, 4u, 8u}) {
       INFO("head_dim = " << head_dim << ", group = " << group);
       decode_case c = random_int8_case(head_dim, group, rng);
-      const auto seed = static_cast<std::uint32_t>(rng());
+      const auto case_seed = static_cast<std::uint32_t>(rng());
       const sliding_window_mask window(300, 2);
-      c.int8_queries = true;
-      const auto fast = run_case<std::int8_t>(c, window, seed);
-      const auto scalar = run_case<std::int8_t, simd::scalar>(c, window, seed);
-      const auto half = run_case<f16>(c, window, seed);
-      c.int8_queries = false;
-      const auto exact = run_case<std::int8_t>(c, window, seed);
-      const auto half_exact = run_case<f16>(c, window, seed);
+      c.*option = true;
+      const auto fast = run_case<T>(c, window, case_seed);
+      const auto scalar = run_case<T, simd::scalar>(c, window, case_seed);
+      const std::vector<std::vector<float>> others_on{run_case<Others>(c, window, case_seed).out...};
+      c.*option = false;
+      const auto exact = run_case<T>(c, window, case_seed);
+      const std::vector<std::vector<float>> others_off{run_case<Others>(c, window, case_seed).out...};
       for (const auto* e : {&fast, &scalar}) {
         REQUIRE(e->finite);
-        REQUIRE(e->stored < int8_tolerance);
-        REQUIRE(e->original < 1e-2);
-        worst = std::max(worst, e->original);
+        REQUIRE(e->stored < tolerance);
+        REQUIRE(e->original < original_bound);
+        worst.rounded = std::max(worst.rounded, e->original);
       }
-      // The queries were rounded: the int16 queries' results differ.
       double moved = 0.0;
       for (std::size_t x = 0; x < exact.out.size(); ++x)
         moved = std::max(moved, std::fabs(static_cast<double>(fast.out[x]) - exact.out[x]));
-      REQUIRE(moved > int8_tolerance);
-      // Other storage types ignore the option.
-      REQUIRE(half.out == half_exact.out);
-      worst_exact = std::max(worst_exact, exact.original);
+      REQUIRE(moved > tolerance);
+      REQUIRE(others_on == others_off);
+      worst.exact = std::max(worst.exact, exact.original);
     }
-  WARN("int8_queries: largest error against the unrounded inputs " << worst << " (int16 queries: " << worst_exact
+  return worst;
+}
+
+TEST_CASE("decode: int8_queries scores the queries rounded to int8, on every path") {
+  // Paths: the VNNI kernel (scores_int<int8_t>: head_dim 64 / 128 / 256),
+  // the int16-query kernel given int8 levels (96), the f32 kernels (80, and
+  // the scalar arch everywhere).
+  const auto e = check_rounded_queries<std::int8_t, f16, bf16>(&decode_case::int8_queries, 41, int8_tolerance, 1e-2);
+  WARN("int8_queries: largest error against the unrounded inputs " << e.rounded << " (int16 queries: " << e.exact
+                                                                      << ")");
+}
+
+TEST_CASE("decode: bf16_queries scores the queries rounded to bf16, on every path") {
+  // Paths: the VDPBF16PS kernel (scores_bf16: AVX512_BF16, head_dim 64 / 96
+  // / 128 / 256), the f32 kernel given the rounded values (80, CPUs without
+  // AVX512_BF16, the scalar arch everywhere).
+  const auto e = check_rounded_queries<bf16, f16, std::int8_t>(&decode_case::bf16_queries, 43, f32_tolerance, 8e-3);
+  WARN("bf16_queries: largest error against the unrounded inputs " << e.rounded << " (f32 queries: " << e.exact
                                                                       << ")");
 }
 
@@ -375,17 +418,22 @@ TEMPLATE_TEST_CASE("decode: a query holding NaN or inf gives zeros for its head 
   const kv::seq_id id = 1;
   cache.add_sequence(id, n, k, v, llmkit::test::random_chunks(n, 40, rng), 0, 0);
   const auto q = uniform_values(row, rng);
-  for (const bool int8_queries : {false, true}) {
+  for (const bool rounded : {false, true}) {
+    const decode_params base{.q = q, .out = {}, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = rounded,
+                             .bf16_queries = rounded};
     std::vector<float> clean(row);
-    decode({.q = q, .out = clean, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
-           cache, causal_mask{});
+    auto with_clean = base;
+    with_clean.out = clean;
+    decode(with_clean, cache, causal_mask{});
     for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-      INFO("bad value " << bad << ", int8_queries " << int8_queries);
+      INFO("bad value " << bad << ", int8_queries / bf16_queries " << rounded);
       auto qb = q;
       qb[shape.head_dim + 5] = bad;  // head 1
       std::vector<float> out(row);
-      decode({.q = qb, .out = out, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = int8_queries},
-             cache, causal_mask{});
+      auto with_bad = base;
+      with_bad.q = qb;
+      with_bad.out = out;
+      decode(with_bad, cache, causal_mask{});
       for (std::size_t g = 0; g < n_heads; ++g) {
         const auto first = out.begin() + static_cast<std::ptrdiff_t>(g * shape.head_dim);
         const auto last = first + static_cast<std::ptrdiff_t>(shape.head_dim);

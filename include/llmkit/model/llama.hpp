@@ -191,6 +191,11 @@ struct llama_options {
   /// int8_queries, as llama.cpp does with a q8_0 cache); other caches
   /// ignore it.
   bool int8_attention_queries = false;
+  /// With a bf16 KV cache, decode attention rounds each query to bf16
+  /// before its dot products with the keys (attention::decode_params::
+  /// bf16_queries, as llama.cpp's bf16 dot products do); other caches
+  /// ignore it.
+  bool bf16_attention_queries = false;
 };
 
 /// A Llama-architecture model with its weights in memory (f32, f16 or Q8_0,
@@ -391,7 +396,8 @@ class llama_model {
                                           .layer = l,
                                           .n_heads = c.n_heads,
                                           .workspace = &decode_ws_,
-                                          .int8_queries = options_.int8_attention_queries};
+                                          .int8_queries = options_.int8_attention_queries,
+                                          .bf16_queries = options_.bf16_attention_queries};
         if (decode_parallel)
           attention::decode(dp, std::as_const(cache), attention::causal_mask{}, exec);
         else

@@ -12,7 +12,8 @@
 ///   register (`vload_f32`) and multiplied there with the matching register
 ///   of every query head of the batch: no converted copy of a row, no second
 ///   read of it (int8 keys with VNNI: sign-extended to int16 and dotted with
-///   int16 queries in integers, `scores_int`);
+///   int16 queries in integers, `scores_int`; bf16 keys with bf16 queries:
+///   multiplied as stored, 32 values per VDPBF16PS, `scores_bf16`);
 /// - the scores kernel keeps 16 independent dot products in flight (R =
 ///   16 / GB rows x GB heads) and folds them with one haddp per pass. The
 ///   scores stay in that "lane layout" (below), so the softmax runs on whole
@@ -136,6 +137,49 @@ struct decode_kernels {
       for (std::size_t b = 0; b < regs; ++b) vstore<Arch>(s + p * width + b * L, vhaddp<Arch>(acc + b * L));
     }
   }
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  /// bf16 queries (`decode_params::bf16_queries`) against bf16 keys:
+  /// VDPBF16PS multiplies a whole 64-byte key register (32 values) with a
+  /// head's bf16 queries into 16 f32 sums, where scores() converts each 16
+  /// keys (two instructions) and spends one FMA per 16: per key register
+  /// GB multiply-adds instead of 2 GB + 4 instructions. The products of two
+  /// bf16 values are exact in f32, so only the sums' order differs from
+  /// scores() given the same rounded queries.
+  static constexpr bool bf16_dot = std::is_same_v<T, bf16> && has_avx512<Arch> && D % 32 == 0;
+
+  /// s (lane layout) = q[g] . k[j] for g < GB, j < block, like scores().
+  /// @param q [GB] pointers to [D] bf16 query rows
+  /// @param k [block] pointers to [D] bf16 rows
+  /// @param s [block * GB] scores, lane layout
+  /// @param pf [block] rows to prefetch meanwhile, or null
+  static void scores_bf16(const bf16* const* q, const T* const* k, float* s, const T* const* pf) noexcept
+    requires bf16_dot
+  {
+    constexpr std::size_t steps = D / 32;
+    for (std::size_t p = 0; p < passes; ++p) {
+      __m512 acc[width];
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < width; ++a) acc[a] = _mm512_setzero_ps();
+      for (std::size_t c = 0; c < steps; ++c) {
+        if (pf != nullptr)
+          for (std::size_t r = 0; r < R; ++r) prefetch_slot<steps, 64>(pf, (p * steps + c) * R + r);
+        __m512bh qv[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) qv[g] = (__m512bh)_mm512_loadu_si512(q[g] + c * 32);
+#pragma GCC unroll 16
+        for (std::size_t r = 0; r < R; ++r) {
+          const __m512bh kv = (__m512bh)_mm512_loadu_si512(k[p * R + r] + c * 32);
+#pragma GCC unroll 4
+          for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = _mm512_dpbf16_ps(acc[g * R + r], kv, qv[g]);
+        }
+      }
+      _mm512_storeu_ps(s + p * width, haddp16(acc));
+    }
+  }
+#else
+  static constexpr bool bf16_dot = false;
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 
