@@ -6,7 +6,8 @@
 //   contiguous cache; contexts 512, 2048, 8192, 32768, batch 1 and 16,
 //   f32/f16/bf16/int8 KV, 1 and 2 threads (decode/int8_q8: int8 KV with
 //   decode_params::int8_queries; decode/bf16_qbf16: bf16 KV with
-//   decode_params::bf16_queries). Enough distinct KV sets (cache
+//   decode_params::bf16_queries; decode/bf16_qpbf16: with bf16_queries and
+//   bf16_probabilities). Enough distinct KV sets (cache
 //   layers, one per call, rotated) that the calls between two reads of a set
 //   stream >= 1 GiB, over twice the 480 MiB L3, so reads come from DRAM (a
 //   set of >= 1 GiB is its own rotation). Counters, all plain numbers
@@ -224,8 +225,9 @@ double decode_bytes(std::size_t context, std::size_t batch) {
 }
 
 /// RoundQueries: decode_params::int8_queries and bf16_queries (each
-/// ignored by the other storage types).
-template <class T, bool RoundQueries = false>
+/// ignored by the other storage types); RoundProbabilities:
+/// bf16_probabilities.
+template <class T, bool RoundQueries = false, bool RoundProbabilities = false>
 void bm_decode(benchmark::State& state) {
   const auto context = static_cast<std::size_t>(state.range(0));
   const auto batch = static_cast<std::size_t>(state.range(1));
@@ -243,7 +245,8 @@ void bm_decode(benchmark::State& state) {
   for (auto _ : state) {
     const double start = timer.now();
     attention::decode({.q = q, .out = out, .seq_ids = kv.ids, .layer = layer, .n_heads = n_heads, .workspace = &ws,
-                       .int8_queries = RoundQueries, .bf16_queries = RoundQueries},
+                       .int8_queries = RoundQueries, .bf16_queries = RoundQueries,
+                       .bf16_probabilities = RoundProbabilities},
                       *kv.cache, attention::causal_mask{}, pool);
     benchmark::DoNotOptimize(out.data());
     const double seconds = timer.now() - start;
@@ -332,6 +335,12 @@ void register_decode() {
         if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, bf16>)
           benchmark::RegisterBenchmark(std::is_same_v<T, bf16> ? "decode/bf16_qbf16" : "decode/int8_q8",
                                        bm_decode<T, true>)
+              ->Args({c, b, threads})
+              ->ArgNames({"ctx", "batch", "threads"})
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond);
+        if constexpr (std::is_same_v<T, bf16>)
+          benchmark::RegisterBenchmark("decode/bf16_qpbf16", bm_decode<T, true, true>)
               ->Args({c, b, threads})
               ->ArgNames({"ctx", "batch", "threads"})
               ->UseManualTime()

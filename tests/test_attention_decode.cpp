@@ -35,6 +35,7 @@ struct decode_case {
   float softcap = 0.0f;
   bool int8_queries = false;  // decode_params::int8_queries
   bool bf16_queries = false;  // decode_params::bf16_queries
+  bool bf16_probabilities = false;  // decode_params::bf16_probabilities
 };
 
 /// The queries decode scores when int8_queries is set: each head of q *
@@ -92,7 +93,7 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   e.out.assign(q.size(), std::nanf(""));
   decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
                 .softcap = c.softcap, .kv_split_tokens = c.split, .int8_queries = c.int8_queries,
-                .bf16_queries = c.bf16_queries},
+                .bf16_queries = c.bf16_queries, .bf16_probabilities = c.bf16_probabilities},
                cache, mask, exec);
   const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   // int8_queries: the stored error is against the rounded queries, the
@@ -129,6 +130,10 @@ decode_case random_int8_case(std::size_t head_dim, std::size_t group, std::mt199
 
 constexpr double f32_tolerance = llmkit::test::attention_f32_tolerance;
 constexpr double int8_tolerance = llmkit::test::attention_int8_decode_tolerance;
+/// bf16_probabilities against the oracle of the stored values: each
+/// probability is off by at most 2^-9 of itself, so with |v| <= 1 the output
+/// by at most 2^-9, plus f32's error (observed up to 1.3e-3).
+constexpr double bf16_p_tolerance = 1.0 / 512 + f32_tolerance;
 
 }  // namespace
 
@@ -226,48 +231,54 @@ TEST_CASE("decode: f16, bf16 and int8 storage") {
 }
 
 /// The largest errors against the unrounded inputs, with and without a
-/// query-rounding option.
+/// rounding option.
 struct rounding_errors {
   double rounded = 0.0, exact = 0.0;
+  double stored = 0.0;  ///< largest error against the oracle of the stored values, with the options
 };
 
-/// The check of a query-rounding option (`option`: int8_queries or
-/// bf16_queries) for storage type T, head_dim 64-256, GQA 1-8, random
-/// lengths and chunks, a sliding window: with the option, the SIMD and
-/// scalar archs are within `tolerance` of the oracle given the rounded
-/// queries (`stored`) and within `original_bound` of the queries as given
-/// and the keys and values before storage (`original`: what a caller sees);
-/// the option moves the result by more than `tolerance` (a path that
-/// ignored it would fail the first check); the storage types Others ignore
-/// it bit for bit.
+/// The check of rounding options (`options`, all set or all clear:
+/// int8_queries, bf16_queries, bf16_probabilities) for storage type T,
+/// head_dim 64-256, GQA 1-8, random lengths and chunks, a sliding window:
+/// with the options, the SIMD and scalar archs are within `tolerance` of the
+/// oracle given the rounded queries (`stored`) and within `original_bound`
+/// of the queries as given and the keys and values before storage
+/// (`original`: what a caller sees); on each arch the options move the
+/// result by more than `min_moved` (so no path ignores them); the storage
+/// types Others ignore them bit for bit.
 template <class T, class... Others>
-rounding_errors check_rounded_queries(bool decode_case::* option, std::uint32_t seed, double tolerance,
-                                      double original_bound) {
+rounding_errors check_rounding(std::initializer_list<bool decode_case::*> options, std::uint32_t seed,
+                               double tolerance, double min_moved, double original_bound) {
   std::mt19937 rng(seed);
   rounding_errors worst;
+  auto moved = [](const errors& a, const errors& b) {
+    double m = 0.0;
+    for (std::size_t x = 0; x < a.out.size(); ++x) m = std::max(m, std::fabs(static_cast<double>(a.out[x]) - b.out[x]));
+    return m;
+  };
   for (std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
     for (std::size_t group : {1u, 2u, 3u, 4u, 8u}) {
       INFO("head_dim = " << head_dim << ", group = " << group);
       decode_case c = random_int8_case(head_dim, group, rng);
       const auto case_seed = static_cast<std::uint32_t>(rng());
       const sliding_window_mask window(300, 2);
-      c.*option = true;
+      for (auto option : options) c.*option = true;
       const auto fast = run_case<T>(c, window, case_seed);
       const auto scalar = run_case<T, simd::scalar>(c, window, case_seed);
       const std::vector<std::vector<float>> others_on{run_case<Others>(c, window, case_seed).out...};
-      c.*option = false;
+      for (auto option : options) c.*option = false;
       const auto exact = run_case<T>(c, window, case_seed);
+      const auto scalar_exact = run_case<T, simd::scalar>(c, window, case_seed);
       const std::vector<std::vector<float>> others_off{run_case<Others>(c, window, case_seed).out...};
       for (const auto* e : {&fast, &scalar}) {
         REQUIRE(e->finite);
         REQUIRE(e->stored < tolerance);
         REQUIRE(e->original < original_bound);
         worst.rounded = std::max(worst.rounded, e->original);
+        worst.stored = std::max(worst.stored, e->stored);
       }
-      double moved = 0.0;
-      for (std::size_t x = 0; x < exact.out.size(); ++x)
-        moved = std::max(moved, std::fabs(static_cast<double>(fast.out[x]) - exact.out[x]));
-      REQUIRE(moved > tolerance);
+      REQUIRE(moved(fast, exact) > min_moved);
+      REQUIRE(moved(scalar, scalar_exact) > min_moved);
       REQUIRE(others_on == others_off);
       worst.exact = std::max(worst.exact, exact.original);
     }
@@ -278,7 +289,8 @@ TEST_CASE("decode: int8_queries scores the queries rounded to int8, on every pat
   // Paths: the VNNI kernel (scores_int<int8_t>: head_dim 64 / 128 / 256),
   // the int16-query kernel given int8 levels (96), the f32 kernels (80, and
   // the scalar arch everywhere).
-  const auto e = check_rounded_queries<std::int8_t, f16, bf16>(&decode_case::int8_queries, 41, int8_tolerance, 1e-2);
+  const auto e = check_rounding<std::int8_t, f16, bf16>({&decode_case::int8_queries}, 41, int8_tolerance,
+                                                         int8_tolerance, 1e-2);
   WARN("int8_queries: largest error against the unrounded inputs " << e.rounded << " (int16 queries: " << e.exact
                                                                       << ")");
 }
@@ -287,9 +299,28 @@ TEST_CASE("decode: bf16_queries scores the queries rounded to bf16, on every pat
   // Paths: the VDPBF16PS kernel (scores_bf16: AVX512_BF16, head_dim 64 / 96
   // / 128 / 256), the f32 kernel given the rounded values (80, CPUs without
   // AVX512_BF16, the scalar arch everywhere).
-  const auto e = check_rounded_queries<bf16, f16, std::int8_t>(&decode_case::bf16_queries, 43, f32_tolerance, 8e-3);
+  const auto e = check_rounding<bf16, f16, std::int8_t>({&decode_case::bf16_queries}, 43, f32_tolerance,
+                                                         f32_tolerance, 8e-3);
   WARN("bf16_queries: largest error against the unrounded inputs " << e.rounded << " (f32 queries: " << e.exact
                                                                       << ")");
+}
+
+TEST_CASE("decode: bf16_probabilities multiplies the values by bf16 probabilities, on every path") {
+  // Paths: the VDPBF16PS kernel (accumulate_bf16: AVX512_BF16, head_dim 64
+  // / 128 / 256), the f32 kernel given the rounded values (80, 96, CPUs
+  // without AVX512_BF16, the scalar arch everywhere). No oracle rounds the
+  // probabilities as a block sees them, so the stored error is bounded by
+  // bf16_p_tolerance; each path must still move by more than f32's.
+  const auto p = check_rounding<bf16, f16, std::int8_t>({&decode_case::bf16_probabilities}, 47, bf16_p_tolerance,
+                                                         f32_tolerance, 8e-3);
+  const auto both = check_rounding<bf16, f16, std::int8_t>(
+      {&decode_case::bf16_queries, &decode_case::bf16_probabilities}, 53, bf16_p_tolerance, f32_tolerance, 8e-3);
+  WARN("bf16_probabilities: largest error against the stored values " << p.stored << " (with bf16_queries "
+                                                                       << both.stored
+                                                                       << "); against the unrounded inputs "
+                                                                       << p.rounded << " (with bf16_queries "
+                                                                       << both.rounded << ", neither " << p.exact
+                                                                       << ")");
 }
 
 TEST_CASE("decode: int8 keys on AMX give the VNNI kernel's results bit for bit") {

@@ -84,6 +84,15 @@ struct decode_params {
   /// rounded queries' scores. The cost is the queries' rounding, up to 2^-9
   /// of each value (docs/attention.md gives the tested error).
   bool bf16_queries = false;
+  /// bf16 caches only (other storage types ignore it): round each block's
+  /// softmax probabilities to bf16, to nearest even, before they multiply
+  /// the values. Faster where the CPU has AVX512_BF16 and head_dim is 64,
+  /// 128 or 256 (VDPBF16PS: the values multiplied as stored, two rows per
+  /// instruction, instead of converted to f32 16 at a time); every other
+  /// path multiplies the same rounded probabilities in f32. The cost is the
+  /// probabilities' rounding, up to 2^-9 of each (relative to the block's
+  /// running max; the sums that normalise them are not rounded).
+  bool bf16_probabilities = false;
 };
 
 namespace detail {
@@ -221,6 +230,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   [[maybe_unused]] const bf16* qbg[GB];
   [[maybe_unused]] bf16* qb = nullptr;
   [[maybe_unused]] const bool round_to_bf16 = std::is_same_v<T, bf16> && p.bf16_queries;
+  const bool round_p_to_bf16 = std::is_same_v<T, bf16> && p.bf16_probabilities;
   if constexpr (std::is_same_v<T, bf16>) {
     if (round_to_bf16) {
       qb = reinterpret_cast<bf16*>(ensure(s.g, padded * D / 2));
@@ -375,7 +385,18 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       } else {
         K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
                    alpha + b * GB);
-        K::accumulate(og, alpha + b * GB, sb, rt.v, bv);
+        if (round_p_to_bf16) {  // bf16_probabilities: VDPBF16PS, or f32 on the rounded values
+          alignas(64) bf16 pb[BT * GB];
+          simd::convert<Arch>(std::span<const float>(sb, BT * GB), std::span<bf16>(pb));
+          if constexpr (K::bf16_pv) {
+            K::accumulate_bf16(og, alpha + b * GB, pb, rt.v, bv);
+          } else {
+            simd::convert<Arch>(std::span<const bf16>(pb), std::span<float>(sb, BT * GB));
+            K::accumulate(og, alpha + b * GB, sb, rt.v, bv);
+          }
+        } else {
+          K::accumulate(og, alpha + b * GB, sb, rt.v, bv);
+        }
       }
     }
   }

@@ -23,7 +23,9 @@
 /// - the value kernel streams the block's rows through GB x H output
 ///   registers, the GB probabilities of a row held in registers (int8
 ///   values with VNNI: the probabilities rounded to int16 per block and
-///   head, two rows multiplied per VPDPWSSD, `accumulate_i16`).
+///   head, two rows multiplied per VPDPWSSD, `accumulate_i16`; bf16
+///   values with bf16 probabilities: two rows per VDPBF16PS,
+///   `accumulate_bf16`).
 ///
 /// Lane layout of a block's scores `s` (`[block / R][16]` floats): pass
 /// p = j / R holds, in lane a, head g = a / R and row j = p * R + a % R.
@@ -138,6 +140,31 @@ struct decode_kernels {
     }
   }
 
+#if defined(__AVX512F__)
+  /// The 16-bit probabilities of rows j and j + 1 (j even) of head g, from
+  /// a lane-layout array, as one pair broadcast to every 32-bit lane: the
+  /// second operand of a pass over two interleaved rows (accumulate_i16,
+  /// accumulate_bf16).
+  template <class P>
+  static __m512i row_pair(const P* p, std::size_t j, std::size_t g) noexcept {
+    static_assert(sizeof(P) == 2);
+    std::int32_t pair;
+    __builtin_memcpy(&pair, p + (j / R) * width + g * R + j % R, sizeof pair);
+    return _mm512_set1_epi32(pair);
+  }
+
+  /// The sums of 32 columns of a pass over interleaved rows back in column
+  /// order: per 128-bit lane L, `lo` holds columns 8L .. 8L + 3 and `hi`
+  /// 8L + 4 .. 8L + 7 (the lanes of unpacklo / unpackhi_epi16).
+  /// @param cols [2] register x: columns 16x .. 16x + 15
+  static void in_column_order(__m512 lo, __m512 hi, __m512* cols) noexcept {
+    const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    cols[0] = _mm512_permutex2var_ps(lo, lo_idx, hi);
+    cols[1] = _mm512_permutex2var_ps(lo, hi_idx, hi);
+  }
+#endif
+
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
   /// bf16 queries (`decode_params::bf16_queries`) against bf16 keys:
   /// VDPBF16PS multiplies a whole 64-byte key register (32 values) with a
@@ -177,8 +204,66 @@ struct decode_kernels {
       _mm512_storeu_ps(s + p * width, haddp16(acc));
     }
   }
+
+  /// bf16 probabilities (`decode_params::bf16_probabilities`) and bf16
+  /// values: P.V in VDPBF16PS like accumulate_i16 in VPDPWSSD, two rows
+  /// interleaved per instruction (rows j and j + 1 per column) against the
+  /// pair (p_j, p_j+1) of each head, so no value is converted to f32. The
+  /// f32 sums are added to the output once per block.
+  static constexpr bool bf16_pv = bf16_dot && D % 64 == 0 && block % 2 == 0;
+
+  /// o[g] = alpha[g] * o[g] + sum_j pb(g, j) * v[j] for g < GB.
+  /// @param pb [block * GB] bf16 probabilities, lane layout
+  /// @param v [block] pointers to [D] bf16 rows
+  /// @param pf [block] rows to prefetch meanwhile, or null
+  static void accumulate_bf16(float* const* o, const float* alpha, const bf16* pb, const T* const* v,
+                              const T* const* pf) noexcept
+    requires bf16_pv
+  {
+    // Columns in passes of 64 (GB x 4 accumulators of 16 columns).
+    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
+      __m512 acc[GB][4];
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 4
+        for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < block; j += 2) {
+        if (pf != nullptr)  // four lines per row pair (D / 32 per row in all)
+          for (std::size_t t = 0; t < 4; ++t) prefetch_slot<D / 32, 64>(pf, (c0 / 64) * block * 2 + 2 * j + t);
+        __m512bh pw[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) pw[g] = (__m512bh)row_pair(pb, j, g);
+#pragma GCC unroll 2
+        for (std::size_t h = 0; h < 2; ++h) {
+          const __m512i a = _mm512_loadu_si512(v[j] + c0 + h * 32);
+          const __m512i b = _mm512_loadu_si512(v[j + 1] + c0 + h * 32);
+          const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a, b), hi = (__m512bh)_mm512_unpackhi_epi16(a, b);
+#pragma GCC unroll 4
+          for (std::size_t g = 0; g < GB; ++g) {
+            acc[g][2 * h] = _mm512_dpbf16_ps(acc[g][2 * h], lo, pw[g]);
+            acc[g][2 * h + 1] = _mm512_dpbf16_ps(acc[g][2 * h + 1], hi, pw[g]);
+          }
+        }
+      }
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) {
+        const __m512 a = _mm512_set1_ps(alpha[g]);
+#pragma GCC unroll 2
+        for (std::size_t h = 0; h < 2; ++h) {
+          float* dst = o[g] + c0 + h * 32;
+          __m512 sums[2];
+          in_column_order(acc[g][2 * h], acc[g][2 * h + 1], sums);
+#pragma GCC unroll 2
+          for (std::size_t x = 0; x < 2; ++x)
+            _mm512_storeu_ps(dst + 16 * x, _mm512_fmadd_ps(_mm512_loadu_ps(dst + 16 * x), a, sums[x]));
+        }
+      }
+    }
+  }
 #else
   static constexpr bool bf16_dot = false;
+  static constexpr bool bf16_pv = false;
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -391,8 +476,6 @@ struct decode_kernels {
     requires int16_values
   {
     // Columns in passes of 64 (GB x 4 int32 accumulators of 16 columns).
-    const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     for (std::size_t c0 = 0; c0 < D; c0 += 64) {
       __m512i acc[GB][4];
 #pragma GCC unroll 4
@@ -407,11 +490,7 @@ struct decode_kernels {
         }
         __m512i pw[GB];
 #pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) {
-          std::int32_t pair;
-          __builtin_memcpy(&pair, p16 + (j / R) * width + g * R + j % R, sizeof pair);
-          pw[g] = _mm512_set1_epi32(pair);
-        }
+        for (std::size_t g = 0; g < GB; ++g) pw[g] = row_pair(p16, j, g);
 #pragma GCC unroll 2
         for (std::size_t h = 0; h < 2; ++h) {
           const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[j] + c0 + h * 32)));
@@ -431,12 +510,13 @@ struct decode_kernels {
         const __m512 a = _mm512_set1_ps(alpha[g]), ps = _mm512_set1_ps(p_scale[g]);
 #pragma GCC unroll 2
         for (std::size_t h = 0; h < 2; ++h) {
-          const __m512 lo = _mm512_cvtepi32_ps(acc[g][2 * h]), hi = _mm512_cvtepi32_ps(acc[g][2 * h + 1]);
+          __m512 sums[2];
+          in_column_order(_mm512_cvtepi32_ps(acc[g][2 * h]), _mm512_cvtepi32_ps(acc[g][2 * h + 1]), sums);
           float* dst = o[g] + c0 + h * 32;
-          _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, lo_idx, hi), ps,
-                                                _mm512_mul_ps(_mm512_loadu_ps(dst), a)));
-          _mm512_storeu_ps(dst + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, hi_idx, hi), ps,
-                                                     _mm512_mul_ps(_mm512_loadu_ps(dst + 16), a)));
+#pragma GCC unroll 2
+          for (std::size_t x = 0; x < 2; ++x)
+            _mm512_storeu_ps(dst + 16 * x,
+                             _mm512_fmadd_ps(sums[x], ps, _mm512_mul_ps(_mm512_loadu_ps(dst + 16 * x), a)));
         }
       }
     }
