@@ -450,14 +450,14 @@ TEMPLATE_TEST_CASE("decode: a query holding NaN or inf gives zeros for its head 
   cache.add_sequence(id, n, k, v, llmkit::test::random_chunks(n, 40, rng), 0, 0);
   const auto q = uniform_values(row, rng);
   for (const bool rounded : {false, true}) {
-    const decode_params base{.q = q, .out = {}, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads, .int8_queries = rounded,
-                             .bf16_queries = rounded};
+    const decode_params base{.q = q, .out = {}, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads,
+                             .int8_queries = rounded, .bf16_queries = rounded, .bf16_probabilities = rounded};
     std::vector<float> clean(row);
     auto with_clean = base;
     with_clean.out = clean;
     decode(with_clean, cache, causal_mask{});
     for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-      INFO("bad value " << bad << ", int8_queries / bf16_queries " << rounded);
+      INFO("bad value " << bad << ", int8_queries / bf16_queries / bf16_probabilities " << rounded);
       auto qb = q;
       qb[shape.head_dim + 5] = bad;  // head 1
       std::vector<float> out(row);

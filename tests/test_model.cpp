@@ -174,11 +174,13 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
   kv::contiguous_cache<std::int8_t> q8q(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   kv::contiguous_cache<bf16> brain(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   kv::contiguous_cache<bf16> brain_q(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+  kv::contiguous_cache<bf16> brain_qp(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   llama_model int8_queries(s.file, {.int8_attention_queries = true});
   llama_model bf16_queries(s.file, {.bf16_attention_queries = true});
+  llama_model bf16_products(s.file, {.bf16_attention_queries = true, .bf16_attention_probabilities = true});
   const auto ref = run(dense, s.model), p = run(paged, s.model), h = run(half, s.model), q = run(q8, s.model);
   const auto qq = run(q8q, int8_queries);
-  const auto b = run(brain, s.model), bq = run(brain_q, bf16_queries);
+  const auto b = run(brain, s.model), bq = run(brain_q, bf16_queries), bqp = run(brain_qp, bf16_products);
   for (std::size_t r = 0; r < ref.size(); ++r)
     for (std::size_t v = 0; v < 512; ++v) {
       REQUIRE(std::abs(p[r][v] - ref[r][v]) <= path_tolerance);
@@ -187,6 +189,7 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
       REQUIRE(std::abs(qq[r][v] - ref[r][v]) <= 0.5f);
       REQUIRE(std::abs(b[r][v] - ref[r][v]) <= 0.25f);
       REQUIRE(std::abs(bq[r][v] - ref[r][v]) <= 0.25f);
+      REQUIRE(std::abs(bqp[r][v] - ref[r][v]) <= 0.25f);
     }
   // The options reach decode: the first row is prefill (the same), the
   // decoded ones move.
@@ -194,6 +197,8 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
   REQUIRE(qq.back() != q.back());
   REQUIRE(bq[0] == b[0]);
   REQUIRE(bq.back() != b.back());
+  REQUIRE(bqp[0] == b[0]);
+  REQUIRE(bqp.back() != bq.back());
   // Reduced precision changes the numbers, not the argmax here.
   REQUIRE(argmax(h.back()) == argmax(ref.back()));
 }

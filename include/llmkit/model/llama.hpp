@@ -196,6 +196,10 @@ struct llama_options {
   /// bf16_queries, as llama.cpp's bf16 dot products do); other caches
   /// ignore it.
   bool bf16_attention_queries = false;
+  /// With a bf16 KV cache, decode attention rounds each block's softmax
+  /// probabilities to bf16 before they multiply the values
+  /// (attention::decode_params::bf16_probabilities); other caches ignore it.
+  bool bf16_attention_probabilities = false;
 };
 
 /// A Llama-architecture model with its weights in memory (f32, f16 or Q8_0,
@@ -397,7 +401,8 @@ class llama_model {
                                           .n_heads = c.n_heads,
                                           .workspace = &decode_ws_,
                                           .int8_queries = options_.int8_attention_queries,
-                                          .bf16_queries = options_.bf16_attention_queries};
+                                          .bf16_queries = options_.bf16_attention_queries,
+                                          .bf16_probabilities = options_.bf16_attention_probabilities};
         if (decode_parallel)
           attention::decode(dp, std::as_const(cache), attention::causal_mask{}, exec);
         else
