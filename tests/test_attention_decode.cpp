@@ -96,8 +96,9 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
                 .bf16_queries = c.bf16_queries, .bf16_probabilities = c.bf16_probabilities},
                cache, mask, exec);
   const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  // int8_queries: the stored error is against the rounded queries, the
-  // original one against the queries as given.
+  // int8_queries (int8 caches) and bf16_queries (bf16 caches): the stored
+  // error is against the rounded queries, the original one against the
+  // queries as given.
   const float kernel_scale = attention::detail::effective_scale(c.scale, c.head_dim);
   const auto q_scored = c.int8_queries && std::is_same_v<T, std::int8_t> ? int8_rounded_queries(q, c.head_dim, kernel_scale)
                         : c.bf16_queries && std::is_same_v<T, bf16>       ? bf16_rounded_queries(q, kernel_scale)
