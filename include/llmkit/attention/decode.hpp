@@ -228,15 +228,13 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   // bf16_queries (bf16 caches): each query rounded to bf16 in s.g, for
   // scores_bf16, and qs set to the rounded values, for every other path.
   [[maybe_unused]] const bf16* qbg[GB];
-  [[maybe_unused]] bf16* qb = nullptr;
-  [[maybe_unused]] const bool round_to_bf16 = std::is_same_v<T, bf16> && p.bf16_queries;
+  bf16* qb = nullptr;
+  const bool round_to_bf16 = std::is_same_v<T, bf16> && p.bf16_queries;
   const bool round_p_to_bf16 = std::is_same_v<T, bf16> && p.bf16_probabilities;
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (round_to_bf16) {
-      qb = reinterpret_cast<bf16*>(ensure(s.g, padded * D / 2));
-      simd::convert<Arch>(std::span<const float>(qs, padded * D), std::span<bf16>(qb, padded * D));
-      simd::convert<Arch>(std::span<const bf16>(qb, padded * D), std::span<float>(qs, padded * D));
-    }
+  if (round_to_bf16) {
+    qb = reinterpret_cast<bf16*>(ensure(s.g, padded * D / 2));
+    simd::convert<Arch>(std::span<const float>(qs, padded * D), std::span<bf16>(qb, padded * D));
+    simd::convert<Arch>(std::span<const bf16>(qb, padded * D), std::span<float>(qs, padded * D));
   }
   // int8 keys with VNNI: the queries as int16, one scale per head
   // (decode_kernels::scores_int), and each batch's scales in lane layout;
