@@ -127,7 +127,12 @@ struct decode_kernels {
           for (std::size_t r = 0; r < R; ++r) prefetch_slot<DV, L * sizeof(T)>(pf, (p * DV + c) * R + r);
         V qv[GB];
 #pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) qv[g] = vload<Arch>(q[g] + c * L);
+        for (std::size_t g = 0; g < GB; ++g) {
+          qv[g] = vload<Arch>(q[g] + c * L);
+#if defined(__AVX512F__)
+          if constexpr (has_avx512<Arch>) qv[g] = in_register(static_cast<__m512>(qv[g]));
+#endif
+        }
 #pragma GCC unroll 16
         for (std::size_t r = 0; r < R; ++r) {
           const V kv = vload_f32<Arch>(k[p * R + r] + c * L);
@@ -305,7 +310,7 @@ struct decode_kernels {
           for (std::size_t r = 0; r < R; ++r) prefetch_slot<D / step, step>(pf, (p * (D / step) + c) * R + r);
         __m512i qv[GB];
 #pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) qv[g] = _mm512_loadu_si512(q[g] + c * step);
+        for (std::size_t g = 0; g < GB; ++g) qv[g] = in_register(_mm512_loadu_si512(q[g] + c * step));
 #pragma GCC unroll 16
         for (std::size_t r = 0; r < R; ++r) {
           const T* row = k[p * R + r] + c * step;
