@@ -127,15 +127,10 @@ struct decode_kernels {
           for (std::size_t r = 0; r < R; ++r) prefetch_slot<DV, L * sizeof(T)>(pf, (p * DV + c) * R + r);
         V qv[GB];
 #pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) {
-          qv[g] = vload<Arch>(q[g] + c * L);
-#if defined(__AVX512F__)
-          if constexpr (has_avx512<Arch>) qv[g] = in_register(static_cast<__m512>(qv[g]));
-#endif
-        }
+        for (std::size_t g = 0; g < GB; ++g) qv[g] = vheld<Arch>(vload<Arch>(q[g] + c * L));
 #pragma GCC unroll 16
         for (std::size_t r = 0; r < R; ++r) {
-          const V kv = vload_f32<Arch>(k[p * R + r] + c * L);
+          const V kv = vheld<Arch>(vload_f32<Arch>(k[p * R + r] + c * L));
 #pragma GCC unroll 4
           for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = vfma<Arch>(qv[g], kv, acc[g * R + r]);
         }
@@ -656,7 +651,7 @@ struct decode_kernels {
 #pragma GCC unroll 16
         for (std::size_t c = 0; c < H; ++c) {
           if (pf != nullptr) prefetch_slot<DV, L * sizeof(T)>(pf, ((c0 / H) * block + j) * H + c);
-          const V vv = vload_f32<Arch>(v[j] + (c0 + c) * L);
+          const V vv = vheld<Arch>(vload_f32<Arch>(v[j] + (c0 + c) * L));
 #pragma GCC unroll 4
           for (std::size_t g = 0; g < GB; ++g) acc[g * H + c] = vfma<Arch>(pg[g], vv, acc[g * H + c]);
         }

@@ -109,14 +109,15 @@ inline constexpr bool has_avx2 = [] {
 /// Keeps `x` in a register for every instruction that reads it. GCC 12
 /// otherwise folds the load that produced `x` into each of its users as a
 /// memory operand: decode's scores kernels re-read each query register for
-/// every key row, 20 loads per 16 multiply-adds on f16 keys, more than two
-/// 512-bit load pipes issue beside two FMA pipes (Zen 5). The empty asm
-/// claims to change the register, so the value is loaded once. Only for
-/// AVX-512, whose 32 registers hold the kernels' 16 accumulators, the
-/// queries and a key register; with 16 registers it would spill.
-/// Measured on Zen 5, one thread, same process, alternating rounds: f16 /
-/// bf16 decode +4.5-5 % from DRAM, +7-8 % in cache; int8 +2 %; f32 +14 %
-/// in cache, unchanged from DRAM (docs/attention-history.md, session 18).
+/// every key row (20 loads per 16 multiply-adds on f16 keys, more than two
+/// 512-bit load pipes issue beside two FMA pipes on Zen 5), and each f32
+/// key or value register for every head. The empty asm claims to change
+/// the register, so the value is loaded once. Only for AVX-512, whose 32
+/// registers hold the kernels' 16 accumulators, the queries and a key
+/// register; with 16 registers it would spill (`vheld`). Measured on Zen 5,
+/// one thread, same process, alternating rounds (docs/attention-history.md,
+/// session 18): queries held, f16 / bf16 decode +4.5-5 % from DRAM, int8
+/// +2 %; f32 keys and values held too, +22 % in cache, unchanged from DRAM.
 template <class R>
 inline R in_register(R x) noexcept {
   static_assert(sizeof(R) == 64, "in_register: one 512-bit register");
@@ -161,6 +162,15 @@ inline __m512i haddi16(const __m512i* r) noexcept {
   }));
 }
 #endif
+
+/// `x` held in a register (`in_register`) on AVX-512; `x` itself elsewhere.
+template <class Arch>
+inline vec<Arch> vheld(vec<Arch> x) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (has_avx512<Arch>) return in_register(static_cast<__m512>(x));
+#endif
+  return x;
+}
 
 /// result[i] = sum of the lanes of rows[i], for i < lanes<Arch>.
 template <class Arch>
