@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "attention_checks.hpp"
 #include "reference/attention_reference.hpp"
 
 using namespace llmkit;
@@ -230,6 +231,32 @@ TEST_CASE("decode: f16, bf16 and int8 storage") {
     REQUIRE(b.original > h.original);
   }
 }
+
+#if XSIMD_WITH_AVX2 && XSIMD_WITH_FMA3_AVX2
+// The AVX2 kernels (8 lanes, 16 registers: no held registers, xsimd's
+// haddp, the F16C and widening conversions) on this machine, whatever its
+// default arch: the machines engine authors most often run on.
+TEST_CASE("decode: the AVX2 kernels on every storage type, head_dim and GQA ratio") {
+  using avx2 = xsimd::fma3<xsimd::avx2>;
+  if (!llmkit::test::avx2_fma_available()) return;
+  std::mt19937 rng(41);
+  for (std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
+    for (std::size_t group : {1u, 2u, 3u, 4u, 8u}) {
+      INFO("head_dim = " << head_dim << ", group = " << group);
+      decode_case c;
+      c.head_dim = head_dim;
+      c.group = group;
+      c.n_kv_heads = 1 + rng() % 2;
+      c.n_cached = {1 + rng() % 300, 1 + rng() % 40, 17};
+      c.max_chunk = 1 + rng() % 64;
+      c.split = rng() % 2 ? 32 : 0;
+      c.softcap = rng() % 4 == 0 ? 3.0f : 0.0f;
+      const auto seed = static_cast<std::uint32_t>(rng());
+      llmkit::test::require_every_storage_type(
+          [&](auto t) { return run_case<decltype(t), avx2>(c, causal_mask{}, seed); }, f32_tolerance);
+    }
+}
+#endif
 
 /// The largest errors against the unrounded inputs, with and without a
 /// rounding option.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_checks.hpp"
 #include "reference/attention_reference.hpp"
 
 using namespace llmkit;
@@ -276,6 +277,31 @@ TEST_CASE("prefill: f16, bf16 and int8 storage") {
     REQUIRE(b.original > h.original);
   }
 }
+
+#if XSIMD_WITH_AVX2 && XSIMD_WITH_FMA3_AVX2
+// The AVX2 kernels (8 lanes, 16 registers, the generic transposes) on this
+// machine, whatever its default arch.
+TEST_CASE("prefill: the AVX2 kernels on every storage type, head_dim and GQA ratio") {
+  using avx2 = xsimd::fma3<xsimd::avx2>;
+  if (!llmkit::test::avx2_fma_available()) return;
+  std::mt19937 rng(42);
+  for (std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
+    for (std::size_t group : {1u, 3u, 4u, 8u}) {
+      INFO("head_dim = " << head_dim << ", group = " << group);
+      prefill_case c;
+      c.head_dim = head_dim;
+      c.group = group;
+      c.n_kv_heads = 1 + rng() % 2;
+      c.n_cached = {1 + rng() % 150, 1 + rng() % 70};
+      c.n_q = {c.n_cached[0], 1 + rng() % c.n_cached[1]};
+      c.max_chunk = 1 + rng() % 70;
+      c.softcap = rng() % 4 == 0 ? 3.0f : 0.0f;
+      const auto seed = static_cast<std::uint32_t>(rng());
+      llmkit::test::require_every_storage_type(
+          [&](auto t) { return run_case<decltype(t), avx2>(c, causal_mask{}, seed); }, f32_tolerance);
+    }
+}
+#endif
 
 TEST_CASE("prefill: consecutive 16-bit and int8 calls never reuse another call's converted rows") {
   // A thread keeps the f32 rows it converted for (call, sequence, KV head)

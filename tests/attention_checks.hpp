@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// Checks shared by the prefill and decode tests (Catch2).
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <xsimd/xsimd.hpp>
+
+#include <llmkit/core/dtype.hpp>
+
+#include "reference/attention_reference.hpp"
+
+namespace llmkit::test {
+
+/// True when this CPU runs `xsimd::fma3<xsimd::avx2>` kernels; else warns
+/// that the calling test is skipped.
+inline bool avx2_fma_available() {
+  if (xsimd::available_architectures().fma3_avx2 != 0) return true;
+  WARN("this CPU has no AVX2 + FMA: skipped");
+  return false;
+}
+
+/// Runs one case on f32, f16, bf16 and int8 caches (`run(T{})` runs it with
+/// storage type T) and requires every output finite and within `tolerance`
+/// of the oracle of the stored values, and the 16-bit types' rounding to
+/// show against the original values (f32 < f16 < bf16).
+template <class Run>
+void require_every_storage_type(Run&& run, double tolerance) {
+  const attention_errors e[] = {run(float{}), run(f16{}), run(bf16{}), run(std::int8_t{})};
+  for (const auto& x : e) {
+    REQUIRE(x.finite);
+    REQUIRE(x.stored < tolerance);
+  }
+  REQUIRE(e[1].original > e[0].original);
+  REQUIRE(e[2].original > e[1].original);
+}
+
+}  // namespace llmkit::test
