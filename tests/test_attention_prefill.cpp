@@ -432,26 +432,27 @@ TEST_CASE("prefill: empty batch and sequences without queries") {
   REQUIRE_NOTHROW(prefill({.q = none, .out = none, .cu_seqlens = cu0, .seq_ids = ids, .layer = 0, .n_heads = 1}, cache));
 }
 
-TEST_CASE("prefill: the softmax exponential, against std::exp in double") {
-  // vexp_softmax is exact to 2e-7 on [-87, 0] and gives exactly +0 below
-  // -87 and for -inf: never a subnormal (each one costs a microcode assist).
-  using A = simd::default_arch;
+namespace {
+/// vexp_softmax of Arch over [-87, 0] and the edges (see the test below).
+template <class Arch>
+void require_softmax_exp(const char* arch_name) {
+  INFO("arch " << arch_name);
   namespace ad = llmkit::attention::detail;
-  constexpr std::size_t L = ad::lanes<A>;
+  constexpr std::size_t L = ad::lanes<Arch>;
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-87.0f, 0.0f);
   std::vector<float> x(4096);
   for (auto& v : x) v = u(rng);
   const float edges[] = {0.0f, -0.0f, -1e-30f, -86.99f, -87.0f, -87.0001f, -87.5f, -90.0f, -103.0f, -150.0f,
-                         -160.0f, -1e30f, -std::numeric_limits<float>::infinity()};
+                         -160.0f, -1e30f, -std::numeric_limits<float>::infinity(), std::nanf("")};
   std::copy(std::begin(edges), std::end(edges), x.begin());
   std::vector<float> y(x.size());
   for (std::size_t i = 0; i < x.size(); i += L)
-    ad::vstore<A>(y.data() + i, ad::vexp_softmax<A>(ad::vload<A>(x.data() + i)));
+    ad::vstore<Arch>(y.data() + i, ad::vexp_softmax<Arch>(ad::vload<Arch>(x.data() + i)));
   for (std::size_t i = 0; i < x.size(); ++i) {
     INFO("x = " << x[i] << ", e^x = " << y[i]);
     REQUIRE(std::fpclassify(y[i]) != FP_SUBNORMAL);
-    if (x[i] < -87.0f) {
+    if (!(x[i] >= -87.0f)) {  // below -87, -inf and NaN: +0
       REQUIRE(y[i] == 0.0f);
       REQUIRE(!std::signbit(y[i]));
     } else {
@@ -459,4 +460,16 @@ TEST_CASE("prefill: the softmax exponential, against std::exp in double") {
       REQUIRE(std::fabs(y[i] - e) <= 2e-7 * e);
     }
   }
+}
+}  // namespace
+
+TEST_CASE("prefill: the softmax exponential, against std::exp in double") {
+  // vexp_softmax is exact to 2e-7 on [-87, 0] and gives exactly +0 below
+  // -87, for -inf and for NaN: never a subnormal (each one costs a
+  // microcode assist). Every arch has its own code.
+  require_softmax_exp<simd::default_arch>("default");
+  require_softmax_exp<simd::scalar>("scalar");
+#if XSIMD_WITH_AVX2 && XSIMD_WITH_FMA3_AVX2
+  if (llmkit::test::avx2_fma_available()) require_softmax_exp<xsimd::fma3<xsimd::avx2>>("fma3+avx2");
+#endif
 }

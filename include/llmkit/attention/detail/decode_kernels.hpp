@@ -83,7 +83,13 @@ struct decode_kernels {
   /// per step read 11-12 % faster from DRAM on Zen 5 (f32 / f16 gained
   /// nothing; docs/attention-history.md).
   static constexpr std::size_t block = int16_queries && !LLMKIT_ATTENTION_AMX_INT8 ? 32 : 16;
-  static constexpr std::size_t width = 16;   ///< lanes of one pass (dot products in flight)
+  /// Accumulator registers a kernel keeps in flight: 16 of AVX-512's 32
+  /// registers; 8 of AVX2's 16, so the queries (or probabilities) and a
+  /// row register fit beside them (16 spilled two accumulators to the
+  /// stack in every column step of the scores, and P.V's 16 spilled more).
+  /// 8 independent FMAs still cover two FMA pipes of 4 cycles' latency.
+  static constexpr std::size_t acc_regs = has_avx512<Arch> || simd::is_scalar_v<Arch> ? 16 : 8;
+  static constexpr std::size_t width = acc_regs;  ///< lanes of one pass (dot products in flight)
   static constexpr std::size_t R = width / GB;      ///< rows per pass
   static constexpr std::size_t passes = block / R;  ///< passes per block
   static constexpr std::size_t regs = width / L;    ///< registers per pass
@@ -91,8 +97,8 @@ struct decode_kernels {
   static_assert(D % L == 0, "decode_kernels: head_dim must be a multiple of the register width");
   static_assert(width % L == 0, "decode_kernels: a pass must fill whole registers");
   static constexpr std::size_t DV = D / L;
-  /// Output registers per head in one value pass (GB x H <= 16 accumulators).
-  static constexpr std::size_t H = largest_divisor_at_most(DV, 16 / GB);
+  /// Output registers per head in one value pass (GB x H <= acc_regs).
+  static constexpr std::size_t H = largest_divisor_at_most(DV, acc_regs / GB);
   static constexpr std::size_t row_bytes = D * sizeof(T);  ///< one stored K or V row
 
   /// Running softmax state of the GB heads, per lane (head a / R).
@@ -537,6 +543,13 @@ struct decode_kernels {
       else return _mm512_broadcast_f32x4(_mm_loadu_ps(x + p * 4));
     }
 #endif
+#if defined(__AVX2__)
+    if constexpr (has_avx2<Arch> && !has_avx512<Arch> && width == L) {
+      if constexpr (R == 8) return _mm256_loadu_ps(x + p * 8);
+      else if constexpr (R == 4) return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + p * 4));
+      else return _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(x + p * 2)));
+    }
+#endif
     alignas(64) float t[L];
     for (std::size_t i = 0; i < L; ++i) t[i] = x[p * R + (b * L + i) % R];
     return vload<Arch>(t);
@@ -551,6 +564,14 @@ struct decode_kernels {
     if constexpr (R >= 8) x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, 0xB1));   // 128-bit lanes
     x = _mm512_max_ps(x, _mm512_permute_ps(x, 0x4E));                                // 64-bit pairs
     return _mm512_max_ps(x, _mm512_permute_ps(x, 0xB1));                             // neighbours
+  }
+#endif
+#if defined(__AVX2__)
+  /// head_max for AVX2, whose one register holds a whole pass (width 8).
+  static __m256 head_max(__m256 x) noexcept {
+    if constexpr (R >= 8) x = _mm256_max_ps(x, _mm256_permute2f128_ps(x, x, 0x01));  // 128-bit halves
+    if constexpr (R >= 4) x = _mm256_max_ps(x, _mm256_permute_ps(x, 0x4E));         // 64-bit pairs
+    return _mm256_max_ps(x, _mm256_permute_ps(x, 0xB1));                             // neighbours
   }
 #endif
 
@@ -584,6 +605,11 @@ struct decode_kernels {
     alignas(64) float m_new[width];
 #if defined(__AVX512F__)
     if constexpr (has_avx512<Arch>) {
+      vstore<Arch>(m_new, vmax<Arch>(vload<Arch>(st.m), head_max(mx[0])));
+    } else
+#endif
+#if defined(__AVX2__)
+    if constexpr (has_avx2<Arch> && !has_avx512<Arch> && width == L) {
       vstore<Arch>(m_new, vmax<Arch>(vload<Arch>(st.m), head_max(mx[0])));
     } else
 #endif
