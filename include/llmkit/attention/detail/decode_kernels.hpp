@@ -14,8 +14,9 @@
 ///   read of it (int8 keys with VNNI: sign-extended to int16 and dotted with
 ///   int16 queries in integers, `scores_int`; bf16 keys with bf16 queries:
 ///   multiplied as stored, 32 values per VDPBF16PS, `scores_bf16`);
-/// - the scores kernel keeps 16 independent dot products in flight (R =
-///   16 / GB rows x GB heads) and folds them with one haddp per pass. The
+/// - the scores kernel keeps `acc_regs` (16, AVX2: 8) independent dot
+///   products in flight (R = acc_regs / GB rows x GB heads) and folds them
+///   with one haddp per pass. The
 ///   scores stay in that "lane layout" (below), so the softmax runs on whole
 ///   registers for all heads of the batch at once (one exp per register,
 ///   one for the rescale factors) and the value kernel reads each
@@ -27,12 +28,15 @@
 ///   values with bf16 probabilities: two rows per VDPBF16PS,
 ///   `accumulate_bf16`).
 ///
-/// Lane layout of a block's scores `s` (`[block / R][16]` floats): pass
-/// p = j / R holds, in lane a, head g = a / R and row j = p * R + a % R.
+/// Lane layout of a block's scores `s` (`[block / R][width]` floats,
+/// width = acc_regs): pass p = j / R holds, in lane a, head g = a / R and
+/// row j = p * R + a % R. With width 16 (AVX-512, scalar):
 ///
 ///     GB = 4, R = 4:  s[p * 16 + g * 4 + r]   (row j = 4p + r)
 ///     GB = 2, R = 8:  s[p * 16 + g * 8 + r]   (row j = 8p + r)
 ///     GB = 1, R = 16: s[r]                    (row j = r)
+///
+/// With width 8 (AVX2) the same with R halved.
 
 #include <algorithm>
 #include <array>
