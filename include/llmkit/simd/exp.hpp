@@ -45,6 +45,25 @@ inline constexpr float exp_p3 = 4.1665795894e-2f;
 inline constexpr float exp_p4 = 1.6666665459e-1f;
 inline constexpr float exp_p5 = 5.0000001201e-1f;
 
+/// e^(x - n ln 2) for n = round(x log2 e) (an integer held in V): the core
+/// every llmkit exponential shares (simd::exp and the attention softmax's
+/// `vexp_softmax`); each caller computes n and scales the result by 2^n its
+/// own way. r = x - n ln 2 in two FMA steps (Cody-Waite: n * ln2_hi is
+/// exact), then 1 + r + r^2 p(r) with the degree-5 polynomial p, for
+/// |r| <= ln 2 / 2. V is float or an xsimd batch of floats.
+template <class V>
+inline V exp_reduced(const V& x, const V& n) noexcept {
+  V r = xsimd::fma(n, V(-exp_ln2_hi), x);  // = fnma(n, ln2_hi, x): negating a constant is exact
+  r = xsimd::fma(n, V(-exp_ln2_lo), r);
+  V p(exp_p0);
+  p = xsimd::fma(p, r, V(exp_p1));
+  p = xsimd::fma(p, r, V(exp_p2));
+  p = xsimd::fma(p, r, V(exp_p3));
+  p = xsimd::fma(p, r, V(exp_p4));
+  p = xsimd::fma(p, r, V(exp_p5));
+  return xsimd::fma(p, r * r, r) + V(1.0f);
+}
+
 /// e^x for one register of Arch (see the file comment for the contract).
 template <class Arch>
 inline xsimd::batch<float, Arch> exp_batch(const xsimd::batch<float, Arch>& x_in) noexcept {
@@ -52,16 +71,7 @@ inline xsimd::batch<float, Arch> exp_batch(const xsimd::batch<float, Arch>& x_in
   using ibatch = xsimd::batch<std::int32_t, Arch>;
   const batch x = xsimd::min(xsimd::max(x_in, batch(exp_lo)), batch(exp_hi));
   const batch t = xsimd::fma(x, batch(exp_log2e), batch(exp_shifter));
-  const batch n = t - batch(exp_shifter);
-  batch r = xsimd::fnma(n, batch(exp_ln2_hi), x);
-  r = xsimd::fnma(n, batch(exp_ln2_lo), r);
-  batch p(exp_p0);
-  p = xsimd::fma(p, r, batch(exp_p1));
-  p = xsimd::fma(p, r, batch(exp_p2));
-  p = xsimd::fma(p, r, batch(exp_p3));
-  p = xsimd::fma(p, r, batch(exp_p4));
-  p = xsimd::fma(p, r, batch(exp_p5));
-  const batch y = xsimd::fma(p, r * r, r) + batch(1.0f);
+  const batch y = exp_reduced(x, t - batch(exp_shifter));
   const ibatch k = xsimd::bitwise_cast<ibatch>(t) - ibatch(std::bit_cast<std::int32_t>(exp_shifter));
   const ibatch k1 = k >> 1;
   const ibatch k2 = k - k1;
@@ -78,16 +88,7 @@ inline float exp_scalar(float x_in) noexcept {
   if (x_in != x_in) return x_in;
   const float x = x_in < exp_lo ? exp_lo : (x_in > exp_hi ? exp_hi : x_in);
   const float t = std::fma(x, exp_log2e, exp_shifter);
-  const float n = t - exp_shifter;
-  float r = std::fma(-n, exp_ln2_hi, x);
-  r = std::fma(-n, exp_ln2_lo, r);
-  float p = exp_p0;
-  p = std::fma(p, r, exp_p1);
-  p = std::fma(p, r, exp_p2);
-  p = std::fma(p, r, exp_p3);
-  p = std::fma(p, r, exp_p4);
-  p = std::fma(p, r, exp_p5);
-  const float y = std::fma(p, r * r, r) + 1.0f;
+  const float y = exp_reduced(x, t - exp_shifter);
   const std::int32_t k = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(exp_shifter);
   const std::int32_t k1 = k >> 1;
   const std::int32_t k2 = k - k1;

@@ -45,15 +45,7 @@ inline vec<Arch> vexp_softmax(vec<Arch> x) noexcept {
       const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
       const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(sd::exp_log2e)),
                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(sd::exp_ln2_hi), xc);
-      r = _mm512_fnmadd_ps(n, _mm512_set1_ps(sd::exp_ln2_lo), r);
-      __m512 p = _mm512_set1_ps(sd::exp_p0);
-      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p1));
-      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p2));
-      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p3));
-      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p4));
-      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sd::exp_p5));
-      const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+      const __m512 y = sd::exp_reduced(vec<Arch>(xc), vec<Arch>(n));
       return _mm512_maskz_scalef_ps(keep, y, n);
     }
 #endif
@@ -70,16 +62,7 @@ inline vec<Arch> vexp_softmax(vec<Arch> x) noexcept {
     const auto keep = x >= V(-87.0f);
     const V xc = xsimd::max(x, V(-87.0f));
     const V t = xsimd::fma(xc, V(sd::exp_log2e), V(sd::exp_shifter));
-    const V n = t - V(sd::exp_shifter);
-    V r = xsimd::fnma(n, V(sd::exp_ln2_hi), xc);
-    r = xsimd::fnma(n, V(sd::exp_ln2_lo), r);
-    V p(sd::exp_p0);
-    p = xsimd::fma(p, r, V(sd::exp_p1));
-    p = xsimd::fma(p, r, V(sd::exp_p2));
-    p = xsimd::fma(p, r, V(sd::exp_p3));
-    p = xsimd::fma(p, r, V(sd::exp_p4));
-    p = xsimd::fma(p, r, V(sd::exp_p5));
-    const V y = xsimd::fma(p, r * r, r) + V(1.0f);
+    const V y = sd::exp_reduced(xc, t - V(sd::exp_shifter));
     const I k = xsimd::bitwise_cast<I>(t) - I(std::bit_cast<std::int32_t>(sd::exp_shifter));
     return xsimd::select(keep, y * xsimd::bitwise_cast<V>((k + I(127)) << 23), V(0.0f));
   }
