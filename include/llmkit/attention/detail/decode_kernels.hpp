@@ -75,18 +75,32 @@ struct decode_kernels {
   /// keys' own rounding): each key register is sign-extended once (32
   /// values) and multiply-added for every head of the batch, with no int ->
   /// f32 conversion per key value.
-  static constexpr bool int16_queries =
+  static constexpr bool vnni_int16 =
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
       std::is_same_v<T, std::int8_t> && has_avx512<Arch> && D % 32 == 0;
 #else
       false;
 #endif
-  /// Rows per block: 16, or 32 on the int16-query path without AMX (whose
+  /// AVX2 has no VNNI: VPMADDWD multiplies 16 int16 pairs and sums each
+  /// pair, and VPADDD adds them to the int32 accumulators (`scores_int`'s
+  /// AVX2 overload): two instructions per 16 key values and head, where the
+  /// f32 path spends two conversions per 8 values and an FMA per 8 values
+  /// and head.
+  static constexpr bool avx2_int16 =
+#if defined(__AVX2__)
+      std::is_same_v<T, std::int8_t> && has_avx2<Arch> && !has_avx512<Arch> && D % 16 == 0;
+#else
+      false;
+#endif
+  /// int8 keys dotted with int16 queries, on either path (decode.hpp rounds
+  /// the queries and calls scores_int).
+  static constexpr bool int16_queries = vnni_int16 || avx2_int16;
+  /// Rows per block: 16, or 32 on the VNNI int16-query path without AMX (whose
   /// tiles take 16 rows). An int8 block's dot products are cheap next to
   /// its softmax step and the per-block work around it, so twice the rows
   /// per step read 11-12 % faster from DRAM on Zen 5 (f32 / f16 gained
   /// nothing; docs/attention-history.md).
-  static constexpr std::size_t block = int16_queries && !LLMKIT_ATTENTION_AMX_INT8 ? 32 : 16;
+  static constexpr std::size_t block = vnni_int16 && !LLMKIT_ATTENTION_AMX_INT8 ? 32 : 16;
   /// Accumulator registers a kernel keeps in flight: 16 of AVX-512's 32
   /// registers; 8 of AVX2's 16, so the queries (or probabilities) and a
   /// row register fit beside them (16 spilled two accumulators to the
@@ -283,7 +297,7 @@ struct decode_kernels {
   /// multiplies unsigned by signed bytes, so each key register is offset to
   /// unsigned (k + 128: one XOR, shared by the GB heads) and the offset's
   /// share, 128 * sum_d q[g][d], is taken off each head's sums (`q_offset`).
-  static constexpr bool int8_queries = int16_queries && D % 64 == 0;
+  static constexpr bool int8_queries = vnni_int16 && D % 64 == 0;
 
   /// s (lane layout) = q_scale(g) * (q[g] . k[j]) in int32, for g < GB,
   /// j < block (int8 rows unscaled, like scores()). Q = std::int16_t: each
@@ -300,7 +314,7 @@ struct decode_kernels {
   template <class Q>
   static void scores_int(const Q* const* q, const float* q_scale, const std::int32_t* q_offset, const T* const* k,
                          float* s, const T* const* pf) noexcept
-    requires(std::is_same_v<Q, std::int16_t> && int16_queries) || (std::is_same_v<Q, std::int8_t> && int8_queries)
+    requires(std::is_same_v<Q, std::int16_t> && vnni_int16) || (std::is_same_v<Q, std::int8_t> && int8_queries)
   {
     constexpr bool bytes = std::is_same_v<Q, std::int8_t>;
     constexpr std::size_t step = bytes ? 64 : 32;  // key values per register
@@ -341,7 +355,7 @@ struct decode_kernels {
   /// heads per tile instruction. The int16 queries are split into bytes
   /// (q = 256 hi + lo, hi signed, lo unsigned: TDPBSSD and TDPBUSD) so the
   /// int32 sums, and hence the scores, equal scores_int<int16_t>'s bit for bit.
-  static constexpr bool amx_scores = int16_queries && D % 64 == 0;
+  static constexpr bool amx_scores = vnni_int16 && D % 64 == 0;
   static constexpr std::size_t amx_chunks = D / 64;  ///< 64-byte K chunks (one A tile each)
   /// Bytes of one batch's query tiles (amx_pack_q): [amx_chunks][hi, lo][16][GB * 4].
   static constexpr std::size_t amx_q_bytes = amx_chunks * 2 * 16 * GB * 4;
@@ -442,7 +456,7 @@ struct decode_kernels {
   /// probability pair (p_j, p_j+1) of each head, so no int8 -> f32
   /// conversion is spent per value. The result is added to the f32 output
   /// once per block (rescaled by alpha like accumulate()).
-  static constexpr bool int16_values = int16_queries && D % 64 == 0 && block % 2 == 0;
+  static constexpr bool int16_values = vnni_int16 && D % 64 == 0 && block % 2 == 0;
 
   /// acc + VPDPWSSD(a, b), computed in acc's register. GCC 12 compiles the
   /// intrinsic in accumulate_i16's loop as a copy of each accumulator to a
@@ -535,6 +549,44 @@ struct decode_kernels {
   static constexpr bool int16_values = false;
   static constexpr bool int8_queries = false;
   static constexpr bool amx_scores = false;
+#endif
+
+#if defined(__AVX2__)
+  /// scores_int<std::int16_t> on AVX2 (`avx2_int16`): the same exact int32
+  /// dot products, 16 key values per step (each key register sign-extended
+  /// once for the GB heads), VPMADDWD + VPADDD per head.
+  template <class Q>
+  static void scores_int(const Q* const* q, const float* q_scale, const std::int32_t* /*q_offset*/,
+                         const T* const* k, float* s, const T* const* pf) noexcept
+    requires std::is_same_v<Q, std::int16_t> && avx2_int16
+  {
+    static_assert(width == 8, "scores_int (AVX2): one register of 8 lanes per pass");
+    constexpr std::size_t step = 16;  // key values per register
+    const __m256 qs = _mm256_load_ps(q_scale);
+    for (std::size_t p = 0; p < passes; ++p) {
+      __m256i acc[width];
+#pragma GCC unroll 8
+      for (std::size_t a = 0; a < width; ++a) acc[a] = _mm256_setzero_si256();
+      for (std::size_t c = 0; c < D / step; ++c) {
+        if (pf != nullptr)
+          for (std::size_t r = 0; r < R; ++r) prefetch_slot<D / step, step>(pf, (p * (D / step) + c) * R + r);
+        __m256i qv[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g)
+          qv[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[g] + c * step));
+#pragma GCC unroll 8
+        for (std::size_t r = 0; r < R; ++r) {
+          const __m256i kv =
+              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[p * R + r] + c * step)));
+#pragma GCC unroll 4
+          for (std::size_t g = 0; g < GB; ++g)
+            acc[g * R + r] = _mm256_add_epi32(acc[g * R + r], _mm256_madd_epi16(kv, qv[g]));
+        }
+      }
+      _mm256_store_ps(s + p * width, _mm256_mul_ps(_mm256_cvtepi32_ps(haddi8(acc)), qs));
+    }
+  }
+
 #endif
 
   /// Register b of pass p of a per-row array x ([block]) spread to the lane

@@ -163,6 +163,17 @@ inline __m512i haddi16(const __m512i* r) noexcept {
 }
 #endif
 
+#if defined(__AVX2__)
+/// haddi16 for AVX2: 8 registers of int32 lanes -> one register whose lane
+/// a is the sum of r[a]'s lanes (pair sums within 128-bit halves, then the
+/// halves added).
+inline __m256i haddi8(const __m256i* r) noexcept {
+  const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(r[0], r[1]), _mm256_hadd_epi32(r[2], r[3]));
+  const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(r[4], r[5]), _mm256_hadd_epi32(r[6], r[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+#endif
+
 /// `x` held in a register (`in_register`) on AVX-512; `x` itself elsewhere.
 template <class Arch>
 inline vec<Arch> vheld(vec<Arch> x) noexcept {
