@@ -567,6 +567,9 @@ struct decode_kernels {
       __m256i acc[width];
 #pragma GCC unroll 8
       for (std::size_t a = 0; a < width; ++a) acc[a] = _mm256_setzero_si256();
+      // Not unrolled: GCC 12 unrolls the column steps fully, issues every
+      // step's products first and spills them to the stack for the adds.
+#pragma GCC unroll 1
       for (std::size_t c = 0; c < D / step; ++c) {
         if (pf != nullptr)
           for (std::size_t r = 0; r < R; ++r) prefetch_slot<D / step, step>(pf, (p * (D / step) + c) * R + r);
