@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cmath>
 #include <span>
+#include <type_traits>
 
 #include "llmkit/simd/detail/intrinsics.hpp"
 
@@ -50,18 +51,25 @@ inline constexpr float exp_p5 = 5.0000001201e-1f;
 /// `vexp_softmax`); each caller computes n and scales the result by 2^n its
 /// own way. r = x - n ln 2 in two FMA steps (Cody-Waite: n * ln2_hi is
 /// exact), then 1 + r + r^2 p(r) with the degree-5 polynomial p, for
-/// |r| <= ln 2 / 2. V is float or an xsimd batch of floats.
-template <class V>
+/// |r| <= ln 2 / 2. V is float or xsimd::batch<float, Arch>; Arch also
+/// keeps the float instantiations of translation units built for
+/// different archs apart (as for exp_scalar), and floats go through
+/// std::fma, not a shared out-of-line xsimd::fma<float>.
+template <class Arch, class V>
 inline V exp_reduced(const V& x, const V& n) noexcept {
-  V r = xsimd::fma(n, V(-exp_ln2_hi), x);  // = fnma(n, ln2_hi, x): negating a constant is exact
-  r = xsimd::fma(n, V(-exp_ln2_lo), r);
+  const auto fma = [](const V& a, const V& b, const V& c) {
+    if constexpr (std::is_same_v<V, float>) return std::fma(a, b, c);
+    else return xsimd::fma(a, b, c);
+  };
+  V r = fma(n, V(-exp_ln2_hi), x);  // = fnma(n, ln2_hi, x): negating a constant is exact
+  r = fma(n, V(-exp_ln2_lo), r);
   V p(exp_p0);
-  p = xsimd::fma(p, r, V(exp_p1));
-  p = xsimd::fma(p, r, V(exp_p2));
-  p = xsimd::fma(p, r, V(exp_p3));
-  p = xsimd::fma(p, r, V(exp_p4));
-  p = xsimd::fma(p, r, V(exp_p5));
-  return xsimd::fma(p, r * r, r) + V(1.0f);
+  p = fma(p, r, V(exp_p1));
+  p = fma(p, r, V(exp_p2));
+  p = fma(p, r, V(exp_p3));
+  p = fma(p, r, V(exp_p4));
+  p = fma(p, r, V(exp_p5));
+  return fma(p, r * r, r) + V(1.0f);
 }
 
 /// e^x for one register of Arch (see the file comment for the contract).
@@ -71,7 +79,7 @@ inline xsimd::batch<float, Arch> exp_batch(const xsimd::batch<float, Arch>& x_in
   using ibatch = xsimd::batch<std::int32_t, Arch>;
   const batch x = xsimd::min(xsimd::max(x_in, batch(exp_lo)), batch(exp_hi));
   const batch t = xsimd::fma(x, batch(exp_log2e), batch(exp_shifter));
-  const batch y = exp_reduced(x, t - batch(exp_shifter));
+  const batch y = exp_reduced<Arch>(x, t - batch(exp_shifter));
   const ibatch k = xsimd::bitwise_cast<ibatch>(t) - ibatch(std::bit_cast<std::int32_t>(exp_shifter));
   const ibatch k1 = k >> 1;
   const ibatch k2 = k - k1;
@@ -88,7 +96,7 @@ inline float exp_scalar(float x_in) noexcept {
   if (x_in != x_in) return x_in;
   const float x = x_in < exp_lo ? exp_lo : (x_in > exp_hi ? exp_hi : x_in);
   const float t = std::fma(x, exp_log2e, exp_shifter);
-  const float y = exp_reduced(x, t - exp_shifter);
+  const float y = exp_reduced<Arch>(x, t - exp_shifter);
   const std::int32_t k = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(exp_shifter);
   const std::int32_t k1 = k >> 1;
   const std::int32_t k2 = k - k1;

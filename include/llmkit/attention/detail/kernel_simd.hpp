@@ -45,7 +45,7 @@ inline vec<Arch> vexp_softmax(vec<Arch> x) noexcept {
       const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
       const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(sd::exp_log2e)),
                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m512 y = sd::exp_reduced(vec<Arch>(xc), vec<Arch>(n));
+      const __m512 y = sd::exp_reduced<Arch>(vec<Arch>(xc), vec<Arch>(n));
       return _mm512_maskz_scalef_ps(keep, y, n);
     }
 #endif
@@ -62,7 +62,7 @@ inline vec<Arch> vexp_softmax(vec<Arch> x) noexcept {
     const auto keep = x >= V(-87.0f);
     const V xc = xsimd::max(x, V(-87.0f));
     const V t = xsimd::fma(xc, V(sd::exp_log2e), V(sd::exp_shifter));
-    const V y = sd::exp_reduced(xc, t - V(sd::exp_shifter));
+    const V y = sd::exp_reduced<Arch>(xc, t - V(sd::exp_shifter));
     const I k = xsimd::bitwise_cast<I>(t) - I(std::bit_cast<std::int32_t>(sd::exp_shifter));
     return xsimd::select(keep, y * xsimd::bitwise_cast<V>((k + I(127)) << 23), V(0.0f));
   }
