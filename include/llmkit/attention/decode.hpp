@@ -236,7 +236,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     simd::convert<Arch>(std::span<const float>(qs, padded * D), std::span<bf16>(qb, padded * D));
     simd::convert<Arch>(std::span<const bf16>(qb, padded * D), std::span<float>(qs, padded * D));
   }
-  // int8 keys with VNNI: the queries as int16, one scale per head
+  // int8 keys with VNNI or AVX2 (K::int16_queries): the queries as int16, one scale per head
   // (decode_kernels::scores_int), and each batch's scales in lane layout;
   // with int8_queries and K::int8_queries also as int8 rows, with the
   // offsets scores_int<int8_t> takes off (lane layout).
