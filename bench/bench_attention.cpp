@@ -7,7 +7,8 @@
 //   f32/f16/bf16/int8 KV, 1 and 2 threads (decode/int8_q8: int8 KV with
 //   decode_params::int8_queries; decode/bf16_qbf16: bf16 KV with
 //   decode_params::bf16_queries; decode/bf16_qpbf16: with bf16_queries and
-//   bf16_probabilities). Enough distinct KV sets (cache
+//   bf16_probabilities; decode/int8_q8p8: with int8_queries and
+//   int8_probabilities). Enough distinct KV sets (cache
 //   layers, one per call, rotated) that the calls between two reads of a set
 //   stream >= 1 GiB, over twice the 480 MiB L3, so reads come from DRAM (a
 //   set of >= 1 GiB is its own rotation). Counters, all plain numbers
@@ -226,7 +227,7 @@ double decode_bytes(std::size_t context, std::size_t batch) {
 
 /// RoundQueries: decode_params::int8_queries and bf16_queries (each
 /// ignored by the other storage types); RoundProbabilities:
-/// bf16_probabilities.
+/// bf16_probabilities and int8_probabilities (likewise).
 template <class T, bool RoundQueries = false, bool RoundProbabilities = false>
 void bm_decode(benchmark::State& state) {
   const auto context = static_cast<std::size_t>(state.range(0));
@@ -246,7 +247,7 @@ void bm_decode(benchmark::State& state) {
     const double start = timer.now();
     attention::decode({.q = q, .out = out, .seq_ids = kv.ids, .layer = layer, .n_heads = n_heads, .workspace = &ws,
                        .int8_queries = RoundQueries, .bf16_queries = RoundQueries,
-                       .bf16_probabilities = RoundProbabilities},
+                       .bf16_probabilities = RoundProbabilities, .int8_probabilities = RoundProbabilities},
                       *kv.cache, attention::causal_mask{}, pool);
     benchmark::DoNotOptimize(out.data());
     const double seconds = timer.now() - start;
@@ -339,8 +340,9 @@ void register_decode() {
               ->ArgNames({"ctx", "batch", "threads"})
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
-        if constexpr (std::is_same_v<T, bf16>)
-          benchmark::RegisterBenchmark("decode/bf16_qpbf16", bm_decode<T, true, true>)
+        if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, std::int8_t>)
+          benchmark::RegisterBenchmark(std::is_same_v<T, bf16> ? "decode/bf16_qpbf16" : "decode/int8_q8p8",
+                                       bm_decode<T, true, true>)
               ->Args({c, b, threads})
               ->ArgNames({"ctx", "batch", "threads"})
               ->UseManualTime()

@@ -37,6 +37,7 @@ struct decode_case {
   bool int8_queries = false;  // decode_params::int8_queries
   bool bf16_queries = false;  // decode_params::bf16_queries
   bool bf16_probabilities = false;  // decode_params::bf16_probabilities
+  bool int8_probabilities = false;  // decode_params::int8_probabilities
 };
 
 /// The queries decode scores when int8_queries is set: each head of q *
@@ -94,7 +95,8 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   e.out.assign(q.size(), std::nanf(""));
   decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
                 .softcap = c.softcap, .kv_split_tokens = c.split, .int8_queries = c.int8_queries,
-                .bf16_queries = c.bf16_queries, .bf16_probabilities = c.bf16_probabilities},
+                .bf16_queries = c.bf16_queries, .bf16_probabilities = c.bf16_probabilities,
+                .int8_probabilities = c.int8_probabilities},
                cache, mask, exec);
   const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   // int8_queries (int8 caches) and bf16_queries (bf16 caches): the stored
@@ -136,6 +138,14 @@ constexpr double int8_tolerance = llmkit::test::attention_int8_decode_tolerance;
 /// probability is off by at most 2^-9 of itself, so with |v| <= 1 the output
 /// by at most 2^-9, plus f32's error (observed up to 1.3e-3).
 constexpr double bf16_p_tolerance = 1.0 / 512 + f32_tolerance;
+/// int8_probabilities against the oracle of the stored values: each
+/// probability (times its row's scale) is off by at most 1/510 of its
+/// block's largest, so with |v| <= 1 the output by at most (the sum over
+/// blocks of rows x the block's largest probability) / (510 x the sum of
+/// the probabilities). The tests' scores (|s| <~ 1) keep each block's
+/// largest probability within 2x of its mean, hence below 2/510 (observed
+/// up to 1.97e-3); plus int8's own error.
+constexpr double int8_p_tolerance = 2.0 / 510 + int8_tolerance;
 
 }  // namespace
 
@@ -351,6 +361,24 @@ TEST_CASE("decode: bf16_probabilities multiplies the values by bf16 probabilitie
                                                                        << ")");
 }
 
+TEST_CASE("decode: int8_probabilities multiplies the values by 8-bit probabilities, on every path") {
+  // Paths: the VPDPBUSD kernel (accumulate_u8: AVX-512 VNNI, head_dim 64 /
+  // 128 / 256), the f32 kernel given the rounded values (80, 96, CPUs
+  // without VNNI, the scalar arch everywhere). No oracle rounds the
+  // probabilities as a block sees them, so the stored error is bounded by
+  // int8_p_tolerance; each path must still move by more than int8's.
+  const auto p = check_rounding<std::int8_t, f16, bf16>({&decode_case::int8_probabilities}, 59, int8_p_tolerance,
+                                                         int8_tolerance, 1e-2);
+  const auto both = check_rounding<std::int8_t, f16, bf16>(
+      {&decode_case::int8_queries, &decode_case::int8_probabilities}, 61, int8_p_tolerance, int8_tolerance, 1e-2);
+  WARN("int8_probabilities: largest error against the stored values " << p.stored << " (with int8_queries "
+                                                                       << both.stored
+                                                                       << "); against the unrounded inputs "
+                                                                       << p.rounded << " (with int8_queries "
+                                                                       << both.rounded << ", neither " << p.exact
+                                                                       << ")");
+}
+
 TEST_CASE("decode: int8 keys on AMX give the VNNI kernel's results bit for bit") {
   if (!attention::detail::amx_tiles_usable()) {
     WARN("AMX tiles are not available to this build or process: only the VNNI kernel ran");
@@ -479,13 +507,15 @@ TEMPLATE_TEST_CASE("decode: a query holding NaN or inf gives zeros for its head 
   const auto q = uniform_values(row, rng);
   for (const bool rounded : {false, true}) {
     const decode_params base{.q = q, .out = {}, .seq_ids = {&id, 1}, .layer = 0, .n_heads = n_heads,
-                             .int8_queries = rounded, .bf16_queries = rounded, .bf16_probabilities = rounded};
+                             .int8_queries = rounded, .bf16_queries = rounded, .bf16_probabilities = rounded,
+                             .int8_probabilities = rounded};
     std::vector<float> clean(row);
     auto with_clean = base;
     with_clean.out = clean;
     decode(with_clean, cache, causal_mask{});
     for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-      INFO("bad value " << bad << ", int8_queries / bf16_queries / bf16_probabilities " << rounded);
+      INFO("bad value " << bad << ", int8_queries / bf16_queries / bf16_probabilities / int8_probabilities "
+                        << rounded);
       auto qb = q;
       qb[shape.head_dim + 5] = bad;  // head 1
       std::vector<float> out(row);

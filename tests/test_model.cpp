@@ -172,14 +172,16 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
   kv::paged_cache<f16, 16> half(s.model.kv_shape(), {.n_blocks = 8});
   kv::contiguous_cache<std::int8_t> q8(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   kv::contiguous_cache<std::int8_t> q8q(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+  kv::contiguous_cache<std::int8_t> q8qp(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   kv::contiguous_cache<bf16> brain(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   kv::contiguous_cache<bf16> brain_q(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   kv::contiguous_cache<bf16> brain_qp(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   llama_model int8_queries(s.file, {.int8_attention_queries = true});
+  llama_model int8_products(s.file, {.int8_attention_queries = true, .int8_attention_probabilities = true});
   llama_model bf16_queries(s.file, {.bf16_attention_queries = true});
   llama_model bf16_products(s.file, {.bf16_attention_queries = true, .bf16_attention_probabilities = true});
   const auto ref = run(dense, s.model), p = run(paged, s.model), h = run(half, s.model), q = run(q8, s.model);
-  const auto qq = run(q8q, int8_queries);
+  const auto qq = run(q8q, int8_queries), qqp = run(q8qp, int8_products);
   const auto b = run(brain, s.model), bq = run(brain_q, bf16_queries), bqp = run(brain_qp, bf16_products);
   for (std::size_t r = 0; r < ref.size(); ++r)
     for (std::size_t v = 0; v < 512; ++v) {
@@ -187,6 +189,7 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
       REQUIRE(std::abs(h[r][v] - ref[r][v]) <= 0.05f);
       REQUIRE(std::abs(q[r][v] - ref[r][v]) <= 0.5f);
       REQUIRE(std::abs(qq[r][v] - ref[r][v]) <= 0.5f);
+      REQUIRE(std::abs(qqp[r][v] - ref[r][v]) <= 0.5f);
       REQUIRE(std::abs(b[r][v] - ref[r][v]) <= 0.25f);
       REQUIRE(std::abs(bq[r][v] - ref[r][v]) <= 0.25f);
       REQUIRE(std::abs(bqp[r][v] - ref[r][v]) <= 0.25f);
@@ -195,6 +198,8 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
   // decoded ones move.
   REQUIRE(qq[0] == q[0]);
   REQUIRE(qq.back() != q.back());
+  REQUIRE(qqp[0] == q[0]);
+  REQUIRE(qqp.back() != qq.back());
   REQUIRE(bq[0] == b[0]);
   REQUIRE(bq.back() != b.back());
   REQUIRE(bqp[0] == b[0]);

@@ -93,6 +93,17 @@ struct decode_params {
   /// probabilities' rounding, up to 2^-9 of each (relative to the block's
   /// running max; the sums that normalise them are not rounded).
   bool bf16_probabilities = false;
+  /// int8 caches only (other storage types ignore it): round each block's
+  /// softmax probabilities (times the value rows' scales) to 8-bit levels,
+  /// one step per block and head (the block's largest / 255), before they
+  /// multiply the values. Faster where the CPU has AVX-512 VNNI and
+  /// head_dim is 64, 128 or 256 (VPDPBUSD: four value rows per
+  /// instruction, where the int16 probabilities used otherwise take two
+  /// per VPDPWSSD); every other path multiplies the same rounded
+  /// probabilities in f32. The cost is the probabilities' rounding, up to
+  /// 1/510 of the block's largest per value (the sums that normalise them
+  /// are not rounded; docs/attention.md gives the tested error).
+  bool int8_probabilities = false;
 };
 
 namespace detail {
@@ -231,6 +242,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   bf16* qb = nullptr;
   const bool round_to_bf16 = std::is_same_v<T, bf16> && p.bf16_queries;
   const bool round_p_to_bf16 = std::is_same_v<T, bf16> && p.bf16_probabilities;
+  const bool round_p_to_u8 = scaled && p.int8_probabilities;
   if (round_to_bf16) {
     qb = reinterpret_cast<bf16*>(ensure(s.g, padded * D / 2));
     simd::convert<Arch>(std::span<const float>(qs, padded * D), std::span<bf16>(qb, padded * D));
@@ -376,10 +388,18 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
         K::scores(qg, rt.k, sb, bk);
       }
       if constexpr (K::int16_values) {
-        alignas(64) std::int16_t p16[BT * GB];
+        static_assert(K::u8_values, "decode: every int16 value path has a uint8 one");
         float p_scale[GB];
-        K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, p16, p_scale);
-        K::accumulate_i16(og, alpha + b * GB, p16, p_scale, rt.v, bv);
+        if (round_p_to_u8) {  // int8_probabilities: VPDPBUSD
+          alignas(64) std::uint8_t p8[BT * GB];
+          K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, nullptr, p_scale,
+                     p8);
+          K::accumulate_u8(og, alpha + b * GB, p8, p_scale, rt.v, bv);
+        } else {
+          alignas(64) std::int16_t p16[BT * GB];
+          K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, p16, p_scale);
+          K::accumulate_i16(og, alpha + b * GB, p16, p_scale, rt.v, bv);
+        }
       } else {
         K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,
                    alpha + b * GB);
@@ -393,6 +413,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
             K::accumulate(og, alpha + b * GB, sb, rt.v, bv);
           }
         } else {
+          if (round_p_to_u8) K::round_p_u8(sb);  // int8_probabilities: f32 on the rounded values
           K::accumulate(og, alpha + b * GB, sb, rt.v, bv);
         }
       }

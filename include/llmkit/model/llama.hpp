@@ -200,6 +200,10 @@ struct llama_options {
   /// probabilities to bf16 before they multiply the values
   /// (attention::decode_params::bf16_probabilities); other caches ignore it.
   bool bf16_attention_probabilities = false;
+  /// With an int8 KV cache, decode attention rounds each block's softmax
+  /// probabilities to 8-bit levels before they multiply the values
+  /// (attention::decode_params::int8_probabilities); other caches ignore it.
+  bool int8_attention_probabilities = false;
 };
 
 /// A Llama-architecture model with its weights in memory (f32, f16 or Q8_0,
@@ -402,7 +406,8 @@ class llama_model {
                                           .workspace = &decode_ws_,
                                           .int8_queries = options_.int8_attention_queries,
                                           .bf16_queries = options_.bf16_attention_queries,
-                                          .bf16_probabilities = options_.bf16_attention_probabilities};
+                                          .bf16_probabilities = options_.bf16_attention_probabilities,
+                                          .int8_probabilities = options_.int8_attention_probabilities};
         if (decode_parallel)
           attention::decode(dp, std::as_const(cache), attention::causal_mask{}, exec);
         else

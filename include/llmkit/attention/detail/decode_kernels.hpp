@@ -478,18 +478,26 @@ struct decode_kernels {
   static void quantize_p(const __m512* p, std::int16_t* p16, float* p_scale) noexcept
     requires int16_values
   {
-    __m512 mx = _mm512_setzero_ps();
-    for (std::size_t ps = 0; ps < passes; ++ps) mx = _mm512_max_ps(mx, p[ps]);
-    const __m512 m = head_max(mx);
-    const __mmask16 pos = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
-    const __m512 inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(32767.0f), m);
-    alignas(64) float sc[width];
-    _mm512_store_ps(sc, _mm512_mul_ps(m, _mm512_set1_ps(1.0f / 32767.0f)));
-    for (std::size_t g = 0; g < GB; ++g) p_scale[g] = sc[g * R];
+    const __m512 inv = p_levels(p, 32767.0f, p_scale);
     for (std::size_t ps = 0; ps < passes; ++ps) {
       const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(p[ps], inv));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p16 + ps * width), _mm512_cvtepi32_epi16(q));
     }
+  }
+
+  /// The step of each head's probabilities rounded to `levels` levels:
+  /// writes p_scale[g] = max_j p(g, j) / levels and returns levels / max
+  /// in each lane of head g (0 where the max is not > 0: all-zero blocks,
+  /// NaN).
+  static __m512 p_levels(const __m512* p, float levels, float* p_scale) noexcept {
+    __m512 mx = _mm512_setzero_ps();
+    for (std::size_t ps = 0; ps < passes; ++ps) mx = _mm512_max_ps(mx, p[ps]);
+    const __m512 m = head_max(mx);
+    const __mmask16 pos = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
+    alignas(64) float sc[width];
+    _mm512_store_ps(sc, _mm512_mul_ps(m, _mm512_set1_ps(1.0f / levels)));
+    for (std::size_t g = 0; g < GB; ++g) p_scale[g] = sc[g * R];
+    return _mm512_maskz_div_ps(pos, _mm512_set1_ps(levels), m);
   }
 
   /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j p16(g, j) * v[j] for g < GB.
@@ -531,24 +539,133 @@ struct decode_kernels {
       }
 #pragma GCC unroll 4
       for (std::size_t g = 0; g < GB; ++g) {
-        const __m512 a = _mm512_set1_ps(alpha[g]), ps = _mm512_set1_ps(p_scale[g]);
+        __m512 sums[4];
 #pragma GCC unroll 2
-        for (std::size_t h = 0; h < 2; ++h) {
-          __m512 sums[2];
-          in_column_order(_mm512_cvtepi32_ps(acc[g][2 * h]), _mm512_cvtepi32_ps(acc[g][2 * h + 1]), sums);
-          float* dst = o[g] + c0 + h * 32;
-#pragma GCC unroll 2
-          for (std::size_t x = 0; x < 2; ++x)
-            _mm512_storeu_ps(dst + 16 * x,
-                             _mm512_fmadd_ps(sums[x], ps, _mm512_mul_ps(_mm512_loadu_ps(dst + 16 * x), a)));
-        }
+        for (std::size_t h = 0; h < 2; ++h)
+          in_column_order(_mm512_cvtepi32_ps(acc[g][2 * h]), _mm512_cvtepi32_ps(acc[g][2 * h + 1]), sums + 2 * h);
+        add_pass(o[g] + c0, sums, alpha[g], p_scale[g]);
       }
     }
+  }
+
+  /// dst[16x .. 16x + 15] = alpha * dst[..] + p_scale * sums[x] for x < 4:
+  /// one 64-column pass of accumulate_i16 / accumulate_u8 (its integer
+  /// sums, converted and in column order) added to the f32 output.
+  static void add_pass(float* dst, const __m512* sums, float alpha, float p_scale) noexcept {
+    const __m512 a = _mm512_set1_ps(alpha), ps = _mm512_set1_ps(p_scale);
+#pragma GCC unroll 4
+    for (std::size_t x = 0; x < 4; ++x)
+      _mm512_storeu_ps(dst + 16 * x, _mm512_fmadd_ps(sums[x], ps, _mm512_mul_ps(_mm512_loadu_ps(dst + 16 * x), a)));
+  }
+
+  /// int8 values with 8-bit probabilities (`decode_params::int8_probabilities`):
+  /// VPDPBUSD multiplies four rows at once (rows j .. j + 3 interleaved per
+  /// column) with each head's unsigned 8-bit probabilities (p_j .. p_j+3),
+  /// 64 products per instruction: half the multiply-adds of
+  /// accumulate_i16, and no sign extension of the rows (VPDPBUSD takes
+  /// them as signed bytes). The four probabilities of a row quad are
+  /// adjacent in the lane layout (R % 4 == 0).
+  static constexpr bool u8_values = int16_values && R % 4 == 0 && block % 4 == 0;
+
+  /// p8 (lane layout, [block * GB] uint8) = round(p / p_scale[g]) with
+  /// p_scale[g] = max_j p(g, j) / 255 (0 for a head whose block is all 0).
+  /// @param p [passes] registers of probabilities, lane layout (softmax)
+  static void quantize_p_u8(const __m512* p, std::uint8_t* p8, float* p_scale) noexcept
+    requires u8_values
+  {
+    const __m512 inv = p_levels(p, 255.0f, p_scale);
+    for (std::size_t ps = 0; ps < passes; ++ps) {
+      // NaN * 0 converts to INT_MIN: the max with 0 keeps it a 0, as the
+      // int16 path's truncation does; values above 255 saturate.
+      const __m512i q = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(p[ps], inv)), _mm512_setzero_si512());
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p8 + ps * width), _mm512_cvtusepi32_epi8(q));
+    }
+  }
+
+  /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j p8(g, j) * v[j] for g < GB.
+  /// @param p8 [block * GB] uint8 probabilities, lane layout (quantize_p_u8)
+  /// @param p_scale [GB] their steps
+  /// @param v [block] pointers to [D] int8 rows (unscaled: the row scales are in p8)
+  /// @param pf [block] rows to prefetch meanwhile, or null
+  static void accumulate_u8(float* const* o, const float* alpha, const std::uint8_t* p8, const float* p_scale,
+                            const T* const* v, const T* const* pf) noexcept
+    requires u8_values
+  {
+    // Columns in passes of 64 (GB x 4 int32 accumulators of 16 columns).
+    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
+      __m512i acc[GB][4];
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 4
+        for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < block; j += 4) {
+        if (pf != nullptr)  // one line per row (D / 64 per row in all)
+#pragma GCC unroll 4
+          for (std::size_t r = 0; r < 4; ++r) prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j + r);
+        __m512i pq[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) {
+          std::int32_t quad;
+          __builtin_memcpy(&quad, p8 + (j / R) * width + g * R + j % R, sizeof quad);
+          pq[g] = _mm512_set1_epi32(quad);
+        }
+        __m512i r[4];
+#pragma GCC unroll 4
+        for (std::size_t x = 0; x < 4; ++x) r[x] = _mm512_loadu_si512(v[j + x] + c0);
+        // Per 128-bit lane L: x[k] holds columns 16L + 4k .. 16L + 4k + 3,
+        // each as the bytes of rows j .. j + 3.
+        const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
+        const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
+        const __m512i x[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                              _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 4
+          for (std::size_t k = 0; k < 4; ++k) acc[g][k] = dpbusd(acc[g][k], pq[g], x[k]);
+      }
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) {
+        __m512 sums[4];
+        quad_column_order(acc[g], sums);
+        add_pass(o[g] + c0, sums, alpha[g], p_scale[g]);
+      }
+    }
+  }
+
+  /// acc + VPDPBUSD(a, b) (a unsigned bytes, b signed), in acc's register
+  /// (as dpwssd).
+  static __m512i dpbusd(__m512i acc, __m512i a, __m512i b) noexcept {
+#if defined(__GNUC__) && !defined(__clang__)
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, a, b);
+#endif
+  }
+
+  /// The int32 sums of accumulate_u8's four registers as f32 in column
+  /// order: register k holds, per 128-bit lane L, columns 16L + 4k ..
+  /// 16L + 4k + 3 (a 4 x 4 transpose of 128-bit blocks).
+  /// @param cols [4] register x: columns 16x .. 16x + 15
+  static void quad_column_order(const __m512i* acc, __m512* cols) noexcept {
+    const __m512i i_lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i i_hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    __m512 f[4];
+    for (std::size_t k = 0; k < 4; ++k) f[k] = _mm512_cvtepi32_ps(acc[k]);
+    // t: (k0 L0, k1 L0, k0 L1, k1 L1) / (k0 L2, k1 L2, k0 L3, k1 L3); u the same for k2, k3.
+    const __m512 t0 = _mm512_permutex2var_ps(f[0], i_lo, f[1]), t1 = _mm512_permutex2var_ps(f[0], i_hi, f[1]);
+    const __m512 u0 = _mm512_permutex2var_ps(f[2], i_lo, f[3]), u1 = _mm512_permutex2var_ps(f[2], i_hi, f[3]);
+    cols[0] = _mm512_shuffle_f32x4(t0, u0, _MM_SHUFFLE(1, 0, 1, 0));
+    cols[1] = _mm512_shuffle_f32x4(t0, u0, _MM_SHUFFLE(3, 2, 3, 2));
+    cols[2] = _mm512_shuffle_f32x4(t1, u1, _MM_SHUFFLE(1, 0, 1, 0));
+    cols[3] = _mm512_shuffle_f32x4(t1, u1, _MM_SHUFFLE(3, 2, 3, 2));
   }
 #else
   static constexpr bool int16_values = false;
   static constexpr bool int8_queries = false;
   static constexpr bool amx_scores = false;
+  static constexpr bool u8_values = false;
 #endif
 
 #if defined(__AVX2__)
@@ -639,13 +756,17 @@ struct decode_kernels {
   /// (times the int8 value scales when `v_scale` is set) and writes the
   /// factor each head's output must be rescaled by to `alpha` ([GB]).
   /// With `p16` set (int8 values with VNNI) the probabilities go to
-  /// accumulate_i16 rounded to int16 (`quantize_p`) instead of back to `s`.
+  /// accumulate_i16 rounded to int16 (`quantize_p`) instead of back to `s`;
+  /// with `p8` set (and u8_values), to accumulate_u8 rounded to uint8
+  /// (`quantize_p_u8`).
   /// @param bias [block] 0 or -inf per row, or null when every row counts
   /// @param k_scale, v_scale [block] int8 row scales, or null
   /// @param p16, p_scale [block * GB] int16 probabilities and [GB] their
   ///        scales, or null
+  /// @param p8 [block * GB] uint8 probabilities (scales in p_scale), or null
   static void softmax(float* s, state& st, const float* bias, const float* k_scale, const float* v_scale,
-                      float softcap, float* alpha, std::int16_t* p16 = nullptr, float* p_scale = nullptr) noexcept {
+                      float softcap, float* alpha, std::int16_t* p16 = nullptr, float* p_scale = nullptr,
+                      std::uint8_t* p8 = nullptr) noexcept {
     constexpr float ninf = -std::numeric_limits<float>::infinity();
     V mx[regs];
     for (std::size_t b = 0; b < regs; ++b) mx[b] = V(ninf);
@@ -698,17 +819,37 @@ struct decode_kernels {
         probs[p * regs + b] = v_scale != nullptr ? e * row_lanes(v_scale, p, b) : e;
       }
     if constexpr (int16_values) {
-      if (p16 != nullptr) {
+      if (p16 != nullptr || p8 != nullptr) {
         __m512 r[passes];
         for (std::size_t p = 0; p < passes; ++p) r[p] = probs[p];
-        quantize_p(r, p16, p_scale);
+        if (p16 != nullptr) quantize_p(r, p16, p_scale);
+        if constexpr (u8_values)
+          if (p8 != nullptr) quantize_p_u8(r, p8, p_scale);
       }
     }
-    if (p16 == nullptr)
+    if (p16 == nullptr && p8 == nullptr)
       for (std::size_t x = 0; x < passes * regs; ++x) vstore<Arch>(s + x * L, probs[x]);
     for (std::size_t b = 0; b < regs; ++b)
       vstore<Arch>(st.l + b * L, vload<Arch>(st.l + b * L) * vload<Arch>(a_lane + b * L) + sum[b]);
     for (std::size_t g = 0; g < GB; ++g) alpha[g] = a_lane[g * R];
+  }
+
+  /// The probabilities `s` (lane layout, [block * GB]) rounded to the
+  /// levels quantize_p_u8 gives them, in f32: the paths without u8_values
+  /// multiply the values by the same probabilities
+  /// (`decode_params::int8_probabilities`).
+  static void round_p_u8(float* s) noexcept {
+    for (std::size_t g = 0; g < GB; ++g) {
+      float m = 0.0f;
+      for (std::size_t p = 0; p < passes; ++p)
+        for (std::size_t r = 0; r < R; ++r) m = std::max(m, s[p * width + g * R + r]);
+      const float inv = m > 0.0f ? 255.0f / m : 0.0f, step = m * (1.0f / 255.0f);
+      for (std::size_t p = 0; p < passes; ++p)
+        for (std::size_t r = 0; r < R; ++r) {
+          float& x = s[p * width + g * R + r];
+          x = std::nearbyint(x * inv) * step;
+        }
+    }
   }
 
   /// o[g] = alpha[g] * o[g] + sum_{j < block} p(g, j) * v[j] for g < GB,
