@@ -24,9 +24,10 @@
 /// - the value kernel streams the block's rows through GB x H output
 ///   registers, the GB probabilities of a row held in registers (int8
 ///   values with VNNI: the probabilities rounded to int16 per block and
-///   head, two rows multiplied per VPDPWSSD, `accumulate_i16`; bf16
-///   values with bf16 probabilities: two rows per VDPBF16PS,
-///   `accumulate_bf16`).
+///   head, two rows multiplied per VPDPWSSD, `accumulate_i16`; with
+///   `int8_probabilities` rounded to uint8, four rows per VPDPBUSD,
+///   `accumulate_u8`; bf16 values with bf16 probabilities: two rows per
+///   VDPBF16PS, `accumulate_bf16`).
 ///
 /// Lane layout of a block's scores `s` (`[block / R][width]` floats,
 /// width = acc_regs): pass p = j / R holds, in lane a, head g = a / R and
@@ -40,6 +41,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
