@@ -167,16 +167,19 @@ struct decode_kernels {
   }
 
 #if defined(__AVX512F__)
-  /// The 16-bit probabilities of rows j and j + 1 (j even) of head g, from
-  /// a lane-layout array, as one pair broadcast to every 32-bit lane: the
-  /// second operand of a pass over two interleaved rows (accumulate_i16,
-  /// accumulate_bf16).
+  /// The probabilities of rows j .. j + 4 / sizeof(P) - 1 of head g (j a
+  /// multiple of that count), from a lane-layout array, as one 32-bit group
+  /// broadcast to every lane: the operand of a pass over interleaved rows
+  /// (16-bit pairs: accumulate_i16, accumulate_bf16; 8-bit quads:
+  /// accumulate_u8). The group's rows are adjacent in the lane layout
+  /// (R is a multiple of 4).
   template <class P>
-  static __m512i row_pair(const P* p, std::size_t j, std::size_t g) noexcept {
-    static_assert(sizeof(P) == 2);
-    std::int32_t pair;
-    __builtin_memcpy(&pair, p + (j / R) * width + g * R + j % R, sizeof pair);
-    return _mm512_set1_epi32(pair);
+  static __m512i row_group(const P* p, std::size_t j, std::size_t g) noexcept {
+    static_assert(sizeof(P) == 1 || sizeof(P) == 2);
+    static_assert(R % 4 == 0, "row_group: a group's rows must share a pass");
+    std::int32_t group;
+    __builtin_memcpy(&group, p + (j / R) * width + g * R + j % R, sizeof group);
+    return _mm512_set1_epi32(group);
   }
 
   /// The sums of 32 columns of a pass over interleaved rows back in column
@@ -259,7 +262,7 @@ struct decode_kernels {
           for (std::size_t t = 0; t < 4; ++t) prefetch_slot<D / 32, 64>(pf, (c0 / 64) * block * 2 + 2 * j + t);
         __m512bh pw[GB];
 #pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) pw[g] = (__m512bh)row_pair(pb, j, g);
+        for (std::size_t g = 0; g < GB; ++g) pw[g] = (__m512bh)row_group(pb, j, g);
 #pragma GCC unroll 2
         for (std::size_t h = 0; h < 2; ++h) {
           const __m512i a = _mm512_loadu_si512(v[j] + c0 + h * 32);
@@ -524,7 +527,7 @@ struct decode_kernels {
         }
         __m512i pw[GB];
 #pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) pw[g] = row_pair(p16, j, g);
+        for (std::size_t g = 0; g < GB; ++g) pw[g] = row_group(p16, j, g);
 #pragma GCC unroll 2
         for (std::size_t h = 0; h < 2; ++h) {
           const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[j] + c0 + h * 32)));
@@ -566,8 +569,8 @@ struct decode_kernels {
   /// 64 products per instruction: half the multiply-adds of
   /// accumulate_i16, and no sign extension of the rows (VPDPBUSD takes
   /// them as signed bytes). The four probabilities of a row quad are
-  /// adjacent in the lane layout (R % 4 == 0).
-  static constexpr bool u8_values = int16_values && R % 4 == 0 && block % 4 == 0;
+  /// adjacent in the lane layout (`row_group`).
+  static constexpr bool u8_values = int16_values && block % 4 == 0;
 
   /// p8 (lane layout, [block * GB] uint8) = round(p / p_scale[g]) with
   /// p_scale[g] = max_j p(g, j) / 255 (0 for a head whose block is all 0).
@@ -607,11 +610,7 @@ struct decode_kernels {
           for (std::size_t r = 0; r < 4; ++r) prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j + r);
         __m512i pq[GB];
 #pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) {
-          std::int32_t quad;
-          __builtin_memcpy(&quad, p8 + (j / R) * width + g * R + j % R, sizeof quad);
-          pq[g] = _mm512_set1_epi32(quad);
-        }
+        for (std::size_t g = 0; g < GB; ++g) pq[g] = row_group(p8, j, g);
         __m512i r[4];
 #pragma GCC unroll 4
         for (std::size_t x = 0; x < 4; ++x) r[x] = _mm512_loadu_si512(v[j + x] + c0);
