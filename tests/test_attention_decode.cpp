@@ -263,7 +263,8 @@ TEST_CASE("decode: the AVX2 kernels on every storage type, head_dim and GQA rati
       c.softcap = rng() % 4 == 0 ? 3.0f : 0.0f;
       const auto seed = static_cast<std::uint32_t>(rng());
       llmkit::test::require_every_storage_type(
-          [&](auto t) { return run_case<decltype(t), avx2>(c, causal_mask{}, seed); }, f32_tolerance);
+          [&](auto t) { return run_case<decltype(t), avx2>(c, causal_mask{}, seed); }, f32_tolerance,
+          int8_tolerance);  // int8 with VNNI: P.V in integers on int16 probabilities
     }
 }
 #endif
@@ -278,12 +279,12 @@ struct rounding_errors {
 /// The check of rounding options (`options`, all set or all clear:
 /// int8_queries, bf16_queries, bf16_probabilities) for storage type T,
 /// head_dim 64-256, GQA 1-8, random lengths and chunks, a sliding window:
-/// with the options, the SIMD and scalar archs are within `tolerance` of the
-/// oracle given the rounded queries (`stored`) and within `original_bound`
-/// of the queries as given and the keys and values before storage
-/// (`original`: what a caller sees); on each arch the options move the
-/// result by more than `min_moved` (so no path ignores them); the storage
-/// types Others ignore them bit for bit.
+/// with the options, the SIMD, AVX2 and scalar archs are within `tolerance`
+/// of the oracle given the rounded queries (`stored`) and within
+/// `original_bound` of the queries as given and the keys and values before
+/// storage (`original`: what a caller sees); on each arch the options move
+/// the result by more than `min_moved` (so no path ignores them); the
+/// storage types Others ignore them bit for bit.
 template <class T, class... Others>
 rounding_errors check_rounding(std::initializer_list<bool decode_case::*> options, std::uint32_t seed,
                                double tolerance, double min_moved, double original_bound) {
@@ -300,15 +301,26 @@ rounding_errors check_rounding(std::initializer_list<bool decode_case::*> option
       decode_case c = random_int8_case(head_dim, group, rng);
       const auto case_seed = static_cast<std::uint32_t>(rng());
       const sliding_window_mask window(300, 2);
+      // The AVX2 kernels too where the CPU has them (an AVX-512 build runs
+      // both; with VNNI, int8 takes accumulate_i16's AVX2 overload).
+      auto avx2_run = [&](const decode_case& x) {
+#if XSIMD_WITH_AVX2 && XSIMD_WITH_FMA3_AVX2
+        if (xsimd::available_architectures().fma3_avx2 != 0)
+          return run_case<T, xsimd::fma3<xsimd::avx2>>(x, window, case_seed);
+#endif
+        return run_case<T>(x, window, case_seed);
+      };
       for (auto option : options) c.*option = true;
       const auto fast = run_case<T>(c, window, case_seed);
       const auto scalar = run_case<T, simd::scalar>(c, window, case_seed);
+      const auto avx2 = avx2_run(c);
       const std::vector<std::vector<float>> others_on{run_case<Others>(c, window, case_seed).out...};
       for (auto option : options) c.*option = false;
       const auto exact = run_case<T>(c, window, case_seed);
       const auto scalar_exact = run_case<T, simd::scalar>(c, window, case_seed);
+      const auto avx2_exact = avx2_run(c);
       const std::vector<std::vector<float>> others_off{run_case<Others>(c, window, case_seed).out...};
-      for (const auto* e : {&fast, &scalar}) {
+      for (const auto* e : {&fast, &scalar, &avx2}) {
         REQUIRE(e->finite);
         REQUIRE(e->stored < tolerance);
         REQUIRE(e->original < original_bound);
@@ -317,6 +329,7 @@ rounding_errors check_rounding(std::initializer_list<bool decode_case::*> option
       }
       REQUIRE(moved(fast, exact) > min_moved);
       REQUIRE(moved(scalar, scalar_exact) > min_moved);
+      REQUIRE(moved(avx2, avx2_exact) > min_moved);
       REQUIRE(others_on == others_off);
       worst.exact = std::max(worst.exact, exact.original);
     }
@@ -363,7 +376,8 @@ TEST_CASE("decode: bf16_probabilities multiplies the values by bf16 probabilitie
 
 TEST_CASE("decode: int8_probabilities multiplies the values by 8-bit probabilities, on every path") {
   // Paths: the VPDPBUSD kernel (accumulate_u8: AVX-512 VNNI, head_dim 64 /
-  // 128 / 256), the f32 kernel given the rounded values (80, 96, CPUs
+  // 128 / 256), the int16 kernel given the 255 levels (accumulate_i16 on
+  // AVX2 with VNNI), the f32 kernel given the rounded values (80, 96, AVX2
   // without VNNI, the scalar arch everywhere). No oracle rounds the
   // probabilities as a block sees them, so the stored error is bounded by
   // int8_p_tolerance; each path must still move by more than int8's.

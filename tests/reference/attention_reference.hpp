@@ -35,10 +35,10 @@ namespace llmkit::test {
 /// Largest |out - oracle on the stored K/V| accepted from the f32 kernels
 /// (values in [-1, 1]).
 inline constexpr double attention_f32_tolerance = 1e-5;
-/// The same for int8 decode on a VNNI CPU: P.V runs in integers with each
-/// block's probabilities rounded to 16 bits (decode_kernels::int16_values),
-/// which adds up to ~1.2e-5 on the tests' cases; 12-bit probabilities fail
-/// it.
+/// The same for int8 decode on a VNNI CPU (AVX-512 VNNI or AVX-VNNI): P.V
+/// runs in integers with each block's probabilities rounded to 16 bits
+/// (decode_kernels::int16_values), which adds up to ~1.2e-5 on the tests'
+/// cases; 12-bit probabilities fail it.
 inline constexpr double attention_int8_decode_tolerance = 4e-5;
 
 /// [n] values uniform in [lo, hi).

@@ -387,17 +387,19 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       } else {
         K::scores(qg, rt.k, sb, bk);
       }
-      if constexpr (K::int16_values) {
-        static_assert(K::u8_values, "decode: every int16 value path has a uint8 one");
+      if constexpr (K::int16_values) {  // int8 values: P.V in integers
         float p_scale[GB];
-        if (round_p_to_u8) {  // int8_probabilities: VPDPBUSD
-          alignas(64) std::uint8_t p8[BT * GB];
-          K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, nullptr, p_scale,
-                     p8);
-          K::accumulate_u8(og, alpha + b * GB, p8, p_scale, rt.v, bv);
-        } else {
+        if (K::u8_values && round_p_to_u8) {  // int8_probabilities: VPDPBUSD
+          if constexpr (K::u8_values) {
+            alignas(64) std::uint8_t p8[BT * GB];
+            K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, nullptr, p_scale,
+                       p8);
+            K::accumulate_u8(og, alpha + b * GB, p8, p_scale, rt.v, bv);
+          }
+        } else {  // int16 probabilities; int8_probabilities' 255 levels held in int16 (AVX2)
           alignas(64) std::int16_t p16[BT * GB];
-          K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, p16, p_scale);
+          K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, p16, p_scale,
+                     nullptr, round_p_to_u8 ? 255.0f : 32767.0f);
           K::accumulate_i16(og, alpha + b * GB, p16, p_scale, rt.v, bv);
         }
       } else {

@@ -97,6 +97,16 @@ struct decode_kernels {
   /// int8 keys dotted with int16 queries, on either path (decode.hpp rounds
   /// the queries and calls scores_int).
   static constexpr bool int16_queries = vnni_int16 || avx2_int16;
+  /// AVX2 with a 256-bit VPDPWSSD: AVX-VNNI (VEX; Intel from Alder Lake,
+  /// AMD from Zen 5) or, in an AVX-512 build, AVX-512 VL + VNNI. The AVX2
+  /// int8 kernels then take one instruction per 16 products where VPMADDWD
+  /// + VPADDD take two (`scores_int`, `accumulate_i16`).
+  static constexpr bool avx2_vnni =
+#if defined(__AVX2__) && (defined(__AVXVNNI__) || (defined(__AVX512VL__) && defined(__AVX512VNNI__)))
+      avx2_int16;
+#else
+      false;
+#endif
   /// Rows per block: 16, or 32 on the VNNI int16-query path without AMX (whose
   /// tiles take 16 rows). An int8 block's dot products are cheap next to
   /// its softmax step and the per-block work around it, so twice the rows
@@ -166,20 +176,41 @@ struct decode_kernels {
     }
   }
 
-#if defined(__AVX512F__)
   /// The probabilities of rows j .. j + 4 / sizeof(P) - 1 of head g (j a
-  /// multiple of that count), from a lane-layout array, as one 32-bit group
-  /// broadcast to every lane: the operand of a pass over interleaved rows
+  /// multiple of that count), from a lane-layout array, as one 32-bit group:
+  /// broadcast to every lane, the operand of a pass over interleaved rows
   /// (16-bit pairs: accumulate_i16, accumulate_bf16; 8-bit quads:
-  /// accumulate_u8). The group's rows are adjacent in the lane layout
-  /// (R is a multiple of 4).
+  /// accumulate_u8). The group's rows are adjacent in the lane layout.
   template <class P>
-  static __m512i row_group(const P* p, std::size_t j, std::size_t g) noexcept {
+  static std::int32_t row_group_bits(const P* p, std::size_t j, std::size_t g) noexcept {
     static_assert(sizeof(P) == 1 || sizeof(P) == 2);
-    static_assert(R % 4 == 0, "row_group: a group's rows must share a pass");
+    static_assert(R % (4 / sizeof(P)) == 0, "row_group: a group's rows must share a pass");
     std::int32_t group;
     __builtin_memcpy(&group, p + (j / R) * width + g * R + j % R, sizeof group);
-    return _mm512_set1_epi32(group);
+    return group;
+  }
+
+  /// The step of each head's probabilities rounded to `levels` levels
+  /// (quantize_p, quantize_p_u8; one register holds a pass): writes
+  /// p_scale[g] = max_j p(g, j) / levels and returns levels / max in each
+  /// lane of head g (0 where the max is not > 0: all-zero blocks, NaN).
+  /// @param p [passes] registers of probabilities, lane layout
+  template <class Reg>
+  static V p_levels(const Reg* p, float levels, float* p_scale) noexcept {
+    V mx(0.0f);
+    for (std::size_t ps = 0; ps < passes; ++ps) mx = vmax<Arch>(mx, V(p[ps]));
+    const V m(head_max(static_cast<Reg>(mx)));
+    alignas(64) float sc[width];
+    vstore<Arch>(sc, m * V(1.0f / levels));
+    for (std::size_t g = 0; g < GB; ++g) p_scale[g] = sc[g * R];
+    return xsimd::select(m > V(0.0f), V(levels) / m, V(0.0f));
+  }
+
+#if defined(__AVX512F__)
+  /// row_group_bits broadcast to the 16 lanes of a register.
+  template <class P>
+  static __m512i row_group(const P* p, std::size_t j, std::size_t g) noexcept {
+    return _mm512_set1_epi32(row_group_bits(p, j, g));
   }
 
   /// The sums of 32 columns of a pass over interleaved rows back in column
@@ -454,14 +485,14 @@ struct decode_kernels {
   static constexpr bool amx_scores = false;
 #endif
 
-  /// int8 values with VNNI: the block's probabilities (times the value
-  /// scales) rounded to int16, one scale per head and block (its largest
+  /// int8 values with AVX-512 VNNI (AVX2: `avx2_values`): the block's
+  /// probabilities (times the value scales) rounded to int16, one scale per head and block (its largest
   /// probability / 32767), and P.V in integers: VPDPWSSD multiplies two
   /// rows at once (rows j and j + 1 interleaved per column) with the
   /// probability pair (p_j, p_j+1) of each head, so no int8 -> f32
   /// conversion is spent per value. The result is added to the f32 output
   /// once per block (rescaled by alpha like accumulate()).
-  static constexpr bool int16_values = vnni_int16 && D % 64 == 0 && block % 2 == 0;
+  static constexpr bool vnni512_values = vnni_int16 && D % 64 == 0 && block % 2 == 0;
 
   /// acc + VPDPWSSD(a, b), computed in acc's register. GCC 12 compiles the
   /// intrinsic in accumulate_i16's loop as a copy of each accumulator to a
@@ -478,39 +509,26 @@ struct decode_kernels {
   }
 
   /// p16 (lane layout, [block * GB] int16) = round(p / p_scale[g]) with
-  /// p_scale[g] = max_j p(g, j) / 32767 (0 for a head whose block is all 0).
+  /// p_scale[g] = max_j p(g, j) / levels (0 for a head whose block is all
+  /// 0; levels <= 32767).
   /// @param p [passes] registers of probabilities, lane layout (softmax)
-  static void quantize_p(const __m512* p, std::int16_t* p16, float* p_scale) noexcept
-    requires int16_values
+  static void quantize_p(const __m512* p, std::int16_t* p16, float* p_scale, float levels) noexcept
+    requires vnni512_values
   {
-    const __m512 inv = p_levels(p, 32767.0f, p_scale);
+    const __m512 inv = p_levels(p, levels, p_scale);
     for (std::size_t ps = 0; ps < passes; ++ps) {
       const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(p[ps], inv));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p16 + ps * width), _mm512_cvtepi32_epi16(q));
     }
   }
 
-  /// The step of each head's probabilities rounded to `levels` levels:
-  /// writes p_scale[g] = max_j p(g, j) / levels and returns levels / max
-  /// in each lane of head g (0 where the max is not > 0: all-zero blocks,
-  /// NaN).
-  static __m512 p_levels(const __m512* p, float levels, float* p_scale) noexcept {
-    __m512 mx = _mm512_setzero_ps();
-    for (std::size_t ps = 0; ps < passes; ++ps) mx = _mm512_max_ps(mx, p[ps]);
-    const __m512 m = head_max(mx);
-    const __mmask16 pos = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
-    alignas(64) float sc[width];
-    _mm512_store_ps(sc, _mm512_mul_ps(m, _mm512_set1_ps(1.0f / levels)));
-    for (std::size_t g = 0; g < GB; ++g) p_scale[g] = sc[g * R];
-    return _mm512_maskz_div_ps(pos, _mm512_set1_ps(levels), m);
-  }
 
   /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j p16(g, j) * v[j] for g < GB.
   /// @param p16 [block * GB] int16 probabilities, lane layout (quantize_p)
   /// @param pf [block] rows to prefetch meanwhile, or null
   static void accumulate_i16(float* const* o, const float* alpha, const std::int16_t* p16, const float* p_scale,
                              const T* const* v, const T* const* pf) noexcept
-    requires int16_values
+    requires vnni512_values
   {
     // Columns in passes of 64 (GB x 4 int32 accumulators of 16 columns).
     for (std::size_t c0 = 0; c0 < D; c0 += 64) {
@@ -570,7 +588,7 @@ struct decode_kernels {
   /// accumulate_i16, and no sign extension of the rows (VPDPBUSD takes
   /// them as signed bytes). The four probabilities of a row quad are
   /// adjacent in the lane layout (`row_group`).
-  static constexpr bool u8_values = int16_values && block % 4 == 0;
+  static constexpr bool u8_values = vnni512_values && block % 4 == 0;
 
   /// p8 (lane layout, [block * GB] uint8) = round(p / p_scale[g]) with
   /// p_scale[g] = max_j p(g, j) / 255 (0 for a head whose block is all 0).
@@ -663,7 +681,7 @@ struct decode_kernels {
     cols[3] = _mm512_shuffle_f32x4(t1, u1, _MM_SHUFFLE(3, 2, 3, 2));
   }
 #else
-  static constexpr bool int16_values = false;
+  static constexpr bool vnni512_values = false;
   static constexpr bool int8_queries = false;
   static constexpr bool amx_scores = false;
   static constexpr bool u8_values = false;
@@ -700,15 +718,109 @@ struct decode_kernels {
           const __m256i kv =
               _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[p * R + r] + c * step)));
 #pragma GCC unroll 4
-          for (std::size_t g = 0; g < GB; ++g)
-            acc[g * R + r] = _mm256_add_epi32(acc[g * R + r], _mm256_madd_epi16(kv, qv[g]));
+          for (std::size_t g = 0; g < GB; ++g) {
+            if constexpr (avx2_vnni)
+              acc[g * R + r] = dpwssd(acc[g * R + r], kv, qv[g]);
+            else
+              acc[g * R + r] = _mm256_add_epi32(acc[g * R + r], _mm256_madd_epi16(kv, qv[g]));
+          }
         }
       }
       _mm256_store_ps(s + p * width, _mm256_mul_ps(_mm256_cvtepi32_ps(haddi8(acc)), qs));
     }
   }
 
+  /// acc + VPDPWSSD(a, b) on 256-bit registers (`avx2_vnni`), in acc's
+  /// register (as the AVX-512 dpwssd). Without AVX-512 VL the instruction
+  /// must take its VEX encoding (AVX-VNNI; the assembler's default for
+  /// these operands is the EVEX one) and registers 0-15.
+  static __m256i dpwssd(__m256i acc, __m256i a, __m256i b) noexcept
+    requires avx2_vnni
+  {
+#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__AVX512VL__) && defined(__AVX512VNNI__)
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+#else
+    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
 #endif
+    return acc;
+#elif defined(__AVX512VL__) && defined(__AVX512VNNI__)
+    return _mm256_dpwssd_epi32(acc, a, b);
+#else
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+#endif
+  }
+
+  /// The int8 P.V in integers on AVX2 with VNNI (`avx2_vnni`), as on
+  /// AVX-512 (`vnni512_values`): the probabilities rounded to int16 per
+  /// head and block (`quantize_p`), two value rows interleaved per 256-bit
+  /// VPDPWSSD (`accumulate_i16`). The f32 path (`accumulate`) spends two
+  /// conversions per 8 values and an FMA per 8 values and head.
+  static constexpr bool avx2_values = avx2_vnni && block % 2 == 0;
+
+  /// quantize_p on AVX2: p16 (lane layout) = round(p / p_scale[g]).
+  static void quantize_p(const __m256* p, std::int16_t* p16, float* p_scale, float levels) noexcept
+    requires avx2_values
+  {
+    const __m256 inv = p_levels(p, levels, p_scale);
+    for (std::size_t ps = 0; ps < passes; ++ps) {
+      // NaN * 0 converts to INT_MIN: the max with 0 keeps it a 0, as the
+      // AVX-512 path's truncation does (the signed pack would saturate it).
+      const __m256i q = _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(p[ps], inv)), _mm256_setzero_si256());
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p16 + ps * width),
+                       _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)));
+    }
+  }
+
+  /// accumulate_i16 on AVX2: o[g] = alpha[g] * o[g] + p_scale[g] * sum_j
+  /// p16(g, j) * v[j], in passes of 16 columns (GB x 2 accumulators; each
+  /// head's probability pair broadcast where it is used, so the 16
+  /// registers hold the accumulators, a row pair and one pair of
+  /// probabilities).
+  static void accumulate_i16(float* const* o, const float* alpha, const std::int16_t* p16, const float* p_scale,
+                             const T* const* v, const T* const* pf) noexcept
+    requires avx2_values
+  {
+    for (std::size_t c0 = 0; c0 < D; c0 += 16) {
+      __m256i acc[GB][2];
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < block; j += 2) {
+        if (pf != nullptr) {  // a 16-byte step of each row: a line in four
+          prefetch_slot<D / 16, 16>(pf, (c0 / 16) * block + j);
+          prefetch_slot<D / 16, 16>(pf, (c0 / 16) * block + j + 1);
+        }
+        const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v[j] + c0)));
+        const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v[j + 1] + c0)));
+        // Per 128-bit half H: lo holds columns 8H .. 8H + 3, hi 8H + 4 .. 8H + 7 (as (row j, row j + 1) pairs).
+        const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) {
+          const __m256i pw = _mm256_set1_epi32(row_group_bits(p16, j, g));
+          acc[g][0] = dpwssd(acc[g][0], lo, pw);
+          acc[g][1] = dpwssd(acc[g][1], hi, pw);
+        }
+      }
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) {
+        const __m256 lo = _mm256_cvtepi32_ps(acc[g][0]), hi = _mm256_cvtepi32_ps(acc[g][1]);
+        const __m256 cols[2] = {_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31)};
+        const __m256 a = _mm256_set1_ps(alpha[g]), ps = _mm256_set1_ps(p_scale[g]);
+        float* dst = o[g] + c0;
+#pragma GCC unroll 2
+        for (std::size_t x = 0; x < 2; ++x)
+          _mm256_storeu_ps(dst + 8 * x, _mm256_fmadd_ps(cols[x], ps, _mm256_mul_ps(_mm256_loadu_ps(dst + 8 * x), a)));
+      }
+    }
+  }
+#else
+  static constexpr bool avx2_values = false;
+#endif
+
+  /// The probabilities rounded to int16 and P.V in integers (VPDPWSSD), on
+  /// AVX-512 or AVX2 (`quantize_p`, `accumulate_i16`).
+  static constexpr bool int16_values = vnni512_values || avx2_values;
 
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
   /// layout: lane a gets x[p * R + a % R].
@@ -757,17 +869,18 @@ struct decode_kernels {
   /// (times the int8 value scales when `v_scale` is set) and writes the
   /// factor each head's output must be rescaled by to `alpha` ([GB]).
   /// With `p16` set (int8 values with VNNI) the probabilities go to
-  /// accumulate_i16 rounded to int16 (`quantize_p`) instead of back to `s`;
-  /// with `p8` set (and u8_values), to accumulate_u8 rounded to uint8
-  /// (`quantize_p_u8`).
+  /// accumulate_i16 rounded to `p16_levels` levels in int16 (`quantize_p`)
+  /// instead of back to `s`; with `p8` set (and u8_values), to
+  /// accumulate_u8 rounded to uint8 (`quantize_p_u8`).
   /// @param bias [block] 0 or -inf per row, or null when every row counts
   /// @param k_scale, v_scale [block] int8 row scales, or null
   /// @param p16, p_scale [block * GB] int16 probabilities and [GB] their
   ///        scales, or null
   /// @param p8 [block * GB] uint8 probabilities (scales in p_scale), or null
+  /// @param p16_levels 32767, or 255 for int8_probabilities without u8_values
   static void softmax(float* s, state& st, const float* bias, const float* k_scale, const float* v_scale,
                       float softcap, float* alpha, std::int16_t* p16 = nullptr, float* p_scale = nullptr,
-                      std::uint8_t* p8 = nullptr) noexcept {
+                      std::uint8_t* p8 = nullptr, float p16_levels = 32767.0f) noexcept {
     constexpr float ninf = -std::numeric_limits<float>::infinity();
     V mx[regs];
     for (std::size_t b = 0; b < regs; ++b) mx[b] = V(ninf);
@@ -821,9 +934,9 @@ struct decode_kernels {
       }
     if constexpr (int16_values) {
       if (p16 != nullptr || p8 != nullptr) {
-        __m512 r[passes];
+        typename V::register_type r[passes];
         for (std::size_t p = 0; p < passes; ++p) r[p] = probs[p];
-        if (p16 != nullptr) quantize_p(r, p16, p_scale);
+        if (p16 != nullptr) quantize_p(r, p16, p_scale, p16_levels);
         if constexpr (u8_values)
           if (p8 != nullptr) quantize_p_u8(r, p8, p_scale);
       }
