@@ -333,7 +333,7 @@ struct decode_kernels {
   /// multiplies unsigned by signed bytes, so each key register is offset to
   /// unsigned (k + 128: one XOR, shared by the GB heads) and the offset's
   /// share, 128 * sum_d q[g][d], is taken off each head's sums (`q_offset`).
-  static constexpr bool int8_queries = vnni_int16 && D % 64 == 0;
+  static constexpr bool int8_queries_512 = vnni_int16 && D % 64 == 0;
 
   /// s (lane layout) = q_scale(g) * (q[g] . k[j]) in int32, for g < GB,
   /// j < block (int8 rows unscaled, like scores()). Q = std::int16_t: each
@@ -350,7 +350,7 @@ struct decode_kernels {
   template <class Q>
   static void scores_int(const Q* const* q, const float* q_scale, const std::int32_t* q_offset, const T* const* k,
                          float* s, const T* const* pf) noexcept
-    requires(std::is_same_v<Q, std::int16_t> && vnni_int16) || (std::is_same_v<Q, std::int8_t> && int8_queries)
+    requires(std::is_same_v<Q, std::int16_t> && vnni_int16) || (std::is_same_v<Q, std::int8_t> && int8_queries_512)
   {
     constexpr bool bytes = std::is_same_v<Q, std::int8_t>;
     constexpr std::size_t step = bytes ? 64 : 32;  // key values per register
@@ -682,23 +682,32 @@ struct decode_kernels {
   }
 #else
   static constexpr bool vnni512_values = false;
-  static constexpr bool int8_queries = false;
+  static constexpr bool int8_queries_512 = false;
   static constexpr bool amx_scores = false;
   static constexpr bool u8_values = false;
 #endif
 
 #if defined(__AVX2__)
-  /// scores_int<std::int16_t> on AVX2 (`avx2_int16`): the same exact int32
-  /// dot products, 16 key values per step (each key register sign-extended
-  /// once for the GB heads), VPMADDWD + VPADDD per head.
+  /// int8 queries on AVX2 with VNNI (as `int8_queries_512`): VPDPBUSD on
+  /// 32 key bytes offset to unsigned, twice the products of VPDPWSSD.
+  static constexpr bool int8_queries_avx2 = avx2_vnni && D % 32 == 0;
+
+  /// scores_int on AVX2 (`avx2_int16`): the same exact int32 dot products.
+  /// Q = std::int16_t: 16 key values per step (each key register
+  /// sign-extended once for the GB heads), VPMADDWD + VPADDD per head, or
+  /// VPDPWSSD (`avx2_vnni`); Q = std::int8_t (`int8_queries_avx2`): 32 per
+  /// step, offset to unsigned (one XOR), VPDPBUSD, the offset's share
+  /// (`q_offset`) taken off after the fold.
   template <class Q>
-  static void scores_int(const Q* const* q, const float* q_scale, const std::int32_t* /*q_offset*/,
-                         const T* const* k, float* s, const T* const* pf) noexcept
-    requires std::is_same_v<Q, std::int16_t> && avx2_int16
+  static void scores_int(const Q* const* q, const float* q_scale, const std::int32_t* q_offset, const T* const* k,
+                         float* s, const T* const* pf) noexcept
+    requires(std::is_same_v<Q, std::int16_t> && avx2_int16) || (std::is_same_v<Q, std::int8_t> && int8_queries_avx2)
   {
     static_assert(width == 8, "scores_int (AVX2): one register of 8 lanes per pass");
-    constexpr std::size_t step = 16;  // key values per register
+    constexpr bool bytes = std::is_same_v<Q, std::int8_t>;
+    constexpr std::size_t step = bytes ? 32 : 16;  // key values per register
     const __m256 qs = _mm256_load_ps(q_scale);
+    [[maybe_unused]] const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     for (std::size_t p = 0; p < passes; ++p) {
       __m256i acc[width];
 #pragma GCC unroll 8
@@ -715,18 +724,26 @@ struct decode_kernels {
           qv[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[g] + c * step));
 #pragma GCC unroll 8
         for (std::size_t r = 0; r < R; ++r) {
-          const __m256i kv =
-              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[p * R + r] + c * step)));
+          const T* row = k[p * R + r] + c * step;
+          if constexpr (bytes) {
+            const __m256i kv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)), flip);
 #pragma GCC unroll 4
-          for (std::size_t g = 0; g < GB; ++g) {
-            if constexpr (avx2_vnni)
-              acc[g * R + r] = dpwssd(acc[g * R + r], kv, qv[g]);
-            else
-              acc[g * R + r] = _mm256_add_epi32(acc[g * R + r], _mm256_madd_epi16(kv, qv[g]));
+            for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = dpbusd(acc[g * R + r], kv, qv[g]);
+          } else {
+            const __m256i kv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+#pragma GCC unroll 4
+            for (std::size_t g = 0; g < GB; ++g) {
+              if constexpr (avx2_vnni)
+                acc[g * R + r] = dpwssd(acc[g * R + r], kv, qv[g]);
+              else
+                acc[g * R + r] = _mm256_add_epi32(acc[g * R + r], _mm256_madd_epi16(kv, qv[g]));
+            }
           }
         }
       }
-      _mm256_store_ps(s + p * width, _mm256_mul_ps(_mm256_cvtepi32_ps(haddi8(acc)), qs));
+      __m256i sums = haddi8(acc);
+      if constexpr (bytes) sums = _mm256_sub_epi32(sums, _mm256_load_si256(reinterpret_cast<const __m256i*>(q_offset)));
+      _mm256_store_ps(s + p * width, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), qs));
     }
   }
 
@@ -748,6 +765,25 @@ struct decode_kernels {
     return _mm256_dpwssd_epi32(acc, a, b);
 #else
     return _mm256_dpwssd_avx_epi32(acc, a, b);
+#endif
+  }
+
+  /// acc + VPDPBUSD(a, b) (a unsigned bytes, b signed) on 256-bit
+  /// registers, as dpwssd above.
+  static __m256i dpbusd(__m256i acc, __m256i a, __m256i b) noexcept
+    requires avx2_vnni
+  {
+#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__AVX512VL__) && defined(__AVX512VNNI__)
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+#else
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+#endif
+    return acc;
+#elif defined(__AVX512VL__) && defined(__AVX512VNNI__)
+    return _mm256_dpbusd_epi32(acc, a, b);
+#else
+    return _mm256_dpbusd_avx_epi32(acc, a, b);
 #endif
   }
 
@@ -815,12 +851,16 @@ struct decode_kernels {
     }
   }
 #else
+  static constexpr bool int8_queries_avx2 = false;
   static constexpr bool avx2_values = false;
 #endif
 
   /// The probabilities rounded to int16 and P.V in integers (VPDPWSSD), on
   /// AVX-512 or AVX2 (`quantize_p`, `accumulate_i16`).
   static constexpr bool int16_values = vnni512_values || avx2_values;
+  /// int8 queries dotted as bytes (VPDPBUSD, `scores_int<std::int8_t>`), on
+  /// AVX-512 or AVX2.
+  static constexpr bool int8_queries = int8_queries_512 || int8_queries_avx2;
 
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
   /// layout: lane a gets x[p * R + a % R].
