@@ -207,6 +207,18 @@ struct decode_kernels {
     return xsimd::select(m > V(0.0f), V(levels) / m, V(0.0f));
   }
 
+  /// dst[L x .. L x + L - 1] = alpha * dst[..] + p_scale * sums[x] for
+  /// x < N: one column pass of an integer P.V kernel (accumulate_i16 on
+  /// either arch, accumulate_u8: its sums converted to f32, in column
+  /// order) added to the f32 output.
+  template <std::size_t N, class Reg>
+  static void add_pass(float* dst, const Reg* sums, float alpha, float p_scale) noexcept {
+    const V a(alpha), ps(p_scale);
+#pragma GCC unroll 4
+    for (std::size_t x = 0; x < N; ++x)
+      vstore<Arch>(dst + L * x, vfma<Arch>(V(sums[x]), ps, vload<Arch>(dst + L * x) * a));
+  }
+
 #if defined(__AVX512F__)
   /// row_group_bits broadcast to the 16 lanes of a register.
   template <class P>
@@ -567,19 +579,9 @@ struct decode_kernels {
 #pragma GCC unroll 2
         for (std::size_t h = 0; h < 2; ++h)
           in_column_order(_mm512_cvtepi32_ps(acc[g][2 * h]), _mm512_cvtepi32_ps(acc[g][2 * h + 1]), sums + 2 * h);
-        add_pass(o[g] + c0, sums, alpha[g], p_scale[g]);
+        add_pass<4>(o[g] + c0, sums, alpha[g], p_scale[g]);
       }
     }
-  }
-
-  /// dst[16x .. 16x + 15] = alpha * dst[..] + p_scale * sums[x] for x < 4:
-  /// one 64-column pass of accumulate_i16 / accumulate_u8 (its integer
-  /// sums, converted and in column order) added to the f32 output.
-  static void add_pass(float* dst, const __m512* sums, float alpha, float p_scale) noexcept {
-    const __m512 a = _mm512_set1_ps(alpha), ps = _mm512_set1_ps(p_scale);
-#pragma GCC unroll 4
-    for (std::size_t x = 0; x < 4; ++x)
-      _mm512_storeu_ps(dst + 16 * x, _mm512_fmadd_ps(sums[x], ps, _mm512_mul_ps(_mm512_loadu_ps(dst + 16 * x), a)));
   }
 
   /// int8 values with 8-bit probabilities (`decode_params::int8_probabilities`):
@@ -648,7 +650,7 @@ struct decode_kernels {
       for (std::size_t g = 0; g < GB; ++g) {
         __m512 sums[4];
         quad_column_order(acc[g], sums);
-        add_pass(o[g] + c0, sums, alpha[g], p_scale[g]);
+        add_pass<4>(o[g] + c0, sums, alpha[g], p_scale[g]);
       }
     }
   }
@@ -843,11 +845,7 @@ struct decode_kernels {
       for (std::size_t g = 0; g < GB; ++g) {
         const __m256 lo = _mm256_cvtepi32_ps(acc[g][0]), hi = _mm256_cvtepi32_ps(acc[g][1]);
         const __m256 cols[2] = {_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31)};
-        const __m256 a = _mm256_set1_ps(alpha[g]), ps = _mm256_set1_ps(p_scale[g]);
-        float* dst = o[g] + c0;
-#pragma GCC unroll 2
-        for (std::size_t x = 0; x < 2; ++x)
-          _mm256_storeu_ps(dst + 8 * x, _mm256_fmadd_ps(cols[x], ps, _mm256_mul_ps(_mm256_loadu_ps(dst + 8 * x), a)));
+        add_pass<2>(o[g] + c0, cols, alpha[g], p_scale[g]);
       }
     }
   }
