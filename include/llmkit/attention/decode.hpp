@@ -97,12 +97,13 @@ struct decode_params {
   /// softmax probabilities (times the value rows' scales) to 8-bit levels,
   /// one step per block and head (the block's largest / 255), before they
   /// multiply the values. Faster where the CPU has AVX-512 VNNI and
-  /// head_dim is 64, 128 or 256 (VPDPBUSD: four value rows per
-  /// instruction, where the int16 probabilities used otherwise take two
-  /// per VPDPWSSD); every other path multiplies the same rounded
-  /// probabilities in f32. The cost is the probabilities' rounding, up to
-  /// 1/510 of the block's largest per value (the sums that normalise them
-  /// are not rounded; docs/attention.md gives the tested error).
+  /// head_dim is 64, 128 or 256, or AVX-VNNI on an AVX2 build and head_dim
+  /// a multiple of 16 (VPDPBUSD: four value rows per instruction, where the
+  /// int16 probabilities used otherwise take two per VPDPWSSD); every other
+  /// path multiplies the same rounded probabilities in f32. The cost is the
+  /// probabilities' rounding, up to 1/510 of the block's largest per value
+  /// (the sums that normalise them are not rounded; docs/attention.md gives
+  /// the tested error).
   bool int8_probabilities = false;
 };
 
@@ -396,7 +397,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
                        p8);
             K::accumulate_u8(og, alpha + b * GB, p8, p_scale, rt.v, bv);
           }
-        } else {  // int16 probabilities; int8_probabilities' 255 levels held in int16 (AVX2)
+        } else {  // int16 probabilities
           alignas(64) std::int16_t p16[BT * GB];
           K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, p16, p_scale,
                      nullptr, round_p_to_u8 ? 255.0f : 32767.0f);

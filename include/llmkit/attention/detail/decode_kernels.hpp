@@ -177,17 +177,25 @@ struct decode_kernels {
     }
   }
 
+  /// Where 8-bit probabilities are grouped by row quads instead of held in
+  /// the lane layout: where a pass holds fewer than 4 rows of a head (AVX2
+  /// at GB = 4: R = 2), `quantize_p_u8` writes [block / 4][GB][4] bytes, the
+  /// quad of head g's rows j .. j + 3 at (j / 4) * GB * 4 + g * 4.
+  static constexpr bool p8_quads = R % 4 != 0;
+
   /// The probabilities of rows j .. j + 4 / sizeof(P) - 1 of head g (j a
-  /// multiple of that count), from a lane-layout array, as one 32-bit group:
-  /// broadcast to every lane, the operand of a pass over interleaved rows
-  /// (16-bit pairs: accumulate_i16, accumulate_bf16; 8-bit quads:
-  /// accumulate_u8). The group's rows are adjacent in the lane layout.
+  /// multiple of that count) as one 32-bit group: broadcast to every lane,
+  /// the operand of a pass over interleaved rows (16-bit pairs from the
+  /// lane layout: accumulate_i16, accumulate_bf16; 8-bit quads:
+  /// accumulate_u8, from the lane layout or, where `p8_quads`, the quad
+  /// layout).
   template <class P>
   static std::int32_t row_group_bits(const P* p, std::size_t j, std::size_t g) noexcept {
     static_assert(sizeof(P) == 1 || sizeof(P) == 2);
-    static_assert(R % (4 / sizeof(P)) == 0, "row_group: a group's rows must share a pass");
+    static_assert(sizeof(P) == 1 || R % 2 == 0, "row_group: a pair's rows must share a pass");
+    const std::size_t at = sizeof(P) == 1 && p8_quads ? (j / 4) * GB * 4 + g * 4 : (j / R) * width + g * R + j % R;
     std::int32_t group;
-    __builtin_memcpy(&group, p + (j / R) * width + g * R + j % R, sizeof group);
+    __builtin_memcpy(&group, p + at, sizeof group);
     return group;
   }
 
@@ -591,13 +599,13 @@ struct decode_kernels {
   /// accumulate_i16, and no sign extension of the rows (VPDPBUSD takes
   /// them as signed bytes). The four probabilities of a row quad are
   /// adjacent in the lane layout (`row_group`).
-  static constexpr bool u8_values = vnni512_values && block % 4 == 0;
+  static constexpr bool vnni512_u8_values = vnni512_values && block % 4 == 0;
 
   /// p8 (lane layout, [block * GB] uint8) = round(p / p_scale[g]) with
   /// p_scale[g] = max_j p(g, j) / 255 (0 for a head whose block is all 0).
   /// @param p [passes] registers of probabilities, lane layout (softmax)
   static void quantize_p_u8(const __m512* p, std::uint8_t* p8, float* p_scale) noexcept
-    requires u8_values
+    requires vnni512_u8_values
   {
     const __m512 inv = p_levels(p, 255.0f, p_scale);
     for (std::size_t ps = 0; ps < passes; ++ps) {
@@ -615,7 +623,7 @@ struct decode_kernels {
   /// @param pf [block] rows to prefetch meanwhile, or null
   static void accumulate_u8(float* const* o, const float* alpha, const std::uint8_t* p8, const float* p_scale,
                             const T* const* v, const T* const* pf) noexcept
-    requires u8_values
+    requires vnni512_u8_values
   {
     // Columns in passes of 64 (GB x 4 int32 accumulators of 16 columns).
     for (std::size_t c0 = 0; c0 < D; c0 += 64) {
@@ -687,7 +695,7 @@ struct decode_kernels {
   static constexpr bool vnni512_values = false;
   static constexpr bool int8_queries_512 = false;
   static constexpr bool amx_scores = false;
-  static constexpr bool u8_values = false;
+  static constexpr bool vnni512_u8_values = false;
 #endif
 
 #if defined(__AVX2__)
@@ -797,15 +805,20 @@ struct decode_kernels {
   /// conversions per 8 values and an FMA per 8 values and head.
   static constexpr bool avx2_values = avx2_vnni && block % 2 == 0;
 
+  /// round(p * inv) as int32, >= 0: NaN * 0 converts to INT_MIN, which the
+  /// max with 0 keeps a 0, as the AVX-512 int16 path's truncation does (the
+  /// signed or unsigned packs after it would saturate it).
+  static __m256i rounded_levels(__m256 p, __m256 inv) noexcept {
+    return _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(p, inv)), _mm256_setzero_si256());
+  }
+
   /// quantize_p on AVX2: p16 (lane layout) = round(p / p_scale[g]).
   static void quantize_p(const __m256* p, std::int16_t* p16, float* p_scale, float levels) noexcept
     requires avx2_values
   {
     const __m256 inv = p_levels(p, levels, p_scale);
     for (std::size_t ps = 0; ps < passes; ++ps) {
-      // NaN * 0 converts to INT_MIN: the max with 0 keeps it a 0, as the
-      // AVX-512 path's truncation does (the signed pack would saturate it).
-      const __m256i q = _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(p[ps], inv)), _mm256_setzero_si256());
+      const __m256i q = rounded_levels(p[ps], inv);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p16 + ps * width),
                        _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)));
     }
@@ -849,14 +862,93 @@ struct decode_kernels {
       }
     }
   }
+
+  /// int8_probabilities on AVX2 with VNNI (as `vnni512_u8_values`): the
+  /// probabilities rounded to uint8 and four value rows interleaved per
+  /// 256-bit VPDPBUSD, where `accumulate_i16` takes two per VPDPWSSD on the
+  /// same 255 levels (the int32 sums, hence the results, are equal).
+  static constexpr bool avx2_u8_values = avx2_values && block % 4 == 0;
+
+  /// quantize_p_u8 on AVX2: p8 = round(p / p_scale[g]) with p_scale[g] =
+  /// max_j p(g, j) / 255, in the lane layout or, where `p8_quads`, by row
+  /// quads (`row_group_bits`).
+  static void quantize_p_u8(const __m256* p, std::uint8_t* p8, float* p_scale) noexcept
+    requires avx2_u8_values
+  {
+    const __m256 inv = p_levels(p, 255.0f, p_scale);
+    if constexpr (p8_quads) {
+      static_assert(R == 2 && GB == 4, "quantize_p_u8: quads from passes of 2 rows x 4 heads");
+      for (std::size_t ps = 0; ps < passes; ps += 2) {
+        const __m256i a = rounded_levels(p[ps], inv), b = rounded_levels(p[ps + 1], inv);
+        // Per 128-bit half H: head 2H's quad (rows of pass ps, then ps + 1)
+        // in lo, head 2H + 1's in hi.
+        const __m256i lo = _mm256_unpacklo_epi64(a, b), hi = _mm256_unpackhi_epi64(a, b);
+        const __m256i w = _mm256_packus_epi32(lo, hi);  // half H: heads 2H, 2H + 1 (uint16)
+        const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0x08);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p8 + ps / 2 * GB * 4), _mm256_castsi256_si128(bytes));
+      }
+    } else {
+      for (std::size_t ps = 0; ps < passes; ++ps) {
+        const __m256i q = rounded_levels(p[ps], inv);
+        const __m256i w = _mm256_packus_epi32(q, q);
+        const __m256i bytes = _mm256_packus_epi16(w, w);  // half H: lanes 4H .. 4H + 3 in its first dword
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(p8 + ps * width),
+                         _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1)));
+      }
+    }
+  }
+
+  /// accumulate_u8 on AVX2: o[g] = alpha[g] * o[g] + p_scale[g] * sum_j
+  /// p8(g, j) * v[j], in passes of 16 columns: four rows' 16 bytes
+  /// interleaved by 128-bit unpacks into two registers of 8 columns (in
+  /// column order), GB x 2 accumulators.
+  static void accumulate_u8(float* const* o, const float* alpha, const std::uint8_t* p8, const float* p_scale,
+                            const T* const* v, const T* const* pf) noexcept
+    requires avx2_u8_values
+  {
+    for (std::size_t c0 = 0; c0 < D; c0 += 16) {
+      __m256i acc[GB][2];
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < block; j += 4) {
+        __m128i r[4];
+#pragma GCC unroll 4
+        for (std::size_t x = 0; x < 4; ++x) {
+          if (pf != nullptr) prefetch_slot<D / 16, 16>(pf, (c0 / 16) * block + j + x);  // a line in four
+          r[x] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[j + x] + c0));
+        }
+        const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+        const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+        // x[0]: columns c0 .. c0 + 7, x[1]: c0 + 8 .. c0 + 15, each as the bytes of rows j .. j + 3.
+        const __m256i x[2] = {_mm256_set_m128i(_mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(lo01, lo23)),
+                              _mm256_set_m128i(_mm_unpackhi_epi16(hi01, hi23), _mm_unpacklo_epi16(hi01, hi23))};
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) {
+          const __m256i pq = _mm256_set1_epi32(row_group_bits(p8, j, g));
+          acc[g][0] = dpbusd(acc[g][0], pq, x[0]);
+          acc[g][1] = dpbusd(acc[g][1], pq, x[1]);
+        }
+      }
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) {
+        const __m256 cols[2] = {_mm256_cvtepi32_ps(acc[g][0]), _mm256_cvtepi32_ps(acc[g][1])};
+        add_pass<2>(o[g] + c0, cols, alpha[g], p_scale[g]);
+      }
+    }
+  }
 #else
   static constexpr bool int8_queries_avx2 = false;
   static constexpr bool avx2_values = false;
+  static constexpr bool avx2_u8_values = false;
 #endif
 
   /// The probabilities rounded to int16 and P.V in integers (VPDPWSSD), on
   /// AVX-512 or AVX2 (`quantize_p`, `accumulate_i16`).
   static constexpr bool int16_values = vnni512_values || avx2_values;
+  /// int8_probabilities as uint8 and P.V in VPDPBUSD (`quantize_p_u8`,
+  /// `accumulate_u8`), on AVX-512 or AVX2.
+  static constexpr bool u8_values = vnni512_u8_values || avx2_u8_values;
   /// int8 queries dotted as bytes (VPDPBUSD, `scores_int<std::int8_t>`), on
   /// AVX-512 or AVX2.
   static constexpr bool int8_queries = int8_queries_512 || int8_queries_avx2;
