@@ -376,9 +376,10 @@ TEST_CASE("decode: bf16_probabilities multiplies the values by bf16 probabilitie
 
 TEST_CASE("decode: int8_probabilities multiplies the values by 8-bit probabilities, on every path") {
   // Paths: the VPDPBUSD kernel (accumulate_u8: AVX-512 VNNI, head_dim 64 /
-  // 128 / 256), the int16 kernel given the 255 levels (accumulate_i16 on
-  // AVX2 with VNNI), the f32 kernel given the rounded values (80, 96, AVX2
-  // without VNNI, the scalar arch everywhere). No oracle rounds the
+  // 128 / 256; its AVX2 overload on the AVX2 arch with VNNI, every head_dim
+  // here, the probabilities by row quads at GQA 3 to 8), the f32 kernel given
+  // the rounded values (80, 96 on AVX-512, AVX2 without VNNI, the scalar
+  // arch everywhere). No oracle rounds the
   // probabilities as a block sees them, so the stored error is bounded by
   // int8_p_tolerance; each path must still move by more than int8's.
   const auto p = check_rounding<std::int8_t, f16, bf16>({&decode_case::int8_probabilities}, 59, int8_p_tolerance,
