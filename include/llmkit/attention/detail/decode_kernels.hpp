@@ -877,7 +877,7 @@ struct decode_kernels {
   {
     const __m256 inv = p_levels(p, 255.0f, p_scale);
     if constexpr (p8_quads) {
-      static_assert(R == 2 && GB == 4, "quantize_p_u8: quads from passes of 2 rows x 4 heads");
+      static_assert(R == 2 && GB == 4 && passes % 2 == 0, "quantize_p_u8: quads from pass pairs of 2 rows x 4 heads");
       for (std::size_t ps = 0; ps < passes; ps += 2) {
         const __m256i a = rounded_levels(p[ps], inv), b = rounded_levels(p[ps + 1], inv);
         // Per 128-bit half H: head 2H's quad (rows of pass ps, then ps + 1)
