@@ -26,6 +26,7 @@
 
 #include "llmkit/attention/detail/common.hpp"
 #include "llmkit/attention/detail/decode_kernels.hpp"
+#include "llmkit/attention/detail/decode_queries.hpp"
 #include "llmkit/attention/detail/kv_rows.hpp"
 #include "llmkit/attention/detail/mask_ref.hpp"
 #include "llmkit/attention/mask.hpp"
@@ -199,8 +200,8 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   const std::int32_t q_pos = ws.last_pos[i];
 
   scratch& s = scratch::local();
-  float* qs = ensure(s.a, padded * D);
   float* o = ensure(s.b, padded * D);
+  std::fill(o, o + padded * D, 0.0f);
   float* sc = ensure(s.c, padded * BT);
   float* alpha = ensure(s.d, padded);
   // A zero row of any storage type (all-zero bits are 0 in f32/f16/bf16/int8)
@@ -217,87 +218,16 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     st->reset();
     if (b == 0) states = st;
   }
-  const float* qsrc = p.q.data() + (i * p.n_heads + h * group) * D;
-  for (std::size_t x = 0; x < group * D; ++x) qs[x] = qsrc[x] * job.scale;
-  std::fill(qs + group * D, qs + padded * D, 0.0f);  // padding heads: zero queries, results dropped
-  std::fill(o, o + padded * D, 0.0f);
+  // The queries in every form this arch's kernels read (decode_queries.hpp).
+  const decode_queries<Arch, D, T, GB> q(s, p.q.data() + (i * p.n_heads + h * group) * D, group, padded, job.scale,
+                                          scaled && p.int8_queries, std::is_same_v<T, bf16> && p.bf16_queries);
   const float* qg[GB];
   float* og[GB];
-  // int8_queries: each head's queries rounded to int8 levels (amax / 127
-  // steps) instead of int16 ones (amax / 32767).
-  const bool round_to_int8 = scaled && p.int8_queries;
-  const float levels = round_to_int8 ? 127.0f : 32767.0f;
-  if (round_to_int8 && !K::int16_queries) {  // f32 scores: the rounded values themselves
-    for (std::size_t g = 0; g < group; ++g) {
-      float* x = qs + g * D;
-      bool finite = true;
-      const float amax = simd::detail::abs_max<Arch>(x, D, finite);
-      if (!finite || amax == 0.0f) continue;  // NaN / inf: NaN scores and a zero output as without rounding
-      const float step = amax / levels, inv = levels / amax;
-      for (std::size_t d = 0; d < D; ++d) x[d] = std::nearbyint(x[d] * inv) * step;
-    }
-  }
-  // bf16_queries (bf16 caches): each query rounded to bf16 in s.g, for
-  // scores_bf16, and qs set to the rounded values, for every other path.
   [[maybe_unused]] const bf16* qbg[GB];
-  bf16* qb = nullptr;
-  const bool round_to_bf16 = std::is_same_v<T, bf16> && p.bf16_queries;
-  const bool round_p_to_bf16 = std::is_same_v<T, bf16> && p.bf16_probabilities;
-  const bool round_p_to_u8 = scaled && p.int8_probabilities;
-  if (round_to_bf16) {
-    qb = reinterpret_cast<bf16*>(ensure(s.g, padded * D / 2));
-    simd::convert<Arch>(std::span<const float>(qs, padded * D), std::span<bf16>(qb, padded * D));
-    simd::convert<Arch>(std::span<const bf16>(qb, padded * D), std::span<float>(qs, padded * D));
-  }
-  // int8 keys with VNNI or AVX2 (K::int16_queries): the queries as int16, one scale per head
-  // (decode_kernels::scores_int), and each batch's scales in lane layout;
-  // with int8_queries and K::int8_queries also as int8 rows, with the
-  // offsets scores_int<int8_t> takes off (lane layout).
   [[maybe_unused]] const std::int16_t* q16g[GB];
   [[maybe_unused]] const std::int8_t* q8g[GB];
-  [[maybe_unused]] std::int16_t* q16 = nullptr;
-  [[maybe_unused]] std::int8_t* q8 = nullptr;
-  [[maybe_unused]] float* q16_lanes = nullptr;
-  [[maybe_unused]] std::int32_t* q8_offsets = nullptr;
-  [[maybe_unused]] const bool use_i8 = K::int8_queries && round_to_int8;
-  if constexpr (K::int16_queries) {
-    // s.g: [padded, D] int16 queries, then (where K::int8_queries) [padded,
-    // D] int8 ones and [n_batches, width] int32 offsets.
-    float* qmem = ensure(s.g, padded * D / 2 + (K::int8_queries ? padded * D / 4 + n_batches * K::width : 0));
-    q16 = reinterpret_cast<std::int16_t*>(qmem);
-    if constexpr (K::int8_queries) {
-      q8 = reinterpret_cast<std::int8_t*>(qmem + padded * D / 2);
-      q8_offsets = reinterpret_cast<std::int32_t*>(qmem + padded * D / 2 + padded * D / 4);
-    }
-    q16_lanes = ensure(s.h, n_batches * K::width);
-    for (std::size_t g = 0; g < padded; ++g) {
-      const float* x = qs + g * D;
-      bool finite = true;
-      const float amax = simd::detail::abs_max<Arch>(x, D, finite);
-      // A query holding inf or NaN gives NaN scores, hence a zero output
-      // for its head as in f32 (tests/test_attention_decode.cpp), instead
-      // of converting inf or NaN to int16 (undefined behaviour).
-      const float qscale = finite ? amax / levels : std::numeric_limits<float>::quiet_NaN();
-      const float inv = finite && amax > 0.0f ? levels / amax : 0.0f;
-      // nearbyint rounds as lrint does (|x * inv| <= levels, in range) but,
-      // setting no errno, is inlined and vectorised (lrint is a libm call).
-      std::int16_t* row = q16 + g * D;
-      if (finite)
-        for (std::size_t d = 0; d < D; ++d) row[d] = static_cast<std::int16_t>(std::nearbyint(x[d] * inv));
-      else
-        std::fill(row, row + D, std::int16_t{0});
-      const std::size_t lane0 = (g / GB) * K::width + (g % GB) * K::R;
-      for (std::size_t r = 0; r < K::R; ++r) q16_lanes[lane0 + r] = qscale;
-      if (use_i8) {
-        std::int32_t sum = 0;
-        for (std::size_t d = 0; d < D; ++d) {
-          q8[g * D + d] = static_cast<std::int8_t>(row[d]);
-          sum += row[d];
-        }
-        for (std::size_t r = 0; r < K::R; ++r) q8_offsets[lane0 + r] = 128 * sum;
-      }
-    }
-  }
+  const bool round_p_to_bf16 = std::is_same_v<T, bf16> && p.bf16_probabilities;
+  const bool round_p_to_u8 = scaled && p.int8_probabilities;
   // int8 keys on AMX (decode_kernels::scores_amx, same scores as
   // scores_int): each batch's int16 queries as tiles, then room for the
   // rows of one block (amx_stage).
@@ -314,7 +244,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
       k_stage = q_tiles + q_bytes;
       for (std::size_t b = 0; b < n_batches; ++b) {
         const std::int16_t* qb[GB];
-        for (std::size_t g = 0; g < GB; ++g) qb[g] = q16 + (b * GB + g) * D;
+        q.batch(q.i16, b, qb);
         K::amx_pack_q(qb, q_tiles + b * K::amx_q_bytes);
       }
       tiles.emplace(K::amx_config());
@@ -359,29 +289,28 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     if (use_amx)
       if constexpr (K::amx_scores) K::amx_stage(rt.k, k_stage);
     for (std::size_t b = 0; b < n_batches; ++b) {
-      for (std::size_t g = 0; g < GB; ++g) {
-        qg[g] = qs + (b * GB + g) * D;
-        og[g] = o + (b * GB + g) * D;
-        if constexpr (K::int16_queries) q16g[g] = q16 + (b * GB + g) * D;
-        if constexpr (K::int8_queries) q8g[g] = q8 + (b * GB + g) * D;
-        if constexpr (K::bf16_dot) qbg[g] = qb + (b * GB + g) * D;
-      }
+      for (std::size_t g = 0; g < GB; ++g) og[g] = o + (b * GB + g) * D;
+      q.batch(q.f32, b, qg);
+      if constexpr (K::int16_queries) q.batch(q.i16, b, q16g);
+      if constexpr (K::int8_queries) q.batch(q.i8, b, q8g);
+      if constexpr (K::bf16_dot) q.batch(q.bf, b, qbg);
       float* sb = sc + b * GB * BT;
       // The first batch of heads prefetches (a GQA group of 8 runs two).
       const T* const* bk = b == 0 ? pf_k : nullptr;
       const T* const* bv = b == 0 ? pf_v : nullptr;
       if (use_amx) {  // only ever set where K::amx_scores
         if constexpr (K::amx_scores)
-          K::scores_amx(q_tiles + b * K::amx_q_bytes, q16_lanes + b * K::width, k_stage, sb, bk);
+          K::scores_amx(q_tiles + b * K::amx_q_bytes, q.lane_scale + b * K::width, k_stage, sb, bk);
       } else if constexpr (K::int8_queries) {
-        if (use_i8)
-          K::template scores_int<std::int8_t>(q8g, q16_lanes + b * K::width, q8_offsets + b * K::width, rt.k, sb, bk);
+        if (q.use_i8)
+          K::template scores_int<std::int8_t>(q8g, q.lane_scale + b * K::width, q.lane_offset + b * K::width, rt.k, sb,
+                                              bk);
         else
-          K::template scores_int<std::int16_t>(q16g, q16_lanes + b * K::width, nullptr, rt.k, sb, bk);
+          K::template scores_int<std::int16_t>(q16g, q.lane_scale + b * K::width, nullptr, rt.k, sb, bk);
       } else if constexpr (K::int16_queries) {
-        K::template scores_int<std::int16_t>(q16g, q16_lanes + b * K::width, nullptr, rt.k, sb, bk);
+        K::template scores_int<std::int16_t>(q16g, q.lane_scale + b * K::width, nullptr, rt.k, sb, bk);
       } else if constexpr (K::bf16_dot) {
-        if (round_to_bf16)
+        if (q.bf != nullptr)
           K::scores_bf16(qbg, rt.k, sb, bk);
         else
           K::scores(qg, rt.k, sb, bk);
