@@ -97,7 +97,7 @@ struct decode_queries {
 
   /// The first of batch b's GB rows of `rows` ([padded, D]), per head.
   template <class Q>
-  static void batch(Q* rows, std::size_t b, const Q* (&out)[GB]) noexcept {
+  static void batch(const Q* rows, std::size_t b, const Q* (&out)[GB]) noexcept {
     for (std::size_t g = 0; g < GB; ++g) out[g] = rows + (b * GB + g) * D;
   }
 
