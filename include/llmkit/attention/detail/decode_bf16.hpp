@@ -33,9 +33,10 @@ struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
 
   /// bf16 queries (`decode_params::bf16_queries`) against bf16 keys:
   /// VDPBF16PS multiplies a whole 64-byte key register (32 values) with a
-  /// head's bf16 queries into 16 f32 sums, where scores() converts each 16
-  /// keys (two instructions) and spends one FMA per 16: per key register
-  /// GB multiply-adds instead of 2 GB + 4 instructions. The products of two
+  /// head's bf16 queries into 16 f32 sums, where scores()
+  /// (decode_kernels.hpp) converts each 16 keys (two instructions) and
+  /// spends one FMA per 16: per key register GB multiply-adds instead of
+  /// 2 GB + 4 instructions. The products of two
   /// bf16 values are exact in f32, so only the sums' order differs from
   /// scores() given the same rounded queries.
   static constexpr bool bf16_dot = std::is_same_v<T, bf16> && has_avx512<Arch> && D % 32 == 0;

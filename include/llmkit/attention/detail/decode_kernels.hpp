@@ -16,11 +16,11 @@
 ///   multiplied as stored, 32 values per VDPBF16PS, `scores_bf16`);
 /// - the scores kernel keeps `acc_regs` (16, AVX2: 8) independent dot
 ///   products in flight (R = acc_regs / GB rows x GB heads) and folds them
-///   with one haddp per pass. The
-///   scores stay in that "lane layout" (decode_layout.hpp), so the softmax runs on whole
-///   registers for all heads of the batch at once (one exp per register,
-///   one for the rescale factors) and the value kernel reads each
-///   probability at a compile-time offset;
+///   with one haddp per pass. The scores stay in that "lane layout"
+///   (decode_layout.hpp), so the softmax runs on whole registers for all
+///   heads of the batch at once (one exp per register, one for the rescale
+///   factors) and the value kernel reads each probability at a
+///   compile-time offset;
 /// - the value kernel streams the block's rows through GB x H output
 ///   registers, the GB probabilities of a row held in registers (int8
 ///   values with VNNI: the probabilities rounded to int16 per block and
