@@ -231,7 +231,6 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB> {
     }
   }
 
-
   /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j p16(g, j) * v[j] for g < GB.
   /// @param p16 [block * GB] int16 probabilities, lane layout (quantize_p)
   /// @param pf [block] rows to prefetch meanwhile, or null
