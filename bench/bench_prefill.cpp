@@ -30,6 +30,12 @@
 //   (time-sliced cores, a busy hyperthread sibling) both sink together, so
 //   this ratio is the more stable figure on a shared machine.
 //
+// - speedup_1t (runs on more than one thread): the median over iterations
+//   of the call's wall time on one thread (a second pool, run untimed right
+//   after the timed call) over its wall time on all threads: the speed-up
+//   on like clocks, in the same minute. Dividing the two runs' GFLOPs
+//   instead compares CPU time with wall time, and understates it.
+//
 // Timing: one-thread runs are timed in the calling thread's CPU time (the
 // thread_pool runs tasks on the caller), so other processes time-slicing the
 // core do not count against the kernel; two-thread runs use wall time, so
@@ -188,18 +194,31 @@ void bm_prefill(benchmark::State& state) {
   const attention::prefill_params params{.q = data.q, .out = data.out, .cu_seqlens = data.cu, .seq_ids = data.ids,
                                          .layer = 0, .n_heads = n_heads};
   const attention::packed_causal_mask row_mask(data.segments);
+  const auto run = [&](thread_pool& on) {
+    if (k == kind::packed_row) attention::prefill(params, *data.cache, row_mask, on);
+    else attention::prefill(params, *data.cache, attention::causal_mask{}, on);
+    benchmark::DoNotOptimize(data.out.data());
+  };
+  thread_pool one(1);                // threads > 1: the same call on one thread, for speedup_1t
+  llmkit_bench::live_ratio speedup;  // per iteration: this call's rate over the one-thread call's
   double seconds = 0.0;
   live_peak live;
   for (auto _ : state) {
     const double t0 = now_seconds(threads);
-    if (k == kind::packed_row) attention::prefill(params, *data.cache, row_mask, pool);
-    else attention::prefill(params, *data.cache, attention::causal_mask{}, pool);
+    run(pool);
     const double call = now_seconds(threads) - t0;
     seconds += call;
-    benchmark::DoNotOptimize(data.out.data());
     live.probe(state, threads, data.flops() * 1e-9 / call);
+    if (threads > 1) {
+      state.PauseTiming();
+      const double t1 = now_seconds(threads);
+      run(one);
+      speedup.add(1.0 / call, 1.0 / (now_seconds(threads) - t1));
+      state.ResumeTiming();
+    }
   }
   roof_counters(state, data.flops(), seconds, threads, live);
+  if (threads > 1) state.counters["speedup_1t"] = speedup.ratio_median();
 }
 
 using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
