@@ -463,6 +463,19 @@ LLMKIT_SIMD_TEST("Q8_0 and int8 quantisation follow GGUF's rounding; round trips
       REQUIRE(std::fabs(back[i] - x.view[i]) <= scale * 0.5 * (1 + 1e-5));
     }
   }
+  // Every .5 of the int8 range and its float neighbours, scaled by exactly 1
+  // (amax 127): round-half-away, where the hardware's rounding is half-to-even
+  // and x + 0.5 truncated rounds 0.49999997 up.
+  {
+    std::vector<float> x{127.0f};
+    for (int k = -127; k < 127; ++k) {
+      const float half = static_cast<float>(k) + 0.5f;
+      x.insert(x.end(), {half, std::nextafter(half, 1000.0f), std::nextafter(half, -1000.0f)});
+    }
+    std::vector<std::int8_t> qh(x.size());
+    REQUIRE(simd::quantize_i8<arch>(x, qh) == 1.0f);
+    for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(qh[i] == static_cast<std::int8_t>(std::round(x[i])));
+  }
   std::vector<float> zeros(40, 0.0f);
   std::vector<std::int8_t> q(40, 5);
   CHECK(simd::quantize_i8<arch>(zeros, q) == 0.0f);
@@ -477,6 +490,14 @@ LLMKIT_SIMD_TEST("Q8_0 and int8 quantisation follow GGUF's rounding; round trips
   x64[40] = inf;
   std::vector<std::int8_t> q64(64), q63(63);
   REQUIRE_THROWS_WITH(simd::quantize_i8<arch>(x64, q64), Catch::Contains("non-finite"));
+  for (const float bad : {-inf, -nan_value, nan_value}) {  // each sign, in the vector part and in the tail
+    for (const std::size_t at : {std::size_t{3}, std::size_t{62}}) {
+      std::vector<float> xb(63, 1.0f);
+      xb[at] = bad;
+      std::vector<std::int8_t> qb(63);
+      REQUIRE_THROWS_WITH(simd::quantize_i8<arch>(xb, qb), Catch::Contains("non-finite"));
+    }
+  }
   REQUIRE_THROWS_WITH(simd::quantize_i8<arch>(x64, q63), Catch::Contains("out.size() = 63"));
   std::vector<float> back(63);
   REQUIRE_THROWS_WITH(simd::dequantize_q8_0<arch>(two, back), Catch::Contains("out.size() = 63") && Catch::Contains("64"));

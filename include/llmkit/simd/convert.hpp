@@ -16,6 +16,8 @@
 ///   (0 for an all-zero row), q = round_half_away(x * (1 / scale)).
 /// Quantisers reject non-finite inputs with llmkit::error.
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +29,7 @@
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/batch_ops.hpp"
 #include "llmkit/simd/detail/x86_lanes.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
@@ -84,34 +87,57 @@ inline xsimd::batch<std::int32_t, Arch> f32_to_bf16_lanes(const xsimd::batch<flo
   return xsimd::select((x & ibatch(0x7fffffff)) > ibatch(0x7f800000), hi | ibatch(0x40), rounded);
 }
 
-/// Largest |x[i]| of n values; sets `finite` false if any value is inf or NaN.
+/// Largest |x[i]| of n values; sets `finite` false if any value is inf or
+/// NaN (the value returned then is not to be used). The magnitudes are
+/// compared as integers: the bit patterns of non-negative floats order like
+/// their values, and every inf / NaN pattern lies above the largest finite
+/// one, so one AND and one integer max per register (two chains) find both.
 template <class Arch>
 inline float abs_max(const float* x, std::size_t n, bool& finite) noexcept {
-  float amax = 0.0f;
-  bool ok = true;
+  constexpr std::int32_t magnitude = 0x7fffffff, inf_bits = 0x7f800000;
+  std::int32_t bits = 0;
   std::size_t i = 0;
   if constexpr (!is_scalar_v<Arch>) {
     using batch = xsimd::batch<float, Arch>;
+    using ibatch = xsimd::batch<std::int32_t, Arch>;
     constexpr std::size_t lanes = batch::size;
-    batch m(0.0f);
-    auto bad = batch(0.0f) != batch(0.0f);
-    for (; i + lanes <= n; i += lanes) {
-      const batch a = xsimd::abs(batch::load_unaligned(x + i));
-      bad = bad | !(a <= batch(std::numeric_limits<float>::max()));
-      m = xsimd::max(m, a);
+    const ibatch mask(magnitude);
+    const auto mag = [&](std::size_t at) { return xsimd::bitwise_cast<ibatch>(batch::load_unaligned(x + at)) & mask; };
+    ibatch m0(0), m1(0);
+    for (; i + 2 * lanes <= n; i += 2 * lanes) {
+      m0 = xsimd::max(m0, mag(i));
+      m1 = xsimd::max(m1, mag(i + lanes));
     }
-    ok = !xsimd::any(bad);
-    alignas(64) float lanes_out[lanes];
-    m.store_aligned(lanes_out);
-    for (std::size_t j = 0; j < lanes; ++j) amax = lanes_out[j] > amax ? lanes_out[j] : amax;
+    if (i + lanes <= n) {
+      m0 = xsimd::max(m0, mag(i));
+      i += lanes;
+    }
+    bits = hmax<Arch>(xsimd::max(m0, m1));
   }
-  for (; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    ok = ok && a <= std::numeric_limits<float>::max();
-    amax = a > amax ? a : amax;
-  }
-  finite = ok;
-  return amax;
+  for (; i < n; ++i) bits = std::max(bits, std::bit_cast<std::int32_t>(x[i]) & magnitude);
+  finite = bits < inf_bits;
+  return std::bit_cast<float>(bits);
+}
+
+/// True when no x[i] (i < n) is inf or NaN (abs_max's test alone).
+template <class Arch>
+inline bool all_finite(const float* x, std::size_t n) noexcept {
+  bool finite = true;
+  abs_max<Arch>(x, n, finite);
+  return finite;
+}
+
+/// round_half_away(v) as int32 for |v| <= 128: v + copysign(0.5 - 2^-25, v),
+/// truncated. Exact there (checked against std::round for every float of
+/// that range, docs/simd.md); two instructions and the conversion, where
+/// xsimd::round takes seven. `v` has two uses (its sign and the sum), so
+/// GCC does not fuse the product that made it into the add, even under
+/// -ffp-contract=fast (checked in quantize_i8's code with -std=gnu++20).
+template <class Arch>
+inline xsimd::batch<std::int32_t, Arch> round_half_away_small(const xsimd::batch<float, Arch>& v) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  const batch sign(-0.0f), below_half(0.49999997f);
+  return xsimd::batch_cast<std::int32_t>(v + ((v & sign) | below_half));
 }
 
 /// out[i] = round_half_away(x[i] * inv_scale) as int8 (|x[i] * inv_scale| <= 127.5 by construction).
@@ -123,7 +149,7 @@ inline void quantize_round(const float* x, std::size_t n, float inv_scale, std::
     constexpr std::size_t lanes = batch::size;
     const batch vs(inv_scale);
     for (; i + lanes <= n; i += lanes)
-      store_i32_as_i8<Arch>(xsimd::batch_cast<std::int32_t>(xsimd::round(batch::load_unaligned(x + i) * vs)), out + i);
+      store_i32_as_i8<Arch>(round_half_away_small<Arch>(batch::load_unaligned(x + i) * vs), out + i);
   }
   for (; i < n; ++i) out[i] = static_cast<std::int8_t>(std::round(x[i] * inv_scale));
 }
@@ -182,27 +208,12 @@ inline xsimd::batch<float, Arch> load_f16_as_f32(const std::uint16_t* p) noexcep
 /// Q8_0 block kernels: exactly 32 values, so the vector loops need no tail.
 template <class Arch>
 inline float block_abs_max(const float* x, bool& finite) noexcept {
-  if constexpr (is_scalar_v<Arch> || q8_block_size % float_lanes<Arch> != 0) {
-    return abs_max<Arch>(x, q8_block_size, finite);
-  } else {
-    using batch = xsimd::batch<float, Arch>;
-    constexpr std::size_t lanes = batch::size;
-    batch m(0.0f);
-    auto bad = batch(0.0f) != batch(0.0f);
-    for (std::size_t i = 0; i < q8_block_size; i += lanes) {
-      const batch a = xsimd::abs(batch::load_unaligned(x + i));
-      bad = bad | !(a <= batch(std::numeric_limits<float>::max()));
-      m = xsimd::max(m, a);
-    }
-    finite = !xsimd::any(bad);
-    alignas(64) float lanes_out[lanes];
-    m.store_aligned(lanes_out);
-    float amax = 0.0f;
-    for (std::size_t j = 0; j < lanes; ++j) amax = lanes_out[j] > amax ? lanes_out[j] : amax;
-    return amax;
-  }
+  return abs_max<Arch>(x, q8_block_size, finite);
 }
 
+/// quantize_round's loop with the block's constant length: GCC 12 did not
+/// inline the call with n = 32 into quantize_q8_0, and the out-of-line loop
+/// with its tail ran Q8_0 in L2 1.3x slower than this one.
 template <class Arch>
 inline void block_quantize(const float* x, float inv_scale, std::int8_t* out) noexcept {
   if constexpr (is_scalar_v<Arch> || q8_block_size % float_lanes<Arch> != 0) {
@@ -211,7 +222,7 @@ inline void block_quantize(const float* x, float inv_scale, std::int8_t* out) no
     using batch = xsimd::batch<float, Arch>;
     const batch vs(inv_scale);
     for (std::size_t i = 0; i < q8_block_size; i += batch::size)
-      store_i32_as_i8<Arch>(xsimd::batch_cast<std::int32_t>(xsimd::round(batch::load_unaligned(x + i) * vs)), out + i);
+      store_i32_as_i8<Arch>(round_half_away_small<Arch>(batch::load_unaligned(x + i) * vs), out + i);
   }
 }
 

@@ -12,18 +12,50 @@
 
 #include "llmkit/simd/detail/intrinsics.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
+#include "llmkit/simd/detail/x86_lanes.hpp"
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd::detail {
 
 /// Largest lane of `v` (NaN lanes must have been handled by the caller).
+/// x86 folds the register in halves (log2(lanes) shuffles and maxes): a
+/// per-row reduction such as `abs_max` over a 128-float row pays for it
+/// once per row, and a chain of 16 scalar compares cost more than the row.
 template <class Arch>
 inline float hmax(const xsimd::batch<float, Arch>& v) noexcept {
+#if defined(LLMKIT_SIMD_X86)
+  if constexpr (is_avx512_v<Arch>) {
+    return _mm512_reduce_max_ps(v);
+  } else if constexpr (is_avx2_v<Arch>) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+  }
+#endif
   alignas(64) float lanes[xsimd::batch<float, Arch>::size];
   v.store_aligned(lanes);
   float m = lanes[0];
   for (std::size_t i = 1; i < xsimd::batch<float, Arch>::size; ++i) m = lanes[i] > m ? lanes[i] : m;
+  return m;
+}
+
+/// Largest lane of `v`, folded in halves like the float overload.
+template <class Arch>
+inline std::int32_t hmax(const xsimd::batch<std::int32_t, Arch>& v) noexcept {
+#if defined(LLMKIT_SIMD_X86)
+  if constexpr (is_avx512_v<Arch>) {
+    return _mm512_reduce_max_epi32(v);
+  } else if constexpr (is_avx2_v<Arch>) {
+    __m128i x = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_max_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+    return _mm_cvtsi128_si32(_mm_max_epi32(x, _mm_shuffle_epi32(x, 0xB1)));
+  }
+#endif
+  alignas(64) std::int32_t lanes[xsimd::batch<std::int32_t, Arch>::size];
+  v.store_aligned(lanes);
+  std::int32_t m = lanes[0];
+  for (std::size_t i = 1; i < xsimd::batch<std::int32_t, Arch>::size; ++i) m = lanes[i] > m ? lanes[i] : m;
   return m;
 }
 
