@@ -19,9 +19,9 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 namespace llmkit::simd::detail {
 
 /// Largest lane of `v` (NaN lanes must have been handled by the caller).
-/// x86 folds the register in halves (log2(lanes) shuffles and maxes): a
-/// per-row reduction such as `abs_max` over a 128-float row pays for it
-/// once per row, and a chain of 16 scalar compares cost more than the row.
+/// x86 folds the register in halves (log2(lanes) shuffles and maxes)
+/// instead of a chain of lanes - 1 scalar compares: a per-row reduction
+/// such as `abs_max` over a 128-float row pays it once per row.
 template <class Arch>
 inline float hmax(const xsimd::batch<float, Arch>& v) noexcept {
 #if defined(LLMKIT_SIMD_X86)
