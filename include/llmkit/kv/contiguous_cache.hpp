@@ -141,6 +141,11 @@ class contiguous_cache {
         const std::size_t src = (t * shape_.n_kv_heads + h) * d;
         const std::size_t k_run = run_index(layer, 0, h), v_run = run_index(layer, 1, h);
         const std::size_t slot = first_token + t;
+        if (detail::store_prefetch_tokens<T> > 0 && t + detail::store_prefetch_tokens<T> < n_new) {
+          const std::size_t ahead = (slot + detail::store_prefetch_tokens<T>) * d;
+          detail::prefetch_for_write(seq.rows.data() + k_run * run_elements() + ahead, d);
+          detail::prefetch_for_write(seq.rows.data() + v_run * run_elements() + ahead, d);
+        }
         const float ks = detail::encode_row(k.data() + src, seq.rows.data() + k_run * run_elements() + slot * d, d);
         const float vs = detail::encode_row(v.data() + src, seq.rows.data() + v_run * run_elements() + slot * d, d);
         if constexpr (has_row_scale_v<T>) {

@@ -199,9 +199,16 @@ class paged_cache {
       const std::size_t slot = first_token + t;
       const std::size_t b = static_cast<std::size_t>(seq.table[slot / BlockSize]);
       const std::size_t r = slot % BlockSize;
+      const bool ahead = detail::store_prefetch_tokens<T> > 0 && t + detail::store_prefetch_tokens<T> < n_new;
+      const std::size_t ahead_slot = slot + detail::store_prefetch_tokens<T>;
+      const std::size_t ahead_b = ahead ? static_cast<std::size_t>(seq.table[ahead_slot / BlockSize]) : 0;
       for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
         const std::size_t src = (t * shape_.n_kv_heads + h) * d;
         const std::size_t k_run = run_index(layer, 0, h), v_run = run_index(layer, 1, h);
+        if (ahead) {
+          detail::prefetch_for_write(row_ptr(ahead_b, k_run, ahead_slot % BlockSize), d);
+          detail::prefetch_for_write(row_ptr(ahead_b, v_run, ahead_slot % BlockSize), d);
+        }
         const float ks = detail::encode_row(k.data() + src, row_ptr(b, k_run, r), d);
         const float vs = detail::encode_row(v.data() + src, row_ptr(b, v_run, r), d);
         if constexpr (has_row_scale_v<T>) {

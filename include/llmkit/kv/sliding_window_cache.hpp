@@ -186,9 +186,15 @@ class sliding_window_cache {
     const std::size_t d = shape_.head_dim, rows = rows_per_sequence();
     for (std::size_t t = 0; t < n_new; ++t) {
       const std::size_t row = slot(first_token + t);
+      const bool ahead = detail::store_prefetch_tokens<T> > 0 && t + detail::store_prefetch_tokens<T> < n_new;
+      const std::size_t ahead_row = ahead ? slot(first_token + t + detail::store_prefetch_tokens<T>) : 0;
       for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
         const std::size_t src = (t * shape_.n_kv_heads + h) * d;
         const std::size_t k_run = run_index(layer, 0, h), v_run = run_index(layer, 1, h);
+        if (ahead) {
+          detail::prefetch_for_write(seq.rows.data() + (k_run * rows + ahead_row) * d, d);
+          detail::prefetch_for_write(seq.rows.data() + (v_run * rows + ahead_row) * d, d);
+        }
         const float ks = detail::encode_row(k.data() + src, seq.rows.data() + (k_run * rows + row) * d, d);
         const float vs = detail::encode_row(v.data() + src, seq.rows.data() + (v_run * rows + row) * d, d);
         if constexpr (has_row_scale_v<T>) {
