@@ -390,6 +390,10 @@ LLMKIT_SIMD_TEST("f16 and bf16 conversions are bit-identical to the scalar ones"
     const std::uint32_t b = std::bit_cast<std::uint32_t>(v);
     for (std::uint32_t d : {0u, 1u, 0x1000u - 1, 0x1000u, 0x1000u + 1}) in.push_back(std::bit_cast<float>(b + d));
   }
+  // Every bf16 value as f32, and the bf16 rounding midpoint above it with
+  // its neighbours (NaN payloads included).
+  for (std::uint32_t i = 0; i < 65536; ++i)
+    for (std::uint32_t d : {0u, 0x7fffu, 0x8000u, 0x8001u}) in.push_back(std::bit_cast<float>((i << 16) + d));
   std::mt19937 rng(8);
   for (int i = 0; i < 200000; ++i) in.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
   for (float v : {0.0f, -0.0f, inf, -inf, nan_value, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.98e-8f, 0x1p-25f,
