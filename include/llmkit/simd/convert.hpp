@@ -144,7 +144,7 @@ inline bool all_finite(const float* x, std::size_t n) noexcept {
 /// round_half_away(v) as int32 for |v| <= 128: v + copysign(0.5 - 2^-25, v),
 /// truncated. Exact there (checked against std::round for every float of
 /// that range, docs/simd.md); two instructions and the conversion, where
-/// xsimd::round takes seven. `v` has two uses (its sign and the sum), so
+/// xsimd::round took nine (AVX-512, GCC 12). `v` has two uses (its sign and the sum), so
 /// GCC does not fuse the product that made it into the add, even under
 /// -ffp-contract=fast (checked in quantize_i8's code with -std=gnu++20).
 template <class Arch>
