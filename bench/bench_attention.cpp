@@ -4,7 +4,7 @@
 // - decode/<dtype>/ctx:<C>/batch:<B>/threads:<T>: one decode step, 32 query
 //   heads, 8 KV heads (GQA 4), head_dim 128, B sequences of C tokens in a
 //   contiguous cache; contexts 512, 2048, 8192, 32768, batch 1 and 16,
-//   f32/f16/bf16/int8 KV, 1 and 2 threads (decode/int8_q8: int8 KV with
+//   f32/f16/bf16/int8 KV, 1, 2, 4, ... threads (decode/int8_q8: int8 KV with
 //   decode_params::int8_queries; decode/bf16_qbf16: bf16 KV with
 //   decode_params::bf16_queries; decode/bf16_qpbf16: with bf16_queries and
 //   bf16_probabilities; decode/int8_q8p8: with int8_queries and
@@ -14,10 +14,10 @@
 //   set of >= 1 GiB is its own rotation). Counters, all plain numbers
 //   computed from this bench's own timing of the calls (thread CPU time
 //   with one thread, so other processes time-slicing the core do not count;
-//   wall time with two):
+//   wall time with more):
 //     kv_GBps       K/V bytes one step must read (rows + int8 scales), GB/s;
 //     frac_read_bw  kv_GBps / bench_roofline's sustained read bandwidth for
-//                   the same thread count (read_gbps_1t or read_gbps_all);
+//                   the same thread count (roofline::read_gbps);
 //     roof_read_GBps that bandwidth;
 //     live_read_GBps the read bandwidth measured again after every call
 //                   (bench_roofline's read loop over the K/V rows of the
@@ -209,7 +209,7 @@ class live_read {
 void decode_counters(benchmark::State& state, double bytes_per_call, double seconds, std::size_t threads,
                      std::size_t n_sets, const live_read& live) {
   const auto& roof = llmkit_bench::roofline::get();
-  const double roof_gbps = threads > 1 ? roof.read_gbps_all : roof.read_gbps_1t;
+  const double roof_gbps = roof.read_gbps(threads);
   const double gbps = bytes_per_call * static_cast<double>(state.iterations()) / seconds * 1e-9;
   state.counters["kv_GBps"] = gbps;
   state.counters["frac_read_bw"] = gbps / roof_gbps;
@@ -327,7 +327,7 @@ void register_decode() {
   const std::vector<std::int64_t> batches = smoke() ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1, 16};
   for (const auto b : batches)
     for (const auto c : contexts) {
-      for (const std::int64_t threads : {1, 2}) {
+      for (const std::int64_t threads : llmkit_bench::thread_counts()) {
         benchmark::RegisterBenchmark((std::string("decode/") + dtype_label<T>()).c_str(), bm_decode<T>)
             ->Args({c, b, threads})
             ->ArgNames({"ctx", "batch", "threads"})

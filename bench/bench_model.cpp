@@ -139,7 +139,7 @@ struct stopwatch {
 
 double roof_gbps(std::size_t threads) {
   const auto& r = llmkit_bench::roofline::get();
-  return threads <= 1 ? r.read_gbps_1t : r.read_gbps_all;
+  return r.read_gbps(threads);
 }
 
 void bm_prefill(benchmark::State& state, int which, const weights_variant& wt, std::size_t threads) {
@@ -220,7 +220,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   for (int which : {0, 1})
     for (const weights_variant& wt : variants)
-      for (std::size_t threads : {1u, 2u}) {
+      for (const auto t : llmkit_bench::thread_counts()) {
+        const auto threads = static_cast<std::size_t>(t);
         const std::string suffix = std::string(model_name(which)) + "/" + wt.name +
                                    "/threads:" + std::to_string(threads);
         timing(benchmark::RegisterBenchmark(("prefill/" + suffix).c_str(),

@@ -19,9 +19,9 @@
 // - GFLOPs: 4 * head_dim flops per visible (query, key) pair per query head
 //   (Q.K and P.V; masked work is not counted), as a rate.
 // - frac_fma_peak: GFLOP/s over bench_roofline's measured fp32 FMA peak for
-//   the same thread count (fma_gflops_1t or fma_gflops_all); a plain ratio
+//   the same thread count (roofline::fma_gflops); a plain ratio
 //   computed from this bench's own timing of the kernel calls (thread CPU
-//   time with one thread, wall time with two).
+//   time with one thread, wall time with more).
 // - roof_fma_GFLOPs: the peak used.
 // - live_fma_GFLOPs / frac_live_peak: the FMA peak re-measured (a short
 //   run of bench_roofline's FMA loop, untimed) after every kernel call (the
@@ -174,7 +174,7 @@ struct live_peak {
 void roof_counters(benchmark::State& state, double flops_per_iter, double seconds, std::size_t threads,
                    const live_peak& live) {
   const auto& roof = llmkit_bench::roofline::get();
-  const double peak = threads > 1 ? roof.fma_gflops_all : roof.fma_gflops_1t;
+  const double peak = roof.fma_gflops(threads);
   const double iters = static_cast<double>(state.iterations());
   const double gflops = seconds > 0 ? flops_per_iter * 1e-9 * iters / seconds : 0.0;
   state.counters["GFLOPs"] = benchmark::Counter(flops_per_iter * 1e-9 * iters, benchmark::Counter::kIsRate);
@@ -285,7 +285,7 @@ void register_prefill() {
   for (const auto n : sizes)
     for (const kind k : {kind::causal, kind::packed, kind::packed_row}) {
       const std::string suffix = std::string(dtype_label<T>()) + "/" + kind_label(k);
-      for (const std::int64_t threads : {1, 2}) {
+      for (const std::int64_t threads : llmkit_bench::thread_counts()) {
         auto* b = benchmark::RegisterBenchmark(("prefill/" + suffix).c_str(), bm_prefill<T>)
                       ->Args({static_cast<std::int64_t>(k), n, threads})
                       ->ArgNames({"kind", "tokens", "threads"})

@@ -2,7 +2,8 @@
 // Sampling: each processor, the samplers and two common chains at vocab
 // 32000, 128256, 131072 (flat uniform logits in [-1, 1], the case
 // llama.cpp's sampler test times) and 256000 (randn x 3), batch 1 (calling
-// thread) and batch 64 on a thread_pool of 1 and of 2 threads, against
+// thread) and batch 64 on thread_pools of 1, 2, 4, ... threads (up to the
+// hardware's; llmkit_bench::thread_counts), against
 // - a full-sort reference (std::sort of (logit, id) pairs, float softmax and
 //   cumulative sum, as Hugging Face / textbook code does; std::partial_sort
 //   for top-k), and
@@ -15,12 +16,12 @@
 // buffers are allocated and faulted once. Counters: bytes_per_second =
 // logits bytes read once per row (4 * vocab * batch per iteration),
 // roofline = that rate / the machine's sustained read bandwidth
-// (bench/roofline.hpp; 1 thread or all threads). After the run, tables give
+// (bench/roofline.hpp, for the same thread count). After the run, tables give
 // per case the ratios reference / llmkit and llmkit / softmax floor, and the
-// batch-64 speed-up from 1 to 2 threads, all from this same run.
+// batch-64 speed-up from 1 thread to each larger count, all from this same run.
 // LLMKIT_BENCH_SMOKE=1 runs vocab 32000 only, batch 1 and batch 4 on 2 threads.
 //
-// One command for every figure (batch 1 and 64, 1 and 2 threads):
+// One command for every figure (batch 1 and 64, every thread count):
 //   bench_sampling --benchmark_min_time=0.1
 
 #include <algorithm>
@@ -71,7 +72,7 @@ rows& data(std::size_t vocab, std::size_t batch) {
   return *slot;
 }
 
-/// Pools of 1 and 2 threads (created on first use).
+/// A pool per thread count (created on first use).
 thread_pool& pool(std::size_t n_threads) {
   static std::map<std::size_t, std::unique_ptr<thread_pool>> pools;
   auto& slot = pools[n_threads];
@@ -272,7 +273,7 @@ void run_case(benchmark::State& state, const row_fn& fn, const batch_fn& batched
   }
   const double bytes = 4.0 * static_cast<double>(vocab * batch);
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
-  const double limit = (n_threads == 1 ? roof.read_gbps_1t : roof.read_gbps_all) * 1e9;
+  const double limit = roof.read_gbps(n_threads) * 1e9;
   state.counters["roofline"] = benchmark::Counter(bytes / limit, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = static_cast<double>(n_threads);
 }
@@ -301,9 +302,10 @@ int main(int argc, char** argv) {
   const std::vector<std::size_t> vocabs = smoke() ? std::vector<std::size_t>{32000}
                                                   : std::vector<std::size_t>{32000, 128256, 131072, 256000};
   // (batch, threads)
-  const std::vector<std::pair<std::size_t, std::size_t>> configs =
-      smoke() ? std::vector<std::pair<std::size_t, std::size_t>>{{1, 1}, {4, 2}}
-              : std::vector<std::pair<std::size_t, std::size_t>>{{1, 1}, {64, 1}, {64, 2}};
+  const std::size_t big = smoke() ? 4 : 64;
+  std::vector<std::pair<std::size_t, std::size_t>> configs{{1, 1}};
+  for (const auto t : llmkit_bench::thread_counts())
+    if (!smoke() || t > 1) configs.emplace_back(big, static_cast<std::size_t>(t));
   const auto all = cases();
   auto suffix = [](std::size_t vocab, std::size_t batch, std::size_t threads) {
     return "/vocab:" + std::to_string(vocab) + "/batch:" + std::to_string(batch) + "/threads:" + std::to_string(threads);
@@ -344,19 +346,19 @@ int main(int argc, char** argv) {
                     floor != t.end() ? fast->second / floor->second : 0.0);
       }
     }
-  // Scaling of the batch from 1 to 2 threads, in wall-clock time for both.
-  const std::size_t big = configs.back().first;
-  if (configs.back().second == 2) {
-    std::printf("\n%-55s %7s %5s %13s %13s %9s\n", "case (wall clock)", "vocab", "batch", "1_thread_us",
-                "2_threads_us", "speed-up");
+  // Scaling of the big batch from 1 thread to each larger count, in wall-clock time for both.
+  std::printf("\n%-55s %7s %5s %7s %13s %13s %9s\n", "case (wall clock)", "vocab", "batch", "threads", "1_thread_us",
+              "n_threads_us", "speed-up");
+  for (const auto& [batch, threads] : configs) {
+    if (batch != big || threads == 1) continue;
     for (std::size_t vocab : vocabs)
       for (const auto& c : all)
         for (const std::string kind : {"llmkit/", "full_sort/"}) {
           const auto one = reporter.times.find(kind + c.name + suffix(vocab, big, 1));
-          const auto two = reporter.times.find(kind + c.name + suffix(vocab, big, 2));
-          if (one == reporter.times.end() || two == reporter.times.end()) continue;
-          std::printf("%-55s %7zu %5zu %13.1f %13.1f %9.2f\n", (kind + c.name).c_str(), vocab, big, one->second,
-                      two->second, one->second / two->second);
+          const auto many = reporter.times.find(kind + c.name + suffix(vocab, big, threads));
+          if (one == reporter.times.end() || many == reporter.times.end()) continue;
+          std::printf("%-55s %7zu %5zu %7zu %13.1f %13.1f %9.2f\n", (kind + c.name).c_str(), vocab, big, threads,
+                      one->second, many->second, one->second / many->second);
         }
   }
   std::printf("(times per iteration = per batch of rows; roofline from %s)\n",

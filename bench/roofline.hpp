@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -49,6 +50,19 @@ inline std::string roofline_json_path() {
 #else
   return "roofline.json";
 #endif
+}
+
+/// Thread counts of a scaling benchmark: 1, 2, 4, ... below the hardware
+/// threads, then the hardware threads themselves, so a row per doubling shows
+/// how a kernel scales on whatever machine runs it (1, 2 on two cores; 1, 2,
+/// 4, 8, 12 on twelve). Smoke runs stop at 2.
+inline std::vector<std::int64_t> thread_counts() {
+  const auto hardware = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::int64_t top = smoke() ? std::min<std::int64_t>(hardware, 2) : hardware;
+  std::vector<std::int64_t> counts;
+  for (std::int64_t t = 1; t < top; t *= 2) counts.push_back(t);
+  counts.push_back(top);
+  return counts;
 }
 
 namespace detail {
@@ -255,6 +269,17 @@ struct roofline {
   unsigned threads_all = 1;     ///< the thread count of the *_all figures
   std::string arch;             ///< SIMD arch of the measuring binary
   std::string source;           ///< the JSON file read, or "measured in-process (quick)"
+
+  /// Read-bandwidth limit of n_threads threads: one thread's figure times
+  /// n_threads, at most the all-threads figure (both are measured; counts in
+  /// between are not).
+  double read_gbps(std::size_t n_threads) const {
+    return n_threads <= 1 ? read_gbps_1t : std::min(read_gbps_all, read_gbps_1t * static_cast<double>(n_threads));
+  }
+  /// FMA limit of n_threads threads, as read_gbps.
+  double fma_gflops(std::size_t n_threads) const {
+    return n_threads <= 1 ? fma_gflops_1t : std::min(fma_gflops_all, fma_gflops_1t * static_cast<double>(n_threads));
+  }
 
   nlohmann::json to_json() const {
     return {{"read_gbps_1t", read_gbps_1t}, {"read_gbps_all", read_gbps_all}, {"fma_gflops_1t", fma_gflops_1t},
