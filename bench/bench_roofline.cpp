@@ -14,8 +14,11 @@
 //
 // After the run the figures (best of the repetitions) are written as JSON to
 // $LLMKIT_ROOFLINE_JSON or <source dir>/build/roofline.json, which
-// bench/roofline.hpp reads. With LLMKIT_BENCH_SMOKE=1 the sizes shrink and
-// nothing is written (the figures would be meaningless).
+// bench/roofline.hpp and llmkit-serve read. With LLMKIT_BENCH_SMOKE=1 the
+// sizes shrink and nothing is written (the figures would be meaningless).
+// --short (what `make test` runs, a few seconds) keeps the sizes but repeats
+// each measurement once instead of five times, and writes the file only when
+// there is none, so a full run's figures stay.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -36,16 +39,17 @@ unsigned all_threads() { return std::max(1u, std::thread::hardware_concurrency()
 
 std::size_t read_bytes() { return smoke() ? std::size_t{8} << 20 : std::size_t{2} << 30; }
 
+
 // Best figure per benchmark name, filled by the benchmarks themselves.
 std::map<std::string, double>& best() {
   static std::map<std::string, double> m;
   return m;
 }
 
-void BM_read_bw(benchmark::State& state, unsigned n_threads) {
+void BM_read_bw(benchmark::State& state, unsigned n_threads, int repeats) {
   double gbps = 0.0;
   for (auto _ : state) {
-    gbps = llmkit_bench::measure_read_gbps(n_threads, read_bytes(), smoke() ? 1 : 5);
+    gbps = llmkit_bench::measure_read_gbps(n_threads, read_bytes(), repeats);
     benchmark::DoNotOptimize(gbps);
   }
   state.counters["GB/s"] = gbps;
@@ -54,10 +58,10 @@ void BM_read_bw(benchmark::State& state, unsigned n_threads) {
   b = std::max(b, gbps);
 }
 
-void BM_fma_peak(benchmark::State& state, unsigned n_threads) {
+void BM_fma_peak(benchmark::State& state, unsigned n_threads, int repeats) {
   double gflops = 0.0;
   for (auto _ : state) {
-    gflops = llmkit_bench::measure_fma_gflops(n_threads, smoke() ? 10'000 : 20'000'000, smoke() ? 1 : 5);
+    gflops = llmkit_bench::measure_fma_gflops(n_threads, smoke() ? 10'000 : 20'000'000, repeats);
     benchmark::DoNotOptimize(gflops);
   }
   state.counters["GFLOP/s"] = gflops;
@@ -66,11 +70,12 @@ void BM_fma_peak(benchmark::State& state, unsigned n_threads) {
   b = std::max(b, gflops);
 }
 
-void register_all() {
+// repeats: measurements per figure, the best kept.
+void register_all(int repeats) {
   for (unsigned t : {1u, all_threads()}) {
-    benchmark::RegisterBenchmark(("read_bw/threads:" + std::to_string(t)).c_str(), BM_read_bw, t)
+    benchmark::RegisterBenchmark(("read_bw/threads:" + std::to_string(t)).c_str(), BM_read_bw, t, repeats)
         ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-    benchmark::RegisterBenchmark(("fma_peak/threads:" + std::to_string(t)).c_str(), BM_fma_peak, t)
+    benchmark::RegisterBenchmark(("fma_peak/threads:" + std::to_string(t)).c_str(), BM_fma_peak, t, repeats)
         ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
     if (all_threads() == 1) break;
   }
@@ -79,11 +84,19 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool short_run = false;  // --short: one measurement per figure instead of five
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--short") {
+      short_run = true;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      break;
+    }
   std::printf("bench_roofline  arch: %s  hardware threads: %u\n",
               llmkit::simd::arch_name<llmkit::simd::default_arch>(), all_threads());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  register_all();
+  register_all(smoke() || short_run ? 1 : 5);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 
@@ -106,6 +119,10 @@ int main(int argc, char** argv) {
   }
   const std::string path = llmkit_bench::roofline_json_path();
   std::error_code ec;
+  if (short_run && std::filesystem::exists(path, ec)) {
+    std::printf("short run: %s exists, kept\n", path.c_str());
+    return 0;
+  }
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   std::ofstream out(path);
   if (!out) {
