@@ -29,6 +29,7 @@
 #include <llmkit/search/beam_search.hpp>
 #include <llmkit/simd/arch.hpp>
 
+#include "example_cli.hpp"
 #include "example_model.hpp"
 
 #include <CLI/CLI.hpp>
@@ -82,6 +83,7 @@ struct pooled_model {
 
 int main(int argc, char** argv) {
   CLI::App app{"Beam search with shared KV blocks vs a copying baseline"};
+  llmkit_examples::show_defaults(app);
   std::string model_path = LLMKIT_DEFAULT_MODEL;
   bool synthetic = false;
   std::string prompt = "Once upon a time, there was a little dog named Max. Max liked to";
@@ -100,8 +102,13 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_path, "GGUF model file (Llama architecture)")->capture_default_str();
   app.add_flag("--synthetic", synthetic, "use the synthetic ~100M model (seeded random F16 weights)");
   app.add_option("--prompt", prompt, "prompt text (BOS is prepended)")->capture_default_str();
-  app.add_option("--tokens", n_tokens, "max new tokens")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--beams", beams, "beam widths")->delimiter(',')->capture_default_str();
+  app.add_option("--tokens", n_tokens, "max new tokens")
+      ->check(llmkit_examples::count_at_least(1, "nothing to generate"))
+      ->capture_default_str();
+  app.add_option("--beams", beams, "beam widths")
+      ->delimiter(',')
+      ->check(llmkit_examples::count_at_least(1, "a beam keeps at least one hypothesis"))
+      ->capture_default_str();
   app.add_option("--length-penalty", alpha, "alpha in score = logprob / length^alpha")->capture_default_str();
   app.add_option("--early-stopping", stopping, "when_n_done, when_no_better or never")
       ->check(CLI::IsMember({"when_n_done", "when_no_better", "never"}))
@@ -117,7 +124,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-naive", no_naive, "skip the copying baseline");
   app.add_option("--show", show, "hypotheses printed per width")->capture_default_str();
-  app.add_option("--threads", threads, "threads (>= 1)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", threads, "threads")
+      ->check(llmkit_examples::count_at_least(1, "the forward pass needs a thread"))
+      ->capture_default_str();
   app.add_flag("--json", json, "one JSON object per line and beam width");
   CLI11_PARSE(app, argc, argv);
 

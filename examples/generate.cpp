@@ -20,6 +20,8 @@
 #include <llmkit/sampling/runtime_chain.hpp>
 #include <llmkit/simd/arch.hpp>
 
+#include "example_cli.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -32,7 +34,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -64,15 +65,17 @@ double cpu_seconds() {
 
 int main(int argc, char** argv) {
   CLI::App app{"Generate text with llmkit's reference Llama"};
+  llmkit_examples::show_defaults(app);
   std::string model_path = LLMKIT_DEFAULT_MODEL;
   std::string prompt = "Once upon a time";
   std::size_t n_tokens = 128;
   sampling_options so;
   std::uint64_t seed = 42;
-  std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  std::size_t threads = 0;  // 0: by the model's size (llmkit_examples::default_threads)
   app.add_option("--model", model_path, "GGUF model file (Llama architecture)")->capture_default_str();
   app.add_option("--prompt", prompt, "prompt text (BOS is prepended)")->capture_default_str();
-  app.add_option("--tokens", n_tokens, "tokens to generate at most")->capture_default_str();
+  app.add_option("--tokens", n_tokens, "tokens to generate at most")
+      ->check(llmkit_examples::count_at_least(1, "nothing to generate"));
   app.add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy")
       ->check(CLI::Range(0.0f, 100.0f))
       ->capture_default_str();
@@ -85,7 +88,8 @@ int main(int argc, char** argv) {
   app.add_option("--sampling", chain_text,
                  "llmkit::sampling chain, e.g. \"penalties(repeat=1.1);top_k(40);top_p(0.95);temperature(0.8);sample\" "
                  "(overrides --temperature/--top-k/--top-p)");
-  app.add_option("--threads", threads, "threads (>= 1)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", threads,
+                 "threads; 0 = by the model's size (one per 8 MiB of weights read per token, at most the hardware's)");
   std::string weights_name = "native";
   app.add_option("--weight-type", weights_name,
                  "how the weights are kept in memory: native (as in the file), f32, f16 or q8_0")
@@ -114,6 +118,7 @@ int main(int argc, char** argv) {
     const auto tok = llmkit::model::tokenizer::from_gguf(file);
     llmkit::model::llama_model model(file, {.weight_type = weights, .activations = activations});
     const auto& c = model.config();
+    if (threads == 0) threads = llmkit_examples::default_threads(model.weight_bytes_per_step());
     const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, true);
     const std::size_t capacity = std::min(c.context_length, prompt_ids.size() + n_tokens);
     if (prompt_ids.size() >= capacity) {

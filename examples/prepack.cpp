@@ -27,6 +27,8 @@
 #include <llmkit/pack/padded_batch.hpp>
 #include <llmkit/pack/prefill.hpp>
 
+#include "example_cli.hpp"
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -302,26 +304,30 @@ std::size_t max_batch_prepacked(const std::vector<std::size_t>& lengths, std::si
 int main(int argc, char** argv) {
   options opt;
   CLI::App app{"Prefill time and memory of padded, length-sorted and prepacked batching"};
+  llmkit_examples::show_defaults(app);
+  using llmkit_examples::count_at_least;
   app.add_option("--model", opt.model, "stories (the vendored stories260K), synthetic (~100M, written to /tmp once), or a GGUF path");
   app.add_option("--distribution", opt.distribution, "uniform | lognormal | constant | mixed | all")
       ->check(CLI::IsMember({"uniform", "lognormal", "constant", "mixed", "all"}));
   app.add_option("--long-fraction", opt.long_fraction, "mixed: fraction of long prompts")->check(CLI::Range(0.0, 1.0));
   app.add_option("--short-max", opt.short_max, "mixed: short prompts are uniform[8, short-max]")->check(CLI::Range(8, 1 << 24));
   app.add_option("--long-length", opt.long_length, "mixed: length of the long prompts (0 = the context)");
-  app.add_option("--n-prompts", opt.n_prompts, "prompts per distribution")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", opt.batch_size, "prompts per padded batch")->check(CLI::PositiveNumber);
+  app.add_option("--n-prompts", opt.n_prompts, "prompts per distribution")->check(count_at_least(1, "no prompt to prefill"));
+  app.add_option("--batch-size", opt.batch_size, "prompts per padded batch")->check(count_at_least(1, "a batch holds at least one prompt"));
   app.add_option("--packer", opt.packer, "ffd | bfd | next_fit | online_ff");
   app.add_option("--capacity", opt.capacity,
                  "prepacked row capacity: padded-peak (the largest padded batch's slots: no more memory than padding), "
                  "longest (the paper's choice), or a token count");
   app.add_option("--budget-mib", opt.budget_mib, "activation memory budget for the max-batch columns (0 = batch-size x context tokens)");
-  app.add_option("--repeats", opt.repeats, "runs per method; the fastest is reported")->check(CLI::PositiveNumber);
-  app.add_option("--threads", opt.threads, "threads of the forward pass")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", opt.repeats, "runs per method; the fastest is reported")->check(count_at_least(1, "nothing to report"));
+  app.add_option("--threads", opt.threads, "threads of the forward pass")
+      ->check(count_at_least(1, "the forward pass needs a thread"));
   app.add_option("--seed", opt.seed, "seed of prompt lengths and tokens");
   app.add_flag("--json", opt.json, "one JSON object per row on stdout");
-  app.add_flag("!--no-progress", opt.progress, "no progress bar on stderr");
+  app.add_flag("!--no-progress", opt.progress, "no progress bar on stderr (there is none unless stderr is a terminal)");
   app.add_flag("--wall", opt.wall, "time with the wall clock instead of process CPU time");
   CLI11_PARSE(app, argc, argv);
+  const bool bars = opt.progress && llmkit_examples::stderr_is_terminal();
 
   try {
     std::string path = opt.model, model_name = opt.model;
@@ -405,11 +411,11 @@ int main(int argc, char** argv) {
         const std::string tag = std::string(pack::length_shape_name(shape)) + " " + std::to_string(rep + 1) + "/" +
                                 std::to_string(opt.repeats);
         {
-          progress_bar bar(opt.progress, padded.size(), "padded " + tag);
+          progress_bar bar(bars, padded.size(), "padded " + tag);
           better(best_pad, run.run(padded, prompts.size(), longest, bar));
         }
         {
-          progress_bar bar(opt.progress, sorted.size(), "sorted " + tag);
+          progress_bar bar(bars, sorted.size(), "sorted " + tag);
           better(best_sort, run.run(sorted, prompts.size(), longest, bar));
         }
         {
@@ -418,7 +424,7 @@ int main(int argc, char** argv) {
           const auto layout = pack::pack_items(lengths, packer, {.capacity = capacity, .split_oversized = true});
           const auto batch = pack::build_packed_batch(prompts, layout);
           const double prep = opt.now() - start;
-          progress_bar bar(opt.progress, batch.n_rows(), "prepacked " + tag);
+          progress_bar bar(bars, batch.n_rows(), "prepacked " + tag);
           auto r = run.run(batch.rows, prompts.size(), longest, bar);
           r.seconds += prep;
           r.prepare_seconds = prep;
