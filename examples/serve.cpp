@@ -7,7 +7,13 @@
 //   continuous+chunked       prefills split under a per-step token budget (ragged)
 //   continuous+prepacked     prefills of a step bin-packed into rows (llmkit/pack FFD)
 //
-// By default each policy drives the reference Llama forward pass
+// With no arguments: stories260K, 64 requests all arriving at once (a
+// saturated server, so the policies' batching sets the pace rather than the
+// arrivals), prompts uniform in [16, 128], long-tailed (lognormal) outputs
+// capped at 64, batches of up to 8, one thread (the model is tiny), step
+// times in process CPU time.
+//
+// Each policy drives the reference Llama forward pass
 // (llmkit/model/llama.hpp) on a paged KV cache with greedy decoding: a step
 // runs the plan's tokens as one ragged batch and takes its measured wall
 // time; arrivals follow the Poisson trace in that virtual clock. The
@@ -41,6 +47,8 @@
 #include <llmkit/sched/simulator.hpp>
 #include <llmkit/sched/trace.hpp>
 
+#include "example_cli.hpp"
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -70,11 +78,11 @@ struct options {
   bool json = false;
   bool quiet = false;
   std::int64_t n_requests = 64;
-  double rate = 50.0;
+  double rate = 0.0;  // all at once: the server is saturated and the policies' batching decides the pace
   std::string prompt_shape = "uniform";
   std::size_t prompt_min = 16, prompt_max = 128;
   double prompt_median = 48, prompt_p99 = 120;
-  std::string output_shape = "uniform";
+  std::string output_shape = "lognormal";  // long-tailed, as real traces are: a static batch waits for its longest
   std::size_t output_min = 16, output_max = 64;
   double output_median = 16, output_p99 = 256;
   std::int64_t max_batch = 8;
@@ -86,8 +94,8 @@ struct options {
   std::int64_t context = 0;
   double peak_gflops = 0, bandwidth_gbps = 0, overhead_us = 20;
   std::uint64_t seed = 1;
-  std::size_t threads = 2;
-  std::string clock = "wall";
+  std::size_t threads = 0;  // 0 = llmkit_examples::default_threads(the model's weight bytes)
+  std::string clock = "cpu";
   std::int64_t check = 0;
   // The burst workload: long prompts arriving while the trace decodes.
   std::int64_t burst = 0;
@@ -133,6 +141,7 @@ sched::machine_limits machine(const options& o, std::string& source) {
 #if defined(LLMKIT_SOURCE_DIR)
   if (path.empty()) path = std::string(LLMKIT_SOURCE_DIR) + "/build/roofline.json";
 #endif
+  if (!path.empty()) source += ": no " + path + " (bench_roofline --short writes it in seconds)";
   if (std::ifstream in(path); !path.empty() && in) {
     try {
       const auto j = nlohmann::json::parse(in);
@@ -323,7 +332,11 @@ class engine {
   std::int64_t decode_tokens_ = 0;
 };
 
-void progress(const std::string& name, std::int64_t done, std::int64_t total) {
+// Redraws only when the count moves (a step that finishes no request
+// changes nothing on screen).
+void progress(const std::string& name, std::int64_t done, std::int64_t total, std::int64_t& shown) {
+  if (done == shown) return;
+  shown = done;
   const int width = 30;
   const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
   std::fprintf(stderr, "\r%-22s [%.*s%*s] %lld/%lld", name.c_str(), filled, "##############################",
@@ -339,12 +352,14 @@ int main(int argc, char** argv) {
   o.model = LLMKIT_DEFAULT_MODEL;
 #endif
   CLI::App app{"llmkit-serve: compare scheduling policies on a stream of requests"};
+  llmkit_examples::show_defaults(app);
+  using llmkit_examples::count_at_least;
   app.add_option("--model", o.model, "GGUF model (Llama architecture)");
   app.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights) instead of --model");
   app.add_flag("--simulate", o.simulate, "virtual time with the roofline cost model (no forward pass)");
   app.add_flag("--json", o.json, "one JSON object per policy on stdout");
-  app.add_flag("--quiet", o.quiet, "no progress bar");
-  app.add_option("-n,--requests", o.n_requests, "number of requests")->check(CLI::PositiveNumber);
+  app.add_flag("--quiet", o.quiet, "no progress bar (there is none unless stderr is a terminal)");
+  app.add_option("-n,--requests", o.n_requests, "number of requests")->check(count_at_least(1, "no request to serve"));
   app.add_option("--rate", o.rate, "Poisson arrival rate, requests/s (0 = all at once)")->check(CLI::NonNegativeNumber);
   app.add_option("--prompt-shape", o.prompt_shape, "uniform | lognormal | constant");
   app.add_option("--prompt-min", o.prompt_min, "shortest prompt (uniform; floor for all)");
@@ -356,18 +371,20 @@ int main(int argc, char** argv) {
   app.add_option("--output-max", o.output_max, "longest output (cap; also every request's max_new_tokens)");
   app.add_option("--output-median", o.output_median, "lognormal median output length");
   app.add_option("--output-p99", o.output_p99, "lognormal 99th percentile output length (before the cap)");
-  app.add_option("--max-batch", o.max_batch, "most concurrent sequences, equal for every policy")->check(CLI::PositiveNumber);
+  app.add_option("--max-batch", o.max_batch, "most concurrent sequences, equal for every policy")
+      ->check(count_at_least(1, "a batch holds at least one sequence"));
   app.add_option("--step-tokens", o.step_tokens, "token budget per step of the unchunked policies (0 = enough)");
-  app.add_option("--chunk-tokens", o.chunk_tokens, "token budget per step of continuous+chunked")->check(CLI::PositiveNumber);
+  app.add_option("--chunk-tokens", o.chunk_tokens, "token budget per step of continuous+chunked")
+      ->check(count_at_least(1, "a step must make progress"));
   app.add_option("--row-capacity", o.row_capacity, "prepacked row length (0 = the longest prompt of each step)");
-  app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::PositiveNumber);
+  app.add_option("--block-size", o.block_size, "tokens per KV block")->check(count_at_least(1, "a block holds at least one token"));
   app.add_option("--blocks", o.n_blocks, "KV blocks in the pool (0 = max-batch full contexts)");
   app.add_option("--context", o.context, "max tokens per sequence (0 = prompt-max + output-max)");
   app.add_option("--peak-gflops", o.peak_gflops, "override the FMA peak");
   app.add_option("--bandwidth-gbps", o.bandwidth_gbps, "override the read bandwidth");
   app.add_option("--step-overhead-us", o.overhead_us, "fixed cost per step in the cost model");
   app.add_option("--seed", o.seed, "workload seed");
-  app.add_option("--threads", o.threads, "threads of the forward pass")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "threads of the forward pass (0 = by the model's size: one per 8 MiB of weights)");
   app.add_option("--clock", o.clock,
                  "step time: wall (steady clock) or cpu (process CPU time / threads: robust on a loaded machine, "
                  "exact with --threads 1)")
@@ -398,6 +415,7 @@ int main(int argc, char** argv) {
       } else {
         llama.emplace(llmkit::model::llama_model::load(o.model));
       }
+      if (o.threads == 0) o.threads = llmkit_examples::default_threads(llama->weight_bytes_per_step());
       pool.emplace(o.threads);
     }
     const sched::llama_config model =
@@ -452,11 +470,14 @@ int main(int argc, char** argv) {
                   static_cast<long long>(model.dim), static_cast<long long>(model.n_heads),
                   static_cast<long long>(model.n_kv_heads), static_cast<long long>(model.ffn_dim),
                   static_cast<long long>(model.vocab));
-      std::printf("machine: %.1f GFLOP/s, %.2f GB/s, %.0f us/step  [%s]\n", cm.machine.peak_flops / 1e9,
-                  cm.machine.bandwidth / 1e9, cm.machine.step_overhead_s * 1e6, limits_source.c_str());
-      std::printf("workload: %lld requests, %.1f req/s, prompts %s [%zu, %zu], outputs %s [%zu, %zu], max batch %lld, "
+      std::printf("machine: %.1f GFLOP/s, %.2f GB/s, %.0f us/step  [%s]%s\n", cm.machine.peak_flops / 1e9,
+                  cm.machine.bandwidth / 1e9, cm.machine.step_overhead_s * 1e6, limits_source.c_str(),
+                  o.simulate ? "" : ("; " + std::to_string(o.threads) + " thread(s)").c_str());
+      char arrivals[48] = "all at once";
+      if (o.rate > 0) std::snprintf(arrivals, sizeof arrivals, "%.1f req/s", o.rate);
+      std::printf("workload: %lld requests, %s, prompts %s [%zu, %zu], outputs %s [%zu, %zu], max batch %lld, "
                   "KV pool %lld blocks of %lld  (%s)\n\n",
-                  static_cast<long long>(o.n_requests), o.rate, o.prompt_shape.c_str(), o.prompt_min, o.prompt_max,
+                  static_cast<long long>(o.n_requests), arrivals, o.prompt_shape.c_str(), o.prompt_min, o.prompt_max,
                   o.output_shape.c_str(), o.output_min, o.output_max, static_cast<long long>(o.max_batch),
                   static_cast<long long>(limits.n_blocks), static_cast<long long>(limits.block_size),
                   o.simulate ? "simulated time"
@@ -472,7 +493,9 @@ int main(int argc, char** argv) {
     for (const std::string& name : o.policies) {
       const sched::policy p = make_policy(name, o, context);
       sched::run_options ro;
-      if (!o.quiet) ro.on_progress = [&](std::int64_t d, std::int64_t t) { progress(name, d, t); };
+      std::int64_t shown = -1;
+      if (!o.quiet && llmkit_examples::stderr_is_terminal())
+        ro.on_progress = [&](std::int64_t d, std::int64_t t) { progress(name, d, t, shown); };
       sched::run_result r;
       std::array<double, 6> fit{};
       double decode_rate = 0;
@@ -504,8 +527,10 @@ int main(int argc, char** argv) {
                          {"kv_use_peak", r.kv_use_peak},
                          {"preemptions", r.n_preemptions},
                          {"padding_overhead", r.padding_overhead},
-                         {"steps", r.n_steps}};
+                         {"steps", r.n_steps},
+                         {"rate", o.rate}};
         if (!o.simulate) {
+          j["threads"] = o.threads;
           j["decode_tokens_per_s"] = decode_rate;
           j["step_time_measured_over_model_p10"] = fit[0];
           j["step_time_measured_over_model_p50"] = fit[1];
