@@ -12,6 +12,8 @@
 #endif
 #include <llmkit/llmkit.hpp>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <ctime>
 #include <cmath>
@@ -57,7 +59,10 @@ void row(const char* what, double t_simd, double t_scalar, const char* agreement
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  CLI::App app{"llmkit's SIMD kernels with the compile-time arch next to the scalar path on the same data: what each "
+               "computed and how fast (CPU time per call); takes no options"};
+  CLI11_PARSE(app, argc, argv);
   std::printf("llmkit %s  arch: %s (%zu floats per register)\n\n", llmkit::version_string,
               simd::arch_name<simd_arch>(), simd::float_lanes<simd_arch>);
   std::printf("  %-34s %12s %12s %8s   %s\n", "kernel (n = 16384 unless noted)", simd::arch_name<simd_arch>(),
