@@ -35,6 +35,8 @@
 #include <llmkit/sched/policy.hpp>
 #include <llmkit/sched/scheduler.hpp>
 
+#include "../example_cli.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -307,14 +309,18 @@ int main(int argc, char** argv) {
   o.model_path = LLMKIT_DEFAULT_MODEL;
 #endif
   CLI::App app{"llmkit-disaggregated: prefill on rank 0, KV hand-off, decode on rank 1 (MPI)"};
+  llmkit_examples::show_defaults(app);
+  using llmkit_examples::count_at_least;
   app.add_option("--model", o.model_path, "GGUF model (Llama architecture)");
-  app.add_option("-n,--requests", o.n_requests, "number of requests")->check(CLI::PositiveNumber);
-  app.add_option("--prompt-min", o.prompt_min, "shortest prompt")->check(CLI::PositiveNumber);
-  app.add_option("--prompt-max", o.prompt_max, "longest prompt")->check(CLI::PositiveNumber);
-  app.add_option("--tokens", o.max_new_tokens, "tokens generated per request")->check(CLI::PositiveNumber);
-  app.add_option("--max-batch", o.max_batch, "decode worker: most sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("-n,--requests", o.n_requests, "number of requests")->check(count_at_least(1, "no request to serve"));
+  app.add_option("--prompt-min", o.prompt_min, "shortest prompt")->check(count_at_least(1, "a prompt has a token"));
+  app.add_option("--prompt-max", o.prompt_max, "longest prompt")->check(count_at_least(1, "a prompt has a token"));
+  app.add_option("--tokens", o.max_new_tokens, "tokens generated per request")
+      ->check(count_at_least(1, "nothing to generate"));
+  app.add_option("--max-batch", o.max_batch, "decode worker: most sequences per step")
+      ->check(count_at_least(1, "a batch holds at least one sequence"));
   app.add_option("--staging", o.staging_seqs, "decode worker: staging area, in full-context sequences")
-      ->check(CLI::PositiveNumber);
+      ->check(count_at_least(1, "the decode worker needs room for one sequence"));
   app.add_option("--decode-blocks", o.decode_blocks,
                  "decode worker: KV blocks of 16 tokens (0 = max-batch full contexts; fewer forces preemption)");
   app.add_flag("--wait-all", o.wait_all,
