@@ -15,8 +15,8 @@
 //
 // Each policy drives the reference Llama forward pass
 // (llmkit/model/llama.hpp) on a paged KV cache with greedy decoding: a step
-// runs the plan's tokens as one ragged batch and takes its measured wall
-// time; arrivals follow the Poisson trace in that virtual clock. The
+// runs the plan's tokens as one ragged batch and takes its measured time
+// (--clock); arrivals follow the Poisson trace in that virtual clock. The
 // reference forward has no padded kernel, so the layouts of "continuous"
 // (padded) and "continuous+prepacked" are executed ragged: in a real run
 // they differ from each other only in batch formation. --check reruns the
