@@ -3,6 +3,8 @@
 # Debian packages (as root) or prints the apt-get line to run.
 #   make demo   build and run the main example
 #   make test   build everything; run the suite in release and sanitizer builds
+#               (the release run measures the machine into build/roofline.json
+#               first, a few seconds, unless a file is already there)
 #   make bench  run every benchmark at full length (release build)
 PACKAGES := cmake make g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
             libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
