@@ -4,10 +4,12 @@
 /// @file llmkit/simd/dot.hpp  Inner product of two f32 vectors.
 
 #include <cstddef>
+#include <functional>
 #include <span>
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/accumulate.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
@@ -26,21 +28,12 @@ float dot(std::span<const float> a, std::span<const float> b) {
     return acc;
   } else {
     using batch = xsimd::batch<float, Arch>;
-    constexpr std::size_t lanes = batch::size;
     // Four independent accumulators hide the FMA latency.
-    batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
-    std::size_t i = 0;
-    for (; i + 4 * lanes <= n; i += 4 * lanes) {
-      acc0 = xsimd::fma(batch::load_unaligned(a.data() + i), batch::load_unaligned(b.data() + i), acc0);
-      acc1 = xsimd::fma(batch::load_unaligned(a.data() + i + lanes), batch::load_unaligned(b.data() + i + lanes), acc1);
-      acc2 = xsimd::fma(batch::load_unaligned(a.data() + i + 2 * lanes),
-                        batch::load_unaligned(b.data() + i + 2 * lanes), acc2);
-      acc3 = xsimd::fma(batch::load_unaligned(a.data() + i + 3 * lanes),
-                        batch::load_unaligned(b.data() + i + 3 * lanes), acc3);
-    }
-    for (; i + lanes <= n; i += lanes)
-      acc0 = xsimd::fma(batch::load_unaligned(a.data() + i), batch::load_unaligned(b.data() + i), acc0);
-    float acc = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
+    batch accs[4] = {batch(0.0f), batch(0.0f), batch(0.0f), batch(0.0f)};
+    std::size_t i = detail::accumulate_batches<Arch>(n, accs, [&](const batch& acc, std::size_t j) {
+      return xsimd::fma(batch::load_unaligned(a.data() + j), batch::load_unaligned(b.data() + j), acc);
+    });
+    float acc = xsimd::hadd(detail::combine_pairwise<Arch>(accs, std::plus<>{}));
     for (; i < n; ++i) acc += a[i] * b[i];
     return acc;
   }

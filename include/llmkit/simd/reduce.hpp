@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <span>
 
@@ -16,6 +17,7 @@
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/accumulate.hpp"
 #include "llmkit/simd/detail/batch_ops.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
@@ -36,17 +38,10 @@ float sum(std::span<const float> x) {
     return acc;
   } else {
     using batch = xsimd::batch<float, Arch>;
-    constexpr std::size_t lanes = batch::size;
-    batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
-    std::size_t i = 0;
-    for (; i + 4 * lanes <= n; i += 4 * lanes) {
-      acc0 += batch::load_unaligned(p + i);
-      acc1 += batch::load_unaligned(p + i + lanes);
-      acc2 += batch::load_unaligned(p + i + 2 * lanes);
-      acc3 += batch::load_unaligned(p + i + 3 * lanes);
-    }
-    for (; i + lanes <= n; i += lanes) acc0 += batch::load_unaligned(p + i);
-    float acc = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
+    batch accs[4] = {batch(0.0f), batch(0.0f), batch(0.0f), batch(0.0f)};
+    std::size_t i = detail::accumulate_batches<Arch>(
+        n, accs, [p](const batch& acc, std::size_t j) { return acc + batch::load_unaligned(p + j); });
+    float acc = xsimd::hadd(detail::combine_pairwise<Arch>(accs, std::plus<>{}));
     for (; i < n; ++i) acc += p[i];
     return acc;
   }
@@ -68,28 +63,18 @@ float max(std::span<const float> x) {
     return m;
   } else {
     using batch = xsimd::batch<float, Arch>;
-    constexpr std::size_t lanes = batch::size;
-    batch m0(neg_inf), m1(neg_inf), m2(neg_inf), m3(neg_inf);
+    batch accs[4] = {batch(neg_inf), batch(neg_inf), batch(neg_inf), batch(neg_inf)};
     // NaN lanes are tracked apart: the vector max instructions drop them (and
     // xsimd 8.1 compares != as ordered on AVX, so v != v misses NaN).
     auto nan_seen = batch(0.0f) != batch(0.0f);
-    std::size_t i = 0;
-    for (; i + 4 * lanes <= n; i += 4 * lanes) {
-      const batch v0 = batch::load_unaligned(p + i), v1 = batch::load_unaligned(p + i + lanes);
-      const batch v2 = batch::load_unaligned(p + i + 2 * lanes), v3 = batch::load_unaligned(p + i + 3 * lanes);
-      nan_seen = nan_seen | xsimd::isnan(v0) | xsimd::isnan(v1) | xsimd::isnan(v2) | xsimd::isnan(v3);
-      m0 = xsimd::max(m0, v0);
-      m1 = xsimd::max(m1, v1);
-      m2 = xsimd::max(m2, v2);
-      m3 = xsimd::max(m3, v3);
-    }
-    for (; i + lanes <= n; i += lanes) {
-      const batch v = batch::load_unaligned(p + i);
+    std::size_t i = detail::accumulate_batches<Arch>(n, accs, [&](const batch& m, std::size_t j) {
+      const batch v = batch::load_unaligned(p + j);
       nan_seen = nan_seen | xsimd::isnan(v);
-      m0 = xsimd::max(m0, v);
-    }
+      return xsimd::max(m, v);
+    });
     if (xsimd::any(nan_seen)) return std::numeric_limits<float>::quiet_NaN();
-    float m = detail::hmax<Arch>(xsimd::max(xsimd::max(m0, m1), xsimd::max(m2, m3)));
+    float m = detail::hmax<Arch>(
+        detail::combine_pairwise<Arch>(accs, [](const batch& x, const batch& y) { return xsimd::max(x, y); }));
     for (; i < n; ++i) {
       if (std::isnan(p[i])) return p[i];
       m = p[i] > m ? p[i] : m;

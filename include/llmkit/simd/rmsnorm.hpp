@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <span>
 
 #include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
+#include "llmkit/simd/detail/accumulate.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
@@ -40,21 +42,12 @@ void rmsnorm(std::span<const float> x, std::span<const float> weight, std::span<
   } else {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::size_t lanes = batch::size;
-    batch s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
-    std::size_t i = 0;
-    for (; i + 4 * lanes <= n; i += 4 * lanes) {
-      const batch v0 = batch::load_unaligned(xp + i), v1 = batch::load_unaligned(xp + i + lanes);
-      const batch v2 = batch::load_unaligned(xp + i + 2 * lanes), v3 = batch::load_unaligned(xp + i + 3 * lanes);
-      s0 = xsimd::fma(v0, v0, s0);
-      s1 = xsimd::fma(v1, v1, s1);
-      s2 = xsimd::fma(v2, v2, s2);
-      s3 = xsimd::fma(v3, v3, s3);
-    }
-    for (; i + lanes <= n; i += lanes) {
-      const batch v = batch::load_unaligned(xp + i);
-      s0 = xsimd::fma(v, v, s0);
-    }
-    float ss = xsimd::hadd((s0 + s1) + (s2 + s3));
+    batch accs[4] = {batch(0.0f), batch(0.0f), batch(0.0f), batch(0.0f)};
+    std::size_t i = detail::accumulate_batches<Arch>(n, accs, [xp](const batch& s, std::size_t j) {
+      const batch v = batch::load_unaligned(xp + j);
+      return xsimd::fma(v, v, s);
+    });
+    float ss = xsimd::hadd(detail::combine_pairwise<Arch>(accs, std::plus<>{}));
     for (; i < n; ++i) ss += xp[i] * xp[i];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
     const batch vinv(inv);
