@@ -26,6 +26,7 @@
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/kv/cache_usage.hpp"
+#include "llmkit/kv/detail/cache_rows.hpp"
 #include "llmkit/kv/detail/checks.hpp"
 #include "llmkit/kv/detail/sequence_table.hpp"
 #include "llmkit/kv/kv_view.hpp"
@@ -136,24 +137,12 @@ class contiguous_cache {
                  first_token, ", ", first_token + n_new, ") exceed n_tokens = ", seq.n_tokens, " of sequence ", s,
                  " (grow first)");
     const std::size_t d = shape_.head_dim;
-    for (std::size_t t = 0; t < n_new; ++t) {
-      for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
-        const std::size_t src = (t * shape_.n_kv_heads + h) * d;
-        const std::size_t k_run = run_index(layer, 0, h), v_run = run_index(layer, 1, h);
-        const std::size_t slot = first_token + t;
-        if (detail::store_prefetch_tokens<T> > 0 && t + detail::store_prefetch_tokens<T> < n_new) {
-          const std::size_t ahead = (slot + detail::store_prefetch_tokens<T>) * d;
-          detail::prefetch_for_write(seq.rows.data() + k_run * run_elements() + ahead, d);
-          detail::prefetch_for_write(seq.rows.data() + v_run * run_elements() + ahead, d);
-        }
-        const float ks = detail::encode_row(k.data() + src, seq.rows.data() + k_run * run_elements() + slot * d, d);
-        const float vs = detail::encode_row(v.data() + src, seq.rows.data() + v_run * run_elements() + slot * d, d);
-        if constexpr (has_row_scale_v<T>) {
-          seq.scales[k_run * options_.max_tokens + slot] = ks;
-          seq.scales[v_run * options_.max_tokens + slot] = vs;
-        }
-      }
-    }
+    detail::store_rows<T>(shape_, options_.max_tokens, layer, first_token, n_new, k.data(), v.data(),
+                          [&](std::size_t slot) {
+                            detail::slot_rows<T> at{seq.rows.data() + slot * d};
+                            if constexpr (has_row_scale_v<T>) at.scales = seq.scales.data() + slot;
+                            return at;
+                          });
   }
 
   /// 1 when s holds tokens, else 0.
@@ -179,14 +168,9 @@ class contiguous_cache {
 
   /// Memory and sequence statistics.
   cache_usage usage() const {
-    cache_usage u;
-    sequences_.for_each([&](seq_id, const sequence& seq) {
-      ++u.n_sequences;
-      u.n_tokens += seq.n_tokens;
-    });
+    cache_usage u = detail::sequence_usage(sequences_, bytes_per_token());
     u.bytes_allocated = u.n_sequences * options_.max_tokens * bytes_per_token();
     u.bytes_in_use = u.bytes_allocated;
-    u.token_bytes = u.n_tokens * bytes_per_token();
     return u;
   }
 

@@ -33,6 +33,7 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/kv/block_pool.hpp"
 #include "llmkit/kv/cache_usage.hpp"
+#include "llmkit/kv/detail/cache_rows.hpp"
 #include "llmkit/kv/detail/checks.hpp"
 #include "llmkit/kv/detail/sequence_table.hpp"
 #include "llmkit/kv/kv_view.hpp"
@@ -194,29 +195,13 @@ class paged_cache {
       LLMKIT_CHECK(pool_.refcount(seq.table[i]) == 1, "store: token slot ", std::max(first_token, i * BlockSize),
                    " of sequence ", s, " lies in block ", seq.table[i], " shared by ", pool_.refcount(seq.table[i]),
                    " owners; only slots reserved by grow are writable");
-    const std::size_t d = shape_.head_dim;
-    for (std::size_t t = 0; t < n_new; ++t) {
-      const std::size_t slot = first_token + t;
-      const std::size_t b = static_cast<std::size_t>(seq.table[slot / BlockSize]);
+    detail::store_rows<T>(shape_, BlockSize, layer, first_token, n_new, k.data(), v.data(), [&](std::size_t slot) {
+      const auto b = static_cast<std::size_t>(seq.table[slot / BlockSize]);
       const std::size_t r = slot % BlockSize;
-      const bool ahead = detail::store_prefetch_tokens<T> > 0 && t + detail::store_prefetch_tokens<T> < n_new;
-      const std::size_t ahead_slot = slot + detail::store_prefetch_tokens<T>;
-      const std::size_t ahead_b = ahead ? static_cast<std::size_t>(seq.table[ahead_slot / BlockSize]) : 0;
-      for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
-        const std::size_t src = (t * shape_.n_kv_heads + h) * d;
-        const std::size_t k_run = run_index(layer, 0, h), v_run = run_index(layer, 1, h);
-        if (ahead) {
-          detail::prefetch_for_write(row_ptr(ahead_b, k_run, ahead_slot % BlockSize), d);
-          detail::prefetch_for_write(row_ptr(ahead_b, v_run, ahead_slot % BlockSize), d);
-        }
-        const float ks = detail::encode_row(k.data() + src, row_ptr(b, k_run, r), d);
-        const float vs = detail::encode_row(v.data() + src, row_ptr(b, v_run, r), d);
-        if constexpr (has_row_scale_v<T>) {
-          scales_[b * block_scale_elements() + k_run * BlockSize + r] = ks;
-          scales_[b * block_scale_elements() + v_run * BlockSize + r] = vs;
-        }
-      }
-    }
+      detail::slot_rows<T> at{row_ptr(b, 0, r)};
+      if constexpr (has_row_scale_v<T>) at.scales = scales_.data() + b * block_scale_elements() + r;
+      return at;
+    });
   }
 
   /// ceil(n_tokens(s) / BlockSize).
@@ -243,14 +228,9 @@ class paged_cache {
 
   /// Memory and sequence statistics (see also pool().stats()).
   cache_usage usage() const {
-    cache_usage u;
-    sequences_.for_each([&](seq_id, const sequence& seq) {
-      ++u.n_sequences;
-      u.n_tokens += seq.n_tokens;
-    });
+    cache_usage u = detail::sequence_usage(sequences_, bytes_per_token());
     u.bytes_allocated = pool_.n_total() * block_bytes();
     u.bytes_in_use = pool_.n_used() * block_bytes();
-    u.token_bytes = u.n_tokens * bytes_per_token();
     return u;
   }
 

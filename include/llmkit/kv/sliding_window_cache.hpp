@@ -52,6 +52,7 @@
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/kv/cache_usage.hpp"
+#include "llmkit/kv/detail/cache_rows.hpp"
 #include "llmkit/kv/detail/checks.hpp"
 #include "llmkit/kv/detail/sequence_table.hpp"
 #include "llmkit/kv/kv_view.hpp"
@@ -183,26 +184,14 @@ class sliding_window_cache {
                      first_token + n_new <= options_.n_sink,
                  "store: positions [", first_token, ", ", first_token + n_new, ") of sequence ", s,
                  " are no longer in the ring, which holds positions from ", seq.retained_begin);
-    const std::size_t d = shape_.head_dim, rows = rows_per_sequence();
-    for (std::size_t t = 0; t < n_new; ++t) {
-      const std::size_t row = slot(first_token + t);
-      const bool ahead = detail::store_prefetch_tokens<T> > 0 && t + detail::store_prefetch_tokens<T> < n_new;
-      const std::size_t ahead_row = ahead ? slot(first_token + t + detail::store_prefetch_tokens<T>) : 0;
-      for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
-        const std::size_t src = (t * shape_.n_kv_heads + h) * d;
-        const std::size_t k_run = run_index(layer, 0, h), v_run = run_index(layer, 1, h);
-        if (ahead) {
-          detail::prefetch_for_write(seq.rows.data() + (k_run * rows + ahead_row) * d, d);
-          detail::prefetch_for_write(seq.rows.data() + (v_run * rows + ahead_row) * d, d);
-        }
-        const float ks = detail::encode_row(k.data() + src, seq.rows.data() + (k_run * rows + row) * d, d);
-        const float vs = detail::encode_row(v.data() + src, seq.rows.data() + (v_run * rows + row) * d, d);
-        if constexpr (has_row_scale_v<T>) {
-          seq.scales[k_run * rows + row] = ks;
-          seq.scales[v_run * rows + row] = vs;
-        }
-      }
-    }
+    const std::size_t d = shape_.head_dim;
+    detail::store_rows<T>(shape_, rows_per_sequence(), layer, first_token, n_new, k.data(), v.data(),
+                          [&](std::size_t pos) {
+                            const std::size_t row = slot(pos);
+                            detail::slot_rows<T> at{seq.rows.data() + row * d};
+                            if constexpr (has_row_scale_v<T>) at.scales = seq.scales.data() + row;
+                            return at;
+                          });
   }
 
   /// Sinks, then the visible ring (1 or 2 chunks): 0 to 3.
@@ -232,12 +221,7 @@ class sliding_window_cache {
   /// Memory statistics; token_bytes counts the rows held (sinks + ring
   /// contents), n_tokens every position appended.
   cache_usage usage() const {
-    cache_usage u;
-    sequences_.for_each([&](seq_id, const sequence& seq) {
-      ++u.n_sequences;
-      u.n_tokens += seq.n_tokens;
-      u.token_bytes += std::min(seq.n_tokens, rows_per_sequence()) * bytes_per_token();
-    });
+    cache_usage u = detail::sequence_usage(sequences_, bytes_per_token(), rows_per_sequence());
     u.bytes_allocated = u.n_sequences * rows_per_sequence() * bytes_per_token();
     u.bytes_in_use = u.bytes_allocated;
     return u;
