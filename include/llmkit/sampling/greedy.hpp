@@ -12,6 +12,7 @@
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/context.hpp"
+#include "llmkit/sampling/detail/argmax.hpp"
 #include "llmkit/sampling/detail/kernels.hpp"
 
 namespace llmkit::sampling {
@@ -39,16 +40,7 @@ struct greedy {
 
   sample_result sample(candidates& c, const sampling_context&) const {
     const float m = detail::checked_max(c, "greedy");
-    const auto v = c.values();
-    std::size_t best = 0;
-    bool found = false;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      if (v[i] == m && (!found || c.token(i) < c.token(best))) {
-        best = i;
-        found = true;
-        if (c.is_dense() || c.is_sorted()) break;
-      }
-    }
+    const std::size_t best = detail::argmax_lowest_token(c, m);
     const float logprob = with_logprob_ ? static_cast<float>(-detail::log_normaliser(c, m)) : 0.0f;
     return {c.token(best), logprob};
   }

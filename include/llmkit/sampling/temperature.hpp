@@ -12,6 +12,7 @@
 
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
+#include "llmkit/sampling/detail/argmax.hpp"
 
 namespace llmkit::sampling {
 
@@ -27,16 +28,7 @@ struct temperature {
     if (temperature_ == 1.0f) return;
     if (temperature_ <= 0.0f) {
       const float m = c.max();
-      const auto v = c.values();
-      std::size_t best = 0;
-      bool found = false;
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        if (v[i] == m && (!found || c.token(i) < c.token(best))) {
-          best = i;
-          found = true;
-          if (c.is_dense()) break;
-        }
-      }
+      const std::size_t best = detail::argmax_lowest_token(c, m);
       const std::int32_t token = c.token(best);
       c.assign_sparse({&token, 1}, {&m, 1}, true);
       return;

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/sampling/detail/inverse_cdf.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
@@ -230,16 +231,7 @@ inline std::size_t inverse_cdf(std::span<const float> values, float m, std::span
   // Last block with any mass, should rounding push the target past the end.
   while (b > 0 && block_sums[b] == 0.0) --b;
   const std::size_t start = b * sum_block, end = std::min(n, start + sum_block);
-  std::size_t last_positive = start;
-  for (std::size_t i = start; i < end; ++i) {
-    const float e = exp_canonical(values[i] - m);
-    if (e > 0.0f) {
-      last_positive = i;
-      cum += e;
-      if (cum > target) return i;
-    }
-  }
-  return last_positive;
+  return inverse_cdf_scan(start, end, cum, target, [&](std::size_t i) { return exp_canonical(values[i] - m); });
 }
 
 /// Order-preserving map of a float to uint32 *descending* in the value:

@@ -12,6 +12,7 @@
 #include <span>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/sampling/detail/inverse_cdf.hpp"
 
 namespace llmkit::search::detail {
 
@@ -46,17 +47,9 @@ inline void softmax(std::span<const float> logits, std::span<double> out, const 
 /// CDF), skipping zero weights; `[n] weights`, u in [0, 1).
 /// @pre total = sum of weights > 0
 inline std::size_t inverse_cdf(std::span<const double> weights, double total, double u) {
-  const double target = u * total;
-  double acc = 0.0;
-  std::size_t last = weights.size();
-  for (std::size_t i = 0; i < weights.size(); ++i) {
-    if (weights[i] <= 0.0) continue;
-    acc += weights[i];
-    last = i;
-    if (acc > target) return i;
-  }
-  LLMKIT_ASSERT(last < weights.size());
-  return last;  // rounding left target >= acc: the last positive entry
+  LLMKIT_ASSERT(total > 0.0);
+  return sampling::detail::inverse_cdf_scan(0, weights.size(), 0.0, u * total,
+                                            [&](std::size_t i) { return weights[i]; });
 }
 
 }  // namespace llmkit::search::detail
