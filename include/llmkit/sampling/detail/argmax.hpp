@@ -18,14 +18,17 @@ namespace llmkit::sampling::detail {
 /// @pre m == c.max()
 inline std::size_t argmax_lowest_token(const candidates& c, float m) noexcept {
   const auto v = c.values();
-  const bool first_wins = c.is_dense() || c.is_sorted();
+  if (c.is_dense() || c.is_sorted()) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (v[i] == m) return i;
+    return 0;
+  }
   std::size_t best = 0;
   bool found = false;
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (v[i] == m && (!found || c.token(i) < c.token(best))) {
       best = i;
       found = true;
-      if (first_wins) break;
     }
   }
   return best;
