@@ -14,12 +14,17 @@
 /// so a translation unit needs no bracket of its own as long as its first
 /// include of <immintrin.h> (directly, or through xsimd or Eigen) is an
 /// llmkit header.
+///
+/// It also defines `LLMKIT_SIMD_X86` (to 1) when compiling for x86, the one
+/// test the simd headers use to guard their x86 intrinsics; it stays defined
+/// (docs/getting-started.md, "Configuration macros").
 
 #include "llmkit/simd/detail/diagnostics.hpp"
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 #include <xsimd/xsimd.hpp>
 #if defined(__x86_64__) || defined(__i386__)
+#define LLMKIT_SIMD_X86 1
 #include <immintrin.h>
 #endif
 LLMKIT_SIMD_DIAGNOSTICS_END

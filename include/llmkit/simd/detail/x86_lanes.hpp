@@ -15,10 +15,6 @@
 #include "llmkit/simd/detail/intrinsics.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define LLMKIT_SIMD_X86 1
-#endif
-
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::simd::detail {
