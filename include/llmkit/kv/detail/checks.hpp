@@ -26,9 +26,8 @@ inline void check_shape(const char* what, const kv_shape& shape) {
 /// Validates `store` arguments and returns the number of token rows n_new
 /// (`[n_new, n_kv_heads, head_dim] k, v`). With `need_finite` (int8) a
 /// NaN or infinity is rejected before anything is written: one vector pass
-/// over k and v (`simd::detail::all_finite`; GCC 12 left the scalar bit
-/// test this replaced unvectorised, half the time of an int8 append), and
-/// a scalar one only to name the bad element.
+/// over k and v (`simd::detail::all_finite`, as GCC does not vectorise a
+/// scalar bit test), and a scalar one only to name the bad element.
 template <class Arch = simd::default_arch>
 std::size_t check_store(const kv_shape& shape, std::size_t layer, std::span<const float> k, std::span<const float> v,
                         bool need_finite) {

@@ -19,10 +19,8 @@
 ///
 /// A prefill streams a panel (192 KiB at in = 768) from L2 for every token
 /// tile; a decode step streams the whole matrix once, in address order, with
-/// software prefetch 32 KiB ahead. Measured on one Sapphire Rapids core
-/// (docs/model.md): ~160 GFLOP/s for 64-128 tokens with the weights in L3,
-/// against ~110 for the dot-product tiles of matmul.hpp (which reduce every
-/// output horizontally); +10-18% on the ~100M model's whole prefill.
+/// software prefetch 32 KiB ahead. Unlike the dot-product tiles of
+/// matmul.hpp, no output is reduced horizontally (figures in docs/model.md).
 ///
 /// Batch invariant and arch invariant: every output is
 /// `fma(x[k], w[k], acc)` for k = 0, 1, ..., in - 1 from acc = 0 (then added
