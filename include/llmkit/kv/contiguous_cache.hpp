@@ -133,9 +133,7 @@ class contiguous_cache {
              std::span<const float> v) {
     sequence& seq = sequences_.at(s, "store");
     const std::size_t n_new = detail::check_store(shape_, layer, k, v, has_row_scale_v<T>);
-    LLMKIT_CHECK(first_token <= seq.n_tokens && n_new <= seq.n_tokens - first_token, "store: token slots [",
-                 first_token, ", ", first_token + n_new, ") exceed n_tokens = ", seq.n_tokens, " of sequence ", s,
-                 " (grow first)");
+    detail::check_store_slots(s, first_token, n_new, seq.n_tokens);
     const std::size_t d = shape_.head_dim;
     detail::store_rows<T>(shape_, options_.max_tokens, layer, first_token, n_new, k.data(), v.data(),
                           [&](std::size_t slot) {

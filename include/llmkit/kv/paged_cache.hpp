@@ -187,9 +187,7 @@ class paged_cache {
              std::span<const float> v) {
     const sequence& seq = sequences_.at(s, "store");
     const std::size_t n_new = detail::check_store(shape_, layer, k, v, has_row_scale_v<T>);
-    LLMKIT_CHECK(first_token <= seq.n_tokens && n_new <= seq.n_tokens - first_token, "store: token slots [",
-                 first_token, ", ", first_token + n_new, ") exceed n_tokens = ", seq.n_tokens, " of sequence ", s,
-                 " (grow first)");
+    detail::check_store_slots(s, first_token, n_new, seq.n_tokens);
     if (n_new == 0) return;
     for (std::size_t i = first_token / BlockSize; i <= (first_token + n_new - 1) / BlockSize; ++i)
       LLMKIT_CHECK(pool_.refcount(seq.table[i]) == 1, "store: token slot ", std::max(first_token, i * BlockSize),

@@ -177,9 +177,7 @@ class sliding_window_cache {
              std::span<const float> v) {
     sequence& seq = sequences_.at(s, "store");
     const std::size_t n_new = detail::check_store(shape_, layer, k, v, has_row_scale_v<T>);
-    LLMKIT_CHECK(first_token <= seq.n_tokens && n_new <= seq.n_tokens - first_token, "store: token slots [",
-                 first_token, ", ", first_token + n_new, ") exceed n_tokens = ", seq.n_tokens, " of sequence ", s,
-                 " (grow first)");
+    detail::check_store_slots(s, first_token, n_new, seq.n_tokens);
     LLMKIT_CHECK(n_new == 0 || seq.retained_begin == options_.n_sink || first_token >= seq.retained_begin ||
                      first_token + n_new <= options_.n_sink,
                  "store: positions [", first_token, ", ", first_token + n_new, ") of sequence ", s,

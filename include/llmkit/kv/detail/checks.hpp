@@ -46,6 +46,13 @@ std::size_t check_store(const kv_shape& shape, std::size_t layer, std::span<cons
   return k.size() / row;
 }
 
+/// Validates that a store's token slots [first_token, first_token + n_new)
+/// lie within the n_tokens slots sequence s holds (grow reserves them).
+inline void check_store_slots(seq_id s, std::size_t first_token, std::size_t n_new, std::size_t n_tokens) {
+  LLMKIT_CHECK(first_token <= n_tokens && n_new <= n_tokens - first_token, "store: token slots [", first_token, ", ",
+               first_token + n_new, ") exceed n_tokens = ", n_tokens, " of sequence ", s, " (grow first)");
+}
+
 /// Validates the (layer, kv_head, chunk index) of a `chunk` call.
 inline void check_chunk(const kv_shape& shape, std::size_t layer, std::size_t kv_head, std::size_t i,
                         std::size_t n_chunks) {
