@@ -91,6 +91,67 @@ LLMKIT_SIMD_TEST("dot and sum match the double oracle within the f32 error bound
   CHECK(std::isnan(simd::sum<arch>(ones)));
 }
 
+/// dot and sum written out with four explicit accumulators, the order
+/// simd::detail::accumulate_batches and combine_pairwise must keep.
+template <class A>
+float four_accumulator_dot(std::span<const float> a, std::span<const float> b) {
+  using batch = xsimd::batch<float, A>;
+  constexpr std::size_t L = batch::size;
+  const std::size_t n = a.size();
+  batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+  std::size_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    acc0 = xsimd::fma(batch::load_unaligned(a.data() + i), batch::load_unaligned(b.data() + i), acc0);
+    acc1 = xsimd::fma(batch::load_unaligned(a.data() + i + L), batch::load_unaligned(b.data() + i + L), acc1);
+    acc2 = xsimd::fma(batch::load_unaligned(a.data() + i + 2 * L), batch::load_unaligned(b.data() + i + 2 * L), acc2);
+    acc3 = xsimd::fma(batch::load_unaligned(a.data() + i + 3 * L), batch::load_unaligned(b.data() + i + 3 * L), acc3);
+  }
+  for (; i + L <= n; i += L)
+    acc0 = xsimd::fma(batch::load_unaligned(a.data() + i), batch::load_unaligned(b.data() + i), acc0);
+  float acc = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
+  for (; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+template <class A>
+float four_accumulator_sum(std::span<const float> x) {
+  using batch = xsimd::batch<float, A>;
+  constexpr std::size_t L = batch::size;
+  const std::size_t n = x.size();
+  batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+  std::size_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    acc0 += batch::load_unaligned(x.data() + i);
+    acc1 += batch::load_unaligned(x.data() + i + L);
+    acc2 += batch::load_unaligned(x.data() + i + 2 * L);
+    acc3 += batch::load_unaligned(x.data() + i + 3 * L);
+  }
+  for (; i + L <= n; i += L) acc0 += batch::load_unaligned(x.data() + i);
+  float acc = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
+  for (; i < n; ++i) acc += x[i];
+  return acc;
+}
+
+template <class A>
+void check_four_accumulator_order() {
+  if constexpr (!simd::is_scalar_v<A>) {
+    std::mt19937 rng(11);
+    for (std::size_t n : lengths) {
+      const auto a = random_vector(n, 1, rng), b = random_vector(n, 2, rng);
+      std::span<const float> av(a.view), bv(b.view);
+      INFO("n = " << n);
+      CHECK(std::bit_cast<std::uint32_t>(simd::dot<A>(av, bv)) ==
+            std::bit_cast<std::uint32_t>(four_accumulator_dot<A>(av, bv)));
+      CHECK(std::bit_cast<std::uint32_t>(simd::sum<A>(av)) == std::bit_cast<std::uint32_t>(four_accumulator_sum<A>(av)));
+    }
+  }
+}
+
+LLMKIT_SIMD_TEST("dot and sum round exactly as four explicit accumulators") {
+  if (!arch_available()) return;
+  check_four_accumulator_order<arch>();
+}
+
 LLMKIT_SIMD_TEST("max and argmax: first index on ties, NaN as NumPy, empty input") {
   if (!arch_available()) return;
   std::mt19937 rng(2);
