@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/detail/llama_forward.hpp
+/// llama_model's internals: loading the weights and the forward pass
+/// (model/llama.hpp declares them and includes this file at its end).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "llmkit/attention/decode.hpp"
+#include "llmkit/attention/mask.hpp"
+#include "llmkit/attention/prefill.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/core/executor.hpp"
+#include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/llama.hpp"
+#include "llmkit/simd/exp.hpp"
+#include "llmkit/simd/rmsnorm.hpp"
+#include "llmkit/simd/rope.hpp"
+
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
+
+namespace llmkit::model {
+
+namespace detail {
+/// Checks that a GGUF tensor has shape `[rows, cols]` (ggml dims {cols,
+/// rows}; rows == 1 also accepts a 1-D tensor).
+inline const gguf_tensor& check_tensor(const gguf_file& file, const std::string& name, std::size_t rows,
+                                       std::size_t cols) {
+  const gguf_tensor& t = file.tensor(name);
+  const bool shape_ok = t.dims[0] == cols && t.rows() == rows && (t.n_dims == 2 || (t.n_dims == 1 && rows == 1));
+  LLMKIT_CHECK(shape_ok, "llama_model: tensor '", name, "' has dims [", t.dims[0], ", ", t.dims[1], ", ", t.dims[2],
+               ", ", t.dims[3], "], expected [", cols, ", ", rows, "]");
+  return t;
+}
+
+
+/// SwiGLU: h[j] = silu(g[j]) * u[j] = g[j] / (1 + e^-g[j]) * u[j]. ([f] g, u, h)
+template <class Arch = simd::default_arch>
+inline void swiglu(const float* g, const float* u, float* h, std::size_t f) noexcept {
+  std::size_t j = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using vf = xsimd::batch<float, Arch>;
+    for (; j + vf::size <= f; j += vf::size) {
+      const vf gv = vf::load_unaligned(g + j);
+      const vf e = simd::detail::exp_batch<Arch>(-gv);
+      (gv / (vf(1.0f) + e) * vf::load_unaligned(u + j)).store_unaligned(h + j);
+    }
+  }
+  for (; j < f; ++j) h[j] = g[j] / (1.0f + simd::detail::exp_scalar<Arch>(-g[j])) * u[j];
+}
+}  // namespace detail
+
+inline llama_model::llama_model(const gguf_file& file, const llama_options& options)
+    : config_(llama_config::from_gguf(file)),
+      options_(options),
+      rope_table_(config_.rope, config_.head_dim, std::min<std::size_t>(config_.context_length, rope_table_max_positions)) {
+  const auto& c = config_;
+  const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  // Every shape is checked against the file before anything is allocated,
+  // so sizes in the metadata cannot make the loader allocate more than the
+  // file's tensors hold.
+  detail::check_tensor(file, "token_embd.weight", c.n_vocab, c.dim);
+  detail::check_tensor(file, "output_norm.weight", 1, c.dim);
+  if (!c.tied_output) detail::check_tensor(file, "output.weight", c.n_vocab, c.dim);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    detail::check_tensor(file, b + "attn_norm.weight", 1, c.dim);
+    detail::check_tensor(file, b + "attn_q.weight", qd, c.dim);
+    detail::check_tensor(file, b + "attn_k.weight", kvd, c.dim);
+    detail::check_tensor(file, b + "attn_v.weight", kvd, c.dim);
+    detail::check_tensor(file, b + "attn_output.weight", c.dim, qd);
+    detail::check_tensor(file, b + "ffn_norm.weight", 1, c.dim);
+    detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
+    detail::check_tensor(file, b + "ffn_up.weight", c.ffn_dim, c.dim);
+    detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
+  }
+  // A (possibly fused) matrix takes the storage its first tensor resolves to.
+  auto load_matrix = [&](std::initializer_list<std::string> names, std::size_t rows, std::size_t cols) {
+    const gguf_tensor& first = file.tensor(*names.begin());
+    weight_matrix m(resolve_weight_type(options_.weight_type, first.type, cols), rows, cols);
+    std::size_t row = 0;
+    for (const std::string& name : names) {
+      const gguf_tensor& t = file.tensor(name);
+      m.copy_from(t, row);
+      row += static_cast<std::size_t>(t.rows());
+    }
+    return m;
+  };
+  auto load_norm = [&](const std::string& name) {
+    weight_matrix m(weight_type::f32, 1, c.dim);
+    m.copy_from(file.tensor(name), 0);
+    aligned_vector<float> v(c.dim);
+    m.row(0, v);
+    return v;
+  };
+  token_embd_ = load_matrix({"token_embd.weight"}, c.n_vocab, c.dim);
+  output_norm_ = load_norm("output_norm.weight");
+  if (!c.tied_output) output_ = load_matrix({"output.weight"}, c.n_vocab, c.dim);
+  layers_.resize(c.n_layers);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    layer& w = layers_[l];
+    w.attn_norm = load_norm(b + "attn_norm.weight");
+    w.wqkv = load_matrix({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, qd + 2 * kvd, c.dim);
+    w.wo = load_matrix({b + "attn_output.weight"}, c.dim, qd);
+    w.ffn_norm = load_norm(b + "ffn_norm.weight");
+    w.w_gate_up = load_matrix({b + "ffn_gate.weight", b + "ffn_up.weight"}, 2 * c.ffn_dim, c.dim);
+    w.w_down = load_matrix({b + "ffn_down.weight"}, c.dim, c.ffn_dim);
+  }
+}
+
+template <kv::kv_cache Cache, executor Exec>
+matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec& exec) {
+  const auto& c = config_;
+  const std::size_t n = b.n_tokens();
+  LLMKIT_CHECK(b.positions.size() == n, "llama_model::forward: positions.size() = ", b.positions.size(),
+               " differs from token_ids.size() = ", n);
+  LLMKIT_CHECK(b.seq_ids.size() == n, "llama_model::forward: seq_ids.size() = ", b.seq_ids.size(),
+               " differs from token_ids.size() = ", n);
+  LLMKIT_CHECK(cache.shape() == c.kv_shape(), "llama_model::forward: the cache's shape {", cache.shape().n_layers,
+               ", ", cache.shape().n_kv_heads, ", ", cache.shape().head_dim, "} differs from the model's {",
+               c.n_layers, ", ", c.n_kv_heads, ", ", c.head_dim, "}");
+  for (std::size_t i = 0; i < n; ++i)
+    LLMKIT_CHECK(b.token_ids[i] >= 0 && static_cast<std::size_t>(b.token_ids[i]) < c.n_vocab,
+                 "llama_model::forward: token_ids[", i, "] = ", b.token_ids[i], " is outside the vocabulary of ",
+                 c.n_vocab, " tokens");
+  for (std::size_t r = 0; r < b.n_logits(); ++r)
+    LLMKIT_CHECK(b.logit_rows[r] >= 0 && static_cast<std::size_t>(b.logit_rows[r]) < n,
+                 "llama_model::forward: logit_rows[", r, "] = ", b.logit_rows[r], " is outside the ", n, " tokens");
+  plan_segments(b, cache);
+  reserve(n, b.n_logits());
+
+  // Grow every sequence; undo on failure where the cache can.
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    const segment& seg = segments_[s];
+    if (!cache.grow(seg.seq, seg.count)) {
+      if constexpr (requires { cache.truncate(seg.seq, std::size_t{0}); })
+        for (std::size_t u = 0; u < s; ++u) cache.truncate(segments_[u].seq, segments_[u].base);
+      ::llmkit::detail::throw_error("llama_model::forward: the cache has no room for ", seg.count,
+                          " more tokens of sequence ", seg.seq);
+    }
+  }
+
+  const std::size_t dim = c.dim, hd = c.head_dim;
+  const std::size_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd, qkvd = qd + 2 * kvd;
+  float* x = x_.data();
+  float* xn = xn_.data();
+  for (std::size_t i = 0; i < n; ++i)
+    token_embd_.row(std::size_t(b.token_ids[i]), std::span(x + i * dim, dim));
+
+  // Attention runs on the calling thread when it is smaller than a hand-off.
+  const bool prefill_parallel = exec.concurrency() > 1 && attention_work_ >= detail::matmul_parallel_min_work;
+  const bool decode_parallel = exec.concurrency() > 1 && decode_work_ >= detail::matmul_parallel_min_work;
+  const bool mixed = !decode_seqs_.empty() && !prefill_seqs_.empty();
+  const std::size_t n_prefill = std::size_t(cu_seqlens_.back());
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const layer& w = layers_[l];
+    for (std::size_t i = 0; i < n; ++i)
+      simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.attn_norm, std::span(xn + i * dim, dim), c.rms_eps);
+    product(exec, xn, n, w.wqkv, qkv_.data(), qkvd, false);
+    for (std::size_t i = 0; i < n; ++i) {
+      float* row = qkv_.data() + i * qkvd;
+      rope(std::span(row, qd), b.positions[i]);
+      rope(std::span(row + qd, kvd), b.positions[i]);
+    }
+    for (const segment& seg : segments_) {
+      if (seg.count == 1) {
+        const float* row = qkv_.data() + seg.first * qkvd;
+        cache.store(seg.seq, l, seg.base, std::span<const float>(row + qd, kvd),
+                    std::span<const float>(row + qd + kvd, kvd));
+        continue;
+      }
+      for (std::size_t i = seg.first; i < seg.first + seg.count; ++i) {
+        const float* row = qkv_.data() + i * qkvd;
+        std::memcpy(k_.data() + i * kvd, row + qd, kvd * sizeof(float));
+        std::memcpy(v_.data() + i * kvd, row + qd + kvd, kvd * sizeof(float));
+      }
+      cache.store(seg.seq, l, seg.base, std::span<const float>(k_.data() + seg.first * kvd, seg.count * kvd),
+                  std::span<const float>(v_.data() + seg.first * kvd, seg.count * kvd));
+    }
+    // Queries in attention order: the prefill segments' rows (the last
+    // seg.count positions of their sequences, K/V now stored), then one
+    // row per decode segment. Without a mix this is the batch order.
+    for (std::size_t i = 0; i < n; ++i)
+      std::memcpy(q_.data() + std::size_t(attention_row_[i]) * qd, qkv_.data() + i * qkvd, qd * sizeof(float));
+    if (n_prefill > 0) {
+      const attention::prefill_params ap{.q = std::span<const float>(q_.data(), n_prefill * qd),
+                                         .out = std::span<float>(att_.data(), n_prefill * qd),
+                                         .cu_seqlens = cu_seqlens_,
+                                         .seq_ids = prefill_seqs_,
+                                         .layer = l,
+                                         .n_heads = c.n_heads};
+      if (prefill_parallel)
+        attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, exec);
+      else
+        attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, serial_executor{});
+    }
+    if (!decode_seqs_.empty()) {
+      const std::size_t nd = decode_seqs_.size();
+      const attention::decode_params dp{.q = std::span<const float>(q_.data() + n_prefill * qd, nd * qd),
+                                        .out = std::span<float>(att_.data() + n_prefill * qd, nd * qd),
+                                        .seq_ids = decode_seqs_,
+                                        .layer = l,
+                                        .n_heads = c.n_heads,
+                                        .workspace = &decode_ws_,
+                                        .int8_queries = options_.int8_attention_queries,
+                                        .bf16_queries = options_.bf16_attention_queries,
+                                        .bf16_probabilities = options_.bf16_attention_probabilities,
+                                        .int8_probabilities = options_.int8_attention_probabilities};
+      if (decode_parallel)
+        attention::decode(dp, std::as_const(cache), attention::causal_mask{}, exec);
+      else
+        attention::decode(dp, std::as_const(cache), attention::causal_mask{}, serial_executor{});
+    }
+    const float* att = att_.data();
+    if (mixed) {  // back to batch order for the output projection
+      for (std::size_t i = 0; i < n; ++i)
+        std::memcpy(q_.data() + i * qd, att_.data() + std::size_t(attention_row_[i]) * qd, qd * sizeof(float));
+      att = q_.data();
+    }
+    product(exec, att, n, w.wo, x, dim, true);
+
+    for (std::size_t i = 0; i < n; ++i)
+      simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.ffn_norm, std::span(xn + i * dim, dim), c.rms_eps);
+    const std::size_t f = c.ffn_dim;
+    product(exec, xn, n, w.w_gate_up, ffn_.data(), 2 * f, false);
+    for (std::size_t i = 0; i < n; ++i)
+      detail::swiglu(ffn_.data() + i * 2 * f, ffn_.data() + i * 2 * f + f, hidden_.data() + i * f, f);
+    product(exec, hidden_.data(), n, w.w_down, x, dim, true);
+  }
+
+  const std::size_t n_out = b.n_logits();
+  for (std::size_t r = 0; r < n_out; ++r)
+    simd::rmsnorm(std::span<const float>(x + std::size_t(b.logit_rows[r]) * dim, dim), output_norm_,
+                  std::span(xn + r * dim, dim), c.rms_eps);
+  product(exec, xn, n_out, c_output(), logits_.data(), c.n_vocab, false);
+  return matrix_view<const float>(logits_.data(), n_out, c.n_vocab);
+}
+
+template <class Exec>
+void llama_model::product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y,
+                          std::size_t y_stride, bool accumulate) {
+  if (options_.activations == activation_type::q8_0 && w.type() == weight_type::q8_0) {
+    detail::matmul_q8(exec, x, n, w.cols(), detail::q8_weights{w.q8_data(), w.q8_scales(), w.cols()}, w.rows(), y,
+                      y_stride, accumulate, q8_x_);
+    return;
+  }
+  w.visit([&](const auto& acc) { detail::matmul(exec, x, n, w.cols(), acc, w.rows(), y, y_stride, accumulate); });
+}
+
+template <class Cache>
+void llama_model::plan_segments(const batch& b, const Cache& cache) {
+  segments_.clear();
+  const std::size_t n = b.n_tokens();
+  for (std::size_t i = 0; i < n;) {
+    const kv::seq_id s = b.seq_ids[i];
+    std::size_t j = i + 1;
+    while (j < n && b.seq_ids[j] == s) ++j;
+    for (const segment& earlier : segments_)  // few segments per batch: a scan beats a hash set
+      LLMKIT_CHECK(earlier.seq != s, "llama_model::forward: sequence ", s,
+                   " appears in more than one run of the batch (token ", i, "); its tokens must be contiguous");
+    const std::size_t base = cache.n_tokens(s);
+    for (std::size_t k = i; k < j; ++k)
+      LLMKIT_CHECK(b.positions[k] == static_cast<std::int32_t>(base + (k - i)), "llama_model::forward: positions[",
+                   k, "] = ", b.positions[k], " but sequence ", s, " continues at position ", base + (k - i));
+    segments_.push_back({s, i, j - i, base});
+    i = j;
+  }
+  // Segments of one token are decode rows (attention::decode); longer ones
+  // go through attention::prefill. attention_row_ maps a batch row to its
+  // row in the attention order: prefill rows first, then decode rows.
+  cu_seqlens_.assign(1, 0);
+  prefill_seqs_.clear();
+  decode_seqs_.clear();
+  attention_row_.resize(n);
+  attention_work_ = 0;
+  decode_work_ = 0;
+  std::int32_t next = 0;
+  const double width = double(config_.n_heads * config_.head_dim);
+  for (const segment& seg : segments_) {
+    if (seg.count == 1) continue;
+    for (std::size_t k = 0; k < seg.count; ++k) attention_row_[seg.first + k] = next++;
+    cu_seqlens_.push_back(next);
+    prefill_seqs_.push_back(seg.seq);
+    // (query, key) pairs the causal mask keeps, times the head width.
+    const double q = double(seg.count), k0 = double(seg.base);
+    attention_work_ += (q * k0 + q * (q + 1) / 2) * width;
+  }
+  for (const segment& seg : segments_) {
+    if (seg.count != 1) continue;
+    attention_row_[seg.first] = next++;
+    decode_seqs_.push_back(seg.seq);
+    decode_work_ += double(seg.base + 1) * width;
+  }
+}
+
+inline void llama_model::rope(std::span<float> heads, std::int32_t position) const {
+  if (static_cast<std::size_t>(position) < rope_table_.max_positions())
+    simd::apply_rope(heads, config_.head_dim, position, rope_table_);
+  else
+    simd::apply_rope(heads, config_.head_dim, position, config_.rope);
+}
+
+inline void llama_model::reserve(std::size_t n, std::size_t n_out) {
+  const auto& c = config_;
+  const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  // Exact growth: release the old buffer, then allocate `size` (a plain
+  // resize would double the capacity, up to 2x the largest forward's
+  // activations kept for the model's lifetime).
+  auto ensure = [](aligned_vector<float>& v, std::size_t size) {
+    if (v.size() >= size) return;
+    v.clear();
+    v.shrink_to_fit();
+    v.resize(size);
+  };
+  ensure(x_, n * c.dim);
+  ensure(xn_, std::max(n, n_out) * c.dim);
+  ensure(qkv_, n * (qd + 2 * kvd));
+  ensure(k_, n * kvd);
+  ensure(v_, n * kvd);
+  ensure(q_, n * qd);
+  ensure(att_, n * qd);
+  ensure(ffn_, n * 2 * c.ffn_dim);
+  ensure(hidden_, n * c.ffn_dim);
+  ensure(logits_, n_out * c.n_vocab);
+}
+
+}  // namespace llmkit::model
+
+LLMKIT_SIMD_DIAGNOSTICS_END

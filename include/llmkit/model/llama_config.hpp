@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/llama_config.hpp
+/// Hyper-parameters of a Llama-architecture model and how they are read
+/// from a GGUF file's metadata.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "llmkit/attention/head_dims.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/kv/kv_view.hpp"
+#include "llmkit/model/gguf.hpp"
+#include "llmkit/simd/rope.hpp"
+
+namespace llmkit::model {
+
+/// Hyper-parameters of a Llama-architecture model.
+struct llama_config {
+  std::size_t n_vocab = 0;
+  std::size_t dim = 0;          ///< embedding width
+  std::size_t n_layers = 0;
+  std::size_t n_heads = 0;      ///< query heads
+  std::size_t n_kv_heads = 0;   ///< key/value heads (divides n_heads)
+  std::size_t head_dim = 0;     ///< dim / n_heads
+  std::size_t ffn_dim = 0;      ///< hidden width of the SwiGLU feed-forward
+  std::size_t context_length = 2048;  ///< training context (RoPE table size)
+  float rms_eps = 1e-5f;
+  simd::rope_config rope{};     ///< theta, interleaved pairs (GGUF "llama"), rotary_dim, freq_scale
+  bool tied_output = false;     ///< output projection shares the embedding
+
+  /// The KV-cache shape this model needs.
+  kv::kv_shape kv_shape() const noexcept { return {n_layers, n_kv_heads, head_dim}; }
+
+  /// Reads `<arch>.*` keys (arch = general.architecture, which must be
+  /// "llama"); n_vocab comes from token_embd.weight, tied_output from the
+  /// absence of output.weight.
+  static llama_config from_gguf(const gguf_file& file) {
+    const auto arch = file.get<std::string_view>("general.architecture");
+    LLMKIT_CHECK(arch == "llama", "llama_config: general.architecture is '", arch, "', expected 'llama'");
+    const std::string p = std::string(arch) + ".";
+    llama_config c;
+    c.dim = file.get<std::size_t>(p + "embedding_length");
+    c.n_layers = file.get<std::size_t>(p + "block_count");
+    c.n_heads = file.get<std::size_t>(p + "attention.head_count");
+    c.n_kv_heads = file.get_optional<std::size_t>(p + "attention.head_count_kv").value_or(c.n_heads);
+    c.ffn_dim = file.get<std::size_t>(p + "feed_forward_length");
+    c.context_length = file.get_optional<std::size_t>(p + "context_length").value_or(2048);
+    c.rms_eps = file.get_optional<float>(p + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+    LLMKIT_CHECK(c.n_heads > 0, "llama_config: ", p, "attention.head_count must be > 0");
+    c.head_dim = c.dim / c.n_heads;
+    if (auto kl = file.get_optional<std::size_t>(p + "attention.key_length")) c.head_dim = *kl;
+    c.rope.theta = file.get_optional<float>(p + "rope.freq_base").value_or(10000.0f);
+    c.rope.layout = simd::rope_layout::interleaved;
+    c.rope.rotary_dim = file.get_optional<std::size_t>(p + "rope.dimension_count").value_or(c.head_dim);
+    const auto scaling = file.get_optional<std::string_view>(p + "rope.scaling.type").value_or("none");
+    if (scaling == "linear") {
+      const float factor = file.get<float>(p + "rope.scaling.factor");
+      LLMKIT_CHECK(factor > 0.0f && std::isfinite(factor), "llama_config: ", p, "rope.scaling.factor must be > 0, got ",
+                   factor);
+      c.rope.freq_scale = 1.0f / factor;
+    } else {
+      LLMKIT_CHECK(scaling == "none", "llama_config: unsupported ", p, "rope.scaling.type '", scaling, "'");
+    }
+    const gguf_tensor& emb = file.tensor("token_embd.weight");
+    c.n_vocab = static_cast<std::size_t>(emb.rows());
+    c.tied_output = file.find_tensor("output.weight") == nullptr;
+    c.validate();
+    return c;
+  }
+
+
+  /// @throws llmkit::error naming the first inconsistent field.
+  void validate() const {
+    LLMKIT_CHECK(n_vocab > 0 && n_vocab <= std::size_t(INT32_MAX), "llama_config: n_vocab = ", n_vocab,
+                 " must be in [1, 2^31)");
+    constexpr std::size_t max_extent = std::size_t{1} << 24;  // keeps every size product far from overflow
+    for (auto [name, value] : {std::pair{"dim", dim}, std::pair{"n_layers", n_layers}, std::pair{"n_heads", n_heads},
+                               std::pair{"n_kv_heads", n_kv_heads}, std::pair{"ffn_dim", ffn_dim}})
+      LLMKIT_CHECK(value <= max_extent, "llama_config: ", name, " = ", value, " exceeds ", max_extent);
+    LLMKIT_CHECK(dim > 0, "llama_config: dim must be > 0");
+    LLMKIT_CHECK(n_layers > 0, "llama_config: n_layers must be > 0");
+    LLMKIT_CHECK(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, "llama_config: n_heads = ", n_heads,
+                 " is not a positive multiple of n_kv_heads = ", n_kv_heads);
+    LLMKIT_CHECK(attention::supports_head_dim(head_dim), "llama_config: head_dim = ", head_dim,
+                 " is not supported by the attention kernels (supported: ", attention::supported_head_dims_text(), ")");
+    LLMKIT_CHECK(ffn_dim > 0, "llama_config: ffn_dim must be > 0");
+    LLMKIT_CHECK(context_length > 0 && context_length <= (std::size_t{1} << 24), "llama_config: context_length = ",
+                 context_length, " must be in [1, 2^24]");
+    LLMKIT_CHECK(rms_eps >= 0.0f && std::isfinite(rms_eps), "llama_config: rms_eps = ", rms_eps,
+                 " must be finite and >= 0");
+    LLMKIT_CHECK(rope.rotary_dim <= head_dim && rope.rotary_dim % 2 == 0, "llama_config: rope.rotary_dim = ",
+                 rope.rotary_dim, " must be even and <= head_dim = ", head_dim);
+  }
+};
+
+}  // namespace llmkit::model
