@@ -138,7 +138,7 @@ workload_case burst() {
   const bool small = smoke();
   std::vector<sched::trace_request> t;
   const std::int64_t n_short = small ? 8 : 64, n_long = small ? 2 : 8;
-  sched::request_id id = 0;
+  llmkit::request_id id = 0;
   for (std::int64_t i = 0; i < n_short; ++i, ++id)
     t.push_back({.id = id, .arrival_s = 0.0, .n_prompt = 32, .n_output = 200, .max_new_tokens = 200});
   for (std::int64_t i = 0; i < n_long; ++i, ++id)

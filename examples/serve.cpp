@@ -213,7 +213,7 @@ class engine {
       host_.erase(m.id);
     }
     batch_.clear();
-    std::vector<sched::request_id> sampled;
+    std::vector<llmkit::request_id> sampled;
     for (const sched::step_item& it : plan.items) {
       if (!seq_.contains(it.id)) seq_[it.id] = *cache_.add_sequence();
       const auto& ctx = context_.at(it.id);
@@ -282,12 +282,12 @@ class engine {
   double decode_tokens_per_s() const { return decode_s_ > 0 ? static_cast<double>(decode_tokens_) / decode_s_ : 0.0; }
 
   /// Generated tokens of request `id`.
-  std::vector<std::int32_t> output(sched::request_id id) const {
+  std::vector<std::int32_t> output(llmkit::request_id id) const {
     const auto& ctx = context_.at(id);
     return {ctx.begin() + n_prompt_.at(id), ctx.end()};
   }
   /// Runs request `id`'s prompt alone, greedily, for as many tokens.
-  std::vector<std::int32_t> solo(sched::request_id id) {
+  std::vector<std::int32_t> solo(llmkit::request_id id) {
     engine_cache cache(model_.kv_shape(), {.n_blocks = cache_.pool().n_total()});
     const auto s = *cache.add_sequence();
     std::vector<std::int32_t> ctx(context_.at(id).begin(), context_.at(id).begin() + n_prompt_.at(id));
@@ -306,7 +306,7 @@ class engine {
   }
 
  private:
-  void drop(sched::request_id id) {
+  void drop(llmkit::request_id id) {
     if (auto it = seq_.find(id); it != seq_.end()) {
       cache_.free(it->second);
       seq_.erase(it);
@@ -316,10 +316,10 @@ class engine {
   llmkit::thread_pool& pool_;
   engine_cache cache_;
   llmkit::model::batch_builder batch_;
-  std::map<sched::request_id, std::vector<std::int32_t>> context_;
-  std::map<sched::request_id, std::int64_t> n_prompt_, remaining_;
-  std::map<sched::request_id, llmkit::kv::seq_id> seq_;
-  std::map<sched::request_id, std::vector<std::byte>> host_;
+  std::map<llmkit::request_id, std::vector<std::int32_t>> context_;
+  std::map<llmkit::request_id, std::int64_t> n_prompt_, remaining_;
+  std::map<llmkit::request_id, llmkit::kv::seq_id> seq_;
+  std::map<llmkit::request_id, std::vector<std::byte>> host_;
   static double process_cpu_s() {
     timespec ts{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);

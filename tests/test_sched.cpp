@@ -17,6 +17,8 @@
 #include "reference/sched_reference.hpp"
 
 using namespace llmkit::sched;
+using llmkit::request_id;
+using llmkit::token_id;
 using sched_reference::check_plan;
 using sched_reference::check_state;
 using sched_reference::fake_engine;

@@ -13,6 +13,8 @@
 #include "reference/sched_reference.hpp"
 
 using namespace llmkit::sched;
+using llmkit::request_id;
+using llmkit::token_id;
 
 namespace {
 const llama_config tiny{.n_layers = 2, .dim = 4, .n_heads = 2, .n_kv_heads = 1, .head_dim = 2, .ffn_dim = 8,

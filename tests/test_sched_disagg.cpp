@@ -15,6 +15,8 @@
 #include "reference/sched_reference.hpp"
 
 using namespace llmkit::sched;
+using llmkit::request_id;
+using llmkit::token_id;
 
 namespace {
 const cost_model one_second_steps{

@@ -11,6 +11,8 @@
 #include <set>
 
 using namespace llmkit::sched;
+using llmkit::request_id;
+using llmkit::token_id;
 
 namespace {
 // Every non-empty step costs 1 s: times count steps.

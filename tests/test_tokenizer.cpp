@@ -14,6 +14,7 @@
 
 using namespace llmkit;
 using namespace llmkit::model;
+using llmkit::token_id;
 
 namespace {
 struct stories {

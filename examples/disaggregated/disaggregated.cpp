@@ -160,7 +160,7 @@ class decode_worker {
       done_[h.req.id] = {h.first_token};
       return true;
     }
-    const sched::request_id id = h.req.id;
+    const llmkit::request_id id = h.req.id;
     if (!sched_.submit_prefilled(h.req, {h.first_token})) return false;
     host_[id] = std::move(h.kv);
     return true;
@@ -196,7 +196,7 @@ class decode_worker {
       }
       batch_.add(seq_.at(it.id), tokens, static_cast<std::int32_t>(it.first_pos), it.samples);
     }
-    std::vector<sched::token_id> sampled;
+    std::vector<llmkit::token_id> sampled;
     if (!plan.items.empty()) {
       const auto logits = model_.forward(batch_.view(), cache_, exec_);
       for (std::size_t k = 0; k < logits.rows(); ++k) sampled.push_back(argmax(logits.row(k)));
@@ -208,12 +208,12 @@ class decode_worker {
     }
   }
 
-  const std::map<sched::request_id, std::vector<std::int32_t>>& outputs() const { return done_; }
+  const std::map<llmkit::request_id, std::vector<std::int32_t>>& outputs() const { return done_; }
   std::int64_t n_decoded() const { return n_tokens_; }
   std::int64_t n_preempted() const { return n_preempted_; }
 
  private:
-  void drop(sched::request_id id) {
+  void drop(llmkit::request_id id) {
     if (auto it = seq_.find(id); it != seq_.end()) {
       cache_.free(it->second);
       seq_.erase(it);
@@ -226,9 +226,9 @@ class decode_worker {
   cache_t cache_;
   model::batch_builder batch_;
   std::deque<std::vector<std::int32_t>> ctx_;  // token storage of the batch (stable addresses)
-  std::map<sched::request_id, llmkit::kv::seq_id> seq_;
-  std::map<sched::request_id, std::vector<std::byte>> host_;
-  std::map<sched::request_id, std::vector<std::int32_t>> done_;
+  std::map<llmkit::request_id, llmkit::kv::seq_id> seq_;
+  std::map<llmkit::request_id, std::vector<std::byte>> host_;
+  std::map<llmkit::request_id, std::vector<std::int32_t>> done_;
   std::int64_t n_tokens_ = 0, n_preempted_ = 0;
 };
 
@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
                  m.config().context_length);
     llmkit::serial_executor exec;
     const auto reqs = make_requests(o, m.vocab_size());
-    std::map<sched::request_id, std::vector<std::int32_t>> outputs;
+    std::map<llmkit::request_id, std::vector<std::int32_t>> outputs;
     std::int64_t kv_bytes = 0;
     const double t0 = now();
     double t_prefill = 0, t_decode = 0;

@@ -10,6 +10,7 @@
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/core/views.hpp"
 
 #include "llmkit/simd/arch.hpp"

@@ -21,6 +21,7 @@
 namespace sched_reference {
 
 using namespace llmkit::sched;
+using llmkit::request_id;
 
 // Returns "" when the state is consistent, else what is wrong.
 inline std::string check_state(const sched_state& s) {

@@ -18,13 +18,14 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/kv/kv_view.hpp"
 
 namespace llmkit::model {
 
 /// A non-owning view of a packed batch.
 struct batch {
-  std::span<const std::int32_t> token_ids;   ///< [n_tokens] token ids (< vocab size)
+  std::span<const token_id> token_ids;   ///< [n_tokens] token ids (< vocab size)
   std::span<const std::int32_t> positions;   ///< [n_tokens] position of each token in its sequence
   std::span<const kv::seq_id> seq_ids;       ///< [n_tokens] cache sequence of each token
   std::span<const std::int32_t> logit_rows;  ///< [n_logits] token indices whose logits to return, in this order
@@ -46,7 +47,7 @@ class batch_builder {
   /// Appends `[n] tokens` of sequence `seq` at positions first_position,
   /// first_position + 1, ...; with `logits_of_last` the last token's logits
   /// are requested (the next row of the forward's result).
-  void add(kv::seq_id seq, std::span<const std::int32_t> tokens, std::int32_t first_position,
+  void add(kv::seq_id seq, std::span<const token_id> tokens, std::int32_t first_position,
            bool logits_of_last = true) {
     LLMKIT_CHECK(first_position >= 0, "batch_builder::add: first_position must be >= 0, got ", first_position);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -73,7 +74,7 @@ class batch_builder {
   batch view() const noexcept { return {token_ids_, positions_, seq_ids_, logit_rows_}; }
 
  private:
-  std::vector<std::int32_t> token_ids_;
+  std::vector<token_id> token_ids_;
   std::vector<std::int32_t> positions_;
   std::vector<kv::seq_id> seq_ids_;
   std::vector<std::int32_t> logit_rows_;

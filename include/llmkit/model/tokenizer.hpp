@@ -38,12 +38,10 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/model/gguf.hpp"
 
 namespace llmkit::model {
-
-/// Token id, an index into the vocabulary.
-using token_id = std::int32_t;
 
 /// SentencePiece token types as stored in `tokenizer.ggml.token_type`.
 enum class token_type : std::int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };

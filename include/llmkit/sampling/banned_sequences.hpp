@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/sampling/detail/token_sets.hpp"
@@ -22,10 +23,10 @@ class banned_sequences {
  public:
   banned_sequences() = default;
   /// @throws llmkit::error for an empty sequence or a negative token.
-  explicit banned_sequences(std::vector<std::vector<std::int32_t>> sequences) : sequences_(std::move(sequences)) {
+  explicit banned_sequences(std::vector<std::vector<token_id>> sequences) : sequences_(std::move(sequences)) {
     for (std::size_t i = 0; i < sequences_.size(); ++i) {
       LLMKIT_CHECK(!sequences_[i].empty(), "banned_sequences: sequence ", i, " is empty");
-      for (std::int32_t t : sequences_[i])
+      for (token_id t : sequences_[i])
         LLMKIT_CHECK(t >= 0, "banned_sequences: sequence ", i, " has negative token ", t);
     }
   }
@@ -45,10 +46,10 @@ class banned_sequences {
     detail::ban(c, {s.tokens.data(), n_banned});
   }
 
-  const std::vector<std::vector<std::int32_t>>& sequences() const noexcept { return sequences_; }
+  const std::vector<std::vector<token_id>>& sequences() const noexcept { return sequences_; }
 
  private:
-  std::vector<std::vector<std::int32_t>> sequences_;
+  std::vector<std::vector<token_id>> sequences_;
 };
 
 }  // namespace llmkit::sampling

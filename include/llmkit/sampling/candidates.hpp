@@ -26,6 +26,7 @@
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/detail/kernels.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
@@ -43,8 +44,8 @@ struct scratch_buffers {
   aligned_vector<std::uint32_t> index;
   aligned_vector<std::uint32_t> index2;
   aligned_vector<double> block_sums;
-  aligned_vector<std::int32_t> tokens;
-  aligned_vector<std::int32_t> tokens2;
+  aligned_vector<token_id> tokens;
+  aligned_vector<token_id> tokens2;
   aligned_vector<std::int32_t> counts;
   /// Mass selection (detail/mass_select.hpp): the bracketed compact set and
   /// the undecided entries of the refinement (values, exp, indices).
@@ -93,10 +94,10 @@ class candidates {
     return sparse_ ? std::span<const float>(values_.data(), n_) : std::span<const float>(dense_);
   }
   /// Token id of entry i.
-  std::int32_t token(std::size_t i) const noexcept { return sparse_ ? ids_[i] : static_cast<std::int32_t>(i); }
+  token_id token(std::size_t i) const noexcept { return sparse_ ? ids_[i] : static_cast<token_id>(i); }
   /// `[size()]` token ids when sparse (empty when dense).
-  std::span<const std::int32_t> ids() const noexcept {
-    return sparse_ ? std::span<const std::int32_t>(ids_.data(), n_) : std::span<const std::int32_t>{};
+  std::span<const token_id> ids() const noexcept {
+    return sparse_ ? std::span<const token_id>(ids_.data(), n_) : std::span<const token_id>{};
   }
   /// True when sparse and ordered by logit descending, then token ascending.
   bool is_sorted() const noexcept { return sparse_ && sorted_; }
@@ -134,7 +135,7 @@ class candidates {
         std::size_t w = 0;
         for (std::size_t i = 0; i < n_ && w < n_keep; ++i) {
           if (keep(i)) {
-            ids_[w] = static_cast<std::int32_t>(i);
+            ids_[w] = static_cast<token_id>(i);
             values_[w] = dense_[i];
             ++w;
           }
@@ -205,7 +206,7 @@ class candidates {
 #endif
       for (; i < n_; ++i) {
         if (keep_value(v[i])) {
-          ids_[w] = static_cast<std::int32_t>(i);
+          ids_[w] = static_cast<token_id>(i);
           values_[w] = v[i];
           ++w;
         }
@@ -229,7 +230,7 @@ class candidates {
   /// Replaces the set by `[n] ids` and `[n] values` (a sparse set); `sorted`
   /// states their order (logit descending, then token ascending).
   /// @pre ids.size() == values.size() >= 1
-  void assign_sparse(std::span<const std::int32_t> ids, std::span<const float> values, bool sorted) {
+  void assign_sparse(std::span<const token_id> ids, std::span<const float> values, bool sorted) {
     LLMKIT_ASSERT(ids.size() == values.size() && !ids.empty());
     detail::grow(ids_, ids.size());
     detail::grow(values_, values.size());
@@ -244,7 +245,7 @@ class candidates {
   /// Calls fn(i, r) for every entry i whose token is `tokens[r]`.
   /// `[m] tokens` sorted ascending, unique, each in [0, vocab).
   template <class Fn>
-  void for_tokens(std::span<const std::int32_t> tokens, Fn&& fn) {
+  void for_tokens(std::span<const token_id> tokens, Fn&& fn) {
     if (tokens.empty()) return;
     if (!sparse_) {
       for (std::size_t r = 0; r < tokens.size(); ++r) fn(static_cast<std::size_t>(tokens[r]), r);
@@ -279,7 +280,7 @@ class candidates {
   std::size_t n_ = 0;
   float max_ = 0.0f;
   bool max_known_ = false;
-  aligned_vector<std::int32_t> ids_;
+  aligned_vector<token_id> ids_;
   aligned_vector<float> values_;
   detail::scratch_buffers scratch_;
 };

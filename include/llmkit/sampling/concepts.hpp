@@ -14,6 +14,7 @@
 #include <concepts>
 #include <cstdint>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
 
@@ -22,7 +23,7 @@ namespace llmkit::sampling {
 /// A chosen token and its log-probability under the processed distribution
 /// (softmax of the candidates' logits).
 struct sample_result {
-  std::int32_t token = -1;
+  token_id token = -1;
   float logprob = 0.0f;
   friend bool operator==(const sample_result&, const sample_result&) = default;
 };

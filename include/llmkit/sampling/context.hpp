@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/rng.hpp"
 
 namespace llmkit::sampling {
@@ -33,7 +34,7 @@ struct sampling_context {
   /// Decoding step (0 for the first generated token); the RNG counter.
   std::uint64_t step = 0;
   /// `[n_prompt + n_generated] history`: prompt then generated tokens.
-  std::span<const std::int32_t> history{};
+  std::span<const token_id> history{};
   /// How many leading entries of `history` are the prompt.
   std::size_t n_prompt = 0;
 
@@ -49,7 +50,7 @@ class sampling_state {
  public:
   sampling_state() = default;
   /// @param prompt  `[n_prompt] prompt` token ids.
-  sampling_state(std::uint64_t seed, std::uint64_t request_id, std::span<const std::int32_t> prompt = {})
+  sampling_state(std::uint64_t seed, std::uint64_t request_id, std::span<const token_id> prompt = {})
       : seed_(seed), request_id_(request_id), tokens_(prompt.begin(), prompt.end()), n_prompt_(prompt.size()) {}
 
   /// The view processors and samplers take for the current step.
@@ -57,7 +58,7 @@ class sampling_state {
     return {.seed = seed_, .request_id = request_id_, .step = step_, .history = tokens_, .n_prompt = n_prompt_};
   }
   /// Appends the token chosen at this step and moves to the next step.
-  void accept(std::int32_t token) {
+  void accept(token_id token) {
     LLMKIT_CHECK(token >= 0, "sampling_state::accept: token must be >= 0, got ", token);
     tokens_.push_back(token);
     ++step_;
@@ -66,14 +67,14 @@ class sampling_state {
   std::uint64_t request_id() const noexcept { return request_id_; }
   std::uint64_t step() const noexcept { return step_; }
   /// `[n_prompt + n_generated]` prompt then generated tokens.
-  std::span<const std::int32_t> history() const noexcept { return tokens_; }
+  std::span<const token_id> history() const noexcept { return tokens_; }
   std::size_t n_prompt() const noexcept { return n_prompt_; }
 
  private:
   std::uint64_t seed_ = 0;
   std::uint64_t request_id_ = 0;
   std::uint64_t step_ = 0;
-  std::vector<std::int32_t> tokens_;
+  std::vector<token_id> tokens_;
   std::size_t n_prompt_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/sampling/detail/token_sets.hpp"
@@ -23,7 +24,7 @@ class logit_bias {
   logit_bias() = default;
   /// `[m] (token, bias)` pairs; a token listed twice has its biases added.
   /// @throws llmkit::error for a negative token or a NaN bias.
-  explicit logit_bias(std::vector<std::pair<std::int32_t, float>> biases) {
+  explicit logit_bias(std::vector<std::pair<token_id, float>> biases) {
     for (const auto& [t, b] : biases) {
       LLMKIT_CHECK(t >= 0, "logit_bias: token must be >= 0, got ", t);
       LLMKIT_CHECK(b == b, "logit_bias: bias of token ", t, " is NaN");
@@ -48,11 +49,11 @@ class logit_bias {
   }
 
   /// `[m]` distinct biased tokens, ascending, and their biases.
-  const std::vector<std::int32_t>& tokens() const noexcept { return tokens_; }
+  const std::vector<token_id>& tokens() const noexcept { return tokens_; }
   const std::vector<float>& biases() const noexcept { return biases_; }
 
  private:
-  std::vector<std::int32_t> tokens_;
+  std::vector<token_id> tokens_;
   std::vector<float> biases_;
 };
 

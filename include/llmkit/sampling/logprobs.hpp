@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/detail/select.hpp"
 #include "llmkit/sampling/greedy.hpp"
@@ -20,7 +21,7 @@ namespace llmkit::sampling {
 
 /// A token and its log-probability.
 struct token_logprob {
-  std::int32_t token = -1;
+  token_id token = -1;
   float logprob = 0.0f;
   friend bool operator==(const token_logprob&, const token_logprob&) = default;
 };

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/sampling/detail/token_sets.hpp"
@@ -19,12 +20,12 @@ namespace llmkit::sampling {
 /// Suppresses EOS until `min_new_tokens_` tokens exist.
 struct min_length {
   std::int64_t min_new_tokens_ = 0;
-  std::vector<std::int32_t> eos_tokens_{};
+  std::vector<token_id> eos_tokens_{};
 
   /// @throws llmkit::error if min_new_tokens < 0 or an EOS token is negative.
   void validate() const {
     LLMKIT_CHECK(min_new_tokens_ >= 0, "min_length: min_new_tokens must be >= 0, got ", min_new_tokens_);
-    for (std::int32_t t : eos_tokens_) LLMKIT_CHECK(t >= 0, "min_length: eos token must be >= 0, got ", t);
+    for (token_id t : eos_tokens_) LLMKIT_CHECK(t >= 0, "min_length: eos token must be >= 0, got ", t);
   }
 
   void apply(candidates& c, const sampling_context& ctx) const {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/banned_sequences.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/categorical.hpp"
@@ -132,12 +133,12 @@ T parse_number(std::string_view text, std::string_view item, std::string_view wh
   return value;
 }
 
-inline std::vector<std::int32_t> parse_token_list(std::string_view text, std::string_view item, std::string_view what) {
-  std::vector<std::int32_t> tokens;
+inline std::vector<token_id> parse_token_list(std::string_view text, std::string_view item, std::string_view what) {
+  std::vector<token_id> tokens;
   text = trim(text);
   while (!text.empty()) {
     const std::size_t end = text.find_first_of(" \t");
-    tokens.push_back(parse_number<std::int32_t>(text.substr(0, end), item, what));
+    tokens.push_back(parse_number<token_id>(text.substr(0, end), item, what));
     text = end == std::string_view::npos ? std::string_view{} : trim(text.substr(end));
   }
   LLMKIT_CHECK(!tokens.empty(), "sampling chain: ", item, ": ", what, " is empty");
@@ -245,18 +246,18 @@ inline runtime_chain runtime_chain::parse(std::string_view config) {
       if (!a[3].empty()) p.last_n_ = parse_number<std::int64_t>(a[3], name, "last_n");
       add(p);
     } else if (name == "logit_bias") {
-      std::vector<std::pair<std::int32_t, float>> biases;
+      std::vector<std::pair<token_id, float>> biases;
       for (const auto& arg : detail::split_arguments(args)) {
         LLMKIT_CHECK(!arg.key.empty(), "sampling chain: logit_bias: argument '", arg.value,
                      "' is not of the form token=bias");
-        biases.emplace_back(parse_number<std::int32_t>(arg.key, name, "token"), parse_number<float>(arg.value, name, "bias"));
+        biases.emplace_back(parse_number<token_id>(arg.key, name, "token"), parse_number<float>(arg.value, name, "bias"));
       }
       chain.processors_.emplace_back(logit_bias(std::move(biases)));
     } else if (name == "no_repeat_ngram") {
       const auto a = bind_arguments<1>(name, args, {"n"}, 1);
       add(no_repeat_ngram{parse_number<std::int64_t>(a[0], name, "n")});
     } else if (name == "banned") {
-      std::vector<std::vector<std::int32_t>> sequences;
+      std::vector<std::vector<token_id>> sequences;
       std::size_t start = 0;
       while (true) {
         const std::size_t bar = args.find('|', start);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/sampling/detail/argmax.hpp"
@@ -29,7 +30,7 @@ struct temperature {
     if (temperature_ <= 0.0f) {
       const float m = c.max();
       const std::size_t best = detail::argmax_lowest_token(c, m);
-      const std::int32_t token = c.token(best);
+      const token_id token = c.token(best);
       c.assign_sparse({&token, 1}, {&m, 1}, true);
       return;
     }

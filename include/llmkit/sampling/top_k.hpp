@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/sampling/detail/select.hpp"
@@ -35,8 +36,8 @@ struct top_k {
     if (c.is_dense() && k * 8 > c.size()) {
       // Large k: mask the rest in place, the boundary being the k-th entry.
       const float v_k = values[index[k - 1]];
-      const std::int32_t t_k = static_cast<std::int32_t>(index[k - 1]);
-      c.retain([&](std::size_t i) { return values[i] > v_k || (values[i] == v_k && static_cast<std::int32_t>(i) <= t_k); },
+      const token_id t_k = static_cast<token_id>(index[k - 1]);
+      c.retain([&](std::size_t i) { return values[i] > v_k || (values[i] == v_k && static_cast<token_id>(i) <= t_k); },
                k);
       return;
     }

@@ -13,14 +13,9 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 
 namespace llmkit::sched {
-
-/// Identifies a request for its whole life; ids are unique per scheduler.
-using request_id = std::int64_t;
-
-/// Token id type of prompts and outputs.
-using token_id = std::int32_t;
 
 /// When a request stops generating (besides `max_new_tokens`).
 struct stop_criteria {

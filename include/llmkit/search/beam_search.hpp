@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
@@ -88,7 +89,7 @@ struct beam_options {
 
 /// One finished sequence.
 struct beam_hypothesis {
-  std::vector<std::int32_t> tokens;  ///< [n] generated tokens (EOS / stop tokens included)
+  std::vector<token_id> tokens;  ///< [n] generated tokens (EOS / stop tokens included)
   double logprob = 0.0;              ///< sum of the tokens' log-probabilities
   double score = 0.0;                ///< logprob / n^length_penalty
   finish_reason reason = finish_reason::max_tokens;
@@ -121,7 +122,7 @@ namespace detail {
 struct beam_candidate {
   double score;        // beam logprob + token logprob
   std::size_t beam;
-  std::int32_t token;
+  token_id token;
 };
 
 /// Best first: score descending, then beam ascending, then token ascending.
@@ -193,7 +194,7 @@ struct beam_sequences {
 /// field), a cache without room or sequence slots, or what the model raises.
 template <class Model, sequence_cache Cache, sampling::logits_processor Chain = sampling::processor_chain<>>
   requires causal_lm<Model, Cache>
-beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t> prompt, const beam_options& options,
+beam_result beam_search(Model& model, Cache& cache, std::span<const token_id> prompt, const beam_options& options,
                         const Chain& chain = {}) {
   LLMKIT_CHECK(!prompt.empty(), "beam_search: prompt is empty (give at least one token, e.g. BOS)");
   LLMKIT_CHECK(options.beam_width >= 1, "beam_search: beam_width must be >= 1, got ", options.beam_width);
@@ -213,7 +214,7 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
     kv::seq_id seq;
     std::ptrdiff_t node;  // token-tree node of the last token (-1: the prompt)
     double logprob;
-    std::vector<std::int32_t> tokens;
+    std::vector<token_id> tokens;
   };
   struct tree_node {
     std::ptrdiff_t parent;
@@ -231,7 +232,7 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
   std::vector<float> processed;                   // [n_live, vocab] (with a chain)
   std::vector<double> lse;                        // [n_live] log-sum-exp of each row
   std::vector<detail::row_entry> top;             // one beam's best tokens
-  std::vector<std::int32_t> history;              // prompt + a beam's tokens, or a candidate's tokens
+  std::vector<token_id> history;              // prompt + a beam's tokens, or a candidate's tokens
   std::vector<detail::beam_candidate> cands;
   std::vector<beam_hypothesis> finished;
   std::vector<std::size_t> n_children;
@@ -316,7 +317,7 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
   run_forward();
 
   // Whether a beam's tokens followed by `token` end the sequence by EOS or a stop sequence.
-  auto ends_sequence = [&](const beam& parent, std::int32_t token) -> std::optional<finish_reason> {
+  auto ends_sequence = [&](const beam& parent, token_id token) -> std::optional<finish_reason> {
     if (options.stop.is_eos(token)) return finish_reason::eos;
     if (options.stop.stop_sequences.empty()) return std::nullopt;
     history.assign(parent.tokens.begin(), parent.tokens.end());
@@ -345,7 +346,7 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const std::int32_t
         const beam& parent = live[c.beam];
         if (const auto why = ends_sequence(parent, c.token)) {
           if (rank < B) {
-            std::vector<std::int32_t> tokens(parent.tokens);
+            std::vector<token_id> tokens(parent.tokens);
             tokens.push_back(c.token);
             const std::size_t len = tokens.size();
             finished.push_back({std::move(tokens), c.score, detail::length_normalised(c.score, len, alpha), *why});

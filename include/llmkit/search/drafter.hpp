@@ -27,11 +27,13 @@
 #include <string_view>
 #include <vector>
 
+#include "llmkit/core/ids.hpp"
+
 namespace llmkit::search {
 
 /// What the drafter is asked for in one round.
 struct draft_request {
-  std::span<const std::int32_t> history{};  ///< [n_prompt + n_generated] committed tokens
+  std::span<const token_id> history{};  ///< [n_prompt + n_generated] committed tokens
   std::size_t n_prompt = 0;                 ///< leading prompt tokens of history
   std::size_t max_tokens = 0;               ///< k: propose at most this many
   bool sample = false;                      ///< stochastic verification: draw guesses from q and report q
@@ -42,7 +44,7 @@ struct draft_request {
 
 /// The drafter's answer.
 struct draft {
-  std::vector<std::int32_t> tokens;  ///< [n <= max_tokens] guessed tokens
+  std::vector<token_id> tokens;  ///< [n <= max_tokens] guessed tokens
   std::vector<double> probs;         ///< [n, vocab] q rows, or empty for deterministic guesses
   void clear() noexcept {
     tokens.clear();

@@ -11,7 +11,7 @@
 /// const sampling::processor_chain chain{sampling::top_k{40}, sampling::temperature{0.8f}};
 /// auto r = search::generate(model, cache, prompt, chain, sampling::categorical{},
 ///                           {.stop = {.max_new_tokens = 64, .eos_tokens = {2}}, .seed = 7},
-///                           [](std::int32_t t) { std::cout << t << ' '; });
+///                           [](token_id t) { std::cout << t << ' '; });
 /// ```
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
@@ -42,7 +43,7 @@ struct generate_options {
 
 /// What `generate` produced.
 struct generate_result {
-  std::vector<std::int32_t> tokens;  ///< [n_generated] generated tokens (stop tokens included)
+  std::vector<token_id> tokens;  ///< [n_generated] generated tokens (stop tokens included)
   std::vector<float> logprobs;       ///< [n_generated] log-probability of each under the processed distribution
   finish_reason reason = finish_reason::max_tokens;
   std::size_t n_forward_passes = 0;  ///< model.forward calls (1 prefill + one per further token)
@@ -58,7 +59,7 @@ struct generate_result {
 template <class Model, sequence_cache Cache, sampling::logits_processor Chain, sampling::sampler Sampler,
           class OnToken = detail::no_callback>
   requires causal_lm<Model, Cache>
-generate_result generate(Model& model, Cache& cache, std::span<const std::int32_t> prompt, const Chain& chain,
+generate_result generate(Model& model, Cache& cache, std::span<const token_id> prompt, const Chain& chain,
                          const Sampler& pick, const generate_options& options, OnToken&& on_token = {}) {
   LLMKIT_CHECK(!prompt.empty(), "generate: prompt is empty (give at least one token, e.g. BOS)");
   options.stop.validate("generate");

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
@@ -96,7 +97,7 @@ class model_drafter {
       const sampling::sampling_context ctx{.seed = r.seed, .request_id = r.request_id ^ draft_stream_salt,
                                            .step = position - r.n_prompt, .history = context_,
                                            .n_prompt = r.n_prompt};
-      std::int32_t token;
+      token_id token;
       if (!r.sample) {
         token = sampling::sample_row(std::span<float>(row_), ctx, chain_, sampling::greedy{false}, workspace_).token;
       } else {
@@ -106,7 +107,7 @@ class model_drafter {
                                                   static_cast<std::uint32_t>(r.round));
         double total = 0.0;
         for (double v : q_) total += v;
-        token = static_cast<std::int32_t>(detail::inverse_cdf(q_, total, u));
+        token = static_cast<token_id>(detail::inverse_cdf(q_, total, u));
         out.probs.insert(out.probs.end(), q_.begin(), q_.end());
       }
       out.tokens.push_back(token);
@@ -121,9 +122,9 @@ class model_drafter {
   Chain chain_;
   std::string name_;
   std::optional<kv::seq_id> seq_;
-  std::vector<std::int32_t> cached_;   // tokens whose K/V the draft cache holds
-  std::vector<std::int32_t> context_;  // history + guesses of this round
-  std::vector<std::int32_t> feed_;
+  std::vector<token_id> cached_;   // tokens whose K/V the draft cache holds
+  std::vector<token_id> context_;  // history + guesses of this round
+  std::vector<token_id> feed_;
   std::vector<float> row_;
   std::vector<double> q_;
   sampling::candidates workspace_;

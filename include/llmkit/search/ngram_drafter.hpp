@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/search/drafter.hpp"
 
 namespace llmkit::search {
@@ -38,7 +39,7 @@ struct ngram_drafter {
   void propose(const draft_request& r, draft& out) const {
     validate();
     out.clear();
-    const std::span<const std::int32_t> h = r.history;
+    const std::span<const token_id> h = r.history;
     const std::size_t len = h.size();
     if (r.max_tokens == 0 || len < 2) return;
     for (std::size_t n = std::min(max_ngram, len - 1); n >= min_ngram; --n) {

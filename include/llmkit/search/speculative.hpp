@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
@@ -136,7 +137,7 @@ inline double speculative_stats::expected_tokens_per_pass_as_drafted() const {
 
 /// What `speculative_generate` produced.
 struct speculative_result {
-  std::vector<std::int32_t> tokens;  ///< [n_generated] generated tokens (stop tokens included)
+  std::vector<token_id> tokens;  ///< [n_generated] generated tokens (stop tokens included)
   finish_reason reason = finish_reason::max_tokens;
   speculative_stats stats{};
 };
@@ -152,7 +153,7 @@ template <class Model, sequence_cache Cache, drafter Drafter,
           sampling::logits_processor Chain = sampling::processor_chain<>, class OnToken = detail::no_callback>
   requires causal_lm<Model, Cache>
 speculative_result speculative_generate(Model& model, Cache& cache, Drafter& draft_source,
-                                        std::span<const std::int32_t> prompt, const speculative_options& options,
+                                        std::span<const token_id> prompt, const speculative_options& options,
                                         const Chain& chain = {}, OnToken&& on_token = {}) {
   LLMKIT_CHECK(!prompt.empty(), "speculative_generate: prompt is empty (give at least one token, e.g. BOS)");
   options.stop.validate("speculative_generate");
@@ -169,8 +170,8 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
   detail::sequence_guard<Cache> seq(cache, detail::add_sequence_or_throw(cache, "speculative_generate"));
 
   speculative_result out;
-  std::vector<std::int32_t> committed(prompt.begin(), prompt.end());
-  std::vector<std::int32_t> context, feed;
+  std::vector<token_id> committed(prompt.begin(), prompt.end());
+  std::vector<token_id> context, feed;
   std::vector<float> row(vocab);
   std::vector<double> p(vocab), residual(vocab);
   sampling::candidates workspace;
@@ -223,14 +224,14 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
     const std::size_t n_committed_before = committed.size();
     context.assign(committed.begin(), committed.end());
     std::size_t accepted = 0;
-    std::int32_t own = -1;
+    token_id own = -1;
     for (std::size_t i = 0; i <= n; ++i) {
       std::copy_n(logits.row(i).data(), vocab, row.data());
       const std::size_t position = generated + i;
       const sampling::sampling_context ctx{.seed = options.seed, .request_id = options.request_id, .step = position,
                                            .history = context, .n_prompt = prompt.size()};
       if (!stochastic) {
-        const std::int32_t best =
+        const token_id best =
             sampling::sample_row(std::span<float>(row), ctx, chain, sampling::greedy{false}, workspace).token;
         if (i < n && best == guesses.tokens[i]) {
           ++accepted;
@@ -246,10 +247,10 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
       if (i == n) {  // bonus token
         double total = 0.0;
         for (double v : p) total += v;
-        own = static_cast<std::int32_t>(detail::inverse_cdf(p, total, u_draw));
+        own = static_cast<token_id>(detail::inverse_cdf(p, total, u_draw));
         break;
       }
-      const std::int32_t x = guesses.tokens[i];
+      const token_id x = guesses.tokens[i];
       const double* q = guesses.probs.empty() ? nullptr : guesses.probs.data() + i * vocab;
       const double qx = q ? q[x] : 1.0;
       LLMKIT_CHECK(qx > 0.0, "speculative_generate: drafter '", draft_source.name(), "' proposed token ", x,
@@ -262,7 +263,7 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
       }
       double total = 0.0;
       for (std::size_t t = 0; t < vocab; ++t) {
-        const double qt = q ? q[t] : (static_cast<std::int32_t>(t) == x ? 1.0 : 0.0);
+        const double qt = q ? q[t] : (static_cast<token_id>(t) == x ? 1.0 : 0.0);
         residual[t] = std::max(0.0, p[t] - qt);
         total += residual[t];
       }
@@ -272,7 +273,7 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
         total = 0.0;
         for (double v : p) total += v;
       }
-      own = static_cast<std::int32_t>(detail::inverse_cdf(residual, total, u_draw));
+      own = static_cast<token_id>(detail::inverse_cdf(residual, total, u_draw));
       break;
     }
     LLMKIT_ASSERT(own >= 0);
@@ -290,7 +291,7 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
 
     // Commit accepted guesses and the own token, one by one, honouring stop rules and the callback.
     for (std::size_t i = 0; i <= accepted; ++i) {
-      const std::int32_t t = i < accepted ? guesses.tokens[i] : own;
+      const token_id t = i < accepted ? guesses.tokens[i] : own;
       committed.push_back(t);
       out.tokens.push_back(t);
       ++out.stats.n_generated;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 
 namespace llmkit::search {
 
@@ -44,8 +45,8 @@ constexpr std::string_view finish_reason_name(finish_reason r) noexcept {
 /// The stop rules of one request.
 struct stop_criteria {
   std::size_t max_new_tokens = 128;                       ///< generated-token budget (> 0)
-  std::vector<std::int32_t> eos_tokens{};                 ///< any of these ends the sequence
-  std::vector<std::vector<std::int32_t>> stop_sequences{};  ///< token runs that end the sequence (each non-empty)
+  std::vector<token_id> eos_tokens{};                 ///< any of these ends the sequence
+  std::vector<std::vector<token_id>> stop_sequences{};  ///< token runs that end the sequence (each non-empty)
 
   /// @throws llmkit::error naming the field when max_new_tokens is 0 or a
   /// stop sequence is empty; `who` prefixes the message.
@@ -56,7 +57,7 @@ struct stop_criteria {
   }
 
   /// True when `token` is an end-of-sequence token.
-  bool is_eos(std::int32_t token) const noexcept {
+  bool is_eos(token_id token) const noexcept {
     return std::find(eos_tokens.begin(), eos_tokens.end(), token) != eos_tokens.end();
   }
 
@@ -64,7 +65,7 @@ struct stop_criteria {
   /// `[n] generated` (the newest last), or nullopt to continue. EOS wins over
   /// a stop sequence, which wins over the budget. Stop sequences match only
   /// generated tokens, never the prompt.
-  std::optional<finish_reason> check(std::span<const std::int32_t> generated) const noexcept {
+  std::optional<finish_reason> check(std::span<const token_id> generated) const noexcept {
     if (generated.empty()) return std::nullopt;
     if (is_eos(generated.back())) return finish_reason::eos;
     for (const auto& seq : stop_sequences)
@@ -80,7 +81,7 @@ namespace detail {
 /// Calls `on_token(token)`; a callback returning bool may return false to
 /// cancel the generation (this returns false then), a void one never does.
 template <class OnToken>
-bool notify(OnToken& on_token, std::int32_t token) {
+bool notify(OnToken& on_token, token_id token) {
   if constexpr (std::is_same_v<decltype(on_token(token)), void>) {
     on_token(token);
     return true;
@@ -91,7 +92,7 @@ bool notify(OnToken& on_token, std::int32_t token) {
 
 /// The default streaming callback: does nothing.
 struct no_callback {
-  void operator()(std::int32_t) const noexcept {}
+  void operator()(token_id) const noexcept {}
 };
 }  // namespace detail
 

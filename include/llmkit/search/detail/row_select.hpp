@@ -19,12 +19,13 @@
 #include <span>
 #include <vector>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/simd/arch.hpp"
-#include "llmkit/simd/exp.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
+#include "llmkit/simd/exp.hpp"
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
@@ -33,7 +34,7 @@ namespace llmkit::search::detail {
 /// One selected entry of a row.
 struct row_entry {
   float value;         ///< the logit
-  std::int32_t index;  ///< its token id
+  token_id index;  ///< its token id
 };
 
 /// Best first: value descending, then index ascending.
@@ -110,7 +111,7 @@ void top_entries(std::span<const float> logits, std::size_t m, std::vector<row_e
   std::size_t i = 0;
   for (; i < n && out.size() < m; ++i) {
     if (!(x[i] > -std::numeric_limits<float>::infinity())) continue;  // -inf or NaN
-    out.push_back({x[i], static_cast<std::int32_t>(i)});
+    out.push_back({x[i], static_cast<token_id>(i)});
     std::push_heap(out.begin(), out.end(), better_entry);
   }
   if (out.size() == m) {
@@ -120,7 +121,7 @@ void top_entries(std::span<const float> logits, std::size_t m, std::vector<row_e
     auto offer = [&](std::size_t j) {
       if (x[j] > threshold) {
         std::pop_heap(out.begin(), out.end(), better_entry);
-        out.back() = {x[j], static_cast<std::int32_t>(j)};
+        out.back() = {x[j], static_cast<token_id>(j)};
         std::push_heap(out.begin(), out.end(), better_entry);
         threshold = out.front().value;
       }
