@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
       nlohmann::json hyps = nlohmann::json::array();
       for (const auto& h : r.hypotheses)
         hyps.push_back({{"text", tok.decode(h.tokens)}, {"score", h.score}, {"logprob", h.logprob},
-                        {"finish", search::finish_reason_name(h.reason)}});
+                        {"finish", llmkit::finish_reason_name(h.reason)}});
       row["hypotheses"] = hyps;
       if (json) {
         std::cout << row.dump() << std::endl;

@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
     cache_type cache(target.kv_shape(), {.n_blocks = n_blocks, .max_sequences = 4});
     const bool stochastic = verify == "stochastic";
     const chain_type chain{sampling::top_k{stochastic ? top_k : 0}, sampling::temperature{stochastic ? temperature : 1.0f}};
-    const search::stop_criteria stop{.max_new_tokens = n_tokens};
+    const llmkit::stop_criteria stop{.max_new_tokens = n_tokens};
 
     // Plain decoding of every prompt: the baseline (timed twice, the faster run kept).
     std::vector<std::vector<std::int32_t>> plain;

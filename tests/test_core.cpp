@@ -5,6 +5,7 @@
 #include <llmkit/core/dtype.hpp>
 #include <llmkit/core/error.hpp>
 #include <llmkit/core/executor.hpp>
+#include <llmkit/core/stop.hpp>
 #include <llmkit/core/views.hpp>
 
 #include <catch2/catch.hpp>
@@ -165,4 +166,39 @@ TEST_CASE("thread_pool propagates exceptions and allows nested calls") {
   std::atomic<int> after{0};
   pool.parallel_for(50, [&](std::size_t) { after.fetch_add(1); });
   REQUIRE(after.load() == 50);
+}
+
+// ---------------------------------------------------------------- stop criteria
+
+TEST_CASE("stop_criteria: stop strings match the decoded text across token boundaries") {
+  const stop_criteria s{.max_new_tokens = 4, .eos_tokens = {9}, .stop_sequences = {{5, 6}}, .stop_strings = {"time", "\n\n"}};
+  using v = std::vector<token_id>;
+  // " a ti" + "me": the stop string spans two tokens; the first part is held back.
+  REQUIRE_FALSE(s.find_stop_string(" a ti"));
+  REQUIRE(s.partial_stop_length(" a ti") == 2);
+  REQUIRE(s.partial_stop_length(" a t\n") == 1);
+  REQUIRE(s.partial_stop_length(" a t") == 1);
+  REQUIRE(s.partial_stop_length(" a x") == 0);
+  REQUIRE(s.partial_stop_length("") == 0);
+  REQUIRE_FALSE(s.check(v{1}, " a ti"));
+  REQUIRE(s.check(v{1, 2}, " a time") == finish_reason::stop_string);
+  REQUIRE(s.find_stop_string(" a time") == 3u);
+  // A token may carry text past the stop string; the earliest occurrence wins.
+  REQUIRE(s.find_stop_string("x\n\ny time") == 1u);
+  REQUIRE(s.find_stop_string("one time\n\n") == 4u);
+  // Only occurrences ending in the n_new newest characters are looked for.
+  REQUIRE(s.find_stop_string("xx\n\nyy", 3) == 2u);
+  REQUIRE_FALSE(s.find_stop_string("xx\n\nyy", 2));
+  REQUIRE(s.find_stop_string("xx\n\nyy", 100) == 2u);
+  // Order: EOS, then a stop sequence, then a stop string, then the budget.
+  REQUIRE(s.check(v{1, 9}, "time") == finish_reason::eos);
+  REQUIRE(s.check(v{5, 6}, "time") == finish_reason::stop_sequence);
+  REQUIRE(s.check(v{1, 2, 3, 4}, "time") == finish_reason::stop_string);
+  REQUIRE(s.check(v{1, 2, 3, 4}, "tim") == finish_reason::max_tokens);
+  REQUIRE_FALSE(s.check(v{}, "time"));
+  // The token-only check ignores the strings.
+  REQUIRE_FALSE(s.check(v{1, 2}));
+  REQUIRE(finish_reason_name(finish_reason::stop_string) == "stop_string");
+  REQUIRE(finish_reason_name(finish_reason::cancelled) == "cancelled");
+  REQUIRE_THROWS_WITH((stop_criteria{.stop_strings = {"a", ""}}.validate("who")), "who: stop_strings[1] is empty");
 }

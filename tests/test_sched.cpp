@@ -28,27 +28,27 @@ request make_request(request_id id, std::int64_t n_prompt, std::int64_t max_new,
   request r;
   r.id = id;
   for (std::int64_t i = 0; i < n_prompt; ++i) r.prompt.push_back(static_cast<token_id>(first + i));
-  r.max_new_tokens = max_new;
+  r.stop.max_new_tokens = static_cast<std::size_t>(max_new);
   return r;
 }
 }  // namespace
 
-TEST_CASE("check_stop: stop tokens, stop sequences, token limit") {
+TEST_CASE("a request's stop criteria: stop tokens, stop sequences, token limit") {
   request r = make_request(1, 3, 4);
-  r.stop.stop_tokens = {2};
+  r.stop.eos_tokens = {2};
   r.stop.stop_sequences = {{5, 6}, {9}};
   using v = std::vector<token_id>;
-  REQUIRE(check_stop(r, v{}) == stop_reason::none);
-  REQUIRE(check_stop(r, v{1}) == stop_reason::none);
-  REQUIRE(check_stop(r, v{1, 2}) == stop_reason::stop_token);
-  REQUIRE(check_stop(r, v{5}) == stop_reason::none);
-  REQUIRE(check_stop(r, v{5, 6}) == stop_reason::stop_sequence);
-  REQUIRE(check_stop(r, v{6, 5}) == stop_reason::none);
-  REQUIRE(check_stop(r, v{1, 9}) == stop_reason::stop_sequence);
-  REQUIRE(check_stop(r, v{1, 3, 4}) == stop_reason::none);
-  REQUIRE(check_stop(r, v{1, 3, 4, 1}) == stop_reason::max_tokens);
-  REQUIRE(check_stop(r, v{1, 3, 4, 2}) == stop_reason::stop_token);  // the token wins over the limit
-  REQUIRE(std::string(to_string(stop_reason::stop_sequence)) == "stop_sequence");
+  REQUIRE(!r.stop.check(v{}));
+  REQUIRE(!r.stop.check(v{1}));
+  REQUIRE(r.stop.check(v{1, 2}) == llmkit::finish_reason::eos);
+  REQUIRE(!r.stop.check(v{5}));
+  REQUIRE(r.stop.check(v{5, 6}) == llmkit::finish_reason::stop_sequence);
+  REQUIRE(!r.stop.check(v{6, 5}));
+  REQUIRE(r.stop.check(v{1, 9}) == llmkit::finish_reason::stop_sequence);
+  REQUIRE(!r.stop.check(v{1, 3, 4}));
+  REQUIRE(r.stop.check(v{1, 3, 4, 1}) == llmkit::finish_reason::max_tokens);
+  REQUIRE(r.stop.check(v{1, 3, 4, 2}) == llmkit::finish_reason::eos);  // the token wins over the limit
+  REQUIRE(llmkit::finish_reason_name(llmkit::finish_reason::stop_sequence) == "stop_sequence");
 }
 
 TEST_CASE("bad input raises llmkit::error naming the argument; other requests are unaffected") {
@@ -58,11 +58,11 @@ TEST_CASE("bad input raises llmkit::error naming the argument; other requests ar
   REQUIRE_THROWS_WITH(s.submit(make_request(7, 2, 2)), "submit: duplicate request id 7");
   REQUIRE_THROWS_WITH(s.submit(make_request(8, 30, 3)),
                       "request 8: prompt length 30 + max_new_tokens 3 exceeds the context of 32 tokens");
-  REQUIRE_THROWS_WITH(s.submit(make_request(9, 3, 0)), "request 9: max_new_tokens must be >= 1, got 0");
+  REQUIRE_THROWS_WITH(s.submit(make_request(9, 3, 0)), "request 9: max_new_tokens must be > 0, got 0");
   REQUIRE_THROWS_WITH(s.submit(make_request(10, 0, 3)), "request 10: prompt is empty");
   request bad_stop = make_request(11, 2, 2);
   bad_stop.stop.stop_sequences = {{}};
-  REQUIRE_THROWS_WITH(s.submit(bad_stop), "request 11: stop_sequences holds an empty sequence");
+  REQUIRE_THROWS_WITH(s.submit(bad_stop), "request 11: stop_sequences[0] is empty");
   // The rejected ids were not taken: they can be submitted correctly later.
   s.submit(make_request(8, 3, 3));
   REQUIRE(s.state().waiting.size() == 2);
@@ -311,7 +311,7 @@ std::vector<token_id> solo(const request& r, std::int32_t vocab) {
   std::vector<token_id> out;
   while (true) {
     out.push_back(fake_engine::next_token(ctx, vocab));
-    if (check_stop(r, out) != stop_reason::none) return out;
+    if (r.stop.check(out)) return out;
     ctx.push_back(out.back());
   }
 }
@@ -340,7 +340,7 @@ TEST_CASE("random workloads: invariants hold, nothing lost or duplicated, output
             const std::int64_t n_prompt = 1 + rng() % 30;
             const std::int64_t max_new = 1 + rng() % std::min<std::int64_t>(17, sc.limits.max_context - n_prompt);
             request r = make_request(next_id, n_prompt, max_new, static_cast<std::int32_t>(rng() % 40));
-            if (rng() % 2) r.stop.stop_tokens = {static_cast<token_id>(rng() % 40)};
+            if (rng() % 2) r.stop.eos_tokens = {static_cast<token_id>(rng() % 40)};
             submitted[r.id] = r;
             s.submit(r);
             ++next_id;
@@ -358,7 +358,7 @@ TEST_CASE("random workloads: invariants hold, nothing lost or duplicated, output
           const request_id id = live[rng() % live.size()];
           auto c = s.cancel(id);
           REQUIRE(c);
-          REQUIRE(c->reason == stop_reason::cancelled);
+          REQUIRE(c->reason == llmkit::finish_reason::cancelled);
           REQUIRE(cancelled.emplace(id, c->output).second);
           REQUIRE_FALSE(s.cancel(id));
         };
@@ -387,7 +387,7 @@ TEST_CASE("random workloads: invariants hold, nothing lost or duplicated, output
           engine.host.erase(id);
         }
         for (auto& f : s.complete_step(sampled)) {
-          REQUIRE(f.reason != stop_reason::none);
+          REQUIRE(submitted.at(f.id).stop.check(f.output) == f.reason);  // the rule that fired
           engine.kv.erase(f.id);
           REQUIRE(finished.emplace(f.id, std::move(f)).second);
         }

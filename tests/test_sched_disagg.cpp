@@ -170,7 +170,7 @@ std::vector<token_id> solo(const request& r) {
   std::vector<token_id> out;
   while (true) {
     out.push_back(sched_reference::fake_engine::next_token(ctx, 40));
-    if (check_stop(r, out) != stop_reason::none) return out;
+    if (r.stop.check(out)) return out;
     ctx.push_back(out.back());
   }
 }
@@ -206,17 +206,17 @@ TEST_CASE("disaggregated serving through paged_cache export/import equals solo r
           r.id = next++;
           for (std::uint32_t i = 0, len = 1 + rng() % 25; i < len; ++i)
             r.prompt.push_back(static_cast<token_id>(rng() % 40));
-          r.max_new_tokens = 1 + rng() % 20;
-          if (rng() % 3 == 0) r.stop.stop_tokens = {static_cast<token_id>(rng() % 40)};
+          r.stop.max_new_tokens = 1 + rng() % 20;
+          if (rng() % 3 == 0) r.stop.eos_tokens = {static_cast<token_id>(rng() % 40)};
           requests[r.id] = r;
           request first = r;
-          first.max_new_tokens = 1;  // the prefill worker stops after the first token
+          first.stop.max_new_tokens = 1;  // the prefill worker stops after the first token
           prefill.sched.submit(first);
         }
         if (!prefill.sched.idle()) {
           for (auto& f : prefill.step()) {
             const request& r = requests.at(f.id);
-            const bool done = check_stop(r, f.output) != stop_reason::none;
+            const bool done = r.stop.check(f.output).has_value();
             auto buffer = prefill.release(f.id, !done);
             if (done)
               outputs[f.id] = f.output;

@@ -93,8 +93,8 @@ std::vector<sched::request> make_requests(const options& o, std::size_t vocab) {
   std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(vocab) - 1);
   std::vector<sched::request> out;
   for (std::int64_t i = 0; i < o.n_requests; ++i) {
-    sched::request r{.id = i, .prompt = {}, .sampling = "greedy", .seed = 0, .stop = {},
-                     .max_new_tokens = o.max_new_tokens};
+    sched::request r{.id = i, .prompt = {}, .sampling = "greedy", .seed = 0,
+                     .stop = {.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens)}};
     const std::int64_t n = len(rng);
     for (std::int64_t t = 0; t < n; ++t) r.prompt.push_back(tok(rng));
     out.push_back(std::move(r));
@@ -156,7 +156,7 @@ class decode_worker {
 
   /// Offers a received request; false (nothing taken) when staging is full.
   bool offer(handoff& h) {
-    if (h.req.max_new_tokens == 1) {  // done on the prefill worker
+    if (h.req.stop.max_new_tokens == 1) {  // done on the prefill worker
       done_[h.req.id] = {h.first_token};
       return true;
     }
@@ -236,13 +236,13 @@ class decode_worker {
 
 /// Runs `r` alone: prefill, then greedy decoding, in its own cache.
 std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& exec, const sched::request& r) {
-  const std::size_t n = r.prompt.size() + static_cast<std::size_t>(r.max_new_tokens);
+  const std::size_t n = r.prompt.size() + r.stop.max_new_tokens;
   cache_t cache(m.kv_shape(), {.n_blocks = n / block_size + 2});
   const auto s = *cache.add_sequence();
   model::batch_builder b;
   std::vector<std::int32_t> ctx = r.prompt, out;
   std::size_t done = 0;
-  while (static_cast<std::int64_t>(out.size()) < r.max_new_tokens) {
+  while (out.size() < r.stop.max_new_tokens) {
     b.clear();
     b.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done), true);
     done = ctx.size();
@@ -257,7 +257,8 @@ std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& e
 constexpr int tag_header = 1, tag_prompt = 2, tag_kv = 3, tag_result = 4;
 
 void send_handoff(const handoff& h) {
-  const std::int64_t header[5] = {h.req.id, static_cast<std::int64_t>(h.req.prompt.size()), h.req.max_new_tokens,
+  const std::int64_t header[5] = {h.req.id, static_cast<std::int64_t>(h.req.prompt.size()),
+                                  static_cast<std::int64_t>(h.req.stop.max_new_tokens),
                                   h.first_token, static_cast<std::int64_t>(h.kv.size())};
   MPI_Send(header, 5, MPI_INT64_T, 1, tag_header, MPI_COMM_WORLD);
   MPI_Send(h.req.prompt.data(), static_cast<int>(h.req.prompt.size()), MPI_INT32_T, 1, tag_prompt, MPI_COMM_WORLD);
@@ -269,7 +270,7 @@ handoff recv_handoff() {
   MPI_Recv(header, 5, MPI_INT64_T, 0, tag_header, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   handoff h;
   h.req = {.id = header[0], .prompt = std::vector<std::int32_t>(static_cast<std::size_t>(header[1])),
-           .sampling = "greedy", .seed = 0, .stop = {}, .max_new_tokens = header[2]};
+           .sampling = "greedy", .seed = 0, .stop = {.max_new_tokens = static_cast<std::size_t>(header[2])}};
   h.first_token = static_cast<std::int32_t>(header[3]);
   h.kv.resize(static_cast<std::size_t>(header[4]));
   MPI_Recv(h.req.prompt.data(), static_cast<int>(header[1]), MPI_INT32_T, 0, tag_prompt, MPI_COMM_WORLD,

@@ -11,6 +11,7 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
 #include "llmkit/core/ids.hpp"
+#include "llmkit/core/stop.hpp"
 #include "llmkit/core/views.hpp"
 
 #include "llmkit/simd/arch.hpp"

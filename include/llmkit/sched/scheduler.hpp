@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/stop.hpp"
 #include "llmkit/sched/policy.hpp"
 #include "llmkit/sched/request.hpp"
 #include "llmkit/sched/state.hpp"
@@ -39,7 +40,7 @@ struct finished_request {
   request_id id = 0;
   /// `[n_generated]` tokens generated (possibly empty when cancelled early).
   std::vector<token_id> output;
-  stop_reason reason = stop_reason::none;
+  finish_reason reason = finish_reason::max_tokens;
 };
 
 /// Drives `plan_step` / `commit_step` over owned requests.
@@ -52,12 +53,14 @@ class scheduler {
   }
 
   /// Queues `r`. Raises `llmkit::error` (and changes nothing) for a
-  /// duplicate id, an empty prompt, zero max_new_tokens, or a prompt that
-  /// does not fit the context; other requests are unaffected.
+  /// duplicate id, an empty prompt, invalid stop criteria (zero
+  /// max_new_tokens, an empty stop sequence), or a prompt that does not fit
+  /// the context; other requests are unaffected.
   void submit(request r) {
     LLMKIT_CHECK(!state_.seen_ids.contains(r.id), "submit: duplicate request id ", r.id);
     validate_request(r, state_.limits.max_context);
-    sched::submit(state_, r.id, static_cast<std::int64_t>(r.prompt.size()), r.max_new_tokens, r.arrival_s);
+    sched::submit(state_, r.id, static_cast<std::int64_t>(r.prompt.size()), static_cast<std::int64_t>(r.stop.max_new_tokens),
+                  r.arrival_s);
     const request_id id = r.id;
     live_.emplace(id, entry{std::move(r), {}});
   }
@@ -74,8 +77,8 @@ class scheduler {
     LLMKIT_CHECK(!state_.seen_ids.contains(r.id), "submit_prefilled: duplicate request id ", r.id);
     validate_request(r, state_.limits.max_context);
     const auto n_prompt = static_cast<std::int64_t>(r.prompt.size());
-    if (!sched::submit_prefilled(state_, r.id, n_prompt, r.max_new_tokens, static_cast<std::int64_t>(generated.size()),
-                                 r.arrival_s))
+    if (!sched::submit_prefilled(state_, r.id, n_prompt, static_cast<std::int64_t>(r.stop.max_new_tokens),
+                                 static_cast<std::int64_t>(generated.size()), r.arrival_s))
       return false;
     const request_id id = r.id;
     live_.emplace(id, entry{std::move(r), std::move(generated)});
@@ -87,7 +90,7 @@ class scheduler {
   std::optional<finished_request> cancel(request_id id) {
     if (!sched::cancel(state_, id)) return std::nullopt;
     auto it = live_.find(id);
-    finished_request out{id, std::move(it->second.output), stop_reason::cancelled};
+    finished_request out{id, std::move(it->second.output), finish_reason::cancelled};
     live_.erase(it);
     return out;
   }
@@ -101,14 +104,16 @@ class scheduler {
 
   /// Reports the step's results: `[plan.n_samples()] sampled`, one token per
   /// item with `samples`, in item order (tokens of requests cancelled in the
-  /// meantime are ignored). Returns the requests that finished.
+  /// meantime are ignored). Returns the requests that finished; each
+  /// request's token stop rules (`request::stop`) are checked after its
+  /// token (stop strings need the text: the engine checks those and cancels).
   std::vector<finished_request> complete_step(std::span<const token_id> sampled) {
     LLMKIT_CHECK(planned_, "complete_step: no step was planned (call next_step first)");
     LLMKIT_CHECK(static_cast<std::int64_t>(sampled.size()) == plan_.n_samples(), "complete_step: sampled has ",
                  sampled.size(), " tokens, the plan samples ", plan_.n_samples());
     planned_ = false;
     std::vector<request_id> stopped;
-    std::vector<std::pair<request_id, stop_reason>> reasons;
+    std::vector<std::pair<request_id, finish_reason>> reasons;
     std::size_t k = 0;
     for (const step_item& it : plan_.items) {
       if (!it.samples) continue;
@@ -116,16 +121,15 @@ class scheduler {
       auto e = live_.find(it.id);
       if (e == live_.end()) continue;
       e->second.output.push_back(t);
-      const stop_reason why = check_stop(e->second.req, e->second.output);
-      if (why != stop_reason::none) {
+      if (const auto why = e->second.req.stop.check(e->second.output)) {
         stopped.push_back(it.id);
-        reasons.emplace_back(it.id, why);
+        reasons.emplace_back(it.id, *why);
       }
     }
     std::vector<finished_request> done;
     for (const seq_record& f : commit_step(state_, plan_, stopped)) {
       auto e = live_.find(f.id);
-      stop_reason why = stop_reason::max_tokens;
+      finish_reason why = finish_reason::max_tokens;
       for (const auto& [id, r] : reasons)
         if (id == f.id) why = r;
       done.push_back({f.id, std::move(e->second.output), why});

@@ -38,6 +38,7 @@
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/ids.hpp"
+#include "llmkit/core/stop.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
@@ -45,7 +46,6 @@
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/search/causal_lm.hpp"
 #include "llmkit/search/detail/row_select.hpp"
-#include "llmkit/search/stopping.hpp"
 
 namespace llmkit::search {
 

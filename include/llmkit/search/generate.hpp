@@ -24,13 +24,14 @@
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/ids.hpp"
+#include "llmkit/core/stop.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
 #include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/search/causal_lm.hpp"
-#include "llmkit/search/stopping.hpp"
+#include "llmkit/search/detail/streaming.hpp"
 
 namespace llmkit::search {
 

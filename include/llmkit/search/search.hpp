@@ -3,6 +3,7 @@
 
 /// @file llmkit/search/search.hpp  Every public header of the search module.
 
+#include "llmkit/core/stop.hpp"
 #include "llmkit/search/beam_search.hpp"
 #include "llmkit/search/causal_lm.hpp"
 #include "llmkit/search/drafter.hpp"
@@ -10,4 +11,3 @@
 #include "llmkit/search/model_drafter.hpp"
 #include "llmkit/search/ngram_drafter.hpp"
 #include "llmkit/search/speculative.hpp"
-#include "llmkit/search/stopping.hpp"

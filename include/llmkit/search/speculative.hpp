@@ -40,6 +40,7 @@
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/ids.hpp"
+#include "llmkit/core/stop.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
@@ -49,8 +50,8 @@
 #include "llmkit/sampling/rng.hpp"
 #include "llmkit/search/causal_lm.hpp"
 #include "llmkit/search/detail/log_softmax.hpp"
+#include "llmkit/search/detail/streaming.hpp"
 #include "llmkit/search/drafter.hpp"
-#include "llmkit/search/stopping.hpp"
 
 namespace llmkit::search {
 
