@@ -60,25 +60,14 @@ double now_seconds(bool cpu) {
 
 /// Puts the prompt's K/V into a new sequence of `cache` (one packed forward).
 template <class Model, class Cache>
-kv::seq_id prefill(Model& m, Cache& cache, const std::vector<std::int32_t>& prompt) {
+kv::seq_id prefill(Model& m, Cache& cache, const std::vector<std::int32_t>& prompt, thread_pool& pool) {
   const auto s = cache.add_sequence();
   LLMKIT_CHECK(s.has_value(), "llmkit-beam: no sequence slot for the prompt");
   model::batch_builder b;
   b.add(*s, prompt, 0);
-  m.forward(b.view(), cache);
+  m.forward(b.view(), cache, pool);
   return *s;
 }
-
-/// The reference Llama on a thread pool, for any cache type.
-struct pooled_model {
-  model::llama_model* model;
-  thread_pool* pool;
-  std::size_t vocab_size() const noexcept { return model->vocab_size(); }
-  template <class Cache>
-  matrix_view<const float> forward(const model::batch& b, Cache& cache) {
-    return model->forward(b, cache, *pool);
-  }
-};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,7 +126,6 @@ int main(int argc, char** argv) {
     const auto tok = model::tokenizer::from_gguf(*file);
     model::llama_model target(*file);
     thread_pool pool(threads);
-    pooled_model m{&target, &pool};
     auto prompt_ids = tok.encode(prompt, true);
     for (std::size_t i = 1; prompt_ids.size() > 1 && prompt_ids.size() < prompt_tokens; ++i)
       prompt_ids.push_back(prompt_ids[i]);
@@ -162,9 +150,9 @@ int main(int argc, char** argv) {
       paged_type shared(target.kv_shape(), {.n_blocks = (B + 1) * ((max_len + block - 1) / block + 1) + 1,
                                             .max_sequences = 2 * B + 2});
       search::beam_options shared_opt = opt;
-      if (prefilled) shared_opt.prefix = prefill(m, shared, prompt_ids);
+      if (prefilled) shared_opt.prefix = prefill(target, shared, prompt_ids, pool);
       double t0 = now_seconds(cpu_clock);
-      const auto r = search::beam_search(m, shared, prompt_ids, shared_opt);
+      const auto r = search::beam_search(target, shared, prompt_ids, shared_opt, {}, pool);
       const double secs = now_seconds(cpu_clock) - t0;
 
       nlohmann::json row{{"model", model_path},
@@ -186,9 +174,9 @@ int main(int argc, char** argv) {
         dense_type copying(target.kv_shape(), {.max_sequences = 2 * B + 2, .max_tokens = max_len});
         search::beam_options naive = opt;
         naive.copy_all_beams = true;
-        if (prefilled) naive.prefix = prefill(m, copying, prompt_ids);
+        if (prefilled) naive.prefix = prefill(target, copying, prompt_ids, pool);
         t0 = now_seconds(cpu_clock);
-        const auto n = search::beam_search(m, copying, prompt_ids, naive);
+        const auto n = search::beam_search(target, copying, prompt_ids, naive, {}, pool);
         const double naive_secs = now_seconds(cpu_clock) - t0;
         bool same = n.hypotheses.size() == r.hypotheses.size();
         for (std::size_t i = 0; same && i < n.hypotheses.size(); ++i) same = n.hypotheses[i].tokens == r.hypotheses[i].tokens;

@@ -83,18 +83,19 @@ double now_seconds(bool cpu) {
   return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
 }
 
-/// The reference Llama on a thread pool (search strategies call forward(batch, cache)),
-/// timing its forward passes: single-token ones (decode steps) and the others.
+/// The reference Llama timing its forward passes: single-token ones (decode
+/// steps) and the others.
 struct timed_model {
   model::llama_model* model;
-  thread_pool* pool;
   bool cpu_clock;
   double step_seconds = 0, multi_seconds = 0;
   std::size_t n_steps = 0, n_multi = 0;
   std::size_t vocab_size() const noexcept { return model->vocab_size(); }
-  matrix_view<const float> forward(const model::batch& b, cache_type& cache) {
+  kv::kv_shape kv_shape() const noexcept { return model->kv_shape(); }
+  template <executor Exec>
+  matrix_view<const float> forward(const model::batch& b, cache_type& cache, Exec& exec) {
     const double t0 = now_seconds(cpu_clock);
-    const auto logits = model->forward(b, cache, *pool);
+    const auto logits = model->forward(b, cache, exec);
     const double dt = now_seconds(cpu_clock) - t0;
     if (b.n_tokens() == 1) {
       step_seconds += dt;
@@ -208,7 +209,7 @@ int main(int argc, char** argv) {
     const bool cpu_clock = clock_name == "cpu";
     model::llama_model target(*file, {.weight_type = weights_of(target_weights)});
     thread_pool pool(threads);
-    timed_model tgt{&target, &pool, cpu_clock};
+    timed_model tgt{&target, cpu_clock};
     const auto& c = target.config();
     std::cerr << "llmkit-speculative: " << model_path << " (dim " << c.dim << ", " << c.n_layers << " layers, vocab "
               << c.n_vocab << "), arch " << simd::arch_name<simd::default_arch>() << ", " << threads
@@ -240,8 +241,8 @@ int main(int argc, char** argv) {
       const double t0 = now_seconds(cpu_clock);
       for (std::size_t i = 0; i < prompt_ids.size(); ++i) {
         const search::generate_options opt{.stop = stop, .seed = seed, .request_id = i};
-        auto r = stochastic ? search::generate(tgt, cache, prompt_ids[i], chain, sampling::categorical{}, opt)
-                            : search::generate(tgt, cache, prompt_ids[i], chain, sampling::greedy{}, opt);
+        auto r = stochastic ? search::generate(tgt, cache, prompt_ids[i], chain, sampling::categorical{}, opt, {}, pool)
+                            : search::generate(tgt, cache, prompt_ids[i], chain, sampling::greedy{}, opt, {}, pool);
         plain_tokens += r.tokens.size();
         plain.push_back(std::move(r.tokens));
       }
@@ -282,7 +283,7 @@ int main(int argc, char** argv) {
       if (draft_model)
         draft_cache = std::make_unique<cache_type>(draft_model->kv_shape(),
                                                    kv::paged_cache_options{.n_blocks = n_blocks, .max_sequences = 2});
-      timed_model dm{draft_model.get(), &pool, cpu_clock};
+      timed_model dm{draft_model.get(), cpu_clock};
 
       for (auto [k, is_adaptive] : runs) {
         search::speculative_stats total;
@@ -297,12 +298,12 @@ int main(int argc, char** argv) {
               .draft_length = k, .adaptive = is_adaptive, .seed = seed, .request_id = i};
           search::speculative_result r;
           if (draft_model) {
-            search::model_drafter<timed_model, cache_type, chain_type> d(dm, *draft_cache, chain, name);
-            r = search::speculative_generate(tgt, cache, d, prompt_ids[i], opt, chain);
+            search::model_drafter<timed_model, cache_type, chain_type, thread_pool> d(dm, *draft_cache, pool, chain, name);
+            r = search::speculative_generate(tgt, cache, d, prompt_ids[i], opt, chain, {}, pool);
             draft_passes += d.n_forward_passes();
           } else {
             search::ngram_drafter d;
-            r = search::speculative_generate(tgt, cache, d, prompt_ids[i], opt, chain);
+            r = search::speculative_generate(tgt, cache, d, prompt_ids[i], opt, chain, {}, pool);
           }
           matches = matches && r.tokens == plain[i];
           total += r.stats;

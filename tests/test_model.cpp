@@ -19,6 +19,7 @@ using namespace llmkit::model;
 
 static_assert(language_model<llama_model, kv::contiguous_cache<float>>);
 static_assert(language_model<llama_model, kv::paged_cache<f16, 16>>);
+static_assert(language_model<llama_model, kv::paged_cache<f16, 16>, thread_pool>);
 static_assert(!language_model<int, kv::contiguous_cache<float>>);
 
 // Logits and K/V reached through different kernel paths (prefill vs decode

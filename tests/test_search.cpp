@@ -37,8 +37,16 @@ using dense = kv::contiguous_cache<float>;
 
 static_assert(sequence_cache<paged>);
 static_assert(sequence_cache<dense>);
-static_assert(causal_lm<toy_lm, paged>);
-static_assert(causal_lm<toy_lm, dense>);
+static_assert(model::language_model<toy_lm, paged>);
+static_assert(model::language_model<toy_lm, dense, thread_pool>);
+namespace {
+struct no_executor_lm {  // the forward of the old contract, without an executor
+  std::size_t vocab_size() const noexcept { return 4; }
+  kv::kv_shape kv_shape() const noexcept { return {1, 1, 2}; }
+  matrix_view<const float> forward(const model::batch&, paged&);
+};
+}  // namespace
+static_assert(!model::language_model<no_executor_lm, paged>);
 static_assert(drafter<ngram_drafter>);
 static_assert(drafter<model_drafter<toy_lm, paged>>);
 
@@ -84,6 +92,30 @@ TEST_CASE("stop_criteria: EOS, stop sequences and the budget, in that order") {
 }
 
 // ---------------------------------------------------------------- generate
+
+TEST_CASE("generate, beam search, speculative decoding and model_drafter run the model on the caller's executor") {
+  toy_lm m(7, 1), d(7, 1);
+  auto cache = make_paged();
+  auto draft_cache = make_paged();
+  const std::vector<std::int32_t> prompt{1, 4, 2};
+  thread_pool pool(2);
+  serial_executor other;
+  const sampling::processor_chain<> none;
+  const auto plain = generate(m, cache, prompt, none, sampling::greedy{}, {.stop = {.max_new_tokens = 5}});
+  REQUIRE(m.last_executor() != nullptr);
+  REQUIRE(m.last_executor() != &pool);
+  const auto pooled = generate(m, cache, prompt, none, sampling::greedy{}, {.stop = {.max_new_tokens = 5}}, {}, pool);
+  REQUIRE(m.last_executor() == &pool);
+  REQUIRE(pooled.tokens == plain.tokens);
+  beam_search(m, cache, prompt, {.beam_width = 2, .stop = {.max_new_tokens = 4}}, none, other);
+  REQUIRE(m.last_executor() == &other);
+  model_drafter<toy_lm, paged, sampling::processor_chain<>, thread_pool> drafter_on_pool(d, draft_cache, pool);
+  const auto spec = speculative_generate(m, cache, drafter_on_pool, prompt, {.stop = {.max_new_tokens = 5}, .draft_length = 2},
+                                         none, {}, other);
+  REQUIRE(spec.tokens == plain.tokens);
+  REQUIRE(m.last_executor() == &other);
+  REQUIRE(d.last_executor() == &pool);
+}
 
 TEST_CASE("generate: greedy equals the oracle's arg-max chain; the pool is full afterwards") {
   for (std::uint32_t seed : {1u, 2u, 3u}) {
@@ -353,7 +385,8 @@ TEST_CASE("beam_search: a prefilled prefix gives the same hypotheses and is left
       const kv::seq_id prefix = *cache.add_sequence();
       model::batch_builder b;
       b.add(prefix, std::span<const std::int32_t>(prompt).first(n_prefix), 0);
-      m.forward(b.view(), cache);
+      serial_executor serial;
+      m.forward(b.view(), cache, serial);
       const std::size_t passes_before = m.n_forward_passes(), tokens_before = m.n_tokens_processed();
       beam_options opt = base;
       opt.prefix = prefix;
@@ -384,7 +417,8 @@ TEST_CASE("beam_search: a prefilled prefix gives the same hypotheses and is left
   const kv::seq_id prefix = *paged_cache.add_sequence();
   model::batch_builder b;
   b.add(prefix, prompt, 0);
-  m.forward(b.view(), paged_cache);
+  serial_executor serial;
+  m.forward(b.view(), paged_cache, serial);
   beam_options opt = base;
   opt.prefix = prefix;
   const std::vector<std::int32_t> shorter(prompt.begin(), prompt.end() - 1);

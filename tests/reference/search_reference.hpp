@@ -3,7 +3,7 @@
 
 // Oracles for the search/ tests:
 // - toy_lm: a hand-built order-2 Markov language model with known next-token
-//   probabilities that satisfies search::causal_lm. It writes every token
+//   probabilities that satisfies model::language_model. It writes every token
 //   into a real KV cache (K row = {token, position}, V row = {position,
 //   token}) and reads its whole context back from the cache's chunks, so a
 //   broken fork / copy-on-write / rollback (a stale or foreign row visible to
@@ -12,6 +12,7 @@
 //   search, exhaustive search, and the chi-square survival function.
 
 #include <llmkit/core/error.hpp>
+#include <llmkit/core/executor.hpp>
 #include <llmkit/core/views.hpp>
 #include <llmkit/kv/kv_view.hpp>
 #include <llmkit/model/batch.hpp>
@@ -76,9 +77,14 @@ class toy_lm {
     return p;
   }
 
-  template <class Cache>
-  llmkit::matrix_view<const float> forward(const llmkit::model::batch& b, Cache& cache) {
+  /// The executor of the latest forward (its address), so tests can check
+  /// that strategies pass theirs through.
+  const void* last_executor() const noexcept { return last_executor_; }
+
+  template <class Cache, llmkit::executor Exec>
+  llmkit::matrix_view<const float> forward(const llmkit::model::batch& b, Cache& cache, Exec& exec) {
     ++n_forward_;
+    last_executor_ = &exec;
     const std::size_t n = b.n_tokens();
     n_tokens_ += n;
     LLMKIT_CHECK(b.positions.size() == n && b.seq_ids.size() == n, "toy_lm: ragged batch");
@@ -145,6 +151,7 @@ class toy_lm {
   std::vector<std::int32_t> context_;
   std::size_t n_forward_ = 0;
   std::size_t n_tokens_ = 0;
+  const void* last_executor_ = nullptr;
 };
 
 /// A finished hypothesis of the reference searches.

@@ -12,7 +12,7 @@
 /// their own cache sequences:
 /// ```
 /// auto forward = [&](const auto& row) {
-///   return model.forward(model::batch{row.token_ids, row.positions, row.seq_ids, row.logit_rows}, cache);
+///   return model.forward(model::batch{row.token_ids, row.positions, row.seq_ids, row.logit_rows}, cache, exec);
 /// };
 /// pack::run_prefill(std::span(batch.rows), forward, logits);  // logits: [n_requests, vocab]
 /// ```

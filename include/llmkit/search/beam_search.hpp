@@ -30,22 +30,24 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
-#include <type_traits>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/executor.hpp"
 #include "llmkit/core/ids.hpp"
 #include "llmkit/core/stop.hpp"
 #include "llmkit/model/batch.hpp"
+#include "llmkit/model/language_model.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
 #include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/context.hpp"
-#include "llmkit/search/causal_lm.hpp"
 #include "llmkit/search/detail/row_select.hpp"
+#include "llmkit/search/sequence_cache.hpp"
 
 namespace llmkit::search {
 
@@ -189,13 +191,15 @@ struct beam_sequences {
 /// Beam search from `[n_prompt] prompt` (see the file comment). Sequences
 /// are created in `cache` and all freed before returning (also on error).
 /// `chain` processes each beam's logits (with that beam's history) before
-/// the log-softmax; tokens it removes are never chosen.
+/// the log-softmax; tokens it removes are never chosen. Every forward pass
+/// runs on `exec` (serial by default).
 /// @throws llmkit::error for an empty prompt, bad options (naming the
 /// field), a cache without room or sequence slots, or what the model raises.
-template <class Model, sequence_cache Cache, sampling::logits_processor Chain = sampling::processor_chain<>>
-  requires causal_lm<Model, Cache>
+template <class Model, sequence_cache Cache, sampling::logits_processor Chain = sampling::processor_chain<>,
+          class Exec = serial_executor>
+  requires model::language_model<Model, Cache, std::remove_cvref_t<Exec>>
 beam_result beam_search(Model& model, Cache& cache, std::span<const token_id> prompt, const beam_options& options,
-                        const Chain& chain = {}) {
+                        const Chain& chain = {}, Exec&& exec = Exec{}) {
   LLMKIT_CHECK(!prompt.empty(), "beam_search: prompt is empty (give at least one token, e.g. BOS)");
   LLMKIT_CHECK(options.beam_width >= 1, "beam_search: beam_width must be >= 1, got ", options.beam_width);
   const std::size_t n_best = options.n_best == 0 ? options.beam_width : options.n_best;
@@ -270,7 +274,7 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const token_id> pr
     else return {processed.data() + i * vocab, vocab};
   };
   auto run_forward = [&] {
-    logits = model.forward(b.view(), cache);
+    logits = model.forward(b.view(), cache, exec);
     ++result.n_forward_passes;
     LLMKIT_CHECK(logits.rows() == live.size() && logits.cols() == vocab, "beam_search: the model returned a [",
                  logits.rows(), ", ", logits.cols(), "] logits matrix, expected [", live.size(), ", ", vocab, "]");

@@ -18,20 +18,23 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/executor.hpp"
 #include "llmkit/core/ids.hpp"
 #include "llmkit/core/stop.hpp"
 #include "llmkit/model/batch.hpp"
+#include "llmkit/model/language_model.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
 #include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/context.hpp"
-#include "llmkit/search/causal_lm.hpp"
 #include "llmkit/search/detail/streaming.hpp"
+#include "llmkit/search/sequence_cache.hpp"
 
 namespace llmkit::search {
 
@@ -54,14 +57,16 @@ struct generate_result {
 /// `cache` (freed before returning, also on error). `on_token(token)` is
 /// called for every token as soon as it is chosen; when it returns false
 /// (a bool-returning callback), generation stops with
-/// `finish_reason::cancelled`, that token included.
+/// `finish_reason::cancelled`, that token included. Every forward pass runs
+/// on `exec` (serial by default; a thread_pool splits the model's products).
 /// @throws llmkit::error for an empty prompt, bad options, a cache without
 /// room, or whatever the model or the chain raise.
 template <class Model, sequence_cache Cache, sampling::logits_processor Chain, sampling::sampler Sampler,
-          class OnToken = detail::no_callback>
-  requires causal_lm<Model, Cache>
+          class OnToken = detail::no_callback, class Exec = serial_executor>
+  requires model::language_model<Model, Cache, std::remove_cvref_t<Exec>>
 generate_result generate(Model& model, Cache& cache, std::span<const token_id> prompt, const Chain& chain,
-                         const Sampler& pick, const generate_options& options, OnToken&& on_token = {}) {
+                         const Sampler& pick, const generate_options& options, OnToken&& on_token = {},
+                         Exec&& exec = Exec{}) {
   LLMKIT_CHECK(!prompt.empty(), "generate: prompt is empty (give at least one token, e.g. BOS)");
   options.stop.validate("generate");
   const std::size_t vocab = model.vocab_size();
@@ -73,7 +78,7 @@ generate_result generate(Model& model, Cache& cache, std::span<const token_id> p
   model::batch_builder b;
   b.add(seq.get(), prompt, 0);
   for (;;) {
-    const matrix_view<const float> logits = model.forward(b.view(), cache);
+    const matrix_view<const float> logits = model.forward(b.view(), cache, exec);
     ++out.n_forward_passes;
     LLMKIT_CHECK(logits.rows() == 1 && logits.cols() == vocab, "generate: the model returned a [", logits.rows(), ", ",
                  logits.cols(), "] logits matrix, expected [1, ", vocab, "]");

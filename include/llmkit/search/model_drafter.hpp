@@ -17,6 +17,7 @@
 /// weights stored as int8) is built by llmkit/search/self_draft.hpp.
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -27,29 +28,38 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/executor.hpp"
 #include "llmkit/core/ids.hpp"
 #include "llmkit/model/batch.hpp"
+#include "llmkit/model/language_model.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
 #include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/sampling/greedy.hpp"
 #include "llmkit/sampling/rng.hpp"
-#include "llmkit/search/causal_lm.hpp"
 #include "llmkit/search/detail/log_softmax.hpp"
 #include "llmkit/search/drafter.hpp"
+#include "llmkit/search/sequence_cache.hpp"
 
 namespace llmkit::search {
 
 /// A draft model in its own cache; satisfies `drafter`. Holds references to
-/// the model and the cache, which must outlive it. One request at a time.
-template <class Model, sequence_cache Cache, sampling::logits_processor Chain = sampling::processor_chain<>>
-  requires causal_lm<Model, Cache>
+/// the model, the cache and the executor its forward passes run on, which
+/// must outlive it. One request at a time.
+template <class Model, sequence_cache Cache, sampling::logits_processor Chain = sampling::processor_chain<>,
+          executor Exec = serial_executor>
+  requires model::language_model<Model, Cache, Exec>
 class model_drafter {
  public:
+  /// Drafts on the calling thread.
   /// @param name what reports call this drafter ("model", "layers2", "int8", ...)
   model_drafter(Model& model, Cache& cache, Chain chain = {}, std::string name = "model")
-      : model_(&model), cache_(&cache), chain_(std::move(chain)), name_(std::move(name)) {}
+    requires std::same_as<Exec, serial_executor>
+      : model_drafter(model, cache, serial_, std::move(chain), std::move(name)) {}
+  /// Drafts with every forward pass on `exec`.
+  model_drafter(Model& model, Cache& cache, Exec& exec, Chain chain = {}, std::string name = "model")
+      : model_(&model), cache_(&cache), exec_(&exec), chain_(std::move(chain)), name_(std::move(name)) {}
   model_drafter(const model_drafter&) = delete;
   model_drafter& operator=(const model_drafter&) = delete;
   ~model_drafter() { reset(); }
@@ -87,7 +97,7 @@ class model_drafter {
     for (std::size_t j = 0; j < r.max_tokens; ++j) {
       model::batch_builder b;
       b.add(*seq_, feed_, static_cast<std::int32_t>(cached_.size()));
-      const matrix_view<const float> logits = model_->forward(b.view(), *cache_);
+      const matrix_view<const float> logits = model_->forward(b.view(), *cache_, *exec_);
       ++n_forward_passes_;
       LLMKIT_CHECK(logits.rows() == 1 && logits.cols() == vocab, "model_drafter: the model returned a [",
                    logits.rows(), ", ", logits.cols(), "] logits matrix, expected [1, ", vocab, "]");
@@ -119,6 +129,8 @@ class model_drafter {
  private:
   Model* model_;
   Cache* cache_;
+  [[no_unique_address]] serial_executor serial_;  // what exec_ points to when no executor is given
+  Exec* exec_;
   Chain chain_;
   std::string name_;
   std::optional<kv::seq_id> seq_;

@@ -5,9 +5,9 @@
 
 #include "llmkit/core/stop.hpp"
 #include "llmkit/search/beam_search.hpp"
-#include "llmkit/search/causal_lm.hpp"
 #include "llmkit/search/drafter.hpp"
 #include "llmkit/search/generate.hpp"
 #include "llmkit/search/model_drafter.hpp"
 #include "llmkit/search/ngram_drafter.hpp"
+#include "llmkit/search/sequence_cache.hpp"
 #include "llmkit/search/speculative.hpp"

@@ -35,23 +35,26 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/executor.hpp"
 #include "llmkit/core/ids.hpp"
 #include "llmkit/core/stop.hpp"
 #include "llmkit/model/batch.hpp"
+#include "llmkit/model/language_model.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/chain.hpp"
 #include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/sampling/greedy.hpp"
 #include "llmkit/sampling/rng.hpp"
-#include "llmkit/search/causal_lm.hpp"
 #include "llmkit/search/detail/log_softmax.hpp"
 #include "llmkit/search/detail/streaming.hpp"
 #include "llmkit/search/drafter.hpp"
+#include "llmkit/search/sequence_cache.hpp"
 
 namespace llmkit::search {
 
@@ -151,11 +154,12 @@ struct speculative_result {
 /// field), a drafter answer that breaks its contract, a cache without room,
 /// or what the models and the chain raise.
 template <class Model, sequence_cache Cache, drafter Drafter,
-          sampling::logits_processor Chain = sampling::processor_chain<>, class OnToken = detail::no_callback>
-  requires causal_lm<Model, Cache>
+          sampling::logits_processor Chain = sampling::processor_chain<>, class OnToken = detail::no_callback,
+          class Exec = serial_executor>
+  requires model::language_model<Model, Cache, std::remove_cvref_t<Exec>>
 speculative_result speculative_generate(Model& model, Cache& cache, Drafter& draft_source,
                                         std::span<const token_id> prompt, const speculative_options& options,
-                                        const Chain& chain = {}, OnToken&& on_token = {}) {
+                                        const Chain& chain = {}, OnToken&& on_token = {}, Exec&& exec = Exec{}) {
   LLMKIT_CHECK(!prompt.empty(), "speculative_generate: prompt is empty (give at least one token, e.g. BOS)");
   options.stop.validate("speculative_generate");
   LLMKIT_CHECK(options.adaptive_min_gain > 0.0 && options.adaptive_min_gain <= 1.0,
@@ -216,7 +220,7 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
     b.clear();
     b.add(seq.get(), feed, static_cast<std::int32_t>(in_cache), false);
     for (std::size_t r = first_row; r < feed.size(); ++r) b.request_logits(static_cast<std::int32_t>(r));
-    const matrix_view<const float> logits = model.forward(b.view(), cache);
+    const matrix_view<const float> logits = model.forward(b.view(), cache, exec);
     ++out.stats.n_rounds;
     LLMKIT_CHECK(logits.rows() == n + 1 && logits.cols() == vocab, "speculative_generate: the model returned a [",
                  logits.rows(), ", ", logits.cols(), "] logits matrix, expected [", n + 1, ", ", vocab, "]");

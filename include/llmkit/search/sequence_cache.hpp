@@ -1,28 +1,22 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
-/// @file llmkit/search/causal_lm.hpp
-/// What search strategies need from a model and from a KV cache.
-///
-/// - `causal_lm<M, Cache>`: `m.vocab_size()` and
-///   `m.forward(const model::batch&, Cache&) -> matrix_view<const float>`,
-///   the `[n_logits, vocab]` logits of the rows the batch asks for (valid
-///   until the next forward). The forward appends the batch's K/V to the
-///   cache (llmkit::model::llama_model is one; so is any user model that
-///   follows model/batch.hpp).
-/// - `sequence_cache<C>`: a `kv::kv_cache` that manages sequences:
-///   `add_sequence() -> optional<seq_id>`, `free`, `fork -> optional<seq_id>`,
-///   `truncate(s, n)`, `n_tokens(s)` and `contains(s)`. Every llmkit cache offers these;
-///   `paged_cache` forks by sharing blocks, `contiguous_cache` by copying.
+/// @file llmkit/search/sequence_cache.hpp
+/// What search strategies need from a KV cache: `sequence_cache<C>`, a
+/// `kv::kv_cache` that manages sequences: `add_sequence() ->
+/// optional<seq_id>`, `free`, `fork -> optional<seq_id>`, `truncate(s, n)`,
+/// `n_tokens(s)` and `contains(s)`. Every llmkit cache offers these;
+/// `paged_cache` forks by sharing blocks, `contiguous_cache` by copying.
+/// What they need from a model is model::language_model
+/// (model/language_model.hpp).
 
 #include <concepts>
 #include <cstddef>
 #include <optional>
 #include <utility>
 
-#include "llmkit/core/views.hpp"
+#include "llmkit/core/error.hpp"
 #include "llmkit/kv/kv_view.hpp"
-#include "llmkit/model/batch.hpp"
 
 namespace llmkit::search {
 
@@ -35,13 +29,6 @@ concept sequence_cache = kv::kv_cache<C> && requires(C& c, kv::seq_id s, std::si
   c.truncate(s, n);
   { c.n_tokens(s) } -> std::convertible_to<std::size_t>;
   { c.contains(s) } -> std::convertible_to<bool>;
-};
-
-/// A causal language model that runs packed batches over a cache of type Cache.
-template <class M, class Cache>
-concept causal_lm = sequence_cache<Cache> && requires(M& m, const model::batch& b, Cache& c) {
-  { m.vocab_size() } -> std::convertible_to<std::size_t>;
-  { m.forward(b, c) } -> std::convertible_to<matrix_view<const float>>;
 };
 
 namespace detail {
