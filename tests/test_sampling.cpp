@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -320,6 +321,57 @@ TEST_CASE("chains compose in the user's order and match the oracle") {
       const auto expected4 = ref::top_k(ref::typical(ref::min_p(base, 0.01), 0.9), 5);
       require_same(run(runtime_chain::parse("min_p(0.01);typical(0.9);top_k(5)"), v, ctx), expected4);
     }
+}
+
+TEST_CASE("read-only rows (std::span<const float>) give what the in-place path gives, and stay untouched") {
+  const std::vector<std::int32_t> history{5, 6, 7, 5, 6};
+  const processor_chain chain{penalties{.repeat_ = 1.1f, .frequency_ = 0.1f, .last_n_ = 64}, top_k{40}, top_p{0.95f},
+                              temperature{0.8f}};
+  const auto parsed = runtime_chain::parse("penalties(repeat=1.1,last_n=64);min_p(0.05);temperature(0.7);sample");
+  candidates ws_in_place, ws_const;
+  auto bits_equal = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  for (auto n : {8u, 17u, 300u, 32000u})  // history tokens are < 8
+    for (kind k : test_data::all_kinds)
+      for (std::uint64_t step = 0; step < 12; ++step) {
+        INFO("n " << n << " step " << step);
+        const auto v = test_data::logits(n, k, static_cast<std::uint32_t>(step));
+        const sampling_context ctx{.seed = 9, .request_id = 2, .step = step, .history = history};
+        const std::span<const float> row(v);
+        auto m = v;
+        REQUIRE(sample_row(row, ctx, chain, categorical{}, ws_const) == sample_row(m, ctx, chain, categorical{}, ws_in_place));
+        m = v;
+        REQUIRE(sample_row(row, ctx, parsed, parsed, ws_const) == sample_row(m, ctx, parsed, parsed, ws_in_place));
+        m = v;
+        REQUIRE(sample_row(row, ctx, processor_chain<>{}, greedy{}, ws_const) ==
+                sample_row(m, ctx, processor_chain<>{}, greedy{}, ws_in_place));
+        m = v;
+        std::vector<float> out(n, 0.0f);
+        process_row(m, ctx, chain, ws_in_place);
+        process_row(row, ctx, chain, ws_const, std::span<float>(out));
+        REQUIRE(bits_equal(out, m));
+        REQUIRE(bits_equal(std::vector<float>(row.begin(), row.end()), v));  // NaNs would differ if sanitised in place
+      }
+  // Batches: the const rows give the mutable batch's tokens.
+  const std::size_t rows = 5, vocab = 700;
+  std::vector<float> all;
+  std::vector<sampling_context> ctxs;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto v = test_data::logits(vocab, kind::gaussian, static_cast<std::uint32_t>(r));
+    all.insert(all.end(), v.begin(), v.end());
+    ctxs.push_back({.seed = 3, .request_id = r, .history = history});
+  }
+  const std::vector<float> original = all;
+  std::vector<sample_result> from_const(rows), in_place(rows);
+  sample_batch(matrix_view<const float>(all.data(), rows, vocab), ctxs, chain, categorical{}, std::span(from_const));
+  REQUIRE(bits_equal(all, original));
+  sample_batch(matrix_view<float>(all.data(), rows, vocab), ctxs, chain, categorical{}, std::span(in_place));
+  for (std::size_t r = 0; r < rows; ++r) REQUIRE(from_const[r] == in_place[r]);
+  std::vector<float> wrong(vocab - 1);
+  REQUIRE_THROWS_AS(process_row(std::span<const float>(original.data(), vocab), ctxs[0], chain, ws_const,
+                                std::span<float>(wrong)),
+                    llmkit::error);
 }
 
 TEST_CASE("compiled and run-time chains give identical tokens") {

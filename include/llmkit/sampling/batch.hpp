@@ -43,4 +43,18 @@ void sample_batch(matrix_view<float> logits, std::span<const sampling_context> c
   });
 }
 
+/// sample_batch() on read-only `[n_rows, vocab] logits` (each row copied into
+/// its thread's workspace), e.g. what a model's forward returns.
+template <logits_processor Chain, sampler Sampler, executor Exec = serial_executor>
+void sample_batch(matrix_view<const float> logits, std::span<const sampling_context> contexts, const Chain& chain,
+                  const Sampler& pick, std::span<sample_result> out, Exec&& exec = {}) {
+  LLMKIT_CHECK(contexts.size() == logits.rows(), "sample_batch: contexts.size() = ", contexts.size(),
+               " differs from logits.rows() = ", logits.rows());
+  LLMKIT_CHECK(out.size() == logits.rows(), "sample_batch: out.size() = ", out.size(),
+               " differs from logits.rows() = ", logits.rows());
+  exec.parallel_for(logits.rows(), [&](std::size_t r) {
+    out[r] = sample_row(logits.row(r), contexts[r], chain, pick, detail::thread_workspace());
+  });
+}
+
 }  // namespace llmkit::sampling

@@ -82,6 +82,16 @@ class candidates {
                  logits.size(), ")");
   }
 
+  /// Starts a row on a copy of `[vocab] logits` in the workspace's own
+  /// buffer (the caller's row, e.g. a model's output, is left as it is); then
+  /// as reset().
+  /// @throws llmkit::error as reset() does.
+  void reset_copy(std::span<const float> logits) {
+    detail::grow(row_, logits.size());
+    std::copy(logits.begin(), logits.end(), row_.begin());
+    reset(std::span<float>(row_.data(), logits.size()));
+  }
+
   /// Vocabulary size of the row.
   std::size_t vocab_size() const noexcept { return dense_.size(); }
   /// True while the row is the caller's dense logits.
@@ -282,6 +292,7 @@ class candidates {
   bool max_known_ = false;
   aligned_vector<token_id> ids_;
   aligned_vector<float> values_;
+  aligned_vector<float> row_;  // [vocab] copy of a const row (reset_copy)
   detail::scratch_buffers scratch_;
 };
 

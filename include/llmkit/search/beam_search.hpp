@@ -282,13 +282,12 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const token_id> pr
     if constexpr (!plain_rows) processed.resize(live.size() * vocab);
     for (std::size_t i = 0; i < live.size(); ++i) {
       if constexpr (!plain_rows) {
-        std::span<float> row(processed.data() + i * vocab, vocab);
-        std::copy_n(logits.row(i).data(), vocab, row.data());
+        const std::span<float> row(processed.data() + i * vocab, vocab);
         history.assign(prompt.begin(), prompt.end());
         history.insert(history.end(), live[i].tokens.begin(), live[i].tokens.end());
         const sampling::sampling_context ctx{.seed = 0, .request_id = 0, .step = live[i].tokens.size(),
                                              .history = history, .n_prompt = prompt.size()};
-        sampling::process_row(row, ctx, chain, workspace);
+        sampling::process_row(logits.row(i), ctx, chain, workspace, row);
       }
       lse[i] = detail::log_sum_exp(row_of(i), "beam_search");
     }

@@ -73,7 +73,6 @@ generate_result generate(Model& model, Cache& cache, std::span<const token_id> p
   detail::sequence_guard<Cache> seq(cache, detail::add_sequence_or_throw(cache, "generate"));
   sampling::sampling_state state(options.seed, options.request_id, prompt);
   sampling::candidates workspace;
-  aligned_vector<float> row(vocab);
   generate_result out;
   model::batch_builder b;
   b.add(seq.get(), prompt, 0);
@@ -82,9 +81,7 @@ generate_result generate(Model& model, Cache& cache, std::span<const token_id> p
     ++out.n_forward_passes;
     LLMKIT_CHECK(logits.rows() == 1 && logits.cols() == vocab, "generate: the model returned a [", logits.rows(), ", ",
                  logits.cols(), "] logits matrix, expected [1, ", vocab, "]");
-    std::copy_n(logits.row(0).data(), vocab, row.data());
-    const sampling::sample_result r = sampling::sample_row(std::span<float>(row.data(), vocab), state.context(), chain,
-                                                           pick, workspace);
+    const sampling::sample_result r = sampling::sample_row(logits.row(0), state.context(), chain, pick, workspace);
     state.accept(r.token);
     out.tokens.push_back(r.token);
     out.logprobs.push_back(r.logprob);

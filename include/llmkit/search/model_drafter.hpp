@@ -92,8 +92,10 @@ class model_drafter {
     cached_.resize(keep);
     context_.assign(r.history.begin(), r.history.end());
     feed_.assign(r.history.begin() + static_cast<std::ptrdiff_t>(keep), r.history.end());
-    row_.resize(vocab);
-    if (r.sample) q_.resize(vocab);
+    if (r.sample) {
+      row_.resize(vocab);
+      q_.resize(vocab);
+    }
     for (std::size_t j = 0; j < r.max_tokens; ++j) {
       model::batch_builder b;
       b.add(*seq_, feed_, static_cast<std::int32_t>(cached_.size()));
@@ -102,16 +104,15 @@ class model_drafter {
       LLMKIT_CHECK(logits.rows() == 1 && logits.cols() == vocab, "model_drafter: the model returned a [",
                    logits.rows(), ", ", logits.cols(), "] logits matrix, expected [1, ", vocab, "]");
       cached_.insert(cached_.end(), feed_.begin(), feed_.end());
-      std::copy_n(logits.row(0).data(), vocab, row_.data());
       const std::size_t position = context_.size();  // absolute index of the guessed token
       const sampling::sampling_context ctx{.seed = r.seed, .request_id = r.request_id ^ draft_stream_salt,
                                            .step = position - r.n_prompt, .history = context_,
                                            .n_prompt = r.n_prompt};
       token_id token;
       if (!r.sample) {
-        token = sampling::sample_row(std::span<float>(row_), ctx, chain_, sampling::greedy{false}, workspace_).token;
+        token = sampling::sample_row(logits.row(0), ctx, chain_, sampling::greedy{false}, workspace_).token;
       } else {
-        sampling::process_row(std::span<float>(row_), ctx, chain_, workspace_);
+        sampling::process_row(logits.row(0), ctx, chain_, workspace_, std::span<float>(row_));
         detail::softmax(row_, q_, "model_drafter");
         const double u = sampling::philox_uniform(r.seed, r.request_id ^ draft_stream_salt, position,
                                                   static_cast<std::uint32_t>(r.round));

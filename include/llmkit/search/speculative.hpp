@@ -231,13 +231,12 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
     std::size_t accepted = 0;
     token_id own = -1;
     for (std::size_t i = 0; i <= n; ++i) {
-      std::copy_n(logits.row(i).data(), vocab, row.data());
       const std::size_t position = generated + i;
       const sampling::sampling_context ctx{.seed = options.seed, .request_id = options.request_id, .step = position,
                                            .history = context, .n_prompt = prompt.size()};
       if (!stochastic) {
         const token_id best =
-            sampling::sample_row(std::span<float>(row), ctx, chain, sampling::greedy{false}, workspace).token;
+            sampling::sample_row(logits.row(i), ctx, chain, sampling::greedy{false}, workspace).token;
         if (i < n && best == guesses.tokens[i]) {
           ++accepted;
           context.push_back(best);
@@ -246,7 +245,7 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
         own = best;
         break;
       }
-      sampling::process_row(std::span<float>(row), ctx, chain, workspace);
+      sampling::process_row(logits.row(i), ctx, chain, workspace, std::span<float>(row));
       detail::softmax(row, p, "speculative_generate");
       const double u_draw = sampling::philox_uniform(options.seed, options.request_id, position, 2);
       if (i == n) {  // bonus token
