@@ -174,7 +174,7 @@ std::vector<bench_case> cases() {
                    return std::int32_t{0};
                  }, {}});
   out.push_back({"temperature(0.8)", proc_fn(temperature{0.8f}), {}});
-  out.push_back({"penalties(repeat=1.1,last_n=64)", proc_fn(penalties{.repeat_ = 1.1f, .last_n_ = 64}), {}});
+  out.push_back({"penalties(repeat=1.1,last_n=64)", proc_fn(penalties{.repeat = 1.1f, .last_n = 64}), {}});
   out.push_back({"top_k(40)", proc_fn(top_k{40}),
                  [](std::span<float> row, const sampling_context&) { return reference_top_k(row, 40); }});
   out.push_back({"top_p(0.8)", proc_fn(top_p{0.8f}), [](std::span<float> row, const sampling_context&) {

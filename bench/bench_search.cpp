@@ -257,7 +257,7 @@ void BM_plain_decode(benchmark::State& state) {
   std::size_t tokens = 0, passes = 0;
   for (auto _ : state)
     for (const auto& p : f.prompts) {
-      const auto r = search::generate(f.target, cache, p, sampling::processor_chain<>{}, sampling::greedy{false},
+      const auto r = search::generate(f.target, cache, p, sampling::processor_chain<>{}, sampling::greedy{.with_logprob = false},
                                       {.stop = {.max_new_tokens = n_new_tokens()}});
       tokens += r.tokens.size();
       passes += r.n_forward_passes;
@@ -355,7 +355,7 @@ struct synth_fixture {
     std::size_t tokens = 0;
     const double t0 = cpu_seconds();
     for (const auto& p : prompts)
-      tokens += search::generate(*target, cache, p, sampling::processor_chain<>{}, sampling::greedy{false},
+      tokens += search::generate(*target, cache, p, sampling::processor_chain<>{}, sampling::greedy{.with_logprob = false},
                                  {.stop = {.max_new_tokens = n_new}})
                     .tokens.size();
     plain_s_per_token = (cpu_seconds() - t0) / static_cast<double>(tokens);

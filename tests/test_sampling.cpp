@@ -259,7 +259,7 @@ TEST_CASE("penalties over the last N tokens, dense and sparse") {
       for (auto& t : history) t = tok(rng) % std::max<std::int32_t>(1, static_cast<std::int32_t>(std::min(n, 30u)));
       const sampling_context ctx{.history = history, .n_prompt = len / 2};
       for (std::int64_t last_n : {-1, 0, 1, 8, 64}) {
-        const penalties pen{.repeat_ = 1.3f, .frequency_ = 0.25f, .presence_ = 0.5f, .last_n_ = last_n};
+        const penalties pen{.repeat = 1.3f, .frequency = 0.25f, .presence = 0.5f, .last_n = last_n};
         const auto v = test_data::logits(n, kind::ties, seed++);
         INFO("n = " << n << ", history " << len << ", last_n = " << last_n);
         const auto base = ref::from_float(v);
@@ -309,7 +309,7 @@ TEST_CASE("chains compose in the user's order and match the oracle") {
       const auto base = ref::from_float(v);
       INFO("n = " << n << ", kind = " << int(k_kind));
       const auto expected1 = ref::temperature(ref::top_p(ref::top_k(ref::penalties(base, history, 1.1, 0, 0, 64), 40), 0.95), 0.8);
-      require_same(run(processor_chain{penalties{.repeat_ = 1.1f}, top_k{40}, top_p{0.95f}, temperature{0.8f}}, v, ctx),
+      require_same(run(processor_chain{penalties{.repeat = 1.1f}, top_k{40}, top_p{0.95f}, temperature{0.8f}}, v, ctx),
                    expected1);
       require_same(run(runtime_chain::parse("penalties(repeat=1.1,last_n=64);top_k(40);top_p(0.95);temperature(0.8)"), v, ctx),
                    expected1);
@@ -325,7 +325,7 @@ TEST_CASE("chains compose in the user's order and match the oracle") {
 
 TEST_CASE("read-only rows (std::span<const float>) give what the in-place path gives, and stay untouched") {
   const std::vector<std::int32_t> history{5, 6, 7, 5, 6};
-  const processor_chain chain{penalties{.repeat_ = 1.1f, .frequency_ = 0.1f, .last_n_ = 64}, top_k{40}, top_p{0.95f},
+  const processor_chain chain{penalties{.repeat = 1.1f, .frequency = 0.1f, .last_n = 64}, top_k{40}, top_p{0.95f},
                               temperature{0.8f}};
   const auto parsed = runtime_chain::parse("penalties(repeat=1.1,last_n=64);min_p(0.05);temperature(0.7);sample");
   candidates ws_in_place, ws_const;
@@ -376,11 +376,11 @@ TEST_CASE("read-only rows (std::span<const float>) give what the in-place path g
 
 TEST_CASE("compiled and run-time chains give identical tokens") {
   const std::vector<std::int32_t> history{5, 6, 7, 5, 6};
-  const processor_chain compiled{penalties{.repeat_ = 1.1f, .frequency_ = 0.1f, .last_n_ = 64}, top_k{40},
+  const processor_chain compiled{penalties{.repeat = 1.1f, .frequency = 0.1f, .last_n = 64}, top_k{40},
                                  top_p{0.95f}, temperature{0.8f}};
   const auto parsed =
       runtime_chain::parse("penalties(repeat=1.1,frequency=0.1,last_n=64);top_k(40);top_p(0.95);temperature(0.8);sample");
-  const runtime_chain built({penalties{.repeat_ = 1.1f, .frequency_ = 0.1f, .last_n_ = 64}, top_k{40}, top_p{0.95f},
+  const runtime_chain built({penalties{.repeat = 1.1f, .frequency = 0.1f, .last_n = 64}, top_k{40}, top_p{0.95f},
                              temperature{0.8f}});
   candidates ws;
   for (auto n : {50u, 32000u}) {
@@ -477,8 +477,8 @@ TEST_CASE("bad parameters raise llmkit::error naming the argument and value") {
   REQUIRE_THROWS_WITH(apply(typical_p{2.0f}), "typical_p: p must be in (0, 1], got 2");
   REQUIRE_THROWS_WITH(apply(min_p{1.5f}), "min_p: min_p must be in [0, 1], got 1.5");
   REQUIRE_THROWS_WITH(apply(top_k{-1}), "top_k: k must be >= 0, got -1");
-  REQUIRE_THROWS_WITH(apply(penalties{.repeat_ = 0.0f}), "penalties: repeat must be > 0, got 0");
-  REQUIRE_THROWS_WITH(apply(penalties{.last_n_ = -2}), "penalties: last_n must be >= -1, got -2");
+  REQUIRE_THROWS_WITH(apply(penalties{.repeat = 0.0f}), "penalties: repeat must be > 0, got 0");
+  REQUIRE_THROWS_WITH(apply(penalties{.last_n = -2}), "penalties: last_n must be >= -1, got -2");
   REQUIRE_THROWS_WITH(apply(temperature{NAN}), "temperature: T is NaN");
   REQUIRE_THROWS_WITH(logit_bias({{-3, 1.0f}}), "logit_bias: token must be >= 0, got -3");
   REQUIRE_THROWS_WITH(apply(logit_bias({{3, 1.0f}})), "logit_bias: biased token 3 is out of range [0, 3)");
@@ -486,13 +486,13 @@ TEST_CASE("bad parameters raise llmkit::error naming the argument and value") {
   REQUIRE_THROWS_WITH(apply(min_length{2, {7}}), "min_length: eos token 7 is out of range [0, 3)");
   const std::vector<std::int32_t> bad_history{0, 5};
   auto w = v;
-  REQUIRE_THROWS_WITH(process_row(w, {.history = bad_history}, penalties{.repeat_ = 1.2f}, ws),
+  REQUIRE_THROWS_WITH(process_row(w, {.history = bad_history}, penalties{.repeat = 1.2f}, ws),
                       "penalties: history token 5 is out of range [0, 3)");
   // k = 0 is a no-op, k > vocab is clamped, p = 1 keeps everything, empty history is fine.
   REQUIRE(run(top_k{0}, v) == ref::from_float(v));
   REQUIRE(run(top_k{1000}, v) == ref::from_float(v));
   REQUIRE(run(top_p{1.0f}, v) == ref::from_float(v));
-  REQUIRE(run(penalties{.repeat_ = 1.5f}, v, {}) == ref::from_float(v));
+  REQUIRE(run(penalties{.repeat = 1.5f}, v, {}) == ref::from_float(v));
   REQUIRE(run(no_repeat_ngram{2}, v, {}) == ref::from_float(v));
 }
 
@@ -563,7 +563,7 @@ TEST_CASE("the default chain parses, and the chain.hpp doc snippet compiles and 
   const std::vector<std::int32_t> prompt{1, 2, 3};
   sampling_state state(42, 7, prompt);
   auto logits_row = test_data::logits(1000, kind::gaussian, 5);
-  const processor_chain compiled{penalties{.repeat_ = 1.1f}, top_k{40}, top_p{0.95f}, temperature{0.8f}};
+  const processor_chain compiled{penalties{.repeat = 1.1f}, top_k{40}, top_p{0.95f}, temperature{0.8f}};
   candidates ws;  // per thread, reused
   const sample_result r = sample_row(logits_row, state.context(), compiled, categorical{}, ws);
   REQUIRE((r.token >= 0 && r.token < 1000));

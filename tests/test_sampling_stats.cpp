@@ -146,7 +146,7 @@ TEST_CASE("chi-square: categorical and each truncation sample the renormalised d
   SECTION("typical 0.6") { require_distribution(v, typical_p{0.6f}, ref::typical(base, 0.6), base, n_draws); }
   SECTION("penalties") {
     const std::vector<std::int32_t> history{0, 1, 1, 2, 3, 3, 3};
-    require_distribution(v, penalties{.repeat_ = 1.5f, .frequency_ = 0.3f, .presence_ = 0.4f},
+    require_distribution(v, penalties{.repeat = 1.5f, .frequency = 0.3f, .presence = 0.4f},
                          ref::penalties(base, history, 1.5, 0.3, 0.4, 64), base, n_draws, history);
   }
 }

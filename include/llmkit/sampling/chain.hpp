@@ -10,7 +10,7 @@
 /// survivors.
 ///
 /// ```
-/// const processor_chain chain{penalties{.repeat_ = 1.1f}, top_k{40}, top_p{0.95f}, temperature{0.8f}};
+/// const processor_chain chain{penalties{.repeat = 1.1f}, top_k{40}, top_p{0.95f}, temperature{0.8f}};
 /// candidates ws;  // per thread, reused
 /// sample_result r = sample_row(logits_row, state.context(), chain, categorical{}, ws);
 /// ```

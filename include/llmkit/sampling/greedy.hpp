@@ -36,12 +36,12 @@ inline double log_normaliser(candidates& c, float m) {
 /// Picks the most probable token (lowest id on ties); deterministic.
 struct greedy {
   /// Also compute the log-probability (one exp pass); otherwise logprob = 0.
-  bool with_logprob_ = true;
+  bool with_logprob = true;
 
   sample_result sample(candidates& c, const sampling_context&) const {
     const float m = detail::checked_max(c, "greedy");
     const std::size_t best = detail::argmax_lowest_token(c, m);
-    const float logprob = with_logprob_ ? static_cast<float>(-detail::log_normaliser(c, m)) : 0.0f;
+    const float logprob = with_logprob ? static_cast<float>(-detail::log_normaliser(c, m)) : 0.0f;
     return {c.token(best), logprob};
   }
 };

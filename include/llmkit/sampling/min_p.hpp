@@ -14,19 +14,19 @@
 
 namespace llmkit::sampling {
 
-/// Keeps tokens at least `min_p_` times as probable as the most probable one.
+/// Keeps tokens at least `p` times as probable as the most probable one.
 struct min_p {
-  float min_p_ = 0.0f;
+  float p = 0.0f;
 
   /// @throws llmkit::error unless 0 <= min_p <= 1.
   void validate() const {
-    LLMKIT_CHECK(min_p_ >= 0.0f && min_p_ <= 1.0f, "min_p: min_p must be in [0, 1], got ", min_p_);
+    LLMKIT_CHECK(p >= 0.0f && p <= 1.0f, "min_p: min_p must be in [0, 1], got ", p);
   }
 
   void apply(candidates& c, const sampling_context&) const {
     validate();
-    if (min_p_ == 0.0f || c.size() == 1) return;
-    const float threshold = c.max() + static_cast<float>(std::log(static_cast<double>(min_p_)));
+    if (p == 0.0f || c.size() == 1) return;
+    const float threshold = c.max() + static_cast<float>(std::log(static_cast<double>(p)));
     const auto values = c.values();
     std::size_t n_keep = 0;
     for (float x : values) n_keep += x >= threshold ? 1 : 0;

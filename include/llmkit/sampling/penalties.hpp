@@ -2,7 +2,7 @@
 #pragma once
 
 /// @file llmkit/sampling/penalties.hpp
-/// Repetition, frequency and presence penalties over the last `last_n_`
+/// Repetition, frequency and presence penalties over the last `last_n`
 /// tokens of the history (prompt included; -1 = the whole history, 0 =
 /// disabled). For each distinct token t of that window, seen count_t times:
 ///   logit_t <- logit_t > 0 ? logit_t / repeat : logit_t * repeat
@@ -22,24 +22,24 @@ namespace llmkit::sampling {
 
 /// The three penalties over a window of the history.
 struct penalties {
-  float repeat_ = 1.0f;     ///< repetition penalty, > 0 (1 = none)
-  float frequency_ = 0.0f;  ///< subtracted once per occurrence
-  float presence_ = 0.0f;   ///< subtracted once per distinct token
-  std::int64_t last_n_ = 64;
+  float repeat = 1.0f;     ///< repetition penalty, > 0 (1 = none)
+  float frequency = 0.0f;  ///< subtracted once per occurrence
+  float presence = 0.0f;   ///< subtracted once per distinct token
+  std::int64_t last_n = 64;
 
   /// @throws llmkit::error unless repeat > 0, last_n >= -1, and the terms are numbers.
   void validate() const {
-    LLMKIT_CHECK(repeat_ > 0.0f, "penalties: repeat must be > 0, got ", repeat_);
-    LLMKIT_CHECK(last_n_ >= -1, "penalties: last_n must be >= -1, got ", last_n_);
-    LLMKIT_CHECK(frequency_ == frequency_ && presence_ == presence_, "penalties: frequency/presence is NaN");
+    LLMKIT_CHECK(repeat > 0.0f, "penalties: repeat must be > 0, got ", repeat);
+    LLMKIT_CHECK(last_n >= -1, "penalties: last_n must be >= -1, got ", last_n);
+    LLMKIT_CHECK(frequency == frequency && presence == presence, "penalties: frequency/presence is NaN");
   }
 
   void apply(candidates& c, const sampling_context& ctx) const {
     validate();
-    if (last_n_ == 0 || ctx.history.empty()) return;
-    if (repeat_ == 1.0f && frequency_ == 0.0f && presence_ == 0.0f) return;
-    const std::size_t window = last_n_ < 0 ? ctx.history.size()
-                                           : std::min(ctx.history.size(), static_cast<std::size_t>(last_n_));
+    if (last_n == 0 || ctx.history.empty()) return;
+    if (repeat == 1.0f && frequency == 0.0f && presence == 0.0f) return;
+    const std::size_t window = last_n < 0 ? ctx.history.size()
+                                           : std::min(ctx.history.size(), static_cast<std::size_t>(last_n));
     const auto recent = ctx.history.last(window);
     detail::check_tokens(recent, c.vocab_size(), "penalties", "history");
     auto& s = c.scratch();
@@ -61,8 +61,8 @@ struct penalties {
     auto values = c.values();
     c.for_tokens({s.tokens2.data(), n_unique}, [&](std::size_t i, std::size_t r) {
       float x = values[i];
-      x = x > 0.0f ? x / repeat_ : x * repeat_;
-      values[i] = x - static_cast<float>(s.counts[r]) * frequency_ - presence_;
+      x = x > 0.0f ? x / repeat : x * repeat;
+      values[i] = x - static_cast<float>(s.counts[r]) * frequency - presence;
     });
     c.values_changed();
   }

@@ -240,10 +240,10 @@ inline runtime_chain runtime_chain::parse(std::string_view config) {
     } else if (name == "penalties") {
       const auto a = bind_arguments<4>(name, args, {"repeat", "frequency", "presence", "last_n"}, 0);
       penalties p;
-      if (!a[0].empty()) p.repeat_ = parse_number<float>(a[0], name, "repeat");
-      if (!a[1].empty()) p.frequency_ = parse_number<float>(a[1], name, "frequency");
-      if (!a[2].empty()) p.presence_ = parse_number<float>(a[2], name, "presence");
-      if (!a[3].empty()) p.last_n_ = parse_number<std::int64_t>(a[3], name, "last_n");
+      if (!a[0].empty()) p.repeat = parse_number<float>(a[0], name, "repeat");
+      if (!a[1].empty()) p.frequency = parse_number<float>(a[1], name, "frequency");
+      if (!a[2].empty()) p.presence = parse_number<float>(a[2], name, "presence");
+      if (!a[3].empty()) p.last_n = parse_number<std::int64_t>(a[3], name, "last_n");
       add(p);
     } else if (name == "logit_bias") {
       std::vector<std::pair<token_id, float>> biases;

@@ -17,24 +17,24 @@
 
 namespace llmkit::sampling {
 
-/// Divides every logit by `temperature_` (T = 1: no-op; T <= 0: greedy).
+/// Divides every logit by `value` (T = 1: no-op; T <= 0: greedy).
 struct temperature {
-  float temperature_ = 1.0f;
+  float value = 1.0f;
 
   /// @throws llmkit::error if T is NaN.
-  void validate() const { LLMKIT_CHECK(temperature_ == temperature_, "temperature: T is NaN"); }
+  void validate() const { LLMKIT_CHECK(value == value, "temperature: T is NaN"); }
 
   void apply(candidates& c, const sampling_context&) const {
     validate();
-    if (temperature_ == 1.0f) return;
-    if (temperature_ <= 0.0f) {
+    if (value == 1.0f) return;
+    if (value <= 0.0f) {
       const float m = c.max();
       const std::size_t best = detail::argmax_lowest_token(c, m);
       const token_id token = c.token(best);
       c.assign_sparse({&token, 1}, {&m, 1}, true);
       return;
     }
-    const float t = temperature_;
+    const float t = value;
     const float m = c.max();  // before the division: x -> x / t is monotone, so max / t is the new max
     for (float& x : c.values()) x = x / t;
     c.values_changed_monotone(m / t);

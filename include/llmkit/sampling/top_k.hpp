@@ -19,35 +19,35 @@
 
 namespace llmkit::sampling {
 
-/// Keeps the `k_` most probable tokens (0 = keep all).
+/// Keeps the `k` most probable tokens (0 = keep all).
 struct top_k {
-  std::int64_t k_ = 0;
+  std::int64_t k = 0;
 
   /// @throws llmkit::error if k < 0.
-  void validate() const { LLMKIT_CHECK(k_ >= 0, "top_k: k must be >= 0, got ", k_); }
+  void validate() const { LLMKIT_CHECK(k >= 0, "top_k: k must be >= 0, got ", k); }
 
   void apply(candidates& c, const sampling_context&) const {
     validate();
-    if (k_ == 0 || static_cast<std::size_t>(k_) >= c.size()) return;
-    const std::size_t k = static_cast<std::size_t>(k_);
-    const auto index = detail::top_k_indices(c, k);
+    if (k == 0 || static_cast<std::size_t>(k) >= c.size()) return;
+    const std::size_t n_keep = static_cast<std::size_t>(k);
+    const auto index = detail::top_k_indices(c, n_keep);
     auto& s = c.scratch();
     const auto values = c.values();
-    if (c.is_dense() && k * 8 > c.size()) {
+    if (c.is_dense() && n_keep * 8 > c.size()) {
       // Large k: mask the rest in place, the boundary being the k-th entry.
-      const float v_k = values[index[k - 1]];
-      const token_id t_k = static_cast<token_id>(index[k - 1]);
+      const float v_k = values[index[n_keep - 1]];
+      const token_id t_k = static_cast<token_id>(index[n_keep - 1]);
       c.retain([&](std::size_t i) { return values[i] > v_k || (values[i] == v_k && static_cast<token_id>(i) <= t_k); },
-               k);
+               n_keep);
       return;
     }
-    detail::grow(s.tokens2, k);
-    detail::grow(s.weights, k);
-    for (std::size_t j = 0; j < k; ++j) {
+    detail::grow(s.tokens2, n_keep);
+    detail::grow(s.weights, n_keep);
+    for (std::size_t j = 0; j < n_keep; ++j) {
       s.tokens2[j] = c.token(index[j]);
       s.weights[j] = values[index[j]];
     }
-    c.assign_sparse({s.tokens2.data(), k}, {s.weights.data(), k}, true);
+    c.assign_sparse({s.tokens2.data(), n_keep}, {s.weights.data(), n_keep}, true);
   }
 };
 

@@ -19,21 +19,21 @@
 
 namespace llmkit::sampling {
 
-/// Keeps the smallest set of most probable tokens with mass >= `p_`.
+/// Keeps the smallest set of most probable tokens with mass >= `p`.
 struct top_p {
-  float p_ = 1.0f;
+  float p = 1.0f;
 
   /// @throws llmkit::error unless 0 < p <= 1.
-  void validate() const { LLMKIT_CHECK(p_ > 0.0f && p_ <= 1.0f, "top_p: p must be in (0, 1], got ", p_); }
+  void validate() const { LLMKIT_CHECK(p > 0.0f && p <= 1.0f, "top_p: p must be in (0, 1], got ", p); }
 
   /// Truncates `c` in place. `Arch` picks the kernels (simd::scalar always
   /// takes the radix select).
   template <class Arch = simd::default_arch>
   void apply(candidates& c, const sampling_context&) const {
     validate();
-    if (p_ == 1.0f || c.size() == 1) return;
+    if (p == 1.0f || c.size() == 1) return;
     if (!c.is_sorted()) {
-      detail::truncate_by_mass<Arch>(c, detail::top_p_score{}, p_);
+      detail::truncate_by_mass<Arch>(c, detail::top_p_score{}, p);
       return;
     }
     // Sorted sparse set (after top-k): a prefix scan.
@@ -43,7 +43,7 @@ struct top_p {
     detail::grow(s.weights, n);
     detail::grow(s.block_sums, detail::n_sum_blocks(n));
     const double total = detail::exp_block_sums<Arch>(values, c.max(), s.block_sums, {s.weights.data(), n});
-    const double goal = static_cast<double>(p_) * total;
+    const double goal = static_cast<double>(p) * total;
     double cum = 0.0;
     std::size_t keep = n;
     for (std::size_t i = 0; i < n; ++i) {

@@ -22,19 +22,19 @@
 
 namespace llmkit::sampling {
 
-/// Keeps the most typical tokens up to mass `p_`.
+/// Keeps the most typical tokens up to mass `p`.
 struct typical_p {
-  float p_ = 1.0f;
+  float p = 1.0f;
 
   /// @throws llmkit::error unless 0 < p <= 1.
-  void validate() const { LLMKIT_CHECK(p_ > 0.0f && p_ <= 1.0f, "typical_p: p must be in (0, 1], got ", p_); }
+  void validate() const { LLMKIT_CHECK(p > 0.0f && p <= 1.0f, "typical_p: p must be in (0, 1], got ", p); }
 
   /// Truncates `c` in place. `Arch` picks the kernels (simd::scalar always
   /// takes the radix select).
   template <class Arch = simd::default_arch>
   void apply(candidates& c, const sampling_context&) const {
     validate();
-    if (p_ == 1.0f || c.size() == 1) return;
+    if (p == 1.0f || c.size() == 1) return;
     auto& s = c.scratch();
     const auto values = c.values();
     const std::size_t n = values.size();
@@ -42,7 +42,7 @@ struct typical_p {
     detail::grow(s.weights, n);
     const auto [total, weighted] = detail::exp_weighted_sums<Arch>(values, m, {s.weights.data(), n});
     const float center = m + static_cast<float>(weighted / total);
-    detail::truncate_by_mass<Arch>(c, detail::typical_score{center}, p_, {s.weights.data(), n}, total);
+    detail::truncate_by_mass<Arch>(c, detail::typical_score{center}, p, {s.weights.data(), n}, total);
   }
 };
 

@@ -110,7 +110,7 @@ class model_drafter {
                                            .n_prompt = r.n_prompt};
       token_id token;
       if (!r.sample) {
-        token = sampling::sample_row(logits.row(0), ctx, chain_, sampling::greedy{false}, workspace_).token;
+        token = sampling::sample_row(logits.row(0), ctx, chain_, sampling::greedy{.with_logprob = false}, workspace_).token;
       } else {
         sampling::process_row(logits.row(0), ctx, chain_, workspace_, std::span<float>(row_));
         detail::softmax(row_, q_, "model_drafter");

@@ -236,7 +236,7 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
                                            .history = context, .n_prompt = prompt.size()};
       if (!stochastic) {
         const token_id best =
-            sampling::sample_row(logits.row(i), ctx, chain, sampling::greedy{false}, workspace).token;
+            sampling::sample_row(logits.row(i), ctx, chain, sampling::greedy{.with_logprob = false}, workspace).token;
         if (i < n && best == guesses.tokens[i]) {
           ++accepted;
           context.push_back(best);
