@@ -375,7 +375,7 @@ void BM_synth_verify_pass(benchmark::State& state) {
   for (std::size_t i = 0; i < n; ++i) rows[i] = static_cast<std::int32_t>(5 + i * 11);
   const kv::seq_id s = prefill(*f.target, cache, context);
   model::batch_builder b;
-  b.add(s, rows, static_cast<std::int32_t>(context.size()), false);
+  b.add(s, rows, static_cast<std::int32_t>(context.size()), model::last_logits::skip);
   for (std::size_t r = 0; r < n; ++r) b.request_logits(static_cast<std::int32_t>(r));
   model::batch_builder one;
   one.add(s, std::span<const std::int32_t>(rows).first(1), static_cast<std::int32_t>(context.size()));

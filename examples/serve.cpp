@@ -219,7 +219,8 @@ class engine {
       const auto& ctx = context_.at(it.id);
       batch_.add(seq_.at(it.id), std::span<const std::int32_t>(ctx).subspan(static_cast<std::size_t>(it.first_pos),
                                                                          static_cast<std::size_t>(it.n_tokens)),
-                 static_cast<std::int32_t>(it.first_pos), it.samples);
+                 static_cast<std::int32_t>(it.first_pos),
+                 it.samples ? llmkit::model::last_logits::keep : llmkit::model::last_logits::skip);
       if (it.samples) sampled.push_back(it.id);
     }
     sched::step_outcome o;
@@ -296,7 +297,7 @@ class engine {
     std::size_t done = 0;
     while (out.size() < n) {
       batch_.clear();
-      batch_.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done), true);
+      batch_.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done));
       done = ctx.size();
       const auto row = model_.forward(batch_.view(), cache, pool_).row(0);
       out.push_back(static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));

@@ -92,7 +92,7 @@ TEST_CASE("llama: prefill equals token-by-token decode, and packed prompts equal
     kv::contiguous_cache<float> cache(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
     const kv::seq_id seq = *cache.add_sequence();
     batch_builder b;
-    b.add(seq, prompts[p], 0, false);
+    b.add(seq, prompts[p], 0, last_logits::skip);
     for (std::size_t i = 0; i < prompts[p].size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
     const auto logits = s.model.forward(b.view(), cache);
     for (std::size_t i = 0; i < prompts[p].size(); ++i)
@@ -114,7 +114,7 @@ TEST_CASE("llama: prefill equals token-by-token decode, and packed prompts equal
   batch_builder b;
   std::vector<std::int32_t> row_of;
   for (std::size_t p : {2u, 0u, 3u, 1u}) {
-    b.add(ids[p], prompts[p], 0, false);
+    b.add(ids[p], prompts[p], 0, last_logits::skip);
     for (std::size_t i = 0; i < prompts[p].size(); ++i) {
       b.request_logits(static_cast<std::int32_t>(b.n_tokens() - prompts[p].size() + i));
     }

@@ -41,7 +41,7 @@ std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.
 double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
   kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 128});
   batch_builder b;
-  b.add(*cache.add_sequence(), tokens, 0, false);
+  b.add(*cache.add_sequence(), tokens, 0, last_logits::skip);
   for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
   const auto logits = m.forward(b.view(), cache);
   const auto ref = reference::llama_reference(f).logits(tokens);

@@ -281,7 +281,7 @@ llama_config small_config() {
 std::vector<float> logits_of(llama_model& m, const std::vector<std::int32_t>& tokens) {
   kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
   batch_builder b;
-  b.add(*cache.add_sequence(), tokens, 0, false);
+  b.add(*cache.add_sequence(), tokens, 0, last_logits::skip);
   for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
   const auto l = m.forward(b.view(), cache);
   return {l.data(), l.data() + l.rows() * l.cols()};

@@ -203,7 +203,7 @@ TEST_CASE("beam search on stories260K: width 1 is greedy; scores are the model's
       std::vector<std::int32_t> all = prompt;
       all.insert(all.end(), h.tokens.begin(), h.tokens.end());
       model::batch_builder b;
-      b.add(seq, all, 0, false);
+      b.add(seq, all, 0, model::last_logits::skip);
       for (std::size_t i = prompt.size() - 1; i + 1 < all.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
       const auto logits = s.target.forward(b.view(), dense);
       double lp = 0;

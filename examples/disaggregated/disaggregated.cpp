@@ -194,7 +194,8 @@ class decode_worker {
         tokens.push_back(p < n_prompt ? r.prompt[static_cast<std::size_t>(p)]
                                       : out[static_cast<std::size_t>(p - n_prompt)]);
       }
-      batch_.add(seq_.at(it.id), tokens, static_cast<std::int32_t>(it.first_pos), it.samples);
+      batch_.add(seq_.at(it.id), tokens, static_cast<std::int32_t>(it.first_pos),
+                 it.samples ? model::last_logits::keep : model::last_logits::skip);
     }
     std::vector<llmkit::token_id> sampled;
     if (!plan.items.empty()) {
@@ -244,7 +245,7 @@ std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& e
   std::size_t done = 0;
   while (out.size() < r.stop.max_new_tokens) {
     b.clear();
-    b.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done), true);
+    b.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done));
     done = ctx.size();
     out.push_back(argmax(m.forward(b.view(), cache, exec).row(0)));
     ctx.push_back(out.back());

@@ -34,6 +34,12 @@ struct batch {
   std::size_t n_logits() const noexcept { return logit_rows.size(); }
 };
 
+/// Whether batch_builder::add requests the logits of a segment's last token.
+enum class last_logits : bool {
+  skip,  ///< no logits for this segment (e.g. a prompt prefilled ahead of time)
+  keep,  ///< the last token's logits (the next row of the forward's result)
+};
+
 /// An owning batch built segment by segment.
 ///
 /// ```
@@ -45,17 +51,17 @@ struct batch {
 class batch_builder {
  public:
   /// Appends `[n] tokens` of sequence `seq` at positions first_position,
-  /// first_position + 1, ...; with `logits_of_last` the last token's logits
-  /// are requested (the next row of the forward's result).
+  /// first_position + 1, ...; with `last_logits::keep` the last token's
+  /// logits are requested (the next row of the forward's result).
   void add(kv::seq_id seq, std::span<const token_id> tokens, std::int32_t first_position,
-           bool logits_of_last = true) {
+           last_logits logits_of_last = last_logits::keep) {
     LLMKIT_CHECK(first_position >= 0, "batch_builder::add: first_position must be >= 0, got ", first_position);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       token_ids_.push_back(tokens[i]);
       positions_.push_back(first_position + static_cast<std::int32_t>(i));
       seq_ids_.push_back(seq);
     }
-    if (logits_of_last && !tokens.empty()) logit_rows_.push_back(static_cast<std::int32_t>(token_ids_.size() - 1));
+    if (logits_of_last == last_logits::keep && !tokens.empty()) logit_rows_.push_back(static_cast<std::int32_t>(token_ids_.size() - 1));
   }
   /// Requests the logits of token index `row` (already added).
   void request_logits(std::int32_t row) {

@@ -218,7 +218,7 @@ speculative_result speculative_generate(Model& model, Cache& cache, Drafter& dra
     const std::size_t first_row = feed.size() - 1;
     feed.insert(feed.end(), guesses.tokens.begin(), guesses.tokens.end());
     b.clear();
-    b.add(seq.get(), feed, static_cast<std::int32_t>(in_cache), false);
+    b.add(seq.get(), feed, static_cast<std::int32_t>(in_cache), model::last_logits::skip);
     for (std::size_t r = first_row; r < feed.size(); ++r) b.request_logits(static_cast<std::int32_t>(r));
     const matrix_view<const float> logits = model.forward(b.view(), cache, exec);
     ++out.stats.n_rounds;
