@@ -2,9 +2,10 @@
 # Thin wrapper over the CMake presets. Every target first installs missing
 # Debian packages (as root) or prints the apt-get line to run.
 #   make demo   build and run the main example
-#   make test   build everything; run the suite in release and sanitizer builds
-#               (the release run measures the machine into build/roofline.json
-#               first, a few seconds, unless a file is already there)
+#   make test   build everything; run the suite in release and sanitizer builds,
+#               then the threaded tests under ThreadSanitizer (the release run
+#               measures the machine into build/roofline.json first, a few
+#               seconds, unless a file is already there)
 #   make bench  run every benchmark at full length (release build)
 PACKAGES := cmake make g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
             libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
@@ -14,7 +15,7 @@ MPI_PACKAGES := libopenmpi-dev openmpi-bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 DEMO ?= llmkit-generate
 
-.PHONY: deps deps-all demo test test-release test-sanitize bench clean
+.PHONY: deps deps-all demo test test-release test-sanitize test-tsan bench clean
 
 deps:
 	@./scripts/deps.sh $(PACKAGES)
@@ -30,12 +31,16 @@ demo: deps
 test: deps-all
 	cmake --workflow --preset release
 	cmake --workflow --preset sanitize
+	cmake --workflow --preset tsan
 
 test-release: deps-all
 	cmake --workflow --preset release
 
 test-sanitize: deps-all
 	cmake --workflow --preset sanitize
+
+test-tsan: deps-all
+	cmake --workflow --preset tsan
 
 bench: deps-all
 	cmake --preset release

@@ -225,6 +225,20 @@ double decode_bytes(std::size_t context, std::size_t batch) {
   return static_cast<double>(context * batch * n_kv_heads * kv_row_bytes<T>());
 }
 
+/// The decode tuning of every call: the defaults, or what
+/// LLMKIT_DECODE_PREFETCH_BYTES and LLMKIT_DECODE_AMX ask for.
+const attention::decode_tuning& bench_tuning() {
+  static const attention::decode_tuning tuning = [] {
+    attention::decode_tuning t;
+    if (const char* env = std::getenv("LLMKIT_DECODE_PREFETCH_BYTES"); env != nullptr && *env != '\0')
+      t.prefetch_bytes = std::strtoull(env, nullptr, 10);
+    if (const char* env = std::getenv("LLMKIT_DECODE_AMX"); env != nullptr && std::string(env) == "0")
+      t.use_amx = false;
+    return t;
+  }();
+  return tuning;
+}
+
 /// RoundQueries: decode_params::int8_queries and bf16_queries (each
 /// ignored by the other storage types); RoundProbabilities:
 /// bf16_probabilities and int8_probabilities (likewise).
@@ -247,7 +261,8 @@ void bm_decode(benchmark::State& state) {
     const double start = timer.now();
     attention::decode({.q = q, .out = out, .seq_ids = kv.ids, .layer = layer, .n_heads = n_heads, .workspace = &ws,
                        .int8_queries = RoundQueries, .bf16_queries = RoundQueries,
-                       .bf16_probabilities = RoundProbabilities, .int8_probabilities = RoundProbabilities},
+                       .bf16_probabilities = RoundProbabilities, .int8_probabilities = RoundProbabilities,
+                       .tuning = bench_tuning()},
                       *kv.cache, attention::causal_mask{}, pool);
     benchmark::DoNotOptimize(out.data());
     const double seconds = timer.now() - start;
@@ -366,22 +381,16 @@ int main(int argc, char** argv) {
   register_decode<f16>();
   register_decode<bf16>();
   register_decode<std::int8_t>();
-  // Tuning knob: how far (bytes of one K or V stream) decode prefetches ahead.
-  if (const char* env = std::getenv("LLMKIT_DECODE_PREFETCH_BYTES"); env != nullptr && *env != '\0')
-    attention::detail::decode_prefetch_bytes = std::strtoull(env, nullptr, 10);
-  const std::size_t pf = attention::detail::decode_prefetch_bytes;
+  const std::size_t pf = bench_tuning().prefetch_bytes;
   const auto default_pf = [](std::size_t bytes_per_value) {
-    return std::to_string(attention::detail::default_decode_prefetch_bytes(128 * bytes_per_value));
+    return std::to_string(attention::default_decode_prefetch_bytes(128 * bytes_per_value));
   };
   benchmark::AddCustomContext("decode_prefetch_bytes",
-                              pf == std::numeric_limits<std::size_t>::max()
+                              pf == attention::decode_tuning::cpu_default
                                   ? "default for this CPU, head_dim 128 (f32 " + default_pf(sizeof(float)) +
                                         ", f16 / bf16 " + default_pf(sizeof(f16)) + ", int8 " + default_pf(1) + ")"
                                   : std::to_string(pf));
-  if (const char* env = std::getenv("LLMKIT_DECODE_AMX"); env != nullptr && std::string(env) == "0")
-    attention::detail::decode_use_amx = false;
-  benchmark::AddCustomContext("decode_int8_scores", attention::detail::decode_use_amx &&
-                                                            attention::detail::amx_tiles_usable()
+  benchmark::AddCustomContext("decode_int8_scores", bench_tuning().use_amx && attention::detail::amx_tiles_usable()
                                                         ? "AMX tiles"
                                                         : "not AMX (VNNI where the build targets it)");
   llmkit_bench::add_roofline_context();

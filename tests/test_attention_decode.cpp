@@ -38,6 +38,7 @@ struct decode_case {
   bool bf16_queries = false;  // decode_params::bf16_queries
   bool bf16_probabilities = false;  // decode_params::bf16_probabilities
   bool int8_probabilities = false;  // decode_params::int8_probabilities
+  attention::decode_tuning tuning{};  // decode_params::tuning
 };
 
 /// The queries decode scores when int8_queries is set: each head of q *
@@ -96,7 +97,7 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
                 .softcap = c.softcap, .kv_split_tokens = c.split, .int8_queries = c.int8_queries,
                 .bf16_queries = c.bf16_queries, .bf16_probabilities = c.bf16_probabilities,
-                .int8_probabilities = c.int8_probabilities},
+                .int8_probabilities = c.int8_probabilities, .tuning = c.tuning},
                cache, mask, exec);
   const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   // int8_queries (int8 caches) and bf16_queries (bf16 caches): the stored
@@ -398,9 +399,6 @@ TEST_CASE("decode: int8 keys on AMX give the VNNI kernel's results bit for bit")
   if (!attention::detail::amx_tiles_usable()) {
     WARN("AMX tiles are not available to this build or process: only the VNNI kernel ran");
   }
-  struct restore {
-    ~restore() { attention::detail::decode_use_amx = true; }
-  } guard;
   // With int8_queries AMX takes the int8 levels as int16 queries; the VNNI
   // kernel dots int8 bytes (scores_int<int8_t>): the same exact int32 sums.
   std::mt19937 rng(17);
@@ -412,9 +410,9 @@ TEST_CASE("decode: int8 keys on AMX give the VNNI kernel's results bit for bit")
       for (const bool int8_queries : {false, true}) {
         INFO("head_dim = " << head_dim << ", group = " << group << ", int8_queries " << int8_queries);
         c.int8_queries = int8_queries;
-        attention::detail::decode_use_amx = true;
+        c.tuning.use_amx = true;
         const auto amx = run_case<std::int8_t>(c, window, seed);
-        attention::detail::decode_use_amx = false;
+        c.tuning.use_amx = false;
         const auto vnni = run_case<std::int8_t>(c, window, seed);
         REQUIRE(amx.finite);
         REQUIRE(amx.stored < int8_tolerance);

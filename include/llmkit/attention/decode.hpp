@@ -30,6 +30,7 @@
 #include "llmkit/attention/detail/kv_rows.hpp"
 #include "llmkit/attention/detail/mask_ref.hpp"
 #include "llmkit/attention/mask.hpp"
+#include "llmkit/attention/tuning.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
@@ -106,6 +107,7 @@ struct decode_params {
   /// (the sums that normalise them are not rounded; docs/attention.md gives
   /// the tested error).
   bool int8_probabilities = false;
+  decode_tuning tuning{};  ///< speed only (attention/tuning.hpp)
 };
 
 namespace detail {
@@ -130,47 +132,14 @@ struct decode_job {
 /// group of 3 or more is padded to a multiple of 4 with zero queries).
 constexpr std::size_t decode_head_batch(std::size_t group) { return group <= 2 ? group : 4; }
 
-/// How far ahead of the reading walker (bytes of one stream, K or V) the
-/// prefetching one runs for rows of `row_bytes` bytes; the kernels prefetch
-/// the rows it hands them inside their row loops, one line per column step,
-/// the lines taken in address order (`prefetch_slot`). The
-/// best distance grows with the rate one core reads from DRAM (it must
-/// cover about one miss latency), so it is chosen per CPU vendor, once per
-/// process (measured in docs/attention-history.md, every storage type):
-/// - Intel (Sapphire Rapids, ~16 GB/s per core): 1 KiB; 2-8 KiB was slower
-///   (the prefetches then miss L2 too and hold the line fill buffers for a
-///   whole DRAM round trip, starving the loads);
-/// - AMD (Zen 5, ~41-43 GB/s per core): 32 rows, at most 4 KiB (f32 8
-///   rows at head_dim 128, f16 / bf16 16, int8 32). With the lines
-///   prefetched in address order (session 16), 4 KiB reads 3-10 % faster
-///   than 8 KiB for f32 / f16 / bf16 (1 and 2 threads), 16 KiB 7 % slower
-///   and 2 KiB 3-8 % slower; before that order (lines taken across the
-///   rows), 8-16 KiB were best for f32 and f16 / bf16 and 4 KiB read f32
-///   15-20 % slower; int8 has read best at 4 KiB either way.
-///   Sapphire Rapids was last measured before the address order.
-/// Other CPUs take 1 KiB.
-inline std::size_t default_decode_prefetch_bytes(std::size_t row_bytes) noexcept {
-  static const bool amd = [] {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    return __builtin_cpu_is("amd") != 0;
-#else
-    return false;
-#endif
-  }();
-  return amd ? std::min<std::size_t>(4096, 32 * row_bytes) : std::size_t{1024};
-}
-
-/// Override of the distance for every type (bytes, 0 disables; SIZE_MAX keeps
-/// the default above): a detail knob for experiments, read at each call.
-inline std::size_t decode_prefetch_bytes = std::numeric_limits<std::size_t>::max();
-
-/// Rows the prefetching walker runs ahead of the reading one (0: none).
+/// Rows the prefetching walker runs ahead of the reading one (0: none); the
+/// kernels prefetch the rows it hands them inside their row loops, one line
+/// per column step, the lines taken in address order (`prefetch_slot`).
 template <class T>
-std::size_t decode_prefetch_rows(std::size_t head_dim) {
+std::size_t decode_prefetch_rows(std::size_t head_dim, const decode_tuning& tuning) {
   const std::size_t row_bytes = head_dim * sizeof(T);
-  const std::size_t bytes = decode_prefetch_bytes != std::numeric_limits<std::size_t>::max()
-                                ? decode_prefetch_bytes
+  const std::size_t bytes = tuning.prefetch_bytes != decode_tuning::cpu_default
+                                ? tuning.prefetch_bytes
                                 : default_decode_prefetch_bytes(row_bytes);
   return bytes == 0 ? 0 : std::max<std::size_t>(1, (bytes + row_bytes / 2) / row_bytes);
 }
@@ -237,7 +206,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
 #if LLMKIT_ATTENTION_AMX_INT8
   std::optional<tile_scope> tiles;
   if constexpr (K::amx_scores) {
-    if (decode_use_amx && amx_tiles_usable()) {
+    if (p.tuning.use_amx && amx_tiles_usable()) {
       use_amx = true;
       const std::size_t q_bytes = n_batches * K::amx_q_bytes;
       q_tiles = reinterpret_cast<std::int8_t*>(ensure(s.i, (q_bytes + BT * D) / sizeof(float)));
@@ -257,7 +226,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   row_walker<T> walker(job.source, p.seq_ids[i], p.layer, h, row_begin);
   // The rows pf_rows ahead of each block, prefetched by the kernels while
   // they work on it (rows past the end: the zero row, already in L1).
-  const std::size_t pf_rows = decode_prefetch_rows<T>(D);
+  const std::size_t pf_rows = decode_prefetch_rows<T>(D, p.tuning);
   std::size_t ahead_row = std::min(row_end, row_begin + pf_rows);
   row_walker<T> ahead(job.source, p.seq_ids[i], p.layer, h, ahead_row);
   row_tile<T, BT> pf;
@@ -462,15 +431,17 @@ void decode(const decode_params& p, const Cache& cache, const Mask& mask = {}, E
     ws.n_rows[i] = n;
     total_rows += n;
   }
+  LLMKIT_CHECK(p.tuning.split_tasks_per_thread > 0, "decode: tuning.split_tasks_per_thread must be > 0, got ",
+               p.tuning.split_tasks_per_thread);
   std::size_t split_rows = p.kv_split_tokens;
   if (split_rows == 0) {
     const std::size_t threads = exec.concurrency();
-    const std::size_t target_tasks = 4 * threads;
+    const std::size_t target_tasks = p.tuning.split_tasks_per_thread * threads;
     if (threads <= 1 || n_seqs * shape.n_kv_heads >= target_tasks) {
       split_rows = std::numeric_limits<std::size_t>::max();
     } else {
       const std::size_t per_task = (total_rows * shape.n_kv_heads + target_tasks - 1) / target_tasks;
-      split_rows = round_up(std::max<std::size_t>(per_task, 512), 16);
+      split_rows = round_up(std::max<std::size_t>(per_task, p.tuning.min_split_tokens), 16);
     }
   }
   for (std::size_t i = 0; i < n_seqs; ++i) {

@@ -28,6 +28,7 @@
 #include "llmkit/attention/detail/mask_ref.hpp"
 #include "llmkit/attention/detail/prefill_kernels.hpp"
 #include "llmkit/attention/mask.hpp"
+#include "llmkit/attention/tuning.hpp"
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
@@ -53,6 +54,7 @@ struct prefill_params {
   std::size_t n_heads = 0;                    ///< query heads, a multiple of the cache's n_kv_heads
   float scale = 0.0f;                         ///< softmax scale; 0 means 1/sqrt(head_dim)
   float softcap = 0.0f;                       ///< logit soft-capping cap*tanh(s/cap); 0 disables
+  prefill_tuning tuning{};                    ///< speed only (attention/tuning.hpp)
 };
 
 namespace detail {
@@ -89,9 +91,11 @@ struct prefill_job {
   std::vector<prefill_tile_desc> tiles;
 };
 
-/// Query tokens per task: about 64 query rows (tokens x the heads sharing
-/// one KV head) per block.
-inline std::size_t prefill_tile_tokens(std::size_t group) { return std::max<std::size_t>(1, 64 / group); }
+/// Query tokens per task: about `query_rows` query rows (tokens x the heads
+/// sharing one KV head) per block.
+inline std::size_t prefill_tile_tokens(std::size_t group, std::size_t query_rows) {
+  return std::max<std::size_t>(1, query_rows / group);
+}
 
 /// Query row r of (tile, KV head h) is token tile.first_token + r / group,
 /// head h * group + r % group: the heads of one token that share KV head h
@@ -102,8 +106,8 @@ inline std::size_t prefill_row_offset(const prefill_params& p, const prefill_til
   return ((tile.first_token + r / group) * p.n_heads + h * group + r % group) * D;
 }
 
-/// Counts prefill() calls (one counter for every instantiation: the ids key
-/// the per-thread converted-tile memo, which all calls share).
+/// Counts prefill() calls: the ids key the per-thread converted-tile memo,
+/// which every call and instantiation shares, so the counter is atomic.
 inline std::atomic<std::uint64_t> prefill_calls{0};
 
 /// Runs task `task` = (query tile, KV head); `next` (or SIZE_MAX) is the task
@@ -215,7 +219,7 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
     const std::size_t n_rv_kept = (r1 - r0) / L;
     // 16-bit and int8 tiles of prompts up to memo_rows tokens: converted
     // once per thread and KV head (the memo's K and V fit in L2).
-    constexpr std::size_t memo_rows = std::max<std::size_t>(KT, (256 * 1024 / (D * sizeof(float))) / KT * KT);
+    const std::size_t memo_rows = std::max<std::size_t>(KT, (p.tuning.memo_bytes / (D * sizeof(float))) / KT * KT);
     const float* keys = nullptr;
     if constexpr (!std::is_same_v<T, float>)
       keys = memo_tile_rows_f32<Arch>(s.converted, job.call, tile.seq, h, tile_index, memo_rows, rt, D, vp);
@@ -271,6 +275,7 @@ template <class Arch = simd::default_arch, kv::kv_readable Cache, mask_policy Ma
 void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {}, Exec&& exec = {}) {
   const std::size_t group = detail::check_heads("prefill", cache, p.layer, p.n_heads, p.scale, p.softcap);
   const std::size_t head_dim = cache.shape().head_dim;
+  LLMKIT_CHECK(p.tuning.run_length > 0, "prefill: tuning.run_length must be > 0, got ", p.tuning.run_length);
   LLMKIT_CHECK(p.cu_seqlens.size() == p.seq_ids.size() + 1, "prefill: cu_seqlens.size() = ", p.cu_seqlens.size(),
                " must be seq_ids.size() + 1 = ", p.seq_ids.size() + 1);
   LLMKIT_CHECK(p.cu_seqlens[0] == 0, "prefill: cu_seqlens[0] must be 0, got ", p.cu_seqlens[0]);
@@ -320,7 +325,7 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
   job.group = group;
   job.n_kv_heads = p.n_heads / group;
   job.scale = detail::effective_scale(p.scale, head_dim);
-  const std::size_t tile_tokens = detail::prefill_tile_tokens(group);
+  const std::size_t tile_tokens = detail::prefill_tile_tokens(group, p.tuning.query_rows);
   for (std::size_t i = 0; i + 1 < p.cu_seqlens.size(); ++i) {
     const auto first = static_cast<std::size_t>(p.cu_seqlens[i]);
     const auto n_q = static_cast<std::size_t>(p.cu_seqlens[i + 1]) - first;
@@ -329,10 +334,9 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
       job.tiles.push_back({i, first + t, std::min(tile_tokens, n_q - t), pos0 + static_cast<std::int32_t>(t)});
   }
   const auto run = detail::prefill_kernel_table<Arch, T>::select(head_dim);
-  // Runs of consecutive tasks per executor call, so a thread knows the task
-  // it runs next (for prefetching) while short runs keep the load balanced.
+  // Runs of consecutive tasks per executor call (prefill_tuning::run_length).
   const std::size_t n_tasks = job.tiles.size() * job.n_kv_heads;
-  constexpr std::size_t run_length = 4;
+  const std::size_t run_length = p.tuning.run_length;
   exec.parallel_for((n_tasks + run_length - 1) / run_length, [&](std::size_t chunk) {
     const std::size_t end = std::min(n_tasks, (chunk + 1) * run_length);
     for (std::size_t task = chunk * run_length; task < end; ++task)

@@ -10,7 +10,7 @@
 /// or `-march=native` on such a CPU defines `__AMX_TILE__` and
 /// `__AMX_INT8__`) and Linux grants the process the tile data state (the
 /// first use asks once: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
-/// Linux 5.16 or newer). Otherwise, or with `decode_use_amx = false`, the
+/// Linux 5.16 or newer). Otherwise, or with `decode_tuning::use_amx = false`, the
 /// AVX-512 VNNI kernel runs; both give bit-identical results.
 
 #include <cstdint>
@@ -25,11 +25,6 @@
 #endif
 
 namespace llmkit::attention::detail {
-
-/// Whether decode may take the AMX path for int8 keys where it exists: a
-/// detail knob for tests (AMX against VNNI) and A/B benchmarks, read at each
-/// call.
-inline bool decode_use_amx = true;
 
 #if LLMKIT_ATTENTION_AMX_INT8
 

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: MIT
+// attention::decode called from two threads at once with different tuning
+// on shared read-only caches, each result against the double-precision
+// oracle. Compiled for head dim 64 only (attention_threads.cmake) and run
+// under ThreadSanitizer by the tsan preset (label `threads`).
+#include <llmkit/attention/decode.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <latch>
+#include <optional>
+#include <random>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include <llmkit/core/executor.hpp>
+
+#include "reference/attention_reference.hpp"
+
+using namespace llmkit;
+using llmkit::test::chunked_test_cache;
+
+namespace {
+
+constexpr std::size_t head_dim = 64, n_kv_heads = 2, group = 4, n_heads = n_kv_heads * group;
+constexpr std::size_t row = n_heads * head_dim;
+
+/// One caller's settings: its tuning, split and executor.
+struct caller {
+  attention::decode_tuning tuning;
+  std::size_t kv_split_tokens = 0;
+  std::size_t pool_threads = 0;  // 0: serial
+};
+
+/// Shared read-only inputs of storage type T and their oracle.
+template <class T>
+struct shared_case {
+  chunked_test_cache<T> cache{kv::kv_shape{1, n_kv_heads, head_dim}};
+  std::vector<kv::seq_id> ids;
+  std::vector<float> q;
+  std::vector<double> oracle;  // [n_seqs, n_heads, head_dim]
+
+  explicit shared_case(std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    const std::size_t lengths[] = {1500, 700, 33};
+    for (std::size_t i = 0; i < std::size(lengths); ++i) {
+      const std::size_t n = lengths[i];
+      ids.push_back(static_cast<kv::seq_id>(2 * i + 5));
+      const auto k = llmkit::test::uniform_values(n * n_kv_heads * head_dim, rng);
+      const auto v = llmkit::test::uniform_values(k.size(), rng);
+      cache.add_sequence(ids.back(), n, k, v, llmkit::test::random_chunks(n, 90, rng));
+    }
+    q = llmkit::test::uniform_values(ids.size() * row, rng);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    const auto causal = [](std::int32_t qp, std::int32_t kp) { return kp <= qp; };
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::int32_t pos[1] = {llmkit::test::reference_last_position(cache, ids[i])};
+      const auto ref = llmkit::test::reference_attention(cache, ids[i], 0, std::span<const float>(q).subspan(i * row, row),
+                                                         pos, n_heads, scale, 0.0, causal);
+      oracle.insert(oracle.end(), ref.begin(), ref.end());
+    }
+  }
+};
+
+/// What one caller saw over its calls.
+struct outcome {
+  double max_error = 0.0;
+  bool finite = true;
+  bool repeatable = true;  // every call gave the first call's bits
+};
+
+template <class T>
+outcome run_calls(const shared_case<T>& c, const caller& who, std::latch& start, int n_calls) {
+  std::vector<float> out(c.q.size()), first;
+  outcome r;
+  auto call = [&](auto&& exec) {
+    attention::decode({.q = c.q, .out = out, .seq_ids = c.ids, .n_heads = n_heads,
+                       .kv_split_tokens = who.kv_split_tokens, .tuning = who.tuning},
+                      c.cache, attention::causal_mask{}, exec);
+  };
+  std::optional<thread_pool> pool;
+  if (who.pool_threads > 0) pool.emplace(who.pool_threads);
+  start.arrive_and_wait();
+  for (int n = 0; n < n_calls; ++n) {
+    if (pool) call(*pool);
+    else call(serial_executor{});
+    for (std::size_t x = 0; x < out.size(); ++x) {
+      if (!std::isfinite(out[x])) r.finite = false;
+      r.max_error = std::max(r.max_error, std::fabs(static_cast<double>(out[x]) - c.oracle[x]));
+    }
+    if (n == 0) first = out;
+    else if (out != first) r.repeatable = false;
+  }
+  return r;
+}
+
+/// Runs callers a and b at the same time on `c` and checks both.
+template <class T>
+void check_concurrent(const shared_case<T>& c, const caller& a, const caller& b, double tolerance) {
+  constexpr int n_calls = 6;
+  std::latch start(2);
+  outcome ra, rb;
+  std::thread ta([&] { ra = run_calls(c, a, start, n_calls); });
+  std::thread tb([&] { rb = run_calls(c, b, start, n_calls); });
+  ta.join();
+  tb.join();
+  for (const outcome& r : {ra, rb}) {
+    REQUIRE(r.finite);
+    REQUIRE(r.repeatable);
+    REQUIRE(r.max_error < tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("decode: two threads with different tuning at once, f32 cache") {
+  const shared_case<float> c(41);
+  const caller a{.tuning = {.prefetch_bytes = 0, .split_tasks_per_thread = 2}, .pool_threads = 2};
+  const caller b{.tuning = {.prefetch_bytes = 8192}, .kv_split_tokens = 128};
+  check_concurrent(c, a, b, llmkit::test::attention_f32_tolerance);
+}
+
+TEST_CASE("decode: two threads with different tuning at once, int8 cache (AMX on and off)") {
+  const shared_case<std::int8_t> c(43);
+  const caller a{.tuning = {.prefetch_bytes = 256, .use_amx = false}, .kv_split_tokens = 300};
+  const caller b{.tuning = {.use_amx = true, .min_split_tokens = 64}, .pool_threads = 2};
+  check_concurrent(c, a, b, llmkit::test::attention_int8_decode_tolerance);
+}
+
+TEST_CASE("decode: tuning is checked") {
+  const shared_case<float> c(47);
+  std::vector<float> out(c.q.size());
+  REQUIRE_THROWS_AS(attention::decode({.q = c.q, .out = out, .seq_ids = c.ids, .n_heads = n_heads,
+                                       .tuning = {.split_tasks_per_thread = 0}},
+                                      c.cache),
+                    llmkit::error);
+}
