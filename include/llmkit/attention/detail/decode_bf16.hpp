@@ -67,7 +67,7 @@ struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
           for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = _mm512_dpbf16_ps(acc[g * R + r], kv, qv[g]);
         }
       }
-      _mm512_storeu_ps(s + p * width, haddp16(acc));
+      _mm512_storeu_ps(s + p * width, simd::detail::haddp16(acc));
     }
   }
 

@@ -89,7 +89,7 @@ struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB> {
           }
         }
       }
-      __m256i sums = haddi8(acc);
+      __m256i sums = simd::detail::haddi8(acc);
       if constexpr (bytes) sums = _mm256_sub_epi32(sums, _mm256_load_si256(reinterpret_cast<const __m256i*>(q_offset)));
       _mm256_store_ps(s + p * width, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), qs));
     }

@@ -89,7 +89,7 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB> {
           }
         }
       }
-      __m512i sums = haddi16(acc);
+      __m512i sums = simd::detail::haddi16(acc);
       if constexpr (bytes) sums = _mm512_sub_epi32(sums, _mm512_load_si512(q_offset));
       _mm512_store_ps(s + p * width, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), qs));
     }

@@ -35,10 +35,10 @@
 #include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/dtype.hpp"
-#include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/core/executor.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/convert.hpp"
+#include "llmkit/simd/detail/hadd16.hpp"
 
 #include "llmkit/simd/detail/diagnostics.hpp"
 
@@ -121,7 +121,7 @@ struct q8_weights {
 
 #if defined(__AVX512F__)
 /// sums[a][b] = the horizontal sum of the 16-lane register acc[a][b], all
-/// through attention's fixed tree (haddp16, on groups of 16 registers):
+/// through one fixed tree (simd::detail::haddp16, on groups of 16 registers):
 /// every register is reduced in the same order whatever its slot, so an
 /// output does not depend on its tile. V: __m512 or an AVX-512 xsimd batch.
 template <std::size_t TN, std::size_t ON, class V>
@@ -133,7 +133,7 @@ inline void reduce_tile16(const V (&acc)[TN][ON], float (&sums)[TN][ON]) noexcep
   for (std::size_t a = 0; a < TN; ++a)
     for (std::size_t b = 0; b < ON; ++b) r[(a * ON + b) / 16][(a * ON + b) % 16] = acc[a][b];
   alignas(64) float s16[G][16];
-  for (std::size_t g = 0; g < G; ++g) _mm512_store_ps(s16[g], attention::detail::haddp16(r[g]));
+  for (std::size_t g = 0; g < G; ++g) _mm512_store_ps(s16[g], simd::detail::haddp16(r[g]));
   for (std::size_t a = 0; a < TN; ++a)
     for (std::size_t b = 0; b < ON; ++b) sums[a][b] = s16[(a * ON + b) / 16][(a * ON + b) % 16];
 }
