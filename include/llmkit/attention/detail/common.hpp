@@ -2,7 +2,7 @@
 #pragma once
 
 /// @file llmkit/attention/detail/common.hpp
-/// What the prefill and decode kernels share: the per-thread scratch and the
+/// What the prefill and decode kernels share: their per-thread scratch and the
 /// checks of the arguments every call takes.
 
 #include <cmath>
@@ -15,6 +15,7 @@
 
 #include "llmkit/attention/head_dims.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
@@ -38,19 +39,50 @@ struct converted_tiles {
   std::vector<std::uint32_t> rows;  ///< rows converted so far, per key tile
 };
 
-/// Grow-only per-thread buffers: kernels never allocate once warm.
-struct scratch {
-  aligned_vector<float> a, b, c, d, e, f, g, h, i;
-  std::vector<std::uint32_t> counts;
+/// Grow-only per-thread buffers of decode tasks: no allocation once warm.
+/// D is the head dim, `padded` the GQA group rounded up to whole passes.
+struct decode_scratch {
+  aligned_vector<float> queries;               ///< [padded, D] q * scale (decode_queries::f32)
+  aligned_vector<bf16> bf16_queries;           ///< [padded, D] (decode_queries::bf)
+  aligned_vector<std::int16_t> int16_queries;  ///< [padded, D] (decode_queries::i16)
+  aligned_vector<std::int8_t> int8_queries;    ///< [padded, D] (decode_queries::i8)
+  aligned_vector<float> lane_scales;           ///< [n_passes, width] (decode_queries::lane_scale)
+  aligned_vector<std::int32_t> lane_offsets;   ///< [n_passes, width] (decode_queries::lane_offset)
+  aligned_vector<float> out;                   ///< [padded, D] unnormalised outputs
+  aligned_vector<float> scores;                ///< [padded, block] scores, then probabilities
+  aligned_vector<float> alpha;                 ///< [padded] rescale factors of the running sums
+  aligned_vector<float> zero_row;              ///< [D] zeros: the missing rows of a short block
+  aligned_vector<float> states;                ///< room for one softmax state per pass
+  aligned_vector<std::int8_t> amx_tiles;       ///< AMX query tiles, then one block's staged keys
+  static decode_scratch& local() {
+    thread_local decode_scratch s;
+    return s;
+  }
+};
+
+/// Grow-only per-thread buffers of prefill tasks: no allocation once warm.
+/// `rows` query rows per task, `qld` rounded up to whole registers, KT keys
+/// per tile.
+struct prefill_scratch {
+  aligned_vector<float> queries;     ///< [D, qld] q * scale, transposed
+  aligned_vector<float> out;         ///< [rows, D] unnormalised outputs
+  aligned_vector<float> scores;      ///< [KT, qld] scores, then probabilities
+  aligned_vector<float> max;         ///< [qld] running max per row
+  aligned_vector<float> sum;         ///< [qld] running sum per row
+  aligned_vector<float> alpha;       ///< [qld] rescale factors
+  aligned_vector<float> keys;        ///< [KT, D] a key tile converted to f32
+  aligned_vector<float> values;      ///< [KT, D] a value tile converted to f32
+  std::vector<std::uint32_t> key_counts;  ///< visible keys per token, row and row register
   converted_tiles converted;
-  static scratch& local() {
-    thread_local scratch s;
+  static prefill_scratch& local() {
+    thread_local prefill_scratch s;
     return s;
   }
 };
 
 /// Resizes `buffer` to at least n elements and returns its data.
-inline float* ensure(aligned_vector<float>& buffer, std::size_t n) {
+template <class T>
+T* ensure(aligned_vector<T>& buffer, std::size_t n) {
   if (buffer.size() < n) buffer.resize(n);
   return buffer.data();
 }

@@ -58,10 +58,10 @@ struct decode_queries {
   /// @param src [group, D] the task's query rows, unscaled
   /// @param int8_queries round each head to int8 levels (int8 caches only)
   /// @param bf16_queries round each value to bf16 (bf16 caches only)
-  decode_queries(scratch& s, const float* src, std::size_t group, std::size_t padded, float scale,
+  decode_queries(decode_scratch& s, const float* src, std::size_t group, std::size_t padded, float scale,
                  bool int8_queries, bool bf16_queries) {
     const std::size_t n_batches = padded / GB;
-    f32 = ensure(s.a, padded * D);
+    f32 = ensure(s.queries, padded * D);
     for (std::size_t x = 0; x < group * D; ++x) f32[x] = src[x] * scale;
     std::fill(f32 + group * D, f32 + padded * D, 0.0f);
     const float levels = int8_queries ? 127.0f : 32767.0f;
@@ -75,22 +75,19 @@ struct decode_queries {
         for (std::size_t d = 0; d < D; ++d) x[d] = std::nearbyint(x[d] * inv) * step;
       }
     }
-    if (bf16_queries) {  // s.g: [padded, D] bf16
-      bf = reinterpret_cast<bf16*>(ensure(s.g, padded * D / 2));
+    if (bf16_queries) {
+      bf = ensure(s.bf16_queries, padded * D);
       simd::convert<Arch>(std::span<const float>(f32, padded * D), std::span<bf16>(bf, padded * D));
       simd::convert<Arch>(std::span<const bf16>(bf, padded * D), std::span<float>(f32, padded * D));
     }
     if constexpr (K::int16_queries) {
-      // s.g: [padded, D] int16 queries, then (where K::int8_queries) [padded,
-      // D] int8 ones and [n_batches, width] int32 offsets.
       use_i8 = K::int8_queries && int8_queries;
-      float* mem = ensure(s.g, padded * D / 2 + (K::int8_queries ? padded * D / 4 + n_batches * K::width : 0));
-      i16 = reinterpret_cast<std::int16_t*>(mem);
+      i16 = ensure(s.int16_queries, padded * D);
       if constexpr (K::int8_queries) {
-        i8 = reinterpret_cast<std::int8_t*>(mem + padded * D / 2);
-        lane_offset = reinterpret_cast<std::int32_t*>(mem + padded * D / 2 + padded * D / 4);
+        i8 = ensure(s.int8_queries, padded * D);
+        lane_offset = ensure(s.lane_offsets, n_batches * K::width);
       }
-      lane_scale = ensure(s.h, n_batches * K::width);
+      lane_scale = ensure(s.lane_scales, n_batches * K::width);
       for (std::size_t g = 0; g < padded; ++g) round_head(g, levels);
     }
   }

@@ -72,19 +72,19 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
   const std::size_t row_end = n_splits == 1 ? n_rows : std::min(n_rows, row_begin + job.split_rows);
   const std::int32_t q_pos = ws.last_pos[i];
 
-  scratch& s = scratch::local();
-  float* o = ensure(s.b, padded * D);
+  decode_scratch& s = decode_scratch::local();
+  float* o = ensure(s.out, padded * D);
   std::fill(o, o + padded * D, 0.0f);
-  float* sc = ensure(s.c, padded * BT);
-  float* alpha = ensure(s.d, padded);
+  float* sc = ensure(s.scores, padded * BT);
+  float* alpha = ensure(s.alpha, padded);
   // A zero row of any storage type (all-zero bits are 0 in f32/f16/bf16/int8)
   // stands in for the missing rows of a short block; their bias is -inf.
-  float* zero = ensure(s.e, D);
+  float* zero = ensure(s.zero_row, D);
   std::fill(zero, zero + D, 0.0f);
   const T* zero_row = reinterpret_cast<const T*>(zero);
   using state = typename K::state;
   static_assert(sizeof(state) % sizeof(float) == 0 && alignof(state) <= buffer_alignment);
-  float* state_memory = ensure(s.f, n_batches * sizeof(state) / sizeof(float));
+  float* state_memory = ensure(s.states, n_batches * sizeof(state) / sizeof(float));
   state* states = nullptr;
   for (std::size_t b = 0; b < n_batches; ++b) {
     state* st = ::new (static_cast<void*>(state_memory + b * sizeof(state) / sizeof(float))) state;
@@ -113,7 +113,7 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     if (p.tuning.use_amx && amx_tiles_usable()) {
       use_amx = true;
       const std::size_t q_bytes = n_batches * K::amx_q_bytes;
-      q_tiles = reinterpret_cast<std::int8_t*>(ensure(s.i, (q_bytes + BT * D) / sizeof(float)));
+      q_tiles = ensure(s.amx_tiles, q_bytes + BT * D);
       k_stage = q_tiles + q_bytes;
       for (std::size_t b = 0; b < n_batches; ++b) {
         const std::int16_t* qb[GB];

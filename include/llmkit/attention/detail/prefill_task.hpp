@@ -42,19 +42,19 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
   const std::size_t rows = tile.n_tokens * group;
   const std::size_t qld = (rows + L - 1) / L * L;
 
-  scratch& s = scratch::local();
-  float* qt = ensure(s.a, D * qld);
-  float* o = ensure(s.b, rows * D);
-  float* st = ensure(s.c, KT * qld);
-  float* m = ensure(s.d, qld);
-  float* l = ensure(s.e, qld);
-  float* alpha = ensure(s.f, qld);
-  float* kf = ensure(s.g, KT * D);
-  float* vf = ensure(s.h, KT * D);
+  prefill_scratch& s = prefill_scratch::local();
+  float* qt = ensure(s.queries, D * qld);
+  float* o = ensure(s.out, rows * D);
+  float* st = ensure(s.scores, KT * qld);
+  float* m = ensure(s.max, qld);
+  float* l = ensure(s.sum, qld);
+  float* alpha = ensure(s.alpha, qld);
+  float* kf = ensure(s.keys, KT * D);
+  float* vf = ensure(s.values, KT * D);
   // Partial tiles: how many of the tile's keys (a prefix) each query token,
   // row and row register can see (see key_ends).
-  if (s.counts.size() < tile.n_tokens + qld + qld / L) s.counts.resize(tile.n_tokens + qld + qld / L);
-  std::uint32_t* key_end = s.counts.data();     // [n_tokens]
+  if (s.key_counts.size() < tile.n_tokens + qld + qld / L) s.key_counts.resize(tile.n_tokens + qld + qld / L);
+  std::uint32_t* key_end = s.key_counts.data();     // [n_tokens]
   std::uint32_t* row_keys = key_end + tile.n_tokens;  // [qld]
   std::uint32_t* rv_keys = row_keys + qld;            // [qld / L]
 
