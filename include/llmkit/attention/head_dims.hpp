@@ -12,9 +12,7 @@
 ///     -DLLMKIT_ATTENTION_HEAD_DIMS=64,128
 ///
 /// A head dim outside the list is refused with an `llmkit::error` naming the
-/// value and the list. llmkit's own sanitizer build uses a short list that
-/// still covers every kernel path (a scalar-only dim, an odd register count,
-/// the common dim and the largest).
+/// value and the list (a configuration macro: docs/getting-started.md).
 
 #include <algorithm>
 #include <array>

@@ -12,16 +12,27 @@
 /// first use asks once: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
 /// Linux 5.16 or newer). Otherwise, or with `decode_tuning::use_amx = false`, the
 /// AVX-512 VNNI kernel runs; both give bit-identical results.
+///
+/// `LLMKIT_ATTENTION_AMX_INT8` (a configuration macro, docs/getting-started.md)
+/// is 1 where the build can use AMX and 0 otherwise; a program may define it
+/// 0 to build the int8 decode kernels without AMX on an AMX target.
 
 #include <cstdint>
 
+#if !defined(LLMKIT_ATTENTION_AMX_INT8)
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__linux__)
 #define LLMKIT_ATTENTION_AMX_INT8 1
+#else
+#define LLMKIT_ATTENTION_AMX_INT8 0
+#endif
+#elif LLMKIT_ATTENTION_AMX_INT8 && !(defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__linux__))
+#error "LLMKIT_ATTENTION_AMX_INT8=1 needs an AMX-INT8 and AVX-512 target on Linux"
+#endif
+
+#if LLMKIT_ATTENTION_AMX_INT8
 #include "llmkit/simd/detail/intrinsics.hpp"
 #include <sys/syscall.h>
 #include <unistd.h>
-#else
-#define LLMKIT_ATTENTION_AMX_INT8 0
 #endif
 
 namespace llmkit::attention::detail {
