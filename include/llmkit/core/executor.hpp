@@ -135,8 +135,7 @@ class thread_pool {
       // Spin a little before sleeping: an engine submits its next
       // parallel_for (the next layer, the next decode step) within
       // microseconds, while waking a sleeping thread takes tens of them, and
-      // the caller starts on the tasks alone meanwhile (2-thread decode of
-      // one sequence: 0.63 -> 0.7x of the read bandwidth, docs/attention-history.md).
+      // the caller starts on the tasks alone meanwhile.
       const auto spin_end = std::chrono::steady_clock::now() + spin_before_sleep;
       while (published_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < spin_end)
         cpu_relax();

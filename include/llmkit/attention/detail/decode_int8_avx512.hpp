@@ -139,8 +139,7 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB> {
   }
 
   /// Copies a block's rows for scores_amx, with vector loads: a tile load
-  /// straight from rows still on their way from DRAM stalls the core
-  /// (measured: slower than the VNNI kernel; with the copy, faster).
+  /// straight from rows still on their way from DRAM stalls the core.
   /// @param k [block] pointers to [D] int8 rows
   /// @param stage [block * D] the rows, contiguous
   static void amx_stage(const T* const* k, std::int8_t* stage) noexcept

@@ -87,9 +87,8 @@ struct decode_layout {
   /// Rows per block: 16, or 32 on the VNNI int16-query paths (AVX-512
   /// without AMX, whose tiles take 16 rows; AVX2 with AVX-VNNI). An int8
   /// block's dot products are cheap next to its softmax step and the
-  /// per-block work around it, so twice the rows per step read 11-12 %
-  /// faster from DRAM on Zen 5 with AVX-512 and 8-10 % with AVX-VNNI (f32 /
-  /// f16 gained nothing; docs/attention-history.md).
+  /// per-block work around it, so twice the rows share that work (f32 and
+  /// f16 blocks, whose products cost more, gain nothing from it).
   static constexpr std::size_t block = (vnni_int16 && !LLMKIT_ATTENTION_AMX_INT8) || avx2_vnni ? 32 : 16;
   /// Accumulator registers a kernel keeps in flight: 16 of AVX-512's 32
   /// registers; 8 of AVX2's 16, so the queries (or probabilities) and a

@@ -28,8 +28,7 @@ namespace llmkit::attention::detail {
 /// llmkit/simd/exp.hpp); x < -87 (where e^x nears the smallest normal
 /// float) and -inf give exactly +0: a fully masked row must sum to 0, not to
 /// a few subnormals, and no lane may underflow, since every underflowing
-/// lane costs a microcode assist of ~100 cycles (a masked 32 x 64 tile took
-/// 17x longer when -inf went through the scaling). On AVX-512 the scaling by
+/// lane costs a microcode assist of ~100 cycles. On AVX-512 the scaling by
 /// 2^n is one `vscalefps`, its lanes below -87 masked to zero (fewer
 /// instructions than the general simd::exp, which must handle overflow, NaN
 /// and subnormal rounding).
@@ -53,9 +52,8 @@ inline vec<Arch> vexp_softmax(vec<Arch> x) noexcept {
     // x in [-87, 0], n = round(x / ln 2) lies in [-126, 0], so 2^n is one
     // normal scale (simd::exp scales twice to reach subnormal results) and
     // no NaN test is needed (a NaN x fails `keep`; +inf gives NaN, as on
-    // AVX-512). Half of simd::exp's instructions: AVX2 decode's softmax
-    // took 317-579 cycles per block of 16 rows x 4 heads with simd::exp,
-    // 156-168 with this (Zen 5, docs/attention-history.md, session 19).
+    // AVX-512). Half of simd::exp's instructions, on AVX2 decode's softmax
+    // chain.
     namespace sd = simd::detail;
     using V = vec<Arch>;
     using I = xsimd::batch<std::int32_t, Arch>;

@@ -73,10 +73,8 @@ chunk_source<typename Cache::storage_type> make_chunk_source(const Cache& cache)
 /// Prefetches the `Bytes` bytes at `row` into L1, one cache line at a time.
 /// The AMX scores kernel calls it for a few rows per 64-byte chunk, so the
 /// prefetches are spread over the block's compute instead of issued in one
-/// burst (a burst fills the line fill buffers and the loads behind it wait;
-/// measured on Sapphire Rapids in a same-run A/B: int8 decode +16-24 %,
-/// f16 +8-23 %, docs/attention-history.md). The other kernels spread them further,
-/// a line per column step (`prefetch_line_at`, in address order:
+/// burst (a burst fills the line fill buffers and the loads behind it
+/// wait). The other kernels spread them further, a line per column step (`prefetch_line_at`, in address order:
 /// `prefetch_slot`).
 template <std::size_t Bytes>
 inline void prefetch_row(const void* row) noexcept {
@@ -89,12 +87,9 @@ inline void prefetch_row(const void* row) noexcept {
 /// offset starts one. A decode kernel calls it (through `prefetch_slot`)
 /// once in each column step of its row loops, for a line of the rows
 /// pf_rows ahead, so the prefetches come one line at a time among the
-/// FMAs: issued a row or a
-/// pass at a time (`prefetch_row`), they came in bursts that waited for
-/// line fill buffers and held back the loads behind them. Measured on
-/// Zen 5 with the distance raised from 4 to 8 KiB, which bursts could not
-/// use: one-thread decode f32 23.5-23.9 -> 27.5-30.0 GB/s, f16 30.8-31.2
-/// -> 33.7-35.0 (docs/attention-history.md).
+/// FMAs: issued a row or a pass at a time (`prefetch_row`), they come in
+/// bursts that wait for line fill buffers and hold back the loads behind
+/// them.
 inline void prefetch_line_at(const void* row, std::size_t offset) noexcept {
   if (offset % 64 == 0) __builtin_prefetch(static_cast<const char*>(row) + offset, 0, 3);
 }
@@ -106,11 +101,9 @@ inline void prefetch_line_at(const void* row, std::size_t offset) noexcept {
 /// step n % Steps (Steps column steps of StepBytes per row), so the lines
 /// are prefetched row after row, in the order they lie in memory, while the
 /// kernel's loads stride across the rows. The same lines are prefetched, at
-/// the same rate, as by prefetching each visit's own (row, step). Measured
-/// on Zen 5, one thread, same process, alternating rounds: f32 +4-11 %,
-/// int8 +4-6 %, f16 / bf16 from -3 % to +14 %, two threads +4-7 %
-/// (docs/attention-history.md, session 16); the hardware prefetcher follows
-/// an ascending run of misses, not a stride across rows.
+/// the same rate, as by prefetching each visit's own (row, step), but in
+/// the order the hardware prefetcher follows (an ascending run of misses,
+/// not a stride across rows).
 template <std::size_t Steps, std::size_t StepBytes, class T>
 inline void prefetch_slot(const T* const* rows, std::size_t slot) noexcept {
   prefetch_line_at(rows[slot / Steps], slot % Steps * StepBytes);

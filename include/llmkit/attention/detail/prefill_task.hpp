@@ -99,8 +99,7 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
     // pass over the mask: key_end[t] = 1 + the last of the tile's keys that
     // token t sees (0: none).
     // - Keys past every token's key_end (the far side of the diagonal under
-    //   causal masks) are dropped rather than computed and masked: a causal
-    //   4 x 128-token packed batch does 10% less.
+    //   causal masks) are dropped rather than computed and masked.
     // - The query rows of tokens that see none of the tile's keys (tokens
     //   before the diagonal when the query block straddles the tile's start,
     //   e.g. after a cached prefix of 16k + 8 tokens; tokens past a sliding

@@ -115,10 +115,7 @@ inline constexpr bool has_avx2 = [] {
 /// key or value register for every head. The empty asm claims to change
 /// the register, so the value is loaded once. Only for AVX-512, whose 32
 /// registers hold the kernels' 16 accumulators, the queries and a key
-/// register; with 16 registers it would spill (`vheld`). Measured on Zen 5,
-/// one thread, same process, alternating rounds (docs/attention-history.md,
-/// session 18): queries held, f16 / bf16 decode +4.5-5 % from DRAM, int8
-/// +2 %; f32 keys and values held too, +22 % in cache, unchanged from DRAM.
+/// register; with 16 registers it would spill (`vheld`).
 template <class R>
 inline R in_register(R x) noexcept {
   static_assert(sizeof(R) == 64, "in_register: one 512-bit register");
