@@ -6,10 +6,8 @@
 /// - `row_tile<T, N>`: up to N raw rows (pointers, int8 scales, positions);
 /// - `row_walker`: walks the chunks of one (sequence, layer, KV head) in
 ///   order and fills tiles, crossing chunk boundaries anywhere;
-/// - `vload_f32<Arch>`: one register of a stored row (f32, f16, bf16, int8)
-///   converted to f32 on the way in (decode's fused loads);
 /// - `row_to_f32<Arch>`: converts one stored row (f32, f16, bf16, int8 with
-///   scale) to f32, vectorised where the arch has the instructions.
+///   scale) to f32 (the per-arch conversions are in load_f32.hpp).
 
 #include <algorithm>
 #include <cstddef>
@@ -21,6 +19,7 @@
 
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/attention/detail/common.hpp"
+#include "llmkit/attention/detail/load_f32.hpp"
 #include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/simd/arch.hpp"
@@ -74,8 +73,8 @@ chunk_source<typename Cache::storage_type> make_chunk_source(const Cache& cache)
 /// The AMX scores kernel calls it for a few rows per 64-byte chunk, so the
 /// prefetches are spread over the block's compute instead of issued in one
 /// burst (a burst fills the line fill buffers and the loads behind it
-/// wait). The other kernels spread them further, a line per column step (`prefetch_line_at`, in address order:
-/// `prefetch_slot`).
+/// wait). The other kernels spread them further, a line per column step
+/// (`prefetch_line_at`, in address order: `prefetch_slot`).
 template <std::size_t Bytes>
 inline void prefetch_row(const void* row) noexcept {
   const char* c = static_cast<const char*>(row);
@@ -226,103 +225,6 @@ std::int32_t last_position(const Cache& cache, kv::seq_id seq) {
     if (c.n_tokens > 0) last = std::max(last, c.first_pos + static_cast<std::int32_t>(c.n_tokens) - 1);
   }
   return last;
-}
-
-/// lanes<Arch> consecutive stored elements at `src` as one f32 register, the
-/// conversion fused into the load (f16: vcvtph2ps; bf16: widen and shift;
-/// int8: sign-extend and convert, the per-row scale left to the caller).
-/// Decode kernels call this once per register of a K/V row and feed the
-/// result to every query head of the GQA group, so no converted copy of the
-/// row is ever written.
-template <class Arch, class T>
-inline vec<Arch> vload_f32(const T* src) noexcept {
-  if constexpr (simd::is_scalar_v<Arch>) {
-    if constexpr (std::is_same_v<T, float>) return scalar_vec(*src);
-    else if constexpr (std::is_same_v<T, std::int8_t>) return scalar_vec(static_cast<float>(*src));
-    else return scalar_vec(to_f32(*src));
-  } else if constexpr (std::is_same_v<T, float>) {
-    return vec<Arch>::load_unaligned(src);
-  } else {
-#if defined(__AVX512F__)
-    if constexpr (has_avx512<Arch>) {
-      if constexpr (std::is_same_v<T, f16>) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-      } else if constexpr (std::is_same_v<T, bf16>) {
-        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-      } else {
-        static_assert(std::is_same_v<T, std::int8_t>, "vload_f32: unsupported storage type");
-        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
-      }
-    }
-#endif
-#if defined(__AVX2__) && defined(__F16C__)
-    if constexpr (has_avx2<Arch> && !has_avx512<Arch>) {
-      if constexpr (std::is_same_v<T, f16>) {
-        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-      } else if constexpr (std::is_same_v<T, bf16>) {
-        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-      } else {
-        static_assert(std::is_same_v<T, std::int8_t>, "vload_f32: unsupported storage type");
-        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src))));
-      }
-    }
-#endif
-    // Other archs: convert through a small buffer.
-    alignas(64) float tmp[lanes<Arch>];
-    for (std::size_t i = 0; i < lanes<Arch>; ++i) {
-      if constexpr (std::is_same_v<T, std::int8_t>) tmp[i] = static_cast<float>(src[i]);
-      else tmp[i] = to_f32(src[i]);
-    }
-    return vec<Arch>::load_aligned(tmp);
-  }
-}
-
-/// row_to_f32 for the 16-bit and int8 storage types.
-template <class Arch, class T>
-inline void row_to_f32_converted(const T* src, float scale, float* dst, std::size_t n) noexcept {
-  std::size_t i = 0;
-#if defined(__AVX512F__)
-  if constexpr (has_avx512<Arch>) {
-    for (; i + 16 <= n; i += 16) {
-      __m512 x;
-      if constexpr (std::is_same_v<T, f16>) {
-        x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
-      } else if constexpr (std::is_same_v<T, bf16>) {
-        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
-        x = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-      } else {
-        static_assert(std::is_same_v<T, std::int8_t>, "row_to_f32: unsupported storage type");
-        const __m512i w = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-        x = _mm512_mul_ps(_mm512_cvtepi32_ps(w), _mm512_set1_ps(scale));
-      }
-      _mm512_storeu_ps(dst + i, x);
-    }
-  }
-#endif
-#if defined(__AVX2__) && defined(__F16C__)
-  if constexpr (has_avx2<Arch> && !has_avx512<Arch>) {
-    for (; i + 8 <= n; i += 8) {
-      __m256 x;
-      if constexpr (std::is_same_v<T, f16>) {
-        x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-      } else if constexpr (std::is_same_v<T, bf16>) {
-        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-        x = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-      } else {
-        static_assert(std::is_same_v<T, std::int8_t>, "row_to_f32: unsupported storage type");
-        const __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i)));
-        x = _mm256_mul_ps(_mm256_cvtepi32_ps(w), _mm256_set1_ps(scale));
-      }
-      _mm256_storeu_ps(dst + i, x);
-    }
-  }
-#endif
-  for (; i < n; ++i) {
-    if constexpr (std::is_same_v<T, std::int8_t>) dst[i] = static_cast<float>(src[i]) * scale;
-    else dst[i] = to_f32(src[i]);
-  }
 }
 
 /// dst[0, n) = src[0, n) * scale converted to f32 (the scale matters only

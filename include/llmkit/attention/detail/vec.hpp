@@ -127,30 +127,47 @@ inline R in_register(R x) noexcept {
 
 #endif
 
+/// A kernel's overload for one instruction set, as xsimd's kernels take it:
+/// an arch overloaded on its most derived tag, `xsimd::generic` the fallback.
+template <class A>
+using requires_arch = xsimd::kernel::requires_arch<A>;
+
+template <class Arch>
+inline vec<Arch> vheld(vec<Arch> x, requires_arch<xsimd::generic>) noexcept {
+  return x;
+}
+
+template <class Arch>
+inline vec<Arch> vhaddp(const vec<Arch>* rows, requires_arch<xsimd::generic>) noexcept {
+  return xsimd::haddp(rows);
+}
+
+#if defined(__AVX512F__)
+template <class Arch>
+inline vec<Arch> vheld(vec<Arch> x, requires_arch<xsimd::avx512f>) noexcept {
+  return in_register(static_cast<__m512>(x));
+}
+
+template <class Arch>
+inline vec<Arch> vhaddp(const vec<Arch>* rows, requires_arch<xsimd::avx512f>) noexcept {
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = rows[i];
+  return simd::detail::haddp16(r);
+}
+#endif
+
 /// `x` held in a register (`in_register`) on AVX-512; `x` itself elsewhere.
 template <class Arch>
 inline vec<Arch> vheld(vec<Arch> x) noexcept {
-#if defined(__AVX512F__)
-  if constexpr (has_avx512<Arch>) return in_register(static_cast<__m512>(x));
-#endif
-  return x;
+  if constexpr (simd::is_scalar_v<Arch>) return x;
+  else return vheld<Arch>(x, Arch{});
 }
 
 /// result[i] = sum of the lanes of rows[i], for i < lanes<Arch>.
 template <class Arch>
 inline vec<Arch> vhaddp(const vec<Arch>* rows) noexcept {
-  if constexpr (simd::is_scalar_v<Arch>) {
-    return rows[0];
-  } else {
-#if defined(__AVX512F__)
-    if constexpr (has_avx512<Arch>) {
-      __m512 r[16];
-      for (int i = 0; i < 16; ++i) r[i] = rows[i];
-      return simd::detail::haddp16(r);
-    }
-#endif
-    return xsimd::haddp(rows);
-  }
+  if constexpr (simd::is_scalar_v<Arch>) return rows[0];
+  else return vhaddp<Arch>(rows, Arch{});
 }
 
 }  // namespace llmkit::attention::detail
