@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-// attention::decode called from two threads at once with different tuning
-// on shared read-only caches, each result against the double-precision
-// oracle. Compiled for head dim 64 only (attention_threads.cmake) and run
-// under ThreadSanitizer by the tsan preset (label `threads`).
+// attention::decode and attention::prefill called from two threads at once
+// with different tuning on shared read-only caches, each result against the
+// double-precision oracle. Compiled for head dim 64 only
+// (attention_threads.cmake) and run under ThreadSanitizer by the tsan
+// preset (label `threads`).
 #include <llmkit/attention/decode.hpp>
+#include <llmkit/attention/prefill.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -43,6 +45,11 @@ struct shared_case {
   std::vector<kv::seq_id> ids;
   std::vector<float> q;
   std::vector<double> oracle;  // [n_seqs, n_heads, head_dim]
+  // prefill: the last n_prompt tokens of every sequence as queries
+  static constexpr std::size_t n_prompt = 33;
+  std::vector<std::int32_t> cu_seqlens;
+  std::vector<float> prompt_q;
+  std::vector<double> prompt_oracle;  // [n_seqs * n_prompt, n_heads, head_dim]
 
   explicit shared_case(std::uint32_t seed) {
     std::mt19937 rng(seed);
@@ -63,7 +70,25 @@ struct shared_case {
                                                          pos, n_heads, scale, 0.0, causal);
       oracle.insert(oracle.end(), ref.begin(), ref.end());
     }
+    prompt_q = llmkit::test::uniform_values(ids.size() * n_prompt * row, rng);
+    cu_seqlens.push_back(0);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      cu_seqlens.push_back(static_cast<std::int32_t>((i + 1) * n_prompt));
+      const std::int32_t last = llmkit::test::reference_last_position(cache, ids[i]);
+      std::vector<std::int32_t> pos(n_prompt);
+      for (std::size_t t = 0; t < n_prompt; ++t) pos[t] = last - static_cast<std::int32_t>(n_prompt - 1 - t);
+      const auto ref = llmkit::test::reference_attention(
+          cache, ids[i], 0, std::span<const float>(prompt_q).subspan(i * n_prompt * row, n_prompt * row), pos, n_heads,
+          scale, 0.0, causal);
+      prompt_oracle.insert(prompt_oracle.end(), ref.begin(), ref.end());
+    }
   }
+};
+
+/// One prefill caller's settings.
+struct prefill_caller {
+  attention::prefill_tuning tuning;
+  std::size_t pool_threads = 0;  // 0: serial
 };
 
 /// What one caller saw over its calls.
@@ -98,9 +123,35 @@ outcome run_calls(const shared_case<T>& c, const caller& who, std::latch& start,
   return r;
 }
 
-/// Runs callers a and b at the same time on `c` and checks both.
 template <class T>
-void check_concurrent(const shared_case<T>& c, const caller& a, const caller& b, double tolerance) {
+outcome run_calls(const shared_case<T>& c, const prefill_caller& who, std::latch& start, int n_calls) {
+  std::vector<float> out(c.prompt_q.size()), first;
+  outcome r;
+  auto call = [&](auto&& exec) {
+    attention::prefill({.q = c.prompt_q, .out = out, .cu_seqlens = c.cu_seqlens, .seq_ids = c.ids,
+                        .n_heads = n_heads, .tuning = who.tuning},
+                       c.cache, attention::causal_mask{}, exec);
+  };
+  std::optional<thread_pool> pool;
+  if (who.pool_threads > 0) pool.emplace(who.pool_threads);
+  start.arrive_and_wait();
+  for (int n = 0; n < n_calls; ++n) {
+    if (pool) call(*pool);
+    else call(serial_executor{});
+    for (std::size_t x = 0; x < out.size(); ++x) {
+      if (!std::isfinite(out[x])) r.finite = false;
+      r.max_error = std::max(r.max_error, std::fabs(static_cast<double>(out[x]) - c.prompt_oracle[x]));
+    }
+    if (n == 0) first = out;
+    else if (out != first) r.repeatable = false;
+  }
+  return r;
+}
+
+/// Runs callers a and b (decode or prefill) at the same time on `c` and
+/// checks both.
+template <class T, class Caller>
+void check_concurrent(const shared_case<T>& c, const Caller& a, const Caller& b, double tolerance) {
   constexpr int n_calls = 6;
   std::latch start(2);
   outcome ra, rb;
@@ -131,11 +182,23 @@ TEST_CASE("decode: two threads with different tuning at once, int8 cache (AMX on
   check_concurrent(c, a, b, llmkit::test::attention_int8_decode_tolerance);
 }
 
-TEST_CASE("decode: tuning is checked") {
+TEST_CASE("prefill: two threads with different tuning at once, f32 and int8 caches") {
+  const prefill_caller a{.tuning = {.query_rows = 16, .memo_bytes = 0, .run_length = 1}, .pool_threads = 2};
+  const prefill_caller b{.tuning = {.query_rows = 128, .memo_bytes = 1 << 20, .run_length = 3}};
+  check_concurrent(shared_case<float>(53), a, b, llmkit::test::attention_f32_tolerance);
+  check_concurrent(shared_case<std::int8_t>(59), a, b, llmkit::test::attention_f32_tolerance);
+}
+
+TEST_CASE("decode and prefill: tuning is checked") {
   const shared_case<float> c(47);
   std::vector<float> out(c.q.size());
   REQUIRE_THROWS_AS(attention::decode({.q = c.q, .out = out, .seq_ids = c.ids, .n_heads = n_heads,
                                        .tuning = {.split_tasks_per_thread = 0}},
                                       c.cache),
+                    llmkit::error);
+  std::vector<float> prompt_out(c.prompt_q.size());
+  REQUIRE_THROWS_AS(attention::prefill({.q = c.prompt_q, .out = prompt_out, .cu_seqlens = c.cu_seqlens,
+                                        .seq_ids = c.ids, .n_heads = n_heads, .tuning = {.run_length = 0}},
+                                       c.cache),
                     llmkit::error);
 }
