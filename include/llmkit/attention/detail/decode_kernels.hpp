@@ -105,6 +105,32 @@ struct decode_kernels : decode_int8_kernels<Arch, D, T, GB> {
     }
   }
 
+  /// m_new (lane layout) = per head, the larger of its running max m (lane
+  /// layout) and the max over its R lanes of the block's scores' maxima mx
+  /// ([regs] registers).
+  static void running_max(const float* m, const V* mx, float* m_new, requires_arch<xsimd::generic>) noexcept {
+    for (std::size_t b = 0; b < regs; ++b) vstore<Arch>(m_new + b * L, mx[b]);
+    for (std::size_t g = 0; g < GB; ++g) {
+      float mg = m[g * R];
+      for (std::size_t r = 0; r < R; ++r) mg = std::max(mg, m_new[g * R + r]);
+      for (std::size_t r = 0; r < R; ++r) m_new[g * R + r] = mg;
+    }
+  }
+
+#if defined(__AVX2__)
+  /// running_max where one AVX2 register holds a whole pass (width == L).
+  static void running_max(const float* m, const V* mx, float* m_new, requires_arch<xsimd::avx2>) noexcept {
+    if constexpr (width == L) vstore<Arch>(m_new, vmax<Arch>(vload<Arch>(m), layout::head_max(mx[0])));
+    else running_max(m, mx, m_new, xsimd::generic{});
+  }
+#endif
+
+#if defined(__AVX512F__)
+  static void running_max(const float* m, const V* mx, float* m_new, requires_arch<xsimd::avx512f>) noexcept {
+    vstore<Arch>(m_new, vmax<Arch>(vload<Arch>(m), layout::head_max(mx[0])));
+  }
+#endif
+
   /// The online-softmax step of one block: folds the block's scores into
   /// `st`, turns `s` into the probabilities the value kernel multiplies
   /// (times the int8 value scales when `v_scale` is set) and writes the
@@ -138,24 +164,8 @@ struct decode_kernels : decode_int8_kernels<Arch, D, T, GB> {
     // Per head: the max over its R lanes (and the running max), written
     // back to all of them.
     alignas(64) float m_new[width];
-#if defined(__AVX512F__)
-    if constexpr (has_avx512<Arch>) {
-      vstore<Arch>(m_new, vmax<Arch>(vload<Arch>(st.m), layout::head_max(mx[0])));
-    } else
-#endif
-#if defined(__AVX2__)
-    if constexpr (has_avx2<Arch> && !has_avx512<Arch> && width == L) {
-      vstore<Arch>(m_new, vmax<Arch>(vload<Arch>(st.m), layout::head_max(mx[0])));
-    } else
-#endif
-    {
-      for (std::size_t b = 0; b < regs; ++b) vstore<Arch>(m_new + b * L, mx[b]);
-      for (std::size_t g = 0; g < GB; ++g) {
-        float m = st.m[g * R];
-        for (std::size_t r = 0; r < R; ++r) m = std::max(m, m_new[g * R + r]);
-        for (std::size_t r = 0; r < R; ++r) m_new[g * R + r] = m;
-      }
-    }
+    if constexpr (simd::is_scalar_v<Arch>) running_max(st.m, mx, m_new, xsimd::generic{});
+    else running_max(st.m, mx, m_new, Arch{});
     alignas(64) float a_lane[width];
     V shift[regs], sum[regs];
     for (std::size_t b = 0; b < regs; ++b) {

@@ -196,24 +196,36 @@ struct decode_layout {
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
   /// layout: lane a gets x[p * R + a % R].
   static V row_lanes(const float* x, std::size_t p, std::size_t b) noexcept {
-#if defined(__AVX512F__)
-    if constexpr (has_avx512<Arch>) {
-      if constexpr (R == 16) return _mm512_loadu_ps(x + p * 16);
-      else if constexpr (R == 8) return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(x + p * 8))));
-      else return _mm512_broadcast_f32x4(_mm_loadu_ps(x + p * 4));
-    }
-#endif
-#if defined(__AVX2__)
-    if constexpr (has_avx2<Arch> && !has_avx512<Arch> && width == L) {
-      if constexpr (R == 8) return _mm256_loadu_ps(x + p * 8);
-      else if constexpr (R == 4) return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + p * 4));
-      else return _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(x + p * 2)));
-    }
-#endif
+    if constexpr (simd::is_scalar_v<Arch>) return row_lanes(x, p, b, xsimd::generic{});
+    else return row_lanes(x, p, b, Arch{});
+  }
+
+  static V row_lanes(const float* x, std::size_t p, std::size_t b, requires_arch<xsimd::generic>) noexcept {
     alignas(64) float t[L];
     for (std::size_t i = 0; i < L; ++i) t[i] = x[p * R + (b * L + i) % R];
     return vload<Arch>(t);
   }
+
+#if defined(__AVX2__)
+  /// row_lanes where one AVX2 register holds a whole pass (width == L).
+  static V row_lanes(const float* x, std::size_t p, std::size_t b, requires_arch<xsimd::avx2>) noexcept {
+    if constexpr (width == L) {
+      if constexpr (R == 8) return _mm256_loadu_ps(x + p * 8);
+      else if constexpr (R == 4) return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + p * 4));
+      else return _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(x + p * 2)));
+    } else {
+      return row_lanes(x, p, b, xsimd::generic{});
+    }
+  }
+#endif
+
+#if defined(__AVX512F__)
+  static V row_lanes(const float* x, std::size_t p, std::size_t b, requires_arch<xsimd::avx512f>) noexcept {
+    if constexpr (R == 16) return _mm512_loadu_ps(x + p * 16);
+    else if constexpr (R == 8) return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(x + p * 8))));
+    else return _mm512_broadcast_f32x4(_mm_loadu_ps(x + p * 4));
+  }
+#endif
 
 #if defined(__AVX512F__)
   /// Lane a of the result: the max of x over the R lanes of head a / R (one

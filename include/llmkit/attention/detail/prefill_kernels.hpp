@@ -45,24 +45,13 @@ struct prefill_kernels {
   /// returns the address of query row r (D floats).
   template <class RowFn>
   static void load_q(RowFn&& row, std::size_t n_rows, float scale, float* qt, std::size_t qld) noexcept {
-#if defined(__AVX512F__)
-    if constexpr (has_avx512<Arch>) {
-      const __m512 sc = _mm512_set1_ps(scale);
-      for (std::size_t r0 = 0; r0 < qld; r0 += 16) {
-        const std::size_t nr = r0 < n_rows ? std::min<std::size_t>(16, n_rows - r0) : 0;
-        const float* src[16];
-        for (std::size_t i = 0; i < nr; ++i) src[i] = row(r0 + i);
-        for (std::size_t d0 = 0; d0 < D; d0 += 16) {
-          __m512 x[16];
-          for (std::size_t i = 0; i < 16; ++i)
-            x[i] = i < nr ? _mm512_mul_ps(_mm512_loadu_ps(src[i] + d0), sc) : _mm512_setzero_ps();
-          transpose16(x);
-          for (std::size_t c = 0; c < 16; ++c) _mm512_storeu_ps(qt + (d0 + c) * qld + r0, x[c]);
-        }
-      }
-      return;
-    }
-#endif
+    if constexpr (simd::is_scalar_v<Arch>) load_q(row, n_rows, scale, qt, qld, xsimd::generic{});
+    else load_q(row, n_rows, scale, qt, qld, Arch{});
+  }
+
+  template <class RowFn>
+  static void load_q(RowFn&& row, std::size_t n_rows, float scale, float* qt, std::size_t qld,
+                     requires_arch<xsimd::generic>) noexcept {
     for (std::size_t r = 0; r < n_rows; ++r) {
       const float* src = row(r);
       for (std::size_t d = 0; d < D; ++d) qt[d * qld + r] = src[d] * scale;
@@ -70,6 +59,27 @@ struct prefill_kernels {
     for (std::size_t d = 0; d < D; ++d)
       for (std::size_t r = n_rows; r < qld; ++r) qt[d * qld + r] = 0.0f;
   }
+
+#if defined(__AVX512F__)
+  /// load_q on AVX-512: 16 x 16 blocks transposed in registers.
+  template <class RowFn>
+  static void load_q(RowFn&& row, std::size_t n_rows, float scale, float* qt, std::size_t qld,
+                     requires_arch<xsimd::avx512f>) noexcept {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (std::size_t r0 = 0; r0 < qld; r0 += 16) {
+      const std::size_t nr = r0 < n_rows ? std::min<std::size_t>(16, n_rows - r0) : 0;
+      const float* src[16];
+      for (std::size_t i = 0; i < nr; ++i) src[i] = row(r0 + i);
+      for (std::size_t d0 = 0; d0 < D; d0 += 16) {
+        __m512 x[16];
+        for (std::size_t i = 0; i < 16; ++i)
+          x[i] = i < nr ? _mm512_mul_ps(_mm512_loadu_ps(src[i] + d0), sc) : _mm512_setzero_ps();
+        transpose16(x);
+        for (std::size_t c = 0; c < 16; ++c) _mm512_storeu_ps(qt + (d0 + c) * qld + r0, x[c]);
+      }
+    }
+  }
+#endif
 
   /// st[j, r] = sum_d qt[d, r] * k[j * D + d] for j < n_keys, r < n_rv * L.
   /// @param k [n_keys, D] the key tile's rows, contiguous (one base register
