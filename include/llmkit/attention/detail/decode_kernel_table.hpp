@@ -19,11 +19,6 @@
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
-namespace llmkit::attention {
-struct decode_params;
-struct decode_workspace;
-}  // namespace llmkit::attention
-
 namespace llmkit::attention::detail {
 
 /// The decode kernel of each (head dim, heads per pass) over storage type T

@@ -15,11 +15,6 @@
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
-namespace llmkit::attention {
-struct decode_params;
-struct decode_workspace;
-}  // namespace llmkit::attention
-
 namespace llmkit::attention::detail {
 
 /// Merges the split-KV partials of batch sequence i, KV head h:

@@ -29,11 +29,6 @@
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
-namespace llmkit::attention {
-struct decode_params;
-struct decode_workspace;
-}  // namespace llmkit::attention
-
 namespace llmkit::attention::detail {
 
 /// Rows the prefetching walker runs ahead of the reading one (0: none); the

@@ -19,10 +19,6 @@
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
-namespace llmkit::attention {
-struct prefill_params;
-}  // namespace llmkit::attention
-
 namespace llmkit::attention::detail {
 
 /// The prefill kernel of each head dim over storage type T on Arch (see

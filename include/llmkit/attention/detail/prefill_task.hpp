@@ -20,10 +20,6 @@
 
 LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
-namespace llmkit::attention {
-struct prefill_params;
-}  // namespace llmkit::attention
-
 namespace llmkit::attention::detail {
 
 /// Runs task `task` = (query tile, KV head); `next` (or SIZE_MAX) is the task
