@@ -98,58 +98,49 @@ struct outcome {
   bool repeatable = true;  // every call gave the first call's bits
 };
 
-template <class T>
-outcome run_calls(const shared_case<T>& c, const caller& who, std::latch& start, int n_calls) {
-  std::vector<float> out(c.q.size()), first;
+/// Waits at `start`, then makes `n_calls` calls of `call(out, exec)` on
+/// `pool_threads` threads (0: the serial executor), checking each `out`
+/// against `[out.size()] oracle` and against the first call's bits.
+template <class Call>
+outcome repeat_calls(std::size_t out_size, const std::vector<double>& oracle, std::size_t pool_threads,
+                     std::latch& start, int n_calls, Call&& call) {
+  std::vector<float> out(out_size), first;
   outcome r;
-  auto call = [&](auto&& exec) {
-    attention::decode({.q = c.q, .out = out, .seq_ids = c.ids, .n_heads = n_heads,
-                       .kv_split_tokens = who.kv_split_tokens, .tuning = who.tuning},
-                      c.cache, attention::causal_mask{}, exec);
-  };
   std::optional<thread_pool> pool;
-  if (who.pool_threads > 0) pool.emplace(who.pool_threads);
+  if (pool_threads > 0) pool.emplace(pool_threads);
   start.arrive_and_wait();
   for (int n = 0; n < n_calls; ++n) {
-    if (pool) call(*pool);
-    else call(serial_executor{});
+    if (pool) call(out, *pool);
+    else call(out, serial_executor{});
     for (std::size_t x = 0; x < out.size(); ++x) {
       if (!std::isfinite(out[x])) r.finite = false;
-      r.max_error = std::max(r.max_error, std::fabs(static_cast<double>(out[x]) - c.oracle[x]));
+      r.max_error = std::max(r.max_error, std::fabs(static_cast<double>(out[x]) - oracle[x]));
     }
     if (n == 0) first = out;
     else if (out != first) r.repeatable = false;
   }
   return r;
+}
+
+template <class T>
+outcome run_calls(const shared_case<T>& c, const caller& who, std::latch& start, int n_calls) {
+  return repeat_calls(c.q.size(), c.oracle, who.pool_threads, start, n_calls, [&](std::vector<float>& out, auto&& exec) {
+    attention::decode({.q = c.q, .out = out, .seq_ids = c.ids, .n_heads = n_heads,
+                       .kv_split_tokens = who.kv_split_tokens, .tuning = who.tuning},
+                      c.cache, attention::causal_mask{}, exec);
+  });
 }
 
 template <class T>
 outcome run_calls(const shared_case<T>& c, const prefill_caller& who, std::latch& start, int n_calls) {
-  std::vector<float> out(c.prompt_q.size()), first;
-  outcome r;
-  auto call = [&](auto&& exec) {
-    attention::prefill({.q = c.prompt_q, .out = out, .cu_seqlens = c.cu_seqlens, .seq_ids = c.ids,
-                        .n_heads = n_heads, .tuning = who.tuning},
-                       c.cache, attention::causal_mask{}, exec);
-  };
-  std::optional<thread_pool> pool;
-  if (who.pool_threads > 0) pool.emplace(who.pool_threads);
-  start.arrive_and_wait();
-  for (int n = 0; n < n_calls; ++n) {
-    if (pool) call(*pool);
-    else call(serial_executor{});
-    for (std::size_t x = 0; x < out.size(); ++x) {
-      if (!std::isfinite(out[x])) r.finite = false;
-      r.max_error = std::max(r.max_error, std::fabs(static_cast<double>(out[x]) - c.prompt_oracle[x]));
-    }
-    if (n == 0) first = out;
-    else if (out != first) r.repeatable = false;
-  }
-  return r;
+  return repeat_calls(c.prompt_q.size(), c.prompt_oracle, who.pool_threads, start, n_calls,
+                      [&](std::vector<float>& out, auto&& exec) {
+                        attention::prefill({.q = c.prompt_q, .out = out, .cu_seqlens = c.cu_seqlens, .seq_ids = c.ids,
+                                            .n_heads = n_heads, .tuning = who.tuning},
+                                           c.cache, attention::causal_mask{}, exec);
+                      });
 }
 
-/// Runs callers a and b (decode or prefill) at the same time on `c` and
-/// checks both.
 template <class T, class Caller>
 void check_concurrent(const shared_case<T>& c, const Caller& a, const Caller& b, double tolerance) {
   constexpr int n_calls = 6;
