@@ -25,7 +25,7 @@
 /// Calls with an explicit arch other than the default (`decode<simd::scalar>`)
 /// still compile their kernels where they are made. llmkit's own tests,
 /// benchmarks and examples build this way (CMake target
-/// `llmkit_attention_kernels`, sources in src/).
+/// `llmkit_kernels`, sources in src/).
 
 #include <cstdint>
 

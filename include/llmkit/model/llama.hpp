@@ -41,7 +41,7 @@
 #include "llmkit/core/views.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/model/batch.hpp"
-#include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/detail/matmul_kernels.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/llama_config.hpp"
 #include "llmkit/model/weights.hpp"

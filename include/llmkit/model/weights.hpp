@@ -35,9 +35,7 @@
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
-#include "llmkit/model/detail/matmul.hpp"
-#include "llmkit/model/detail/matmul_panels.hpp"
-#include "llmkit/model/detail/matmul_q8.hpp"
+#include "llmkit/model/detail/matmul_kernels.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/convert.hpp"
@@ -278,6 +276,19 @@ class weight_matrix {
   aligned_vector<float> scales_;
 };
 
+namespace detail {
+/// linear() without its checks, quantising activations (when asked) into
+/// the caller's scratch.
+template <class Arch = simd::default_arch, class Exec>
+void linear(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y, std::size_t y_stride,
+            bool accumulate, activation_type activations, q8_activations& scratch) {
+  if (activations == activation_type::q8_0 && w.type() == weight_type::q8_0)
+    return matmul_q8<Arch>(exec, x, n, w.cols(), q8_weights{w.q8_data(), w.q8_scales(), w.cols()}, w.rows(), y,
+                           y_stride, accumulate, scratch);
+  w.visit([&](const auto& acc) { matmul<Arch>(exec, x, n, w.cols(), acc, w.rows(), y, y_stride, accumulate); });
+}
+}  // namespace detail
+
 /// `[n, rows] y (row stride y_stride) (+)= [n, cols] x * ([rows, cols] w)^T`
 /// in f32 arithmetic over the exact stored weights, rows split across `exec`
 /// for large products. Batch invariant (each output is one dot product
@@ -292,15 +303,8 @@ void linear(Exec& exec, std::span<const float> x, std::size_t n, const weight_ma
   LLMKIT_CHECK(y_stride >= w.rows(), "linear: y_stride = ", y_stride, " is less than the ", w.rows(), " rows of w");
   LLMKIT_CHECK(n == 0 || y.size() >= (n - 1) * y_stride + w.rows(), "linear: y.size() = ", y.size(),
                " is too small for ", n, " rows of stride ", y_stride);
-  if (activations == activation_type::q8_0 && w.type() == weight_type::q8_0) {
-    detail::q8_activations xq;
-    detail::matmul_q8<Arch>(exec, x.data(), n, w.cols(), detail::q8_weights{w.q8_data(), w.q8_scales(), w.cols()},
-                            w.rows(), y.data(), y_stride, accumulate, xq);
-    return;
-  }
-  w.visit([&](const auto& acc) {
-    detail::matmul<Arch>(exec, x.data(), n, w.cols(), acc, w.rows(), y.data(), y_stride, accumulate);
-  });
+  detail::q8_activations scratch;
+  detail::linear<Arch>(exec, x.data(), n, w, y.data(), y_stride, accumulate, activations, scratch);
 }
 
 }  // namespace llmkit::model

@@ -19,7 +19,7 @@
 #include "llmkit/attention/prefill.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
-#include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/detail/matmul_kernels.hpp"
 #include "llmkit/model/llama.hpp"
 #include "llmkit/simd/exp.hpp"
 #include "llmkit/simd/rmsnorm.hpp"
@@ -250,12 +250,7 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
 template <class Exec>
 void llama_model::product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y,
                           std::size_t y_stride, bool accumulate) {
-  if (options_.activations == activation_type::q8_0 && w.type() == weight_type::q8_0) {
-    detail::matmul_q8(exec, x, n, w.cols(), detail::q8_weights{w.q8_data(), w.q8_scales(), w.cols()}, w.rows(), y,
-                      y_stride, accumulate, q8_x_);
-    return;
-  }
-  w.visit([&](const auto& acc) { detail::matmul(exec, x, n, w.cols(), acc, w.rows(), y, y_stride, accumulate); });
+  detail::linear(exec, x, n, w, y, y_stride, accumulate, options_.activations, q8_x_);
 }
 
 template <class Cache>

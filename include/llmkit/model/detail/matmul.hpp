@@ -35,7 +35,6 @@
 #include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/dtype.hpp"
-#include "llmkit/core/executor.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/convert.hpp"
 #include "llmkit/simd/detail/hadd16.hpp"
@@ -138,18 +137,6 @@ inline void reduce_tile16(const V (&acc)[TN][ON], float (&sums)[TN][ON]) noexcep
     for (std::size_t b = 0; b < ON; ++b) sums[a][b] = s16[(a * ON + b) / 16][(a * ON + b) % 16];
 }
 #endif
-
-/// Runs run(b0, b1) over the blocks [0, n_blocks): on the calling thread
-/// when `serial` (or with one thread or one block), else split across
-/// `exec`: one contiguous share per thread for a streaming product (one
-/// stream over W, so each hand-off moves the most bytes), a few shares per
-/// thread for prefill (to balance).
-template <class Exec, class Run>
-void split_blocks(Exec& exec, std::size_t n_blocks, bool streaming, bool serial, Run&& run) {
-  if (serial || exec.concurrency() <= 1 || n_blocks <= 1) return run(std::size_t{0}, n_blocks);
-  const std::size_t n_tasks = std::min(n_blocks, exec.concurrency() * (streaming ? 1 : 4));
-  exec.parallel_for(n_tasks, [&](std::size_t task) { run(n_blocks * task / n_tasks, n_blocks * (task + 1) / n_tasks); });
-}
 
 /// One tile: tokens [t0, t0 + TN) x rows [o0, o0 + ON). `Prefetch`: ask for
 /// W's rows matmul_prefetch_bytes ahead (streaming products).
@@ -266,17 +253,21 @@ inline void matmul_stream(const float* x, std::size_t n, std::size_t in, const W
   }
 }
 
-/// `[n, out] y (row stride y_stride) (+)= [n, in] x * ([out, in] w)^T`.
-template <class Arch = simd::default_arch, class Exec, class W>
-void matmul(Exec& exec, const float* x, std::size_t n, std::size_t in, const W& w, std::size_t out, float* y,
-            std::size_t y_stride, bool accumulate) {
-  if (n == 0 || out == 0) return;
-  // Prefill: row blocks of 96 (a multiple of the 4- and 6-row tiles, 288 KiB
-  // of f32 W at width 768) stay in L2 while every token tile passes over them.
-  constexpr std::size_t block_rows = 96;
-  const std::size_t n_blocks = (out + block_rows - 1) / block_rows;
-  const bool streaming = n <= matmul_stream_max_tokens;
-  auto blocked = [&](std::size_t first, std::size_t last) {
+/// Output rows (one dense product's row range for every token): a
+/// streaming product (n <= matmul_stream_max_tokens) reads W once, strip by
+/// strip; a larger one runs matmul_dense_block_rows rows at a time, which
+/// stay in L2 while every token tile passes over them.
+inline constexpr std::size_t matmul_dense_block_rows = 96;
+
+/// Rows [row_first, row_last) of `[n, out] y (row stride y_stride) (+)=
+/// [n, in] x * ([out, in] w)^T`; row_first a multiple of
+/// matmul_dense_block_rows.
+template <class Arch, class W>
+void matmul_dense_rows(const float* x, std::size_t n, std::size_t in, const W& w, float* y, std::size_t y_stride,
+                       bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
+  if (n <= matmul_stream_max_tokens) return matmul_stream<Arch>(x, n, in, w, y, y_stride, accumulate, row_first, row_last);
+  for (std::size_t first = row_first; first < row_last; first += matmul_dense_block_rows) {
+    const std::size_t last = std::min(row_last, first + matmul_dense_block_rows);
     std::size_t t = 0;
     for (; t + matmul_tile_tokens <= n; t += matmul_tile_tokens)
       matmul_rows<Arch, matmul_tile_tokens>(x, in, w, y, y_stride, accumulate, t, first, last);
@@ -286,15 +277,7 @@ void matmul(Exec& exec, const float* x, std::size_t n, std::size_t in, const W& 
       case 1: matmul_rows<Arch, 1>(x, in, w, y, y_stride, accumulate, t, first, last); break;
       default: break;
     }
-  };
-  // Blocks [b0, b1) of output rows.
-  auto run = [&](std::size_t b0, std::size_t b1) {
-    if (streaming) return matmul_stream<Arch>(x, n, in, w, y, y_stride, accumulate, b0 * block_rows,
-                                              std::min(out, b1 * block_rows));
-    for (std::size_t blk = b0; blk < b1; ++blk) blocked(blk * block_rows, std::min(out, (blk + 1) * block_rows));
-  };
-  const double work = double(n) * double(in) * double(out);
-  split_blocks(exec, n_blocks, streaming, work < matmul_parallel_min_work, run);
+  }
 }
 
 }  // namespace llmkit::model::detail

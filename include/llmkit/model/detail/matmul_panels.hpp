@@ -33,7 +33,6 @@
 
 #include "llmkit/simd/detail/intrinsics.hpp"
 
-#include "llmkit/core/executor.hpp"
 #include "llmkit/model/detail/matmul.hpp"
 #include "llmkit/simd/arch.hpp"
 
@@ -136,24 +135,6 @@ inline void panel_range(const float* x, std::size_t n, std::size_t in, const f32
     for (; t + TN <= n; t += TN) panel_tile<Arch, TN, Prefetch>(x, in, panel, y, y_stride, accumulate, t, o0, valid);
     panel_rest<Arch, Prefetch, TN - 1>(x, n - t, in, panel, y, y_stride, accumulate, t, o0, valid);
   }
-}
-
-/// `[n, out] y (row stride y_stride) (+)= [n, in] x * ([out, in] w)^T` for
-/// panel-packed f32 weights.
-template <class Arch = simd::default_arch, class Exec>
-void matmul(Exec& exec, const float* x, std::size_t n, std::size_t in, const f32_panels& w, std::size_t out, float* y,
-            std::size_t y_stride, bool accumulate) {
-  if (n == 0 || out == 0) return;
-  const std::size_t n_panels = (out + matmul_panel_rows - 1) / matmul_panel_rows;
-  // Every tile prefetches 32 KiB ahead: a decode step streams the panels
-  // from memory, and a prefill's first token tile of each panel does too (the
-  // other tiles find it in L2, where the prefetches cost a load slot each).
-  const bool streaming = n <= matmul_stream_max_tokens;
-  auto run = [&](std::size_t p0, std::size_t p1) {
-    panel_range<Arch, true>(x, n, in, w, out, y, y_stride, accumulate, p0, p1);
-  };
-  const double work = double(n) * double(in) * double(out);
-  split_blocks(exec, n_panels, streaming, work < matmul_parallel_min_work, run);
 }
 
 }  // namespace llmkit::model::detail

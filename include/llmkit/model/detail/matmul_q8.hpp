@@ -160,6 +160,9 @@ inline void matmul_q8_strip(const q8_activations& xa, const q8_weights& w, float
 inline constexpr bool matmul_q8_vnni = false;
 #endif
 
+/// Output rows per block a Q8_0 x int8 product is split in.
+inline constexpr std::size_t matmul_q8_block_rows = 64;
+
 /// Rows [row_first, row_last) of y for every token of xa.
 inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
                            bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
@@ -187,24 +190,6 @@ inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float*
       out = accumulate ? out + s : s;
     }
 #endif
-}
-
-/// `[n, out] y (row stride y_stride) (+)= quantise([n, in] x) * ([out, in] w)^T`,
-/// x quantised into `xa` (the caller's scratch, reused across calls).
-/// @pre in % 32 == 0 (Q8_0 rows)
-template <class Arch = simd::default_arch, class Exec>
-void matmul_q8(Exec& exec, const float* x, std::size_t n, std::size_t in, const q8_weights& w, std::size_t out,
-               float* y, std::size_t y_stride, bool accumulate, q8_activations& xa) {
-  if (n == 0 || out == 0) return;
-  xa.assign<Arch>(x, n, in);
-  constexpr std::size_t block_rows = 64;
-  const std::size_t n_blocks = (out + block_rows - 1) / block_rows;
-  const double work = double(n) * double(in) * double(out);
-  // int8 products do ~4x the work of f32 ones per unit of time.
-  split_blocks(exec, n_blocks, n <= matmul_stream_max_tokens, work < 4 * matmul_parallel_min_work,
-               [&](std::size_t b0, std::size_t b1) {
-                 matmul_q8_rows(xa, w, y, y_stride, accumulate, b0 * block_rows, std::min(out, b1 * block_rows));
-               });
 }
 
 }  // namespace llmkit::model::detail
