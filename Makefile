@@ -13,6 +13,7 @@ PACKAGES := cmake make g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
 # configure with -DLLMKIT_WITH_MPI=OFF to build without it.
 MPI_PACKAGES := libopenmpi-dev openmpi-bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
+export CTEST_PARALLEL_LEVEL ?= $(shell nproc)
 DEMO ?= llmkit-generate
 
 .PHONY: deps deps-all demo test test-release test-sanitize test-tsan bench clean
