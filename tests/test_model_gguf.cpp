@@ -299,15 +299,19 @@ TEST_CASE("gguf: hostile metadata lengths, types and nesting are refused") {
 TEST_CASE("gguf: bad tensor infos are refused") {
   const auto good = small_image();
   auto image = good;
-  poke<std::uint32_t>(image, tensor_type_at, 12);
+  poke<std::uint32_t>(image, tensor_type_at, 11);
   REQUIRE_THROWS_WITH(gguf_file(as_span(image)),
-                      "gguf: tensor 't' has unsupported type Q4_K (12) at offset 104; supported: F32, F16, BF16, Q8_0");
+                      "gguf: tensor 't' has unsupported type Q3_K (11) at offset 104; supported: F32, F16, BF16, Q8_0, "
+                      "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
   image = good;
   poke<std::uint32_t>(image, tensor_type_at, 1000);
   REQUIRE_THROWS_WITH(gguf_file(as_span(image)), Catch::Contains("unsupported type ? (1000)"));
   image = good;
   poke<std::uint32_t>(image, tensor_type_at, 8);  // Q8_0 with a row of 3
   REQUIRE_THROWS_WITH(gguf_file(as_span(image)), Catch::Contains("row length 3, not a multiple of its block size 32"));
+  image = good;
+  poke<std::uint32_t>(image, tensor_type_at, 12);  // Q4_K with a row of 3
+  REQUIRE_THROWS_WITH(gguf_file(as_span(image)), Catch::Contains("row length 3, not a multiple of its block size 256"));
   image = good;
   poke<std::uint64_t>(image, tensor_offset_at, 32);  // past the end of the 24 data bytes
   REQUIRE_THROWS_WITH(gguf_file(as_span(image)),

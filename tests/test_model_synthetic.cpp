@@ -101,12 +101,17 @@ TEST_CASE("llama: forward matches the double-precision oracle on random models o
   };
   // GQA, MHA, MQA (group 3); head dims 16, 8 (narrower than an AVX-512
   // register), 64, 32; vocabularies without byte tokens (40) and with them.
-  const std::vector<shape> shapes{{64, 4, 2, 96, 300}, {48, 6, 6, 80, 40}, {64, 1, 1, 64, 290}, {96, 3, 1, 160, 37}};
+  // The last shape is a multiple of the K-quants' 256-value blocks.
+  const std::vector<shape> shapes{{64, 4, 2, 96, 300}, {48, 6, 6, 80, 40},  {64, 1, 1, 64, 290},
+                                  {96, 3, 1, 160, 37}, {256, 4, 2, 512, 300}};
   std::mt19937 rng(99);
-  for (const ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0}) {
+  for (const ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
+                               ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q4_k, ggml_type::q5_k,
+                               ggml_type::q6_k}) {
     for (std::size_t si = 0; si < shapes.size(); ++si) {
       const shape sh = shapes[si];
-      if (type == ggml_type::q8_0 && (sh.dim % 32 || sh.ffn % 32)) continue;
+      const std::size_t block = ggml_block_elements(type);
+      if (sh.dim % block || sh.ffn % block) continue;
       synthetic_options o{.config = small_config(sh.dim, sh.heads, sh.kv_heads, sh.ffn, sh.vocab),
                           .weight_type = type,
                           .seed = 100 + si,
@@ -129,7 +134,8 @@ TEST_CASE("llama: forward matches the double-precision oracle on random models o
 TEST_CASE("synthetic: bad options raise llmkit::error") {
   synthetic_options o{.config = small_config(48, 3, 3, 80, 64), .weight_type = ggml_type::q8_0};
   REQUIRE_THROWS_WITH(synthetic_llama(o),
-                      "synthetic_llama: weight type Q8_0 needs dim (48) and ffn_dim (80) to be multiples of 32");
+                      "synthetic_llama: weight type Q8_0 needs dim (48), ffn_dim (80) and n_heads * head_dim (48) to "
+                      "be multiples of 32");
   o.weight_type = ggml_type::f32;
   o.config.n_kv_heads = 2;
   REQUIRE_THROWS_WITH(synthetic_llama(o), "llama_config: n_heads = 3 is not a positive multiple of n_kv_heads = 2");

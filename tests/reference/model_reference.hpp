@@ -17,6 +17,8 @@
 #include <llmkit/core/dtype.hpp>
 #include <llmkit/model/gguf.hpp>
 
+#include "quants_reference.hpp"
+
 namespace llmkit::reference {
 
 /// BPE by rescanning all adjacent pairs after every merge: the highest-score
@@ -108,14 +110,8 @@ struct llama_reference {
         std::memcpy(&b, t.data + 2 * i, 2);
         return bf16_bits_to_f32(b);
       }
-      case model::ggml_type::q8_0: {
-        const std::byte* blk = t.data + (i / 32) * 34;
-        std::uint16_t s;
-        std::memcpy(&s, blk, 2);
-        return double(f16_bits_to_f32(s)) * double(static_cast<std::int8_t>(blk[2 + i % 32]));
-      }
+      default: return quant_value(t.type, t.data, i);
     }
-    return 0;
   }
   std::vector<double> load(const std::string& name) const {
     const auto& t = file->tensor(name);

@@ -15,9 +15,10 @@
 /// file offset.
 ///
 /// Tensor data are not copied: `gguf_tensor::data` points into the mapping
-/// (or the caller's span). Supported tensor types are F32, F16, BF16 and Q8_0;
-/// a file holding any other type is refused with an error naming the tensor
-/// and the type.
+/// (or the caller's span). Supported tensor types are F32, F16, BF16, Q8_0,
+/// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (block layouts in
+/// model/quants.hpp); a file holding any other type is refused with an error
+/// naming the tensor and the type.
 ///
 /// Numeric arrays are kept as zero-copy views over the file bytes (read them
 /// with `gguf_array::get<T>(i)`); string arrays as `std::string_view`s into
@@ -63,8 +64,19 @@ constexpr std::string_view gguf_type_name(std::uint32_t code) noexcept {
   return code < names.size() ? names[code] : std::string_view("?");
 }
 
-/// ggml tensor types that the reader accepts.
-enum class ggml_type : std::uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
+/// ggml tensor types that the reader accepts (their numeric codes in GGUF).
+enum class ggml_type : std::uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8,
+  q4_k = 12, q5_k = 13, q6_k = 14, bf16 = 30,
+};
+
+/// True for the codes of ggml_type (the types the reader accepts).
+constexpr bool is_supported_ggml_type(std::uint32_t code) noexcept {
+  switch (code) {
+    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 12: case 13: case 14: case 30: return true;
+    default: return false;
+  }
+}
 
 /// Printable name of any ggml tensor type code ("F32", "Q4_K", ...), or "?".
 constexpr std::string_view ggml_type_name(std::uint32_t code) noexcept {
@@ -76,28 +88,46 @@ constexpr std::string_view ggml_type_name(std::uint32_t code) noexcept {
   return code < names.size() ? names[code] : std::string_view("?");
 }
 
-/// The llmkit dtype of a supported ggml type.
+/// The llmkit dtype of a float or Q8_0 ggml type; the other quantised types
+/// have none (they decode to f32) and give dtype::f32.
 constexpr dtype to_dtype(ggml_type t) noexcept {
   switch (t) {
-    case ggml_type::f32: return dtype::f32;
     case ggml_type::f16: return dtype::f16;
     case ggml_type::bf16: return dtype::bf16;
     case ggml_type::q8_0: return dtype::q8_0;
+    default: return dtype::f32;
   }
-  return dtype::f32;
 }
 
-/// Elements per storage block (32 for Q8_0, else 1) and bytes per block.
-constexpr std::size_t ggml_block_elements(ggml_type t) noexcept { return t == ggml_type::q8_0 ? q8_block_size : 1; }
+/// Elements per storage block (32 for Q4_0 ... Q8_0, 256 for the K-quants,
+/// else 1) and bytes per block.
+constexpr std::size_t ggml_block_elements(ggml_type t) noexcept {
+  switch (t) {
+    case ggml_type::q4_0: case ggml_type::q4_1: case ggml_type::q5_0: case ggml_type::q5_1: case ggml_type::q8_0:
+      return 32;
+    case ggml_type::q4_k: case ggml_type::q5_k: case ggml_type::q6_k: return 256;
+    default: return 1;
+  }
+}
 constexpr std::size_t ggml_block_bytes(ggml_type t) noexcept {
   switch (t) {
     case ggml_type::f32: return 4;
     case ggml_type::f16: return 2;
     case ggml_type::bf16: return 2;
+    case ggml_type::q4_0: return 18;
+    case ggml_type::q4_1: return 20;
+    case ggml_type::q5_0: return 22;
+    case ggml_type::q5_1: return 24;
     case ggml_type::q8_0: return sizeof(block_q8_0);
+    case ggml_type::q4_k: return 144;
+    case ggml_type::q5_k: return 176;
+    case ggml_type::q6_k: return 210;
   }
   return 0;
 }
+
+/// True for the quantised (block) types.
+constexpr bool is_quantized(ggml_type t) noexcept { return ggml_block_elements(t) > 1; }
 
 /// Deepest nesting of arrays the reader accepts (arrays of arrays of ...).
 inline constexpr std::size_t gguf_max_array_depth = 8;
@@ -487,9 +517,9 @@ class gguf_file {
       t.n_elements = n_elements;
       const std::size_t type_at = c.pos;
       const auto type_code = c.read<std::uint32_t>("tensor type");
-      LLMKIT_CHECK(type_code == 0 || type_code == 1 || type_code == 8 || type_code == 30, "gguf: tensor '", t.name,
-                   "' has unsupported type ", ggml_type_name(type_code), " (", type_code, ") at offset ", type_at,
-                   "; supported: F32, F16, BF16, Q8_0");
+      LLMKIT_CHECK(is_supported_ggml_type(type_code), "gguf: tensor '", t.name, "' has unsupported type ",
+                   ggml_type_name(type_code), " (", type_code, ") at offset ", type_at,
+                   "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
       t.type = static_cast<ggml_type>(type_code);
       const std::size_t block = ggml_block_elements(t.type);
       LLMKIT_CHECK(t.dims[0] % block == 0, "gguf: tensor '", t.name, "' of type ", ggml_type_name(type_code),

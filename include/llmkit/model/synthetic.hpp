@@ -30,6 +30,7 @@
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/gguf_writer.hpp"
 #include "llmkit/model/llama.hpp"
+#include "llmkit/model/quants.hpp"
 
 namespace llmkit::model {
 
@@ -64,35 +65,7 @@ namespace detail {
 /// Encodes `[n] values` as `type` bytes.
 inline std::vector<std::byte> encode_weights(std::span<const float> values, ggml_type type) {
   std::vector<std::byte> out(values.size() / ggml_block_elements(type) * ggml_block_bytes(type));
-  switch (type) {
-    case ggml_type::f32: std::memcpy(out.data(), values.data(), out.size()); break;
-    case ggml_type::f16:
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        const std::uint16_t b = f32_to_f16_bits(values[i]);
-        std::memcpy(out.data() + 2 * i, &b, 2);
-      }
-      break;
-    case ggml_type::bf16:
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        const std::uint16_t b = f32_to_bf16_bits(values[i]);
-        std::memcpy(out.data() + 2 * i, &b, 2);
-      }
-      break;
-    case ggml_type::q8_0:
-      for (std::size_t blk = 0; blk < values.size() / q8_block_size; ++blk) {
-        const float* v = values.data() + blk * q8_block_size;
-        float amax = 0.0f;
-        for (std::size_t j = 0; j < q8_block_size; ++j) amax = std::max(amax, std::abs(v[j]));
-        const float scale = amax / 127.0f;
-        const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-        block_q8_0 q;
-        q.scale = to_f16(scale);
-        for (std::size_t j = 0; j < q8_block_size; ++j)
-          q.qs[j] = static_cast<std::int8_t>(std::clamp(std::lround(v[j] * inv), -127L, 127L));
-        std::memcpy(out.data() + blk * sizeof(block_q8_0), &q, sizeof q);
-      }
-      break;
-  }
+  quantize_row(type, values.data(), out.data(), values.size());
   return out;
 }
 
@@ -123,9 +96,10 @@ inline gguf_writer synthetic_llama(const synthetic_options& options) {
                c.n_heads * c.head_dim);
   LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
   const std::size_t block = ggml_block_elements(options.weight_type);
-  LLMKIT_CHECK(c.dim % block == 0 && c.ffn_dim % block == 0, "synthetic_llama: weight type ",
-               ggml_type_name(std::uint32_t(options.weight_type)), " needs dim (", c.dim, ") and ffn_dim (",
-               c.ffn_dim, ") to be multiples of ", block);
+  LLMKIT_CHECK(c.dim % block == 0 && c.ffn_dim % block == 0 && (c.n_heads * c.head_dim) % block == 0,
+               "synthetic_llama: weight type ", ggml_type_name(std::uint32_t(options.weight_type)), " needs dim (",
+               c.dim, "), ffn_dim (", c.ffn_dim, ") and n_heads * head_dim (", c.n_heads * c.head_dim,
+               ") to be multiples of ", block);
 
   gguf_writer w;
   w.add("general.architecture", std::string_view("llama"));

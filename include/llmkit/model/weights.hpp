@@ -6,9 +6,10 @@
 /// product `y (+)= x * W^T` over them.
 ///
 /// `weight_type` names the in-memory storage a model asks for: `native`
-/// keeps each GGUF tensor's own type (F32, F16 and Q8_0 as they are; BF16 is
-/// widened to f32), the others convert at load (f32 -> f16 rounds to nearest
-/// even; anything -> Q8_0 quantises per 32-value block like ggml). Q8_0 rows
+/// keeps each GGUF tensor's own type (F32, F16 and Q8_0 as they are; BF16 and
+/// the 4-6-bit types are decoded to f32, exactly), the others convert at load
+/// (f32 -> f16 rounds to nearest even; anything -> Q8_0 quantises per 32-value
+/// block like ggml). Q8_0 rows
 /// are stored as an int8 matrix plus one f32 scale per block (the f16 scale
 /// of the file, widened exactly), so a native Q8_0 tensor keeps its exact
 /// values.
@@ -23,6 +24,7 @@
 /// (model/detail/matmul_q8.hpp: ggml's Q8_0 x Q8_0 product, VNNI).
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -37,6 +39,7 @@
 #include "llmkit/core/executor.hpp"
 #include "llmkit/model/detail/matmul_kernels.hpp"
 #include "llmkit/model/gguf.hpp"
+#include "llmkit/model/quants.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/convert.hpp"
 
@@ -48,7 +51,7 @@ namespace llmkit::model {
 
 /// In-memory storage of a model's weight matrices.
 enum class weight_type : std::uint8_t {
-  native,  ///< each tensor's GGUF type (F32, F16, Q8_0); BF16 becomes f32
+  native,  ///< each tensor's GGUF type (F32, F16, Q8_0); BF16, Q4_0 ... Q6_K become f32
   f32,     ///< 4 bytes per weight
   f16,     ///< 2 bytes per weight (IEEE half)
   q8_0,    ///< 1 byte per weight + one f32 scale per 32 (1.125 bytes per weight)
@@ -77,8 +80,9 @@ constexpr std::string_view weight_type_name(weight_type t) noexcept {
 
 /// The storage a tensor of GGUF type `file_type` gets when `wanted` is asked
 /// for a matrix of `cols` columns: native maps F32/F16/Q8_0 to themselves and
-/// BF16 to f32; Q8_0 needs cols % 32 == 0 and falls back to f32 otherwise
-/// (e.g. stories260K's ffn_down with 172 columns).
+/// BF16 and the 4-6-bit types to f32 (their exact values); Q8_0 needs
+/// cols % 32 == 0 and falls back to f32 otherwise (e.g. stories260K's
+/// ffn_down with 172 columns).
 constexpr weight_type resolve_weight_type(weight_type wanted, ggml_type file_type, std::size_t cols) noexcept {
   weight_type t = wanted;
   if (t == weight_type::native) {
@@ -233,33 +237,16 @@ class weight_matrix {
   }
 
  private:
+  // Row of a GGUF tensor to f32; a quantised row must decode to finite
+  // values (a NaN or Inf scale would poison every product it enters).
   static void decode_row(const gguf_tensor& t, const std::byte* p, float* out) {
     const std::size_t cols = static_cast<std::size_t>(t.cols());
-    switch (t.type) {
-      case ggml_type::f32: std::memcpy(out, p, cols * sizeof(float)); break;
-      case ggml_type::f16:
-        for (std::size_t i = 0; i < cols; ++i) {
-          std::uint16_t b;
-          std::memcpy(&b, p + 2 * i, 2);
-          out[i] = f16_bits_to_f32(b);
-        }
-        break;
-      case ggml_type::bf16:
-        for (std::size_t i = 0; i < cols; ++i) {
-          std::uint16_t b;
-          std::memcpy(&b, p + 2 * i, 2);
-          out[i] = bf16_bits_to_f32(b);
-        }
-        break;
-      case ggml_type::q8_0:
-        for (std::size_t blk = 0; blk < cols / q8_block_size; ++blk) {
-          block_q8_0 q;
-          std::memcpy(&q, p + blk * sizeof(block_q8_0), sizeof(block_q8_0));
-          const float s = to_f32(q.scale);
-          for (std::size_t j = 0; j < q8_block_size; ++j) out[blk * q8_block_size + j] = s * float(q.qs[j]);
-        }
-        break;
-    }
+    dequantize_row(t.type, p, out, cols);
+    if (is_quantized(t.type))
+      for (std::size_t i = 0; i < cols; ++i)
+        LLMKIT_CHECK(std::isfinite(out[i]), "weight_matrix: tensor '", t.name, "' (",
+                     ggml_type_name(std::uint32_t(t.type)), ") has a non-finite scale in the block of column ", i,
+                     " at byte ", (p - t.data) + std::ptrdiff_t(i / ggml_block_elements(t.type) * ggml_block_bytes(t.type)));
   }
 
   // Row r of f32 values into the panel layout.

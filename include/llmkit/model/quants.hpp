@@ -1,0 +1,424 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/quants.hpp
+/// ggml's quantised block formats as GGUF files store them (Q4_0, Q4_1,
+/// Q5_0, Q5_1; the K-quants Q4_K, Q5_K, Q6_K over 256-value super-blocks;
+/// Q8_0 is `block_q8_0` in core/dtype.hpp), with the scalar decoding that
+/// defines each value and a round-to-nearest encoder.
+///
+/// Decoding (`dequantize_block`) is exact in this sense: every value is
+/// one f32 expression of the block's integers and f16 scales, evaluated as
+/// written below, so every correct implementation (this scalar one, a SIMD
+/// one, a test's oracle) gives the same bits. Where a value has the form
+/// `a * q + b` it is one fused multiply-add, `fma(a, q, b)`:
+///
+/// | type | block | bytes | value j |
+/// |---|---|---|---|
+/// | Q4_0 | 32 | 18 | `d * (q_j - 8)`, q_j a nibble: low nibbles of qs[0..15] are j = 0..15, high nibbles j = 16..31 |
+/// | Q4_1 | 32 | 20 | `fma(d, q_j, m)` |
+/// | Q5_0 | 32 | 22 | `d * (q_j - 16)`, q_j = nibble + 16 * bit j of the 32-bit qh |
+/// | Q5_1 | 32 | 24 | `fma(d, q_j, m)`, q_j as Q5_0 |
+/// | Q4_K | 256 | 144 | `fma(d * sc_s, q_j, -(dmin * m_s))`, s = j / 32, 6-bit sc/m packed in scales[12] |
+/// | Q5_K | 256 | 176 | as Q4_K with q_j = nibble + 16 * high bit from qh |
+/// | Q6_K | 256 | 210 | `(d * sc_s) * (q_j - 32)`, s = j / 16, 8-bit signed sc, q_j 6 bits (4 in ql, 2 in qh) |
+///
+/// K-quant nibble order: a super-block is 4 chunks of 64 values; chunk c
+/// takes qs[32c .. 32c + 31], low nibbles for values 64c + 0..31, high
+/// nibbles for 64c + 32..63 (Q5_K: the high bit of value 64c + i is bit 2c of
+/// qh[i] for i < 32, bit 2c + 1 of qh[i - 32] for the rest). Q6_K: 2 halves
+/// of 128; in half h, value 128h + 32r + l (r = 0..3, l = 0..31) has low 4
+/// bits from ql[64h + l + 32 * (r % 2)] (low nibble for r < 2, high for r >= 2)
+/// and high 2 bits at bit 2r of qh[32h + l].
+///
+/// The encoders (`quantize_block`) round to nearest with ggml's reference
+/// scale rules for the 32-value types (Q4_0/Q5_0: d = the signed value of
+/// largest magnitude / -8 or -16; Q4_1/Q5_1: d = (max - min) / 15 or 31,
+/// m = min). For the K-quants they use a direct rule (each sub-block's
+/// range, then its scale and min rounded to 6 or 8 bits against the
+/// super-block's largest) rather than ggml's iterative search: files they
+/// write are valid and decode exactly as above, with slightly larger
+/// rounding error than llama-quantize's.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "llmkit/core/dtype.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/model/gguf.hpp"
+
+namespace llmkit::model {
+
+/// Values per K-quant super-block.
+inline constexpr std::size_t qk_k = 256;
+
+/// Q4_0: 32 values, one f16 scale, 4-bit values offset by 8.
+struct block_q4_0 {
+  f16 d;
+  std::uint8_t qs[16];
+};
+/// Q4_1: 32 values, f16 scale and minimum, 4-bit values.
+struct block_q4_1 {
+  f16 d, m;
+  std::uint8_t qs[16];
+};
+/// Q5_0: 32 values, one f16 scale, 5-bit values offset by 16 (fifth bits in qh).
+struct block_q5_0 {
+  f16 d;
+  std::uint8_t qh[4];
+  std::uint8_t qs[16];
+};
+/// Q5_1: 32 values, f16 scale and minimum, 5-bit values.
+struct block_q5_1 {
+  f16 d, m;
+  std::uint8_t qh[4];
+  std::uint8_t qs[16];
+};
+/// Q4_K: 256 values in 8 sub-blocks of 32 with 6-bit scales and mins.
+struct block_q4_k {
+  f16 d, dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qs[qk_k / 2];
+};
+/// Q5_K: Q4_K plus a fifth bit per value.
+struct block_q5_k {
+  f16 d, dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qh[qk_k / 8];
+  std::uint8_t qs[qk_k / 2];
+};
+/// Q6_K: 256 values in 16 sub-blocks of 16 with int8 scales, 6-bit values offset by 32.
+struct block_q6_k {
+  std::uint8_t ql[qk_k / 2];
+  std::uint8_t qh[qk_k / 4];
+  std::int8_t scales[qk_k / 16];
+  f16 d;
+};
+static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
+                  sizeof(block_q5_1) == 24 && sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 &&
+                  sizeof(block_q6_k) == 210,
+              "block layouts must match GGUF");
+
+/// Values per block of each format.
+template <class Block>
+inline constexpr std::size_t block_values = qk_k;
+template <>
+inline constexpr std::size_t block_values<block_q4_0> = 32;
+template <>
+inline constexpr std::size_t block_values<block_q4_1> = 32;
+template <>
+inline constexpr std::size_t block_values<block_q5_0> = 32;
+template <>
+inline constexpr std::size_t block_values<block_q5_1> = 32;
+template <>
+inline constexpr std::size_t block_values<block_q8_0> = q8_block_size;
+
+/// Sub-block s (0..7) scale and min of a Q4_K / Q5_K block: 6 bits each,
+/// s < 4 in the low 6 bits of scales[s] and scales[s + 4], the others split
+/// between a nibble of scales[s + 4] and the top 2 bits of scales[s - 4] /
+/// scales[s].
+constexpr void k_scale_min(const std::uint8_t (&scales)[12], std::size_t s, std::uint8_t& sc, std::uint8_t& m) noexcept {
+  if (s < 4) {
+    sc = scales[s] & 63;
+    m = scales[s + 4] & 63;
+  } else {
+    sc = static_cast<std::uint8_t>((scales[s + 4] & 0xF) | ((scales[s - 4] >> 6) << 4));
+    m = static_cast<std::uint8_t>((scales[s + 4] >> 4) | ((scales[s] >> 6) << 4));
+  }
+}
+
+/// Decodes one block. ([block_values<Block>] out)
+inline void dequantize_block(const block_q8_0& b, float* out) noexcept {
+  const float d = to_f32(b.scale);
+  for (std::size_t j = 0; j < 32; ++j) out[j] = d * float(b.qs[j]);
+}
+inline void dequantize_block(const block_q4_0& b, float* out) noexcept {
+  const float d = to_f32(b.d);
+  for (std::size_t j = 0; j < 16; ++j) {
+    out[j] = d * float((b.qs[j] & 0xF) - 8);
+    out[j + 16] = d * float((b.qs[j] >> 4) - 8);
+  }
+}
+inline void dequantize_block(const block_q4_1& b, float* out) noexcept {
+  const float d = to_f32(b.d), m = to_f32(b.m);
+  for (std::size_t j = 0; j < 16; ++j) {
+    out[j] = std::fma(d, float(b.qs[j] & 0xF), m);
+    out[j + 16] = std::fma(d, float(b.qs[j] >> 4), m);
+  }
+}
+inline void dequantize_block(const block_q5_0& b, float* out) noexcept {
+  const float d = to_f32(b.d);
+  std::uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  for (std::size_t j = 0; j < 16; ++j) {
+    out[j] = d * float(int((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
+    out[j + 16] = d * float(int((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+  }
+}
+inline void dequantize_block(const block_q5_1& b, float* out) noexcept {
+  const float d = to_f32(b.d), m = to_f32(b.m);
+  std::uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  for (std::size_t j = 0; j < 16; ++j) {
+    out[j] = std::fma(d, float((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)), m);
+    out[j + 16] = std::fma(d, float((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)), m);
+  }
+}
+inline void dequantize_block(const block_q4_k& b, float* out) noexcept {
+  const float d = to_f32(b.d), dmin = to_f32(b.dmin);
+  for (std::size_t c = 0; c < 4; ++c) {
+    std::uint8_t sc0, m0, sc1, m1;
+    k_scale_min(b.scales, 2 * c, sc0, m0);
+    k_scale_min(b.scales, 2 * c + 1, sc1, m1);
+    const float d0 = d * float(sc0), n0 = -(dmin * float(m0)), d1 = d * float(sc1), n1 = -(dmin * float(m1));
+    for (std::size_t l = 0; l < 32; ++l) {
+      out[64 * c + l] = std::fma(d0, float(b.qs[32 * c + l] & 0xF), n0);
+      out[64 * c + 32 + l] = std::fma(d1, float(b.qs[32 * c + l] >> 4), n1);
+    }
+  }
+}
+inline void dequantize_block(const block_q5_k& b, float* out) noexcept {
+  const float d = to_f32(b.d), dmin = to_f32(b.dmin);
+  for (std::size_t c = 0; c < 4; ++c) {
+    std::uint8_t sc0, m0, sc1, m1;
+    k_scale_min(b.scales, 2 * c, sc0, m0);
+    k_scale_min(b.scales, 2 * c + 1, sc1, m1);
+    const float d0 = d * float(sc0), n0 = -(dmin * float(m0)), d1 = d * float(sc1), n1 = -(dmin * float(m1));
+    for (std::size_t l = 0; l < 32; ++l) {
+      const int lo = (b.qs[32 * c + l] & 0xF) | (((b.qh[l] >> (2 * c)) & 1) << 4);
+      const int hi = (b.qs[32 * c + l] >> 4) | (((b.qh[l] >> (2 * c + 1)) & 1) << 4);
+      out[64 * c + l] = std::fma(d0, float(lo), n0);
+      out[64 * c + 32 + l] = std::fma(d1, float(hi), n1);
+    }
+  }
+}
+inline void dequantize_block(const block_q6_k& b, float* out) noexcept {
+  const float d = to_f32(b.d);
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t r = 0; r < 4; ++r)
+      for (std::size_t l = 0; l < 32; ++l) {
+        const std::uint8_t low = b.ql[64 * h + l + 32 * (r % 2)];
+        const int q = ((r < 2 ? low & 0xF : low >> 4) | (((b.qh[32 * h + l] >> (2 * r)) & 3) << 4)) - 32;
+        const std::size_t j = 128 * h + 32 * r + l;
+        out[j] = (d * float(b.scales[j / 16])) * float(q);
+      }
+}
+
+namespace detail {
+/// Rounds to the nearest integer in [lo, hi] (ties away from zero).
+inline int round_clamp(float v, int lo, int hi) noexcept {
+  return std::clamp(static_cast<int>(std::lround(v)), lo, hi);
+}
+/// The signed value of largest magnitude (the first on ties).
+inline float signed_amax(const float* x, std::size_t n) noexcept {
+  float best = 0.0f;
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(best)) best = x[i];
+  return best;
+}
+/// 4- or 5-bit symmetric block (Q4_0, Q5_0): d = amax / -half, q = round(x / d) + half.
+inline void quantize_symmetric(const float* x, int half, f16& d_out, int* q) noexcept {
+  const float max = signed_amax(x, 32);
+  const float d = max / float(-half), id = d != 0.0f ? 1.0f / d : 0.0f;
+  d_out = f16{f32_to_f16_bits(d)};
+  for (std::size_t j = 0; j < 32; ++j) q[j] = round_clamp(x[j] * id + float(half), 0, 2 * half - 1);
+}
+/// 4- or 5-bit block with a minimum (Q4_1, Q5_1): d = (max - min) / levels, q = round((x - min) / d).
+inline void quantize_affine(const float* x, int levels, f16& d_out, f16& m_out, int* q) noexcept {
+  const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+  const float d = (hi - lo) / float(levels), id = d != 0.0f ? 1.0f / d : 0.0f;
+  d_out = f16{f32_to_f16_bits(d)};
+  m_out = f16{f32_to_f16_bits(lo)};
+  for (std::size_t j = 0; j < 32; ++j) q[j] = round_clamp((x[j] - lo) * id, 0, levels);
+}
+/// The 6-bit scales and mins of 8 sub-blocks packed as k_scale_min reads them.
+inline void pack_k_scales(const std::uint8_t (&sc)[8], const std::uint8_t (&m)[8], std::uint8_t (&out)[12]) noexcept {
+  for (std::size_t s = 0; s < 4; ++s) {
+    out[s] = static_cast<std::uint8_t>((sc[s] & 63) | ((sc[s + 4] >> 4) << 6));
+    out[s + 4] = static_cast<std::uint8_t>((m[s] & 63) | ((m[s + 4] >> 4) << 6));
+    out[s + 8] = static_cast<std::uint8_t>((sc[s + 4] & 0xF) | ((m[s + 4] & 0xF) << 4));
+  }
+}
+/// Q4_K / Q5_K: per sub-block of 32 the range [min(0, lo), hi] over `levels`,
+/// then the scales and mins in 6 bits against the largest of each.
+inline void quantize_k_affine(const float* x, int levels, f16& d_out, f16& dmin_out, std::uint8_t (&scales)[12],
+                              int* q) noexcept {
+  float scale[8], minv[8];
+  for (std::size_t s = 0; s < 8; ++s) {
+    const float* xs = x + 32 * s;
+    const float lo = std::min(0.0f, *std::min_element(xs, xs + 32)), hi = *std::max_element(xs, xs + 32);
+    scale[s] = (hi - lo) / float(levels);
+    minv[s] = -lo;
+  }
+  const float max_scale = *std::max_element(scale, scale + 8), max_min = *std::max_element(minv, minv + 8);
+  const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+  d_out = f16{f32_to_f16_bits(d)};
+  dmin_out = f16{f32_to_f16_bits(dmin)};
+  const float dd = to_f32(d_out), dm = to_f32(dmin_out);
+  std::uint8_t sc[8], m[8];
+  for (std::size_t s = 0; s < 8; ++s) {
+    sc[s] = static_cast<std::uint8_t>(dd != 0.0f ? round_clamp(scale[s] / dd, 0, 63) : 0);
+    m[s] = static_cast<std::uint8_t>(dm != 0.0f ? round_clamp(minv[s] / dm, 0, 63) : 0);
+  }
+  pack_k_scales(sc, m, scales);
+  for (std::size_t s = 0; s < 8; ++s) {
+    const float ds = dd * float(sc[s]), ms = dm * float(m[s]);
+    for (std::size_t l = 0; l < 32; ++l)
+      q[32 * s + l] = ds != 0.0f ? round_clamp((x[32 * s + l] + ms) / ds, 0, levels) : 0;
+  }
+}
+}  // namespace detail
+
+/// Encodes 32 (or 256 for the K-quants) values, rounding to nearest (see
+/// the file comment for the scale rules). ([block_values<Block>] x)
+inline void quantize_block(const float* x, block_q4_0& b) noexcept {
+  int q[32];
+  detail::quantize_symmetric(x, 8, b.d, q);
+  for (std::size_t j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(q[j] | (q[j + 16] << 4));
+}
+inline void quantize_block(const float* x, block_q4_1& b) noexcept {
+  int q[32];
+  detail::quantize_affine(x, 15, b.d, b.m, q);
+  for (std::size_t j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(q[j] | (q[j + 16] << 4));
+}
+inline void quantize_block(const float* x, block_q5_0& b) noexcept {
+  int q[32];
+  detail::quantize_symmetric(x, 16, b.d, q);
+  std::uint32_t qh = 0;
+  for (std::size_t j = 0; j < 16; ++j) {
+    b.qs[j] = static_cast<std::uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+    qh |= std::uint32_t(q[j] >> 4) << j;
+    qh |= std::uint32_t(q[j + 16] >> 4) << (j + 16);
+  }
+  std::memcpy(b.qh, &qh, 4);
+}
+inline void quantize_block(const float* x, block_q5_1& b) noexcept {
+  int q[32];
+  detail::quantize_affine(x, 31, b.d, b.m, q);
+  std::uint32_t qh = 0;
+  for (std::size_t j = 0; j < 16; ++j) {
+    b.qs[j] = static_cast<std::uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+    qh |= std::uint32_t(q[j] >> 4) << j;
+    qh |= std::uint32_t(q[j + 16] >> 4) << (j + 16);
+  }
+  std::memcpy(b.qh, &qh, 4);
+}
+inline void quantize_block(const float* x, block_q4_k& b) noexcept {
+  int q[qk_k];
+  detail::quantize_k_affine(x, 15, b.d, b.dmin, b.scales, q);
+  for (std::size_t c = 0; c < 4; ++c)
+    for (std::size_t l = 0; l < 32; ++l)
+      b.qs[32 * c + l] = static_cast<std::uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+}
+inline void quantize_block(const float* x, block_q5_k& b) noexcept {
+  int q[qk_k];
+  detail::quantize_k_affine(x, 31, b.d, b.dmin, b.scales, q);
+  std::memset(b.qh, 0, sizeof(b.qh));
+  for (std::size_t c = 0; c < 4; ++c)
+    for (std::size_t l = 0; l < 32; ++l) {
+      const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+      b.qs[32 * c + l] = static_cast<std::uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      b.qh[l] = static_cast<std::uint8_t>(b.qh[l] | ((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+    }
+}
+inline void quantize_block(const float* x, block_q6_k& b) noexcept {
+  // Per sub-block of 16: scale = signed amax / -32; the scales in int8
+  // against the largest magnitude (d = max / -128).
+  float scale[16];
+  for (std::size_t s = 0; s < 16; ++s) scale[s] = detail::signed_amax(x + 16 * s, 16) / -32.0f;
+  const float max_scale = detail::signed_amax(scale, 16);
+  const float d = max_scale / -128.0f;
+  b.d = f16{f32_to_f16_bits(d)};
+  const float dd = to_f32(b.d);
+  std::memset(b.ql, 0, sizeof(b.ql));
+  std::memset(b.qh, 0, sizeof(b.qh));
+  for (std::size_t s = 0; s < 16; ++s)
+    b.scales[s] = static_cast<std::int8_t>(dd != 0.0f ? detail::round_clamp(scale[s] / dd, -128, 127) : 0);
+  for (std::size_t j = 0; j < qk_k; ++j) {
+    const float ds = dd * float(b.scales[j / 16]);
+    const int q = (ds != 0.0f ? detail::round_clamp(x[j] / ds, -32, 31) : 0) + 32;
+    const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
+    std::uint8_t& low = b.ql[64 * h + l + 32 * (r % 2)];
+    low = static_cast<std::uint8_t>(low | (r < 2 ? (q & 0xF) : (q & 0xF) << 4));
+    b.qh[32 * h + l] = static_cast<std::uint8_t>(b.qh[32 * h + l] | ((q >> 4) << (2 * r)));
+  }
+}
+inline void quantize_block(const float* x, block_q8_0& b) noexcept {
+  float amax = 0.0f;
+  for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  b.scale = f16{f32_to_f16_bits(d)};
+  for (std::size_t j = 0; j < 32; ++j) b.qs[j] = static_cast<std::int8_t>(detail::round_clamp(x[j] * id, -127, 127));
+}
+
+/// Calls fn(Block{}) with the block struct of a quantised type (Q8_0
+/// included). @pre is_quantized(t)
+template <class Fn>
+decltype(auto) visit_block(ggml_type t, Fn&& fn) {
+  switch (t) {
+    case ggml_type::q4_0: return fn(block_q4_0{});
+    case ggml_type::q4_1: return fn(block_q4_1{});
+    case ggml_type::q5_0: return fn(block_q5_0{});
+    case ggml_type::q5_1: return fn(block_q5_1{});
+    case ggml_type::q4_k: return fn(block_q4_k{});
+    case ggml_type::q5_k: return fn(block_q5_k{});
+    case ggml_type::q6_k: return fn(block_q6_k{});
+    default: return fn(block_q8_0{});
+  }
+}
+
+/// Decodes `n` values stored as `type` at p (a whole number of blocks;
+/// F32, F16 and BF16 too) into `[n] out`.
+inline void dequantize_row(ggml_type type, const std::byte* p, float* out, std::size_t n) {
+  LLMKIT_CHECK(n % ggml_block_elements(type) == 0, "dequantize_row: ", n, " values are not whole blocks of ",
+               ggml_type_name(std::uint32_t(type)));
+  switch (type) {
+    case ggml_type::f32: std::memcpy(out, p, n * sizeof(float)); return;
+    case ggml_type::f16:
+    case ggml_type::bf16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        out[i] = type == ggml_type::f16 ? f16_bits_to_f32(b) : bf16_bits_to_f32(b);
+      }
+      return;
+    default:
+      visit_block(type, [&](auto block) {
+        constexpr std::size_t k = block_values<decltype(block)>;
+        for (std::size_t i = 0; i < n / k; ++i) {
+          std::memcpy(&block, p + i * sizeof(block), sizeof(block));
+          dequantize_block(block, out + i * k);
+        }
+      });
+  }
+}
+
+/// Encodes `[n] x` as `type` into `out` (n / block values * block bytes
+/// bytes; F32, F16 and BF16 round to nearest even).
+inline void quantize_row(ggml_type type, const float* x, std::byte* out, std::size_t n) {
+  LLMKIT_CHECK(n % ggml_block_elements(type) == 0, "quantize_row: ", n, " values are not whole blocks of ",
+               ggml_type_name(std::uint32_t(type)));
+  switch (type) {
+    case ggml_type::f32: std::memcpy(out, x, n * sizeof(float)); return;
+    case ggml_type::f16:
+    case ggml_type::bf16:
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t b = type == ggml_type::f16 ? f32_to_f16_bits(x[i]) : f32_to_bf16_bits(x[i]);
+        std::memcpy(out + 2 * i, &b, 2);
+      }
+      return;
+    default:
+      visit_block(type, [&](auto block) {
+        constexpr std::size_t k = block_values<decltype(block)>;
+        for (std::size_t i = 0; i < n / k; ++i) {
+          quantize_block(x + i * k, block);
+          std::memcpy(out + i * sizeof(block), &block, sizeof(block));
+        }
+      });
+  }
+}
+
+}  // namespace llmkit::model

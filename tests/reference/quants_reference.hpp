@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Oracle for model/quants.hpp: value i of a quantised tensor, read straight
+// from the file's bytes at the offsets the ggml block layouts define (no
+// block structs), in the f32 arithmetic that defines each type's value.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <llmkit/core/dtype.hpp>
+#include <llmkit/model/gguf.hpp>
+
+namespace llmkit::reference {
+
+inline float f16_at(const std::byte* p) {
+  std::uint16_t b;
+  std::memcpy(&b, p, 2);
+  return f16_bits_to_f32(b);
+}
+inline unsigned byte_at(const std::byte* p, std::size_t i) { return std::to_integer<unsigned>(p[i]); }
+
+// Nibble of value j (0..31) of a 32-value block whose 16 bytes start at qs.
+inline unsigned nibble32(const std::byte* qs, std::size_t j) {
+  return j < 16 ? byte_at(qs, j) & 15 : byte_at(qs, j - 16) >> 4;
+}
+// 6-bit scale (which = 0) or min (which = 1) of sub-block s of a Q4_K/Q5_K
+// block's 12 scale bytes.
+inline unsigned k_field(const std::byte* sc, std::size_t s, int which) {
+  if (s < 4) return byte_at(sc, s + 4 * which) & 63;
+  const unsigned low4 = which == 0 ? byte_at(sc, s + 4) & 15 : byte_at(sc, s + 4) >> 4;
+  const unsigned high2 = byte_at(sc, which == 0 ? s - 4 : s) >> 6;
+  return low4 | (high2 << 4);
+}
+
+/// Value i of a tensor of quantised type t whose data start at `data`.
+inline float quant_value(model::ggml_type t, const std::byte* data, std::size_t i) {
+  using model::ggml_type;
+  switch (t) {
+    case ggml_type::q8_0: {
+      const std::byte* b = data + (i / 32) * 34;
+      return f16_at(b) * float(static_cast<std::int8_t>(byte_at(b, 2 + i % 32)));
+    }
+    case ggml_type::q4_0: {
+      const std::byte* b = data + (i / 32) * 18;
+      return f16_at(b) * float(int(nibble32(b + 2, i % 32)) - 8);
+    }
+    case ggml_type::q4_1: {
+      const std::byte* b = data + (i / 32) * 20;
+      return std::fma(f16_at(b), float(nibble32(b + 4, i % 32)), f16_at(b + 2));
+    }
+    case ggml_type::q5_0:
+    case ggml_type::q5_1: {
+      const bool with_min = t == ggml_type::q5_1;
+      const std::size_t bytes = with_min ? 24 : 22, qh_at = with_min ? 4 : 2, j = i % 32;
+      const std::byte* b = data + (i / 32) * bytes;
+      const unsigned high = (byte_at(b, qh_at + j / 8) >> (j % 8)) & 1;
+      const unsigned q = nibble32(b + qh_at + 4, j) | (high << 4);
+      return with_min ? std::fma(f16_at(b), float(q), f16_at(b + 2)) : f16_at(b) * float(int(q) - 16);
+    }
+    case ggml_type::q4_k:
+    case ggml_type::q5_k: {
+      const bool five = t == ggml_type::q5_k;
+      const std::byte* b = data + (i / 256) * (five ? 176 : 144);
+      const std::size_t j = i % 256, s = j / 32, c = j / 64, l = j % 32;
+      const std::byte* qs = b + (five ? 48 : 16);
+      unsigned q = (j % 64) < 32 ? byte_at(qs, 32 * c + l) & 15 : byte_at(qs, 32 * c + l) >> 4;
+      if (five) q |= ((byte_at(b + 16, l) >> (2 * c + ((j % 64) < 32 ? 0 : 1))) & 1) << 4;
+      const float scale = f16_at(b) * float(k_field(b + 4, s, 0));
+      const float min = f16_at(b + 2) * float(k_field(b + 4, s, 1));
+      return std::fma(scale, float(q), -min);
+    }
+    case ggml_type::q6_k: {
+      const std::byte* b = data + (i / 256) * 210;
+      const std::size_t j = i % 256, h = j / 128, r = (j % 128) / 32, l = j % 32;
+      const unsigned low_byte = byte_at(b, 64 * h + l + 32 * (r % 2));
+      const unsigned low = r < 2 ? low_byte & 15 : low_byte >> 4;
+      const unsigned high = (byte_at(b + 128, 32 * h + l) >> (2 * r)) & 3;
+      const int q = int(low | (high << 4)) - 32;
+      const float scale = f16_at(b + 208) * float(static_cast<std::int8_t>(byte_at(b + 192, j / 16)));
+      return scale * float(q);
+    }
+    default: return NAN;
+  }
+}
+
+}  // namespace llmkit::reference
