@@ -1,0 +1,523 @@
+// SPDX-License-Identifier: MIT
+// model/chat_template.hpp: every family formats a conversation to the text
+// its reference Jinja template renders; detection on the real templates;
+// names, GGUF, BOS handling and bad input.
+#include <llmkit/model/chat_template.hpp>
+#include <llmkit/model/gguf.hpp>
+#include <llmkit/model/gguf_writer.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace llmkit;
+using namespace llmkit::model;
+
+namespace {
+
+// A system message, two user turns and an answer whose surrounding spaces
+// show which templates trim.
+const std::vector<chat_message> conversation{
+    {"system", "You are a pirate."}, {"user", "Hello"}, {"assistant", "  Ahoy!  "}, {"user", "Who are you?"}};
+const std::vector<chat_message> one_turn{{"user", "Hi"}};
+
+constexpr chat_format_options exact{.prompt = generation_prompt::add, .bos = leading_bos::write};
+constexpr chat_format_options exact_no_prompt{.prompt = generation_prompt::omit, .bos = leading_bos::write};
+
+std::string format(std::string_view name, const std::vector<chat_message>& m, const chat_format_options& o = exact) {
+  return chat_template::by_name(name).format(m, o);
+}
+
+// ---- Real tokenizer.chat_template strings (as stored in tokenizer_config.json
+// on the Hugging Face Hub and copied into GGUF files by llama.cpp's converter).
+
+// meta-llama/Meta-Llama-3-8B-Instruct
+const std::string llama3_jinja =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 "
+    "%}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+// meta-llama/Llama-3.1-8B-Instruct: the opening of its ~4 KB template, up to
+// the system block (the rest handles tools and the other messages as Llama 3).
+const std::string llama3_1_jinja = R"({{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{%- if builtin_tools is defined %}
+    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+)";
+
+// Qwen/Qwen2-7B-Instruct
+const std::string qwen2_jinja =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou "
+    "are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' "
+    "}}{% endif %}";
+
+// Qwen/Qwen2.5-7B-Instruct: its branch for a conversation without tools.
+const std::string qwen2_5_jinja = R"({%- if tools %}
+    {{- '<|im_start|>system\n' }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+)";
+
+// teknium/OpenHermes-2.5-Mistral-7B (plain ChatML)
+const std::string chatml_jinja =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+    "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+// meta-llama/Llama-2-7b-chat-hf
+const std::string llama2_jinja =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif "
+    "%}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] "
+    "== 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+
+// mistralai/Mistral-7B-Instruct-v0.1, original template
+const std::string mistral_v0_1_jinja =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
+    "'assistant' %}{{ message['content'] + eos_token + ' ' }}{% else %}{{ raise_exception('Only user and assistant "
+    "roles are supported!') }}{% endif %}{% endfor %}";
+
+// mistralai/Mistral-7B-Instruct-v0.2 and Mixtral-8x7B-Instruct-v0.1, original template
+const std::string mistral_v0_2_jinja =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
+    "'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles "
+    "are supported!') }}{% endif %}{% endfor %}";
+
+// mistralai/Mistral-7B-Instruct-v0.2, Mistral's later "v1" template with a system message
+const std::string mistral_v1_jinja = R"({%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content'] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif %}
+    {%- if message['role'] == 'user' %}
+        {%- if loop.first and system_message is defined %}
+            {{- ' [INST] ' + system_message + '\n\n' + message['content'] + ' [/INST]' }}
+        {%- else %}
+            {{- ' [INST] ' + message['content'] + ' [/INST]' }}
+        {%- endif %}
+    {%- elif message['role'] == 'assistant' %}
+        {{- ' ' + message['content'] + eos_token}}
+    {%- else %}
+        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
+    {%- endif %}
+{%- endfor %}
+)";
+
+// mistralai/Mistral-7B-Instruct-v0.3 ("v3" template): its user-turn branch
+// (the full template also checks alternation and writes tool calls).
+const std::string mistral_v3_jinja = R"({{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if message["role"] == "user" %}
+        {%- if tools is not none and (message == user_messages[-1]) %}
+            {{- "[AVAILABLE_TOOLS] [" }}
+        {%- endif %}
+        {%- if loop.last and system_message is defined %}
+            {{- "[INST] " + system_message + "\n\n" + message["content"] + "[/INST]" }}
+        {%- else %}
+            {{- "[INST] " + message["content"] + "[/INST]" }}
+        {%- endif %}
+    {%- elif message["role"] == "assistant" %}
+        {{- " " + message["content"]|trim + eos_token}}
+    {%- endif %}
+{%- endfor %}
+)";
+
+// HuggingFaceH4/zephyr-7b-beta (also TinyLlama/TinyLlama-1.1B-Chat-v1.0)
+const std::string zephyr_jinja =
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + "
+    "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n{% "
+    "elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif "
+    "%}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+
+// google/gemma-7b-it: no built-in family.
+const std::string gemma_jinja =
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% "
+    "endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "(message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif "
+    "%}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if "
+    "add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}";
+
+// microsoft/Phi-3-mini-4k-instruct: <|user|> and <|assistant|> as Zephyr, but <|end|> ends a turn.
+const std::string phi3_jinja =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') %}{{'<|user|>' + '\n' + "
+    "message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}{% elif (message['role'] == 'assistant') "
+    "%}{{message['content'] + '<|end|>' + '\n'}}{% endif %}{% endfor %}";
+
+// mistralai/Mistral-Nemo-Instruct-2407 ("v3-tekken": no space after [INST]): no built-in family.
+const std::string mistral_tekken_jinja = R"({%- if tools is not none and (message == user_messages[-1]) %}
+    {{- "[AVAILABLE_TOOLS][" }}
+{%- endif %}
+{{- "[INST]" + message["content"] + "[/INST]" }}
+)";
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const llmkit::error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("chat_template: llama3 writes header, trimmed content and <|eot_id|> per message") {
+  const std::string body =
+      "<|start_header_id|>system<|end_header_id|>\n\nYou are a pirate.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nAhoy!<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nWho are you?<|eot_id|>";
+  const std::string prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  REQUIRE(format("llama3", conversation) == "<|begin_of_text|>" + body + prompt);
+  REQUIRE(format("llama3", conversation, exact_no_prompt) == "<|begin_of_text|>" + body);
+  REQUIRE(format("llama3", one_turn) ==
+          "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" + prompt);
+}
+
+TEST_CASE("chat_template: llama3.1 always opens with the dated system block") {
+  const std::string system_block =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+      "Today Date: 26 Jul 2024\n\n";
+  const std::string turns =
+      "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nAhoy!<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nWho are you?<|eot_id|>";
+  const std::string prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  REQUIRE(format("llama3.1", conversation) == system_block + "You are a pirate.<|eot_id|>" + turns + prompt);
+  REQUIRE(format("llama3.1", conversation, exact_no_prompt) == system_block + "You are a pirate.<|eot_id|>" + turns);
+  // No system message: the block is still there, empty after the date.
+  REQUIRE(format("llama3.1", one_turn) ==
+          system_block + "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" + prompt);
+  // The system message is trimmed; the date is the caller's when given.
+  const std::vector<chat_message> padded{{"system", "\n Be brief. \n"}, {"user", "Hi"}};
+  REQUIRE(chat_template::by_name("llama3.1").format(padded, {.prompt = generation_prompt::omit, .date = "03 Dec 2026"}) ==
+          "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 03 Dec 2026"
+          "\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+}
+
+TEST_CASE("chat_template: chatml, qwen2 and qwen2.5 write <|im_start|> turns, content untouched") {
+  const std::string body =
+      "<|im_start|>system\nYou are a pirate.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+      "<|im_start|>assistant\n  Ahoy!  <|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n";
+  const std::string prompt = "<|im_start|>assistant\n";
+  for (auto name : {"chatml", "qwen2", "qwen2.5"}) {
+    INFO(name);
+    REQUIRE(format(name, conversation) == body + prompt);
+    REQUIRE(format(name, conversation, exact_no_prompt) == body);
+  }
+  const std::string hi = "<|im_start|>user\nHi<|im_end|>\n" + prompt;
+  REQUIRE(format("chatml", one_turn) == hi);
+  REQUIRE(format("qwen2", one_turn) == "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n" + hi);
+  REQUIRE(format("qwen2.5", one_turn) ==
+          "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n" + hi);
+}
+
+TEST_CASE("chat_template: llama2 puts <<SYS>> in the first turn and BOS before every [INST]") {
+  const std::string expected =
+      "<s>[INST] <<SYS>>\nYou are a pirate.\n<</SYS>>\n\nHello [/INST] Ahoy! </s><s>[INST] Who are you? [/INST]";
+  REQUIRE(format("llama2", conversation) == expected);
+  REQUIRE(format("llama2", conversation, exact_no_prompt) == expected);  // the template has no assistant prefix
+  REQUIRE(format("llama2", one_turn) == "<s>[INST] Hi [/INST]");
+  // Rendered by a Jinja engine (huggingface.js's jinja tests, hf-internal-testing/llama-tokenizer's template).
+  const std::vector<chat_message> hf{
+      {"system", "You are a friendly chatbot who always responds in the style of a pirate"},
+      {"user", "Hello, how are you?"},
+      {"assistant", "I'm doing great. How can I help you today?"},
+      {"user", "I'd like to show off how chat templating works!"}};
+  REQUIRE(format("llama2", hf) ==
+          "<s>[INST] <<SYS>>\nYou are a friendly chatbot who always responds in the style of a pirate\n<</SYS>>\n\n"
+          "Hello, how are you? [/INST] I'm doing great. How can I help you today? </s><s>[INST] I'd like to show off "
+          "how chat templating works! [/INST]");
+}
+
+TEST_CASE("chat_template: the mistral families") {
+  REQUIRE(format("mistral", conversation) ==
+          "<s>[INST] You are a pirate.\n\nHello [/INST]  Ahoy!  </s>[INST] Who are you? [/INST]");
+  REQUIRE(format("mistral-v1", conversation) ==
+          "<s> [INST] You are a pirate.\n\nHello [/INST]   Ahoy!  </s> [INST] Who are you? [/INST]");
+  // v3: the system message joins the last user turn; answers are trimmed.
+  REQUIRE(format("mistral-v3", conversation) ==
+          "<s>[INST] Hello[/INST] Ahoy!</s>[INST] You are a pirate.\n\nWho are you?[/INST]");
+  for (auto name : {"mistral", "mistral-v1", "mistral-v3"}) {
+    INFO(name);
+    REQUIRE(format(name, conversation, exact_no_prompt) == format(name, conversation));
+  }
+  REQUIRE(format("mistral", one_turn) == "<s>[INST] Hi [/INST]");
+  REQUIRE(format("mistral-v1", one_turn) == "<s> [INST] Hi [/INST]");
+  REQUIRE(format("mistral-v3", one_turn) == "<s>[INST] Hi[/INST]");
+  // v3 after an answer: the system message would join a user turn that is not last, so it is dropped, as in Jinja.
+  const std::vector<chat_message> ends_with_answer{{"system", "S"}, {"user", "Q"}, {"assistant", "A"}};
+  REQUIRE(format("mistral-v3", ends_with_answer) == "<s>[INST] Q[/INST] A</s>");
+  // Rendered by Jinja engines: Mixtral's template in huggingface.js's tests; Mistral's v1 and v3 templates in
+  // llama.cpp's tests/test-chat-template.cpp (bos_token "", eos_token "</s>").
+  const std::vector<chat_message> hf{{"user", "Hello, how are you?"},
+                                     {"assistant", "I'm doing great. How can I help you today?"},
+                                     {"user", "I'd like to show off how chat templating works!"}};
+  REQUIRE(format("mistral", hf) ==
+          "<s>[INST] Hello, how are you? [/INST]I'm doing great. How can I help you today?</s>[INST] I'd like to show "
+          "off how chat templating works! [/INST]");
+  const std::vector<chat_message> cpp{{"system", "You are a helpful assistant"}, {"user", "Hello"},
+                                      {"assistant", "Hi there"},                 {"user", "Who are you"},
+                                      {"assistant", "   I am an assistant   "},  {"user", "Another question"}};
+  const auto no_bos = chat_format_options{.bos = leading_bos::omit};
+  REQUIRE(format("mistral-v1", cpp, no_bos) ==
+          " [INST] You are a helpful assistant\n\nHello [/INST] Hi there</s> [INST] Who are you [/INST]    I am an "
+          "assistant   </s> [INST] Another question [/INST]");
+  REQUIRE(format("mistral-v3", cpp, no_bos) ==
+          "[INST] Hello[/INST] Hi there</s>[INST] Who are you[/INST] I am an assistant</s>[INST] You are a helpful "
+          "assistant\n\nAnother question[/INST]");
+}
+
+TEST_CASE("chat_template: zephyr writes <|role|> turns ending in EOS") {
+  const std::string body =
+      "<|system|>\nYou are a pirate.</s>\n<|user|>\nHello</s>\n<|assistant|>\n  Ahoy!  </s>\n<|user|>\nWho are "
+      "you?</s>\n";
+  REQUIRE(format("zephyr", conversation) == body + "<|assistant|>\n");
+  REQUIRE(format("zephyr", conversation, exact_no_prompt) == body);
+  REQUIRE(format("zephyr", one_turn) == "<|user|>\nHi</s>\n<|assistant|>\n");
+  // Rendered by huggingface.js's Jinja from zephyr-7b-beta's template (add_generation_prompt = true).
+  const std::vector<chat_message> hf{
+      {"system", "You are a friendly chatbot who always responds in the style of a pirate"},
+      {"user", "How many helicopters can a human eat in one sitting?"}};
+  REQUIRE(format("zephyr", hf) ==
+          "<|system|>\nYou are a friendly chatbot who always responds in the style of a pirate</s>\n<|user|>\nHow many "
+          "helicopters can a human eat in one sitting?</s>\n<|assistant|>\n");
+  // The EOS text is the vocabulary's (StableLM Zephyr's is <|endoftext|>).
+  REQUIRE(chat_template::by_name("zephyr").with_special_texts("", "<|endoftext|>").format(one_turn) ==
+          "<|user|>\nHi<|endoftext|>\n<|assistant|>\n");
+}
+
+TEST_CASE("chat_template: leading_bos::omit drops exactly the BOS the template writes first") {
+  for (auto name : chat_template::names) {
+    INFO(name);
+    const auto t = chat_template::by_name(name);
+    const std::string with = t.format(conversation, exact);
+    const std::string without = t.format(conversation);  // the default: omit, generation prompt added
+    const bool writes_bos = name.starts_with("llama") || name.starts_with("mistral");
+    if (writes_bos) {
+      REQUIRE(with.starts_with(t.bos_text()));
+      REQUIRE(without == with.substr(t.bos_text().size()));
+    } else {
+      REQUIRE(without == with);
+    }
+  }
+  // Llama 2's BOS texts of later turns stay.
+  REQUIRE(chat_template::by_name("llama2").format(conversation).starts_with("[INST] <<SYS>>"));
+  REQUIRE(chat_template::by_name("llama2").format(conversation).find("</s><s>[INST] Who") != std::string::npos);
+  REQUIRE(chat_template::by_name("chatml").format(one_turn) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("chat_template: trimming is Python's str.strip, Unicode whitespace included") {
+  using llmkit::model::detail::python_strip;
+  REQUIRE(python_strip("  a b \t\n") == "a b");
+  REQUIRE(python_strip("\xe3\x80\x80x\xc2\xa0") == "x");         // U+3000, U+00A0
+  REQUIRE(python_strip("\xe2\x80\x83x\xe2\x80\xa8\x1f") == "x");  // U+2003, U+2028, U+001F
+  REQUIRE(python_strip("\xe2\x80\x8bx") == "\xe2\x80\x8bx");      // U+200B (zero width space) is not whitespace
+  REQUIRE(python_strip("x\xe3\x80") == "x\xe3\x80");              // a truncated character is kept
+  REQUIRE(python_strip("\x80 x") == "\x80 x");
+  REQUIRE(python_strip(" \n ").empty());
+  REQUIRE(python_strip("").empty());
+  const std::vector<chat_message> ideographic{{"user", "\xe3\x80\x80Hi\xc2\xa0"}};
+  REQUIRE(format("llama3", ideographic, exact_no_prompt) ==
+          "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+}
+
+TEST_CASE("chat_template: detects the family of real templates") {
+  const std::vector<std::pair<const std::string*, std::string_view>> cases{
+      {&llama3_jinja, "llama3"},        {&llama3_1_jinja, "llama3.1"},         {&qwen2_jinja, "qwen2"},
+      {&qwen2_5_jinja, "qwen2.5"},      {&chatml_jinja, "chatml"},             {&llama2_jinja, "llama2"},
+      {&mistral_v0_1_jinja, "mistral"}, {&mistral_v0_2_jinja, "mistral"},      {&mistral_v1_jinja, "mistral-v1"},
+      {&mistral_v3_jinja, "mistral-v3"}, {&zephyr_jinja, "zephyr"}};
+  for (const auto& [jinja, name] : cases) {
+    INFO(name);
+    REQUIRE(chat_template::detect(*jinja).name() == name);
+  }
+}
+
+TEST_CASE("chat_template: an unknown template is an error naming the built-in families") {
+  for (const std::string* jinja : {&gemma_jinja, &phi3_jinja, &mistral_tekken_jinja}) {
+    const std::string e = error_of([&] { chat_template::detect(*jinja); });
+    INFO(e);
+    REQUIRE(e.find("is not one of the built-in families") != std::string::npos);
+    REQUIRE(e.find("llama3, llama3.1, chatml, qwen2, qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr") !=
+            std::string::npos);
+    REQUIRE(e.find("choose one of them by name") != std::string::npos);
+  }
+  // The message quotes the start of the template, newlines escaped.
+  REQUIRE(error_of([] { chat_template::detect("{{ x }}\n{{ y }}"); }).find("'{{ x }}\\n{{ y }}'") != std::string::npos);
+  REQUIRE(error_of([] { chat_template::detect(""); }).find("built-in families") != std::string::npos);
+}
+
+TEST_CASE("chat_template: by_name") {
+  for (std::size_t i = 0; i < chat_template::names.size(); ++i) {
+    const auto t = chat_template::by_name(chat_template::names[i]);
+    REQUIRE(t.name() == chat_template::names[i]);
+    REQUIRE(static_cast<std::size_t>(t.family()) == i);
+  }
+  const std::string e = error_of([] { chat_template::by_name("vicuna"); });
+  REQUIRE(e ==
+          "chat_template: no built-in template named 'vicuna'; the built-in ones are llama3, llama3.1, chatml, qwen2, "
+          "qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr");
+  REQUIRE_THROWS_AS(chat_template::by_name(""), llmkit::error);
+  REQUIRE_THROWS_AS(chat_template::by_name("Llama3"), llmkit::error);
+  REQUIRE(chat_template::by_name("llama3").end_of_turn_text() == "<|eot_id|>");
+  REQUIRE(chat_template::by_name("qwen2.5").end_of_turn_text() == "<|im_end|>");
+  REQUIRE(chat_template::by_name("zephyr").end_of_turn_text() == "</s>");
+  REQUIRE(chat_template::by_name("llama2").with_special_texts("<s>", "<eos>").end_of_turn_text() == "<eos>");
+}
+
+TEST_CASE("chat_template: bad conversations are errors") {
+  const auto llama3 = chat_template::by_name("llama3");
+  REQUIRE(error_of([&] { llama3.format(std::vector<chat_message>{}); }) == "chat_template llama3: no messages to format");
+  REQUIRE(error_of([&] { llama3.format(std::vector<chat_message>{{"user", "a"}, {"tool", "b"}}); }) ==
+          "chat_template llama3: message 1 has role 'tool'; the roles are system, user and assistant");
+  for (auto name : {"llama2", "mistral", "mistral-v1", "mistral-v3"}) {
+    INFO(name);
+    const auto t = chat_template::by_name(name);
+    const std::string e = error_of([&] { t.format(std::vector<chat_message>{{"system", "s"}, {"assistant", "a"}}); });
+    REQUIRE(e.find("roles must alternate user / assistant") != std::string::npos);
+    REQUIRE(e.find("message 1 is 'assistant'") != std::string::npos);
+    REQUIRE_THROWS_AS(t.format(std::vector<chat_message>{{"user", "a"}, {"user", "b"}}), llmkit::error);
+    REQUIRE_THROWS_AS(t.format(std::vector<chat_message>{{"user", "a"}, {"system", "b"}}), llmkit::error);
+  }
+  // The other families take any order of the three roles, as their templates do.
+  REQUIRE(format("chatml", {{"assistant", "a"}, {"assistant", "b"}}, exact_no_prompt) ==
+          "<|im_start|>assistant\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n");
+}
+
+namespace {
+// A vocab-only GGUF: a few tokens, BOS / EOS ids and, when given, a chat template.
+gguf_file write_gguf(const std::string* jinja, std::vector<std::byte>& image) {
+  gguf_writer w;
+  const std::vector<std::string> tokens{"<unk>", "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "a"};
+  w.add("general.architecture", std::string_view("llama"));
+  w.add_string_array("tokenizer.ggml.tokens", std::span<const std::string>(tokens));
+  w.add("tokenizer.ggml.bos_token_id", std::uint32_t{1});
+  w.add("tokenizer.ggml.eos_token_id", std::uint32_t{2});
+  if (jinja) w.add("tokenizer.chat_template", std::string_view(*jinja));
+  image = w.bytes();
+  return gguf_file(std::span<const std::byte>(image));
+}
+}  // namespace
+
+TEST_CASE("chat_template: from_gguf reads tokenizer.chat_template and the vocabulary's BOS / EOS") {
+  std::vector<std::byte> image;
+  {
+    const auto f = write_gguf(&llama3_jinja, image);
+    const auto t = chat_template::from_gguf(f);
+    REQUIRE(t.family() == chat_family::llama3);
+    REQUIRE(t.bos_text() == "<|begin_of_text|>");
+    REQUIRE(t.eos_text() == "<|end_of_text|>");
+    REQUIRE(t.end_of_turn_text() == "<|eot_id|>");
+    REQUIRE(t.format(one_turn, exact).starts_with("<|begin_of_text|><|start_header_id|>user"));
+    // A name overrides the file's template; the texts still come from the vocabulary.
+    const auto z = chat_template::from_gguf(f, "zephyr");
+    REQUIRE(z.family() == chat_family::zephyr);
+    REQUIRE(z.format(one_turn) == "<|user|>\nHi<|end_of_text|>\n<|assistant|>\n");
+    REQUIRE_THROWS_AS(chat_template::from_gguf(f, "nope"), llmkit::error);
+  }
+  {
+    const auto f = write_gguf(&zephyr_jinja, image);
+    REQUIRE(chat_template::from_gguf(f).family() == chat_family::zephyr);
+  }
+  {
+    const auto f = write_gguf(nullptr, image);
+    const std::string e = error_of([&] { chat_template::from_gguf(f); });
+    REQUIRE(e ==
+            "chat_template: the model has no tokenizer.chat_template; choose a built-in template by name (llama3, "
+            "llama3.1, chatml, qwen2, qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr)");
+    REQUIRE(chat_template::from_gguf(f, "llama2").family() == chat_family::llama2);
+  }
+  {
+    const auto f = write_gguf(&gemma_jinja, image);
+    REQUIRE(error_of([&] { chat_template::from_gguf(f); }).find("is not one of the built-in families") !=
+            std::string::npos);
+  }
+  {
+    // A BOS id outside the vocabulary.
+    gguf_writer w;
+    const std::vector<std::string> tokens{"a", "b"};
+    w.add_string_array("tokenizer.ggml.tokens", std::span<const std::string>(tokens));
+    w.add("tokenizer.ggml.bos_token_id", std::uint32_t{2});
+    w.add("tokenizer.chat_template", std::string_view(chatml_jinja));
+    image = w.bytes();
+    const gguf_file f{std::span<const std::byte>(image)};
+    REQUIRE(error_of([&] { chat_template::from_gguf(f); }) ==
+            "chat_template: tokenizer.ggml.bos_token_id = 2 is outside the vocabulary of 2 tokens");
+  }
+  {
+    // A template that is not a string.
+    gguf_writer w;
+    w.add("tokenizer.chat_template", std::uint32_t{3});
+    image = w.bytes();
+    const gguf_file f{std::span<const std::byte>(image)};
+    REQUIRE_THROWS_AS(chat_template::from_gguf(f), llmkit::error);
+  }
+}
+
+TEST_CASE("chat_template: the vendored stories260K has no template") {
+  const auto f = gguf_file::open(LLMKIT_DEFAULT_MODEL);
+  REQUIRE_THROWS_WITH(chat_template::from_gguf(f), Catch::Contains("no tokenizer.chat_template"));
+  const auto z = chat_template::from_gguf(f, "zephyr");
+  REQUIRE(z.bos_text() == "<s>");
+  REQUIRE(z.eos_text() == "</s>");
+}
