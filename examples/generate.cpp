@@ -5,6 +5,11 @@
 //   llmkit-generate [--model PATH] [--prompt TEXT] [--tokens N] [--temperature T]
 //                   [--top-k K] [--top-p P] [--seed S] [--threads N] [--sampling CHAIN]
 //                   [--weight-type native|f32|f16|q8_0] [--activations f32|q8_0]
+//                   [--chat MESSAGE [--system TEXT] [--chat-template NAME]]
+//
+// --chat formats a user message (and an optional system message) with the
+// model's chat template (model/chat_template.hpp) and generates the reply,
+// stopping at EOS or at the template's end-of-turn token.
 //
 // The continuation alone goes to stdout; the SIMD arch, prompt tokens and
 // prefill / decode tokens per second go to stderr. With no arguments it
@@ -12,6 +17,7 @@
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
 #include <llmkit/model/batch.hpp>
+#include <llmkit/model/chat_template.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/tokenizer.hpp>
@@ -73,7 +79,7 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 42;
   std::size_t threads = 0;  // 0: by the model's size (llmkit_examples::default_threads)
   app.add_option("--model", model_path, "GGUF model file (Llama architecture)")->capture_default_str();
-  app.add_option("--prompt", prompt, "prompt text (BOS is prepended)")->capture_default_str();
+  auto* prompt_option = app.add_option("--prompt", prompt, "prompt text (BOS is prepended)")->capture_default_str();
   app.add_option("--tokens", n_tokens, "tokens to generate at most")
       ->check(llmkit_examples::count_at_least(1, "nothing to generate"));
   app.add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy")
@@ -100,7 +106,18 @@ int main(int argc, char** argv) {
                  "what Q8_0 matrices multiply: f32 (exact) or q8_0 (int8-quantised activations, the faster VNNI product)")
       ->check(CLI::IsMember({"f32", "q8_0"}))
       ->capture_default_str();
+  std::string chat_message, system_message, chat_template_name;
+  auto* chat_option = app.add_option("--chat", chat_message,
+                                     "a user message: formatted with the model's chat template (tokenizer.chat_template) "
+                                     "or --chat-template, and answered (instead of --prompt)");
+  chat_option->excludes(prompt_option);
+  app.add_option("--system", system_message, "system message for --chat")->needs(chat_option);
+  app.add_option("--chat-template", chat_template_name, "built-in chat template for --chat instead of the model's")
+      ->check(CLI::IsMember(std::vector<std::string>(llmkit::model::chat_template::names.begin(),
+                                                     llmkit::model::chat_template::names.end())))
+      ->needs(chat_option);
   CLI11_PARSE(app, argc, argv);
+  const bool chat = !chat_option->empty();
   const auto activations =
       activations_name == "q8_0" ? llmkit::model::activation_type::q8_0 : llmkit::model::activation_type::f32;
   const std::map<std::string, llmkit::model::weight_type> weight_types{
@@ -116,9 +133,32 @@ int main(int argc, char** argv) {
     using clock = std::chrono::steady_clock;
     const auto file = llmkit::model::gguf_file::open(model_path);
     const auto tok = llmkit::model::tokenizer::from_gguf(file);
+    // Generation stops at EOS and, in a chat, at the template's end-of-turn token when the vocabulary has it.
+    std::vector<std::int32_t> stop_ids{tok.eos()};
+    std::string chat_note;
+    if (chat) {
+      if (chat_template_name.empty() && !file.contains("tokenizer.chat_template")) {
+        std::cerr << "error: " << model_path << " has no chat template (tokenizer.chat_template); choose a built-in "
+                  << "one with --chat-template NAME (" << llmkit::model::chat_template::names_list() << ")\n";
+        return 2;
+      }
+      const auto tmpl = llmkit::model::chat_template::from_gguf(file, chat_template_name);
+      std::vector<llmkit::model::chat_message> messages;
+      if (!system_message.empty()) messages.push_back({"system", system_message});
+      messages.push_back({"user", chat_message});
+      prompt = tmpl.format(messages);  // ends with the assistant turn's opening; BOS left to the tokenizer
+      chat_note = "\n  chat template: " + std::string(tmpl.name());
+      if (const auto end_of_turn = tok.find(tmpl.end_of_turn_text())) {
+        stop_ids.push_back(*end_of_turn);
+        chat_note += ", stops at '" + std::string(tmpl.end_of_turn_text()) + "' (" + std::to_string(*end_of_turn) + ")";
+      }
+    }
     llmkit::model::llama_model model(file, {.weight_type = weights, .activations = activations});
     const auto& c = model.config();
     if (threads == 0) threads = llmkit_examples::default_threads(model.weight_bytes_per_step());
+    // The one place text becomes tokens. A chat prompt holds special-token texts ("<|eot_id|>", "</s>", ...)
+    // that must become their control ids: switch this call to the tokenizer's parse-special-tokens encoding
+    // once it has one (BOS stays added here, once: chat_template::format leaves the leading BOS text out).
     const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, true);
     const std::size_t capacity = std::min(c.context_length, prompt_ids.size() + n_tokens);
     if (prompt_ids.size() >= capacity) {
@@ -130,7 +170,7 @@ int main(int argc, char** argv) {
               << ", activations " << activations_name << ")\n  sampling: "
               << (chain_text.empty() ? chain_config(so) : chain_text) << "\n  arch " << llmkit::simd::arch_name<llmkit::simd::default_arch>()
               << ", " << threads << " thread(s); dim " << c.dim << ", " << c.n_layers << " layers, " << c.n_heads
-              << " heads (" << c.n_kv_heads << " KV), vocab " << c.n_vocab << "\n";
+              << " heads (" << c.n_kv_heads << " KV), vocab " << c.n_vocab << chat_note << "\n";
 
     llmkit::thread_pool pool(threads);
     llmkit::kv::contiguous_cache<float> cache(model.kv_shape(), {.max_sequences = 1, .max_tokens = capacity});
@@ -163,7 +203,7 @@ int main(int argc, char** argv) {
     const auto t2 = clock::now();
     const double c2 = cpu_seconds();
     while (true) {
-      if (token == tok.eos()) break;
+      if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) break;
       piece.clear();
       tok.decode_token(token, piece);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
