@@ -12,18 +12,26 @@
 /// template renders under Hugging Face transformers (trim_blocks,
 /// lstrip_blocks), byte for byte. Families:
 ///
-/// | name | models | one user turn, generation prompt added |
-/// |---|---|---|
-/// | `llama3` | Llama 3 | `<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n` |
-/// | `llama3.1` | Llama 3.1 / 3.2 / 3.3 | as llama3, after a system block that always opens with "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" |
-/// | `chatml` | ChatML (OpenHermes, Dolphin, ...) | `<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n` |
-/// | `qwen2` | Qwen2 | chatml, with "You are a helpful assistant." as the system message when none is given |
-/// | `qwen2.5` | Qwen2.5 | chatml, default system "You are Qwen, created by Alibaba Cloud. You are a helpful assistant." |
-/// | `llama2` | Llama 2 chat | `<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST]`; answers ` A </s>`, later turns `<s>[INST] ...` |
-/// | `mistral` | Mistral 7B Instruct v0.1/v0.2 and Mixtral 8x7B, original template | `<s>[INST] Hi [/INST]`; answers `A</s>` |
-/// | `mistral-v1` | the same models, Mistral's later template | `<s> [INST] S\n\nHi [/INST]`; answers ` A</s>` |
-/// | `mistral-v3` | Mistral 7B Instruct v0.3 | `<s>[INST] S\n\nHi[/INST]` (system in the *last* user turn); answers ` A</s>` |
-/// | `zephyr` | Zephyr, TinyLlama chat | `<|system|>\nS</s>\n<|user|>\nHi</s>\n<|assistant|>\n` |
+/// - `llama3` (Llama 3): `<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>`
+///   per message, then `<|start_header_id|>assistant<|end_header_id|>\n\n`;
+/// - `llama3.1` (Llama 3.1 / 3.2 / 3.3): as llama3 after a system block that
+///   is always written and opens with "Cutting Knowledge Date: December
+///   2023\nToday Date: 26 Jul 2024\n\n";
+/// - `chatml` (OpenHermes, Dolphin, ...): `<|im_start|>user\nHi<|im_end|>\n`
+///   per message, then `<|im_start|>assistant\n`;
+/// - `qwen2`, `qwen2.5`: chatml with a default system message ("You are a
+///   helpful assistant." / "You are Qwen, created by Alibaba Cloud. You are a
+///   helpful assistant.") when the conversation has none;
+/// - `llama2` (Llama 2 chat): `<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST]`,
+///   answers ` A </s>`, later turns `<s>[INST] ...`;
+/// - `mistral` (Mistral 7B Instruct v0.1 / v0.2 and Mixtral 8x7B, original
+///   template): `<s>[INST] Hi [/INST]`, answers `A</s>`;
+/// - `mistral-v1` (the same models, Mistral's later template):
+///   `<s> [INST] S\n\nHi [/INST]`, answers ` A</s>`;
+/// - `mistral-v3` (Mistral 7B Instruct v0.3): `<s>[INST] S\n\nHi[/INST]`, the
+///   system message in the *last* user turn, answers ` A</s>`;
+/// - `zephyr` (Zephyr, TinyLlama chat):
+///   `<|system|>\nS</s>\n<|user|>\nHi</s>\n<|assistant|>\n`.
 ///
 /// Content is written as given, except where the reference template trims
 /// it (Python `str.strip`): every message of llama3/llama3.1, Llama 2's turns,
