@@ -107,7 +107,7 @@ TEST_CASE("weights: linear() matches the double oracle for every storage, shape 
         std::vector<float> y(n * stride, 7.0f), yp(n * stride, 7.0f), acc(n * stride, 0.5f);
         linear(serial, x, n, w, y, stride);
         linear(pool, x, n, w, yp, stride);
-        linear(serial, x, n, w, acc, stride, true);
+        linear(serial, x, n, w, acc, stride, output_mode::accumulate);
         for (std::size_t i = 0; i < n; ++i) {
           for (std::size_t o = 0; o < sh.rows; ++o) {
             const double e = ref[i * sh.rows + o];
@@ -161,9 +161,9 @@ TEST_CASE("weights: q8_0 activations give ggml's Q8_0 x Q8_0 product, exactly ro
       reference::q8_q8_product(x, n, sh.cols, w.q8_data(), w.q8_scales(), sh.rows, ref, mag);
       const std::size_t stride = sh.rows + 2;
       std::vector<float> y(n * stride, 7.0f), yp(n * stride, 7.0f), acc(n * stride, 0.5f), exact(n * stride);
-      linear(serial, x, n, w, y, stride, false, activation_type::q8_0);
-      linear(pool, x, n, w, yp, stride, false, activation_type::q8_0);
-      linear(serial, x, n, w, acc, stride, true, activation_type::q8_0);
+      linear(serial, x, n, w, y, stride, output_mode::overwrite, activation_type::q8_0);
+      linear(pool, x, n, w, yp, stride, output_mode::overwrite, activation_type::q8_0);
+      linear(serial, x, n, w, acc, stride, output_mode::accumulate, activation_type::q8_0);
       linear(serial, x, n, w, exact, stride);
       std::vector<double> eref, emag;
       oracle(x, n, w, eref, emag);
@@ -191,8 +191,8 @@ TEST_CASE("weights: q8_0 activations give ggml's Q8_0 x Q8_0 product, exactly ro
       }
       for (std::size_t i = 0; i < n; ++i) {  // batch invariance
         std::vector<float> one(sh.rows);
-        linear(serial, std::span<const float>(x).subspan(i * sh.cols, sh.cols), 1, w, one, sh.rows, false,
-               activation_type::q8_0);
+        linear(serial, std::span<const float>(x).subspan(i * sh.cols, sh.cols), 1, w, one, sh.rows,
+               output_mode::overwrite, activation_type::q8_0);
         for (std::size_t o = 0; o < sh.rows; ++o) REQUIRE(one[o] == y[i * stride + o]);
       }
     }
@@ -202,12 +202,12 @@ TEST_CASE("weights: q8_0 activations give ggml's Q8_0 x Q8_0 product, exactly ro
   const auto x = random_values(64, rng);
   std::vector<float> a(5), b(5);
   linear(serial, x, 1, f, a, 5);
-  linear(serial, x, 1, f, b, 5, false, activation_type::q8_0);
+  linear(serial, x, 1, f, b, 5, output_mode::overwrite, activation_type::q8_0);
   REQUIRE(a == b);
   weight_matrix q = random_matrix(weight_type::q8_0, 5, 64, rng);
   auto xn = x;
   xn[40] = std::numeric_limits<float>::quiet_NaN();
-  linear(serial, xn, 1, q, a, 5, false, activation_type::q8_0);
+  linear(serial, xn, 1, q, a, 5, output_mode::overwrite, activation_type::q8_0);
   for (float v : a) REQUIRE(std::isnan(v));
 }
 

@@ -67,6 +67,9 @@ enum class weight_type : std::uint8_t {
 /// the activations' rounding (at most half a block's scale per value).
 enum class activation_type { f32, q8_0 };
 
+/// Whether a product overwrites its output or adds to it.
+enum class output_mode : std::uint8_t { overwrite, accumulate };
+
 /// "native", "f32", "f16" or "q8_0".
 constexpr std::string_view weight_type_name(weight_type t) noexcept {
   switch (t) {
@@ -276,8 +279,8 @@ void linear(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, f
 }
 }  // namespace detail
 
-/// `[n, rows] y (row stride y_stride) (+)= [n, cols] x * ([rows, cols] w)^T`
-/// in f32 arithmetic over the exact stored weights, rows split across `exec`
+/// `[n, rows] y (row stride y_stride) = (or +=, output_mode::accumulate)
+/// [n, cols] x * ([rows, cols] w)^T` in f32 arithmetic over the exact stored weights, rows split across `exec`
 /// for large products. Batch invariant (each output is one dot product
 /// summed in a fixed order whatever n, the tile or the thread).
 /// `activations`: see activation_type (q8_0 changes the product of Q8_0
@@ -285,13 +288,15 @@ void linear(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, f
 /// @throws llmkit::error if x.size() is not n * cols, y_stride < rows, or y is too small.
 template <class Arch = simd::default_arch, executor Exec>
 void linear(Exec& exec, std::span<const float> x, std::size_t n, const weight_matrix& w, std::span<float> y,
-            std::size_t y_stride, bool accumulate = false, activation_type activations = activation_type::f32) {
+            std::size_t y_stride, output_mode mode = output_mode::overwrite,
+            activation_type activations = activation_type::f32) {
   LLMKIT_CHECK(x.size() == n * w.cols(), "linear: x.size() = ", x.size(), " must be n * cols = ", n, " * ", w.cols());
   LLMKIT_CHECK(y_stride >= w.rows(), "linear: y_stride = ", y_stride, " is less than the ", w.rows(), " rows of w");
   LLMKIT_CHECK(n == 0 || y.size() >= (n - 1) * y_stride + w.rows(), "linear: y.size() = ", y.size(),
                " is too small for ", n, " rows of stride ", y_stride);
   detail::q8_activations scratch;
-  detail::linear<Arch>(exec, x.data(), n, w, y.data(), y_stride, accumulate, activations, scratch);
+  detail::linear<Arch>(exec, x.data(), n, w, y.data(), y_stride, mode == output_mode::accumulate, activations,
+                       scratch);
 }
 
 }  // namespace llmkit::model

@@ -237,10 +237,16 @@ class candidates {
     if (!keeps_max) max_known_ = false;
   }
 
-  /// Replaces the set by `[n] ids` and `[n] values` (a sparse set); `sorted`
-  /// states their order (logit descending, then token ascending).
+  /// The order of entries given to assign_sparse.
+  enum class order : std::uint8_t {
+    any,     ///< no particular order
+    sorted,  ///< logit descending, then token ascending
+  };
+
+  /// Replaces the set by `[n] ids` and `[n] values` (a sparse set) in the
+  /// given order.
   /// @pre ids.size() == values.size() >= 1
-  void assign_sparse(std::span<const token_id> ids, std::span<const float> values, bool sorted) {
+  void assign_sparse(std::span<const token_id> ids, std::span<const float> values, order given) {
     LLMKIT_ASSERT(ids.size() == values.size() && !ids.empty());
     detail::grow(ids_, ids.size());
     detail::grow(values_, values.size());
@@ -248,7 +254,7 @@ class candidates {
     std::copy(values.begin(), values.end(), values_.begin());
     n_ = ids.size();
     sparse_ = true;
-    sorted_ = sorted;
+    sorted_ = given == order::sorted;
     max_known_ = false;
   }
 

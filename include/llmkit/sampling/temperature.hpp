@@ -31,7 +31,7 @@ struct temperature {
       const float m = c.max();
       const std::size_t best = detail::argmax_lowest_token(c, m);
       const token_id token = c.token(best);
-      c.assign_sparse({&token, 1}, {&m, 1}, true);
+      c.assign_sparse({&token, 1}, {&m, 1}, candidates::order::sorted);
       return;
     }
     const float t = value;

@@ -47,7 +47,7 @@ struct top_k {
       s.tokens2[j] = c.token(index[j]);
       s.weights[j] = values[index[j]];
     }
-    c.assign_sparse({s.tokens2.data(), n_keep}, {s.weights.data(), n_keep}, true);
+    c.assign_sparse({s.tokens2.data(), n_keep}, {s.weights.data(), n_keep}, candidates::order::sorted);
   }
 };
 

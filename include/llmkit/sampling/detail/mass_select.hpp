@@ -602,7 +602,7 @@ bool truncate_by_mass_fast(candidates& c, const Score& score, double fraction, c
   const std::size_t w = gather_kept<Arch>(c, score, bound, {s.compact_values.data(), n_compact},
                                           s.compact_index.data(), s.tokens2.data(), s.weights2.data());
   LLMKIT_ASSERT(w == bound.n_keep_);
-  c.assign_sparse({s.tokens2.data(), w}, {s.weights2.data(), w}, false);
+  c.assign_sparse({s.tokens2.data(), w}, {s.weights2.data(), w}, candidates::order::any);
   return true;
 }
 
