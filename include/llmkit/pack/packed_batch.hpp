@@ -21,20 +21,21 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/pack/packing.hpp"
 
 namespace llmkit::pack {
 
 /// A range of prompts: each element is a contiguous range of int32 token ids
-/// (std::vector<std::int32_t>, std::span<const std::int32_t>, ...).
+/// (std::vector<token_id>, std::span<const token_id>, ...).
 template <class P>
 concept prompt_range = std::ranges::random_access_range<P> && std::ranges::sized_range<P> &&
-                       std::convertible_to<std::ranges::range_reference_t<P>, std::span<const std::int32_t>>;
+                       std::convertible_to<std::ranges::range_reference_t<P>, std::span<const token_id>>;
 
 /// One row of a packed batch: `n_segments` prompts or prompt chunks back to
 /// back, `n_tokens` tokens in all (at most the packing's capacity).
 struct packed_row {
-  std::vector<std::int32_t> token_ids;        ///< [n_tokens]
+  std::vector<token_id> token_ids;            ///< [n_tokens]
   std::vector<std::int32_t> positions;        ///< [n_tokens] position inside the token's own prompt
   std::vector<std::int32_t> seq_ids;          ///< [n_tokens] cache sequence of the token's prompt (default: its request index)
   std::vector<std::int32_t> cu_seqlens;       ///< [n_segments + 1] segment s is tokens [cu[s], cu[s+1])
@@ -99,7 +100,7 @@ packed_batch build_packed_batch(const P& prompts, const packing& layout,
   batch.row_capacity = layout.capacity();
   batch.requests.resize(n);
   for (std::size_t q = 0; q < n; ++q) {
-    const std::span<const std::int32_t> prompt = prompts[q];
+    const std::span<const token_id> prompt = prompts[q];
     LLMKIT_CHECK(!prompt.empty(), "build_packed_batch: prompt ", q, " is empty (a prompt needs at least one token)");
     LLMKIT_CHECK(prompt.size() < static_cast<std::size_t>(INT32_MAX), "build_packed_batch: prompt ", q,
                  " has ", prompt.size(), " tokens, more than int32 positions can hold");
@@ -119,7 +120,7 @@ packed_batch build_packed_batch(const P& prompts, const packing& layout,
     for (const piece& p : bin) {
       LLMKIT_CHECK(p.item < n, "build_packed_batch: bin ", b, " holds item ", p.item, " but there are ", n,
                    " prompts");
-      const std::span<const std::int32_t> prompt = prompts[p.item];
+      const std::span<const token_id> prompt = prompts[p.item];
       LLMKIT_CHECK(p.offset == covered[p.item] && p.size <= prompt.size() - p.offset && p.size > 0,
                    "build_packed_batch: bin ", b, " holds tokens [", p.offset, ", ", p.offset + p.size,
                    ") of prompt ", p.item, " (", prompt.size(), " tokens, ", covered[p.item],
@@ -150,7 +151,7 @@ packed_batch build_packed_batch(const P& prompts, const packing& layout,
     batch.n_tokens += row.n_tokens();
   }
   for (std::size_t q = 0; q < n; ++q) {
-    const std::size_t length = std::span<const std::int32_t>(prompts[q]).size();
+    const std::size_t length = std::span<const token_id>(prompts[q]).size();
     LLMKIT_CHECK(covered[q] == length, "build_packed_batch: the packing places ", covered[q], " of the ", length,
                  " tokens of prompt ", q);
   }
@@ -163,7 +164,7 @@ std::vector<std::size_t> prompt_lengths(const P& prompts) {
   std::vector<std::size_t> lengths;
   lengths.reserve(std::ranges::size(prompts));
   for (std::size_t q = 0; q < std::ranges::size(prompts); ++q)
-    lengths.push_back(std::span<const std::int32_t>(prompts[q]).size());
+    lengths.push_back(std::span<const token_id>(prompts[q]).size());
   return lengths;
 }
 

@@ -26,7 +26,7 @@ namespace llmkit::pack {
 struct padded_batch {
   std::size_t n_rows = 0;
   std::size_t row_length = 0;           ///< the longest prompt of the batch
-  std::vector<std::int32_t> token_ids;  ///< [n_rows, row_length], pads = pad_id
+  std::vector<token_id> token_ids;      ///< [n_rows, row_length], pads = pad_id
   std::vector<std::int32_t> positions;  ///< [n_rows, row_length] 0 .. row_length - 1 in every row
   std::vector<std::int32_t> lengths;    ///< [n_rows] real tokens at the start of each row
   std::vector<std::int32_t> requests;   ///< [n_rows] request index of each row
@@ -66,7 +66,7 @@ enum class batch_order {
 /// @throws llmkit::error for batch_size 0, an empty prompt, or a seq_ids size mismatch.
 template <prompt_range P>
 std::vector<padded_batch> make_padded_batches(const P& prompts, std::size_t batch_size, batch_order order,
-                                              std::int32_t pad_id = 0, std::span<const std::int32_t> seq_ids = {}) {
+                                              token_id pad_id = 0, std::span<const std::int32_t> seq_ids = {}) {
   LLMKIT_CHECK(batch_size > 0, "make_padded_batches: batch_size must be >= 1, got ", batch_size);
   LLMKIT_CHECK(seq_ids.empty() || seq_ids.size() == std::ranges::size(prompts), "make_padded_batches: seq_ids.size() = ",
                seq_ids.size(), " differs from the ", std::ranges::size(prompts), " prompts");
@@ -89,7 +89,7 @@ std::vector<padded_batch> make_padded_batches(const P& prompts, std::size_t batc
     batch.seq_ids.resize(batch.n_slots());
     for (std::size_t r = 0; r < count; ++r) {
       const std::size_t q = sequence[first + r];
-      const std::span<const std::int32_t> prompt = prompts[q];
+      const std::span<const token_id> prompt = prompts[q];
       std::copy(prompt.begin(), prompt.end(), batch.token_ids.begin() + static_cast<std::ptrdiff_t>(r * batch.row_length));
       const std::int32_t seq = seq_ids.empty() ? static_cast<std::int32_t>(q) : seq_ids[q];
       for (std::size_t t = 0; t < batch.row_length; ++t) {

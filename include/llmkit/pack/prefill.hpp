@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/core/views.hpp"
 
 namespace llmkit::pack {
@@ -35,7 +36,7 @@ namespace llmkit::pack {
 /// the rows whose logits to keep and the request each belongs to.
 template <class R>
 concept prefill_row = requires(const R& r) {
-  { std::span<const std::int32_t>(r.token_ids) };
+  { std::span<const token_id>(r.token_ids) };
   { std::span<const std::int32_t>(r.positions) };
   { std::span<const std::int32_t>(r.seq_ids) };
   { std::span<const std::int32_t>(r.logit_rows) };
