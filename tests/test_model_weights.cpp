@@ -93,10 +93,12 @@ TEST_CASE("weights: linear() matches the double oracle for every storage, shape 
   // counts on every path (1-4, 5-8, 9-32 streaming, 37 blocked); inputs around the
   // 16-lane register (f32/f16 also odd widths and widths below a register).
   const std::vector<shape> shapes{{1, 32}, {3, 64}, {5, 96}, {64, 32}, {65, 160}, {130, 256}, {257, 512},
-                                  {7, 1},  {9, 17}, {33, 15}, {63, 47}, {66, 300}};
-  for (const weight_type t : {weight_type::f32, weight_type::f16, weight_type::q8_0}) {
+                                  {7, 1},  {9, 17}, {33, 15}, {63, 47}, {66, 300}, {5, 8448}};
+  for (const weight_type t : {weight_type::f32, weight_type::f16, weight_type::q8_0, weight_type::q4_0,
+                              weight_type::q4_1, weight_type::q5_0, weight_type::q5_1, weight_type::q4_k,
+                              weight_type::q5_k, weight_type::q6_k}) {
     for (const shape sh : shapes) {
-      if (t == weight_type::q8_0 && sh.cols % 32 != 0) continue;
+      if (sh.cols % weight_block_size(t) != 0) continue;
       const weight_matrix w = random_matrix(t, sh.rows, sh.cols, rng);
       for (const std::size_t n : {0u, 1u, 2u, 3u, 4u, 5u, 8u, 9u, 14u, 37u}) {
         INFO("type " << weight_type_name(t) << " rows " << sh.rows << " cols " << sh.cols << " n " << n);
@@ -244,8 +246,14 @@ TEST_CASE("weights: identical weights give bit-identical products in f16 and Q8_
 
 TEST_CASE("weights: bad shapes raise llmkit::error naming the argument") {
   REQUIRE_THROWS_WITH(weight_matrix(weight_type::q8_0, 2, 48), "weight_matrix: q8_0 needs cols (48) to be a multiple of 32");
-  REQUIRE_THROWS_WITH(weight_matrix(weight_type::native, 2, 32),
-                      "weight_matrix: type must be f32, f16 or q8_0, not native");
+  REQUIRE_THROWS_WITH(weight_matrix(weight_type::q4_k, 2, 96), "weight_matrix: q4_k needs cols (96) to be a multiple of 256");
+  REQUIRE_THROWS_WITH(weight_matrix(weight_type::native, 2, 32), "weight_matrix: type must be a storage type, not native");
+  REQUIRE(weight_type_from_name("q6_k") == weight_type::q6_k);
+  REQUIRE_THROWS_WITH(weight_type_from_name("q3_k"), "weight type 'q3_k' is not one of native, f32, f16, q8_0, q4_0, "
+                                                     "q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
+  REQUIRE(resolve_weight_type(weight_type::native, ggml_type::q4_k, 512) == weight_type::q4_k);
+  REQUIRE(resolve_weight_type(weight_type::q4_k, ggml_type::f32, 96) == weight_type::f32);
+  REQUIRE(weight_matrix(weight_type::q6_k, 3, 512).bytes() == 3 * 2 * 210);
   weight_matrix w(weight_type::f32, 4, 8);
   std::vector<float> x(16), y(8);
   serial_executor serial;

@@ -370,6 +370,22 @@ decltype(auto) visit_block(ggml_type t, Fn&& fn) {
   }
 }
 
+/// True when the f16 scales of the block of quantised type t at p (d, and
+/// m / dmin where the format has one) are finite.
+inline bool block_scales_finite(ggml_type t, const std::byte* p) noexcept {
+  auto finite_at = [p](std::size_t at) {
+    std::uint16_t b;
+    std::memcpy(&b, p + at, 2);
+    return (b & 0x7C00u) != 0x7C00u;
+  };
+  switch (t) {
+    case ggml_type::q4_1: case ggml_type::q5_1: case ggml_type::q4_k: case ggml_type::q5_k:
+      return finite_at(0) && finite_at(2);
+    case ggml_type::q6_k: return finite_at(offsetof(block_q6_k, d));
+    default: return finite_at(0);
+  }
+}
+
 /// Decodes `n` values stored as `type` at p (a whole number of blocks;
 /// F32, F16 and BF16 too) into `[n] out`.
 inline void dequantize_row(ggml_type type, const std::byte* p, float* out, std::size_t n) {

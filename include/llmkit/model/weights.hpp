@@ -2,26 +2,26 @@
 #pragma once
 
 /// @file llmkit/model/weights.hpp
-/// Weight matrices kept in their storage type (f32, f16 or Q8_0) and the
-/// product `y (+)= x * W^T` over them.
+/// Weight matrices kept in their storage type (f32, f16, Q8_0 or one of
+/// GGUF's 4-6-bit block formats) and the product `y (+)= x * W^T` over them.
 ///
 /// `weight_type` names the in-memory storage a model asks for: `native`
-/// keeps each GGUF tensor's own type (F32, F16 and Q8_0 as they are; BF16 and
-/// the 4-6-bit types are decoded to f32, exactly), the others convert at load
-/// (f32 -> f16 rounds to nearest even; anything -> Q8_0 quantises per 32-value
-/// block like ggml). Q8_0 rows
-/// are stored as an int8 matrix plus one f32 scale per block (the f16 scale
-/// of the file, widened exactly), so a native Q8_0 tensor keeps its exact
-/// values.
+/// keeps each GGUF tensor's own type (BF16 is widened to f32), the others
+/// convert at load (f32 -> f16 rounds to nearest even; anything -> a block
+/// type quantises like ggml, model/quants.hpp). Q8_0 rows are stored as an
+/// int8 matrix plus one f32 scale per block (the f16 scale of the file,
+/// widened exactly); Q4_0 ... Q6_K keep the file's blocks byte for byte.
 ///
 /// `linear(exec, x, w, y)`: f32 matrices are kept in panels of 64 rows and
 /// multiplied by an outer-product kernel (model/detail/matmul_panels.hpp);
 /// f16 and Q8_0 ones are widened to f32 in registers by a register-tiled
-/// dot-product kernel (model/detail/matmul.hpp). Either way a product for
-/// one token reads each weight once, and rows are split across the executor
-/// above ~2^16 multiply-adds. With `activation_type::q8_0` a Q8_0
-/// matrix instead multiplies int8-quantised activations
-/// (model/detail/matmul_q8.hpp: ggml's Q8_0 x Q8_0 product, VNNI).
+/// dot-product kernel (model/detail/matmul.hpp); the block types are decoded
+/// a strip of rows at a time into that same kernel
+/// (model/detail/matmul_blocks.hpp). Every product reads each weight once
+/// per step and is exact over the stored values in f32 arithmetic; rows are
+/// split across the executor above ~2^16 multiply-adds. With
+/// `activation_type::q8_0` a Q8_0 matrix instead multiplies int8-quantised
+/// activations (model/detail/matmul_q8.hpp: ggml's Q8_0 x Q8_0 product, VNNI).
 
 #include <algorithm>
 #include <cmath>
@@ -51,11 +51,38 @@ namespace llmkit::model {
 
 /// In-memory storage of a model's weight matrices.
 enum class weight_type : std::uint8_t {
-  native,  ///< each tensor's GGUF type (F32, F16, Q8_0); BF16, Q4_0 ... Q6_K become f32
+  native,  ///< each tensor's GGUF type; BF16 becomes f32
   f32,     ///< 4 bytes per weight
   f16,     ///< 2 bytes per weight (IEEE half)
   q8_0,    ///< 1 byte per weight + one f32 scale per 32 (1.125 bytes per weight)
+  q4_0,    ///< GGUF Q4_0 blocks (4.5 bits per weight)
+  q4_1,    ///< GGUF Q4_1 blocks (5 bits per weight)
+  q5_0,    ///< GGUF Q5_0 blocks (5.5 bits per weight)
+  q5_1,    ///< GGUF Q5_1 blocks (6 bits per weight)
+  q4_k,    ///< GGUF Q4_K blocks (4.5 bits per weight)
+  q5_k,    ///< GGUF Q5_K blocks (5.5 bits per weight)
+  q6_k,    ///< GGUF Q6_K blocks (6.5625 bits per weight)
 };
+
+/// The GGUF block type a weight_type stores as-is (Q4_0 ... Q6_K), or
+/// ggml_type::f32 for the others (f32, f16 and Q8_0 have their own layouts).
+constexpr ggml_type stored_block_type(weight_type t) noexcept {
+  switch (t) {
+    case weight_type::q4_0: return ggml_type::q4_0;
+    case weight_type::q4_1: return ggml_type::q4_1;
+    case weight_type::q5_0: return ggml_type::q5_0;
+    case weight_type::q5_1: return ggml_type::q5_1;
+    case weight_type::q4_k: return ggml_type::q4_k;
+    case weight_type::q5_k: return ggml_type::q5_k;
+    case weight_type::q6_k: return ggml_type::q6_k;
+    default: return ggml_type::f32;
+  }
+}
+
+/// Values per block of a storage type (1 for f32 and f16).
+constexpr std::size_t weight_block_size(weight_type t) noexcept {
+  return t == weight_type::q8_0 ? q8_block_size : ggml_block_elements(stored_block_type(t));
+}
 
 /// What a product does with its f32 activations. `f32`: multiplies them as
 /// they are (the exact stored weights, f32 arithmetic). `q8_0`: when the
@@ -70,32 +97,63 @@ enum class activation_type { f32, q8_0 };
 /// Whether a product overwrites its output or adds to it.
 enum class output_mode : std::uint8_t { overwrite, accumulate };
 
-/// "native", "f32", "f16" or "q8_0".
+/// "native", "f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+/// "q5_k" or "q6_k".
 constexpr std::string_view weight_type_name(weight_type t) noexcept {
   switch (t) {
     case weight_type::native: return "native";
     case weight_type::f32: return "f32";
     case weight_type::f16: return "f16";
     case weight_type::q8_0: return "q8_0";
+    case weight_type::q4_0: return "q4_0";
+    case weight_type::q4_1: return "q4_1";
+    case weight_type::q5_0: return "q5_0";
+    case weight_type::q5_1: return "q5_1";
+    case weight_type::q4_k: return "q4_k";
+    case weight_type::q5_k: return "q5_k";
+    case weight_type::q6_k: return "q6_k";
   }
   return "?";
 }
 
+/// Every weight_type, in declaration order.
+inline constexpr weight_type all_weight_types[] = {
+    weight_type::native, weight_type::f32,  weight_type::f16,  weight_type::q8_0,
+    weight_type::q4_0,   weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
+    weight_type::q4_k,   weight_type::q5_k, weight_type::q6_k};
+
+/// The weight_type named `name` (weight_type_name's names).
+/// @throws llmkit::error naming the value and the valid names.
+inline weight_type weight_type_from_name(std::string_view name) {
+  for (const weight_type t : all_weight_types)
+    if (weight_type_name(t) == name) return t;
+  LLMKIT_CHECK(false, "weight type '", name, "' is not one of native, f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, ",
+               "q5_k, q6_k");
+  return weight_type::native;
+}
+
 /// The storage a tensor of GGUF type `file_type` gets when `wanted` is asked
-/// for a matrix of `cols` columns: native maps F32/F16/Q8_0 to themselves and
-/// BF16 and the 4-6-bit types to f32 (their exact values); Q8_0 needs
-/// cols % 32 == 0 and falls back to f32 otherwise (e.g. stories260K's
-/// ffn_down with 172 columns).
+/// for a matrix of `cols` columns: native maps every type to itself and BF16
+/// to f32; a block type needs cols to be a multiple of its block (32 or 256)
+/// and falls back to f32 otherwise (e.g. stories260K's ffn_down with 172
+/// columns asked for as Q8_0).
 constexpr weight_type resolve_weight_type(weight_type wanted, ggml_type file_type, std::size_t cols) noexcept {
   weight_type t = wanted;
   if (t == weight_type::native) {
     switch (file_type) {
       case ggml_type::f16: t = weight_type::f16; break;
       case ggml_type::q8_0: t = weight_type::q8_0; break;
+      case ggml_type::q4_0: t = weight_type::q4_0; break;
+      case ggml_type::q4_1: t = weight_type::q4_1; break;
+      case ggml_type::q5_0: t = weight_type::q5_0; break;
+      case ggml_type::q5_1: t = weight_type::q5_1; break;
+      case ggml_type::q4_k: t = weight_type::q4_k; break;
+      case ggml_type::q5_k: t = weight_type::q5_k; break;
+      case ggml_type::q6_k: t = weight_type::q6_k; break;
       default: t = weight_type::f32; break;
     }
   }
-  if (t == weight_type::q8_0 && cols % q8_block_size != 0) t = weight_type::f32;
+  if (cols % weight_block_size(t) != 0) t = weight_type::f32;
   return t;
 }
 
@@ -105,11 +163,12 @@ class weight_matrix {
   weight_matrix() = default;
 
   /// Zero matrix of the given storage.
-  /// @throws llmkit::error for `native`, or Q8_0 with cols % 32 != 0.
+  /// @throws llmkit::error for `native`, or a block type whose block size
+  /// does not divide cols.
   weight_matrix(weight_type type, std::size_t rows, std::size_t cols) : type_(type), rows_(rows), cols_(cols) {
-    LLMKIT_CHECK(type != weight_type::native, "weight_matrix: type must be f32, f16 or q8_0, not native");
-    LLMKIT_CHECK(type != weight_type::q8_0 || cols % q8_block_size == 0, "weight_matrix: q8_0 needs cols (", cols,
-                 ") to be a multiple of 32");
+    LLMKIT_CHECK(type != weight_type::native, "weight_matrix: type must be a storage type, not native");
+    LLMKIT_CHECK(cols % weight_block_size(type) == 0, "weight_matrix: ", weight_type_name(type), " needs cols (",
+                 cols, ") to be a multiple of ", weight_block_size(type));
     const std::size_t n = rows * cols;
     switch (type) {
       case weight_type::f32: f32_.assign(detail::panel_storage_size(rows, cols), 0.0f); break;
@@ -118,7 +177,7 @@ class weight_matrix {
         q_.assign(n, 0);
         scales_.assign(n / q8_block_size, 0.0f);
         break;
-      case weight_type::native: break;
+      default: blocks_.assign(rows * row_bytes(), std::byte{0}); break;
     }
   }
 
@@ -127,7 +186,8 @@ class weight_matrix {
   std::size_t cols() const noexcept { return cols_; }
   /// Bytes the whole matrix occupies (= bytes one product reads).
   std::size_t bytes() const noexcept {
-    return f32_.size() * sizeof(float) + f16_.size() * sizeof(std::uint16_t) + q_.size() + scales_.size() * sizeof(float);
+    return f32_.size() * sizeof(float) + f16_.size() * sizeof(std::uint16_t) + q_.size() +
+           scales_.size() * sizeof(float) + blocks_.size();
   }
 
   /// Stores row r from f32 values (rounded or quantised to the storage).
@@ -147,7 +207,9 @@ class weight_matrix {
         set_row_q8_0(r, blocks.data());
         break;
       }
-      case weight_type::native: break;
+      default:
+        quantize_row(stored_block_type(type_), values.data(), blocks_.data() + r * row_bytes(), cols_);
+        break;
     }
   }
 
@@ -177,7 +239,7 @@ class weight_matrix {
           for (std::size_t j = 0; j < q8_block_size; ++j)
             out[b * q8_block_size + j] = scales_[o / q8_block_size + b] * float(q_[o + b * q8_block_size + j]);
         break;
-      case weight_type::native: break;
+      default: dequantize_row(stored_block_type(type_), blocks_.data() + r * row_bytes(), out.data(), cols_); break;
     }
   }
 
@@ -203,6 +265,11 @@ class weight_matrix {
       return;
     }
     const std::size_t row_bytes = cols_ / ggml_block_elements(src.type) * ggml_block_bytes(src.type);
+    if (is_block_type() && src.type == stored_block_type(type_)) {
+      for (std::size_t r = 0; r < n_rows; ++r) check_scales(src, src.data + r * row_bytes);
+      std::memcpy(blocks_.data() + first_row * row_bytes, src.data, n_rows * row_bytes);
+      return;
+    }
     std::vector<block_q8_0> blocks;
     if (type_ == weight_type::q8_0 && src.type == ggml_type::q8_0) {
       blocks.resize(cols_ / q8_block_size);
@@ -227,11 +294,20 @@ class weight_matrix {
   const std::uint16_t* f16_data() const noexcept { return f16_.empty() ? nullptr : f16_.data(); }
   const std::int8_t* q8_data() const noexcept { return q_.empty() ? nullptr : q_.data(); }
   const float* q8_scales() const noexcept { return scales_.empty() ? nullptr : scales_.data(); }
+  /// GGUF blocks of a block type (Q4_0 ... Q6_K), row-major: row r at
+  /// `block_data() + r * row_bytes()`.
+  const std::byte* block_data() const noexcept { return blocks_.empty() ? nullptr : blocks_.data(); }
+  /// Bytes per row of a block type.
+  std::size_t row_bytes() const noexcept {
+    const ggml_type b = stored_block_type(type_);
+    return cols_ / ggml_block_elements(b) * ggml_block_bytes(b);
+  }
 
   /// Calls fn(accessor) with the storage's kernel accessor
-  /// (detail::f32_panels, f16_weights or q8_weights).
+  /// (detail::f32_panels, f16_weights, q8_weights or block_weights).
   template <class Fn>
   decltype(auto) visit(Fn&& fn) const {
+    if (is_block_type()) return fn(detail::block_weights{stored_block_type(type_), blocks_.data(), cols_});
     switch (type_) {
       case weight_type::f16: return fn(detail::f16_weights{f16_.data(), cols_});
       case weight_type::q8_0: return fn(detail::q8_weights{q_.data(), scales_.data(), cols_});
@@ -240,17 +316,20 @@ class weight_matrix {
   }
 
  private:
-  // Row of a GGUF tensor to f32; a quantised row must decode to finite
-  // values (a NaN or Inf scale would poison every product it enters).
+  // Row of a GGUF tensor to f32; a quantised row's scales must be finite.
   static void decode_row(const gguf_tensor& t, const std::byte* p, float* out) {
-    const std::size_t cols = static_cast<std::size_t>(t.cols());
-    dequantize_row(t.type, p, out, cols);
-    if (is_quantized(t.type))
-      for (std::size_t i = 0; i < cols; ++i)
-        LLMKIT_CHECK(std::isfinite(out[i]), "weight_matrix: tensor '", t.name, "' (",
-                     ggml_type_name(std::uint32_t(t.type)), ") has a non-finite scale in the block of column ", i,
-                     " at byte ", (p - t.data) + std::ptrdiff_t(i / ggml_block_elements(t.type) * ggml_block_bytes(t.type)));
+    if (is_quantized(t.type)) check_scales(t, p);
+    dequantize_row(t.type, p, out, static_cast<std::size_t>(t.cols()));
   }
+  // A NaN or Inf scale would poison every product its block enters.
+  static void check_scales(const gguf_tensor& t, const std::byte* row) {
+    const std::size_t k = ggml_block_elements(t.type), bb = ggml_block_bytes(t.type);
+    for (std::size_t b = 0; b < static_cast<std::size_t>(t.cols()) / k; ++b)
+      LLMKIT_CHECK(block_scales_finite(t.type, row + b * bb), "weight_matrix: tensor '", t.name, "' (",
+                   ggml_type_name(std::uint32_t(t.type)), ") has a non-finite scale in the block of column ", b * k,
+                   " at byte ", (row - t.data) + std::ptrdiff_t(b * bb));
+  }
+  bool is_block_type() const noexcept { return stored_block_type(type_) != ggml_type::f32; }
 
   // Row r of f32 values into the panel layout.
   void store_f32_row(std::size_t r, const float* values) noexcept {
@@ -264,6 +343,7 @@ class weight_matrix {
   aligned_vector<std::uint16_t> f16_;
   aligned_vector<std::int8_t> q_;
   aligned_vector<float> scales_;
+  aligned_vector<std::byte> blocks_;
 };
 
 namespace detail {

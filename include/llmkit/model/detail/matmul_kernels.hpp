@@ -16,6 +16,7 @@
 #include <cstddef>
 
 #include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/detail/matmul_blocks.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
 #include "llmkit/simd/arch.hpp"
@@ -49,6 +50,9 @@ struct matmul_kernels {
   /// matmul_dense_block_rows.
   static void rows(const product_args<f16_weights>& p, std::size_t row_first, std::size_t row_last) noexcept;
   static void rows(const product_args<q8_weights>& p, std::size_t row_first, std::size_t row_last) noexcept;
+  /// Rows [row_first, row_last) of a product over weights in a quantised
+  /// block format, decoded a strip at a time (model/detail/matmul_blocks.hpp).
+  static void rows(const product_args<block_weights>& p, std::size_t row_first, std::size_t row_last);
   /// Rows [row_first, row_last) of a product over panel-packed f32 weights
   /// (model/detail/matmul_panels.hpp); row_first a multiple of
   /// matmul_panel_rows.
@@ -71,6 +75,14 @@ template <class Arch>
 void matmul_kernels<Arch>::rows(const product_args<q8_weights>& p, std::size_t row_first,
                                 std::size_t row_last) noexcept {
   matmul_dense_rows<Arch>(p.x, p.n, p.in, p.w, p.y, p.y_stride, p.accumulate, row_first, row_last);
+}
+
+template <class Arch>
+void matmul_kernels<Arch>::rows(const product_args<block_weights>& p, std::size_t row_first, std::size_t row_last) {
+  visit_block(p.w.type, [&](auto block) {
+    matmul_quant_rows<Arch, decltype(block)>(p.x, p.n, p.in, p.w, p.y, p.y_stride, p.accumulate, row_first,
+                                             row_last);
+  });
 }
 
 template <class Arch>
