@@ -49,6 +49,7 @@
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/model/gguf.hpp"
+#include "llmkit/simd/detail/intrinsics.hpp"
 
 namespace llmkit::model {
 
@@ -130,45 +131,53 @@ constexpr void k_scale_min(const std::uint8_t (&scales)[12], std::size_t s, std:
   }
 }
 
+namespace detail {
+/// A block's f16 scale as f32: the F16C instruction where the target has it
+/// (the same value as to_f32 for every finite scale and infinity).
+inline float scale_f32(f16 h) noexcept {
+#if defined(__F16C__)
+  return _cvtsh_ss(h.bits);
+#else
+  return to_f32(h);
+#endif
+}
+}  // namespace detail
+
 /// Decodes one block. ([block_values<Block>] out)
-inline void dequantize_block(const block_q8_0& b, float* out) noexcept {
-  const float d = to_f32(b.scale);
+inline void dequantize_block(const block_q8_0& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.scale);
   for (std::size_t j = 0; j < 32; ++j) out[j] = d * float(b.qs[j]);
 }
-inline void dequantize_block(const block_q4_0& b, float* out) noexcept {
-  const float d = to_f32(b.d);
-  for (std::size_t j = 0; j < 16; ++j) {
-    out[j] = d * float((b.qs[j] & 0xF) - 8);
-    out[j + 16] = d * float((b.qs[j] >> 4) - 8);
-  }
+// The 32-value formats decode their low and high nibbles in two loops of
+// 16 contiguous outputs each, which the compiler turns into vector code.
+inline void dequantize_block(const block_q4_0& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d);
+  for (std::size_t j = 0; j < 16; ++j) out[j] = d * float(int(b.qs[j] & 0xF) - 8);
+  for (std::size_t j = 0; j < 16; ++j) out[j + 16] = d * float(int(b.qs[j] >> 4) - 8);
 }
-inline void dequantize_block(const block_q4_1& b, float* out) noexcept {
-  const float d = to_f32(b.d), m = to_f32(b.m);
-  for (std::size_t j = 0; j < 16; ++j) {
-    out[j] = std::fma(d, float(b.qs[j] & 0xF), m);
-    out[j + 16] = std::fma(d, float(b.qs[j] >> 4), m);
-  }
+inline void dequantize_block(const block_q4_1& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d), m = detail::scale_f32(b.m);
+  for (std::size_t j = 0; j < 16; ++j) out[j] = std::fma(d, float(b.qs[j] & 0xF), m);
+  for (std::size_t j = 0; j < 16; ++j) out[j + 16] = std::fma(d, float(b.qs[j] >> 4), m);
 }
-inline void dequantize_block(const block_q5_0& b, float* out) noexcept {
-  const float d = to_f32(b.d);
+inline void dequantize_block(const block_q5_0& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d);
   std::uint32_t qh;
   std::memcpy(&qh, b.qh, 4);
-  for (std::size_t j = 0; j < 16; ++j) {
-    out[j] = d * float(int((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
+  for (std::size_t j = 0; j < 16; ++j) out[j] = d * float(int((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
+  for (std::size_t j = 0; j < 16; ++j)
     out[j + 16] = d * float(int((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
-  }
 }
-inline void dequantize_block(const block_q5_1& b, float* out) noexcept {
-  const float d = to_f32(b.d), m = to_f32(b.m);
+inline void dequantize_block(const block_q5_1& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d), m = detail::scale_f32(b.m);
   std::uint32_t qh;
   std::memcpy(&qh, b.qh, 4);
-  for (std::size_t j = 0; j < 16; ++j) {
-    out[j] = std::fma(d, float((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)), m);
+  for (std::size_t j = 0; j < 16; ++j) out[j] = std::fma(d, float((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)), m);
+  for (std::size_t j = 0; j < 16; ++j)
     out[j + 16] = std::fma(d, float((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)), m);
-  }
 }
-inline void dequantize_block(const block_q4_k& b, float* out) noexcept {
-  const float d = to_f32(b.d), dmin = to_f32(b.dmin);
+inline void dequantize_block(const block_q4_k& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d), dmin = detail::scale_f32(b.dmin);
   for (std::size_t c = 0; c < 4; ++c) {
     std::uint8_t sc0, m0, sc1, m1;
     k_scale_min(b.scales, 2 * c, sc0, m0);
@@ -180,8 +189,8 @@ inline void dequantize_block(const block_q4_k& b, float* out) noexcept {
     }
   }
 }
-inline void dequantize_block(const block_q5_k& b, float* out) noexcept {
-  const float d = to_f32(b.d), dmin = to_f32(b.dmin);
+inline void dequantize_block(const block_q5_k& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d), dmin = detail::scale_f32(b.dmin);
   for (std::size_t c = 0; c < 4; ++c) {
     std::uint8_t sc0, m0, sc1, m1;
     k_scale_min(b.scales, 2 * c, sc0, m0);
@@ -195,16 +204,24 @@ inline void dequantize_block(const block_q5_k& b, float* out) noexcept {
     }
   }
 }
-inline void dequantize_block(const block_q6_k& b, float* out) noexcept {
-  const float d = to_f32(b.d);
-  for (std::size_t h = 0; h < 2; ++h)
-    for (std::size_t r = 0; r < 4; ++r)
-      for (std::size_t l = 0; l < 32; ++l) {
-        const std::uint8_t low = b.ql[64 * h + l + 32 * (r % 2)];
-        const int q = ((r < 2 ? low & 0xF : low >> 4) | (((b.qh[32 * h + l] >> (2 * r)) & 3) << 4)) - 32;
-        const std::size_t j = 128 * h + 32 * r + l;
-        out[j] = (d * float(b.scales[j / 16])) * float(q);
+inline void dequantize_block(const block_q6_k& b, float* __restrict out) noexcept {
+  // Loops of 16 values with one scale each, so that they vectorise.
+  const float d = detail::scale_f32(b.d);
+  for (std::size_t h = 0; h < 2; ++h) {
+    const std::uint8_t* ql = b.ql + 64 * h;
+    const std::uint8_t* qh = b.qh + 32 * h;
+    const std::int8_t* sc = b.scales + 8 * h;
+    float* y = out + 128 * h;
+    for (std::size_t g = 0; g < 2; ++g) {
+      const float s0 = d * float(sc[g]), s1 = d * float(sc[g + 2]), s2 = d * float(sc[g + 4]), s3 = d * float(sc[g + 6]);
+      for (std::size_t l = 16 * g; l < 16 * g + 16; ++l) {
+        y[l] = s0 * float(int((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+        y[l + 32] = s1 * float(int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        y[l + 64] = s2 * float(int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        y[l + 96] = s3 * float(int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
       }
+    }
+  }
 }
 
 namespace detail {

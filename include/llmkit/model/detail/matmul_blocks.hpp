@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/model/detail/matmul.hpp"
@@ -31,7 +30,8 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 namespace llmkit::model::detail {
 
 /// Weights in a quantised block format: row o's blocks start at
-/// `data + o * row_bytes`. @pre in % block values == 0
+/// `data + o * row_bytes`, in storage aligned for the block struct.
+/// @pre in % block values == 0
 struct block_weights {
   ggml_type type;
   const std::byte* data;
@@ -53,29 +53,33 @@ struct f32_strip {
   void prefetch(std::size_t, std::size_t) const noexcept {}
 };
 
-/// Bytes of decoded f32 weights per strip: 32 KiB keeps a decode step's
-/// strip in L1 while the token tiles pass over it.
-inline constexpr std::size_t matmul_strip_bytes = 32 * 1024;
+/// Bytes of decoded f32 weights per strip: 32 KiB keeps a streaming
+/// product's strip (decode: at most matmul_stream_max_tokens tokens) in L1
+/// while its token tiles pass over it; a prefill's 256 KiB strip stays in
+/// L2 and is decoded once for all its token tiles.
+inline constexpr std::size_t matmul_strip_bytes_streaming = 32 * 1024;
+inline constexpr std::size_t matmul_strip_bytes_prefill = 256 * 1024;
 
 /// Rows [row_first, row_last) of `[n, out] y (+)= [n, in] x * W^T`.
 template <class Arch, class Block>
 void matmul_quant_rows(const float* x, std::size_t n, std::size_t in, const block_weights& w, float* y,
                        std::size_t y_stride, bool accumulate, std::size_t row_first, std::size_t row_last) {
   constexpr std::size_t k = block_values<Block>;
-  const std::size_t strip_rows = std::max<std::size_t>(1, matmul_strip_bytes / (in * sizeof(float)));
+  const std::size_t strip_bytes =
+      n <= matmul_stream_max_tokens ? matmul_strip_bytes_streaming : matmul_strip_bytes_prefill;
+  const std::size_t strip_rows = std::max<std::size_t>(1, strip_bytes / (in * sizeof(float)));
   const std::size_t row_bytes = w.row_bytes(), blocks = in / k;
   thread_local aligned_vector<float> buffer;
   if (buffer.size() < strip_rows * in) buffer.resize(strip_rows * in);
   for (std::size_t o = row_first; o < row_last; o += strip_rows) {
     const std::size_t rows = std::min(strip_rows, row_last - o);
     for (std::size_t r = 0; r < rows; ++r) {
-      const std::byte* src = w.data + (o + r) * row_bytes;
+      // The matrix's storage holds its blocks as objects (weight_matrix
+      // copies them in), so they are read in place: a copy to the stack
+      // would stall every block's vector loads on store forwarding.
+      const auto* src = reinterpret_cast<const Block*>(w.data + (o + r) * row_bytes);
       prefetch_l2(src, matmul_prefetch_bytes);
-      for (std::size_t b = 0; b < blocks; ++b) {
-        Block block;
-        std::memcpy(&block, src + b * sizeof(Block), sizeof(Block));
-        dequantize_block(block, buffer.data() + r * in + b * k);
-      }
+      for (std::size_t b = 0; b < blocks; ++b) dequantize_block(src[b], buffer.data() + r * in + b * k);
     }
     const f32_strip strip{buffer.data(), in, o};
     if (n <= matmul_stream_max_tokens) {
