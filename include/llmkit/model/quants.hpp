@@ -251,6 +251,16 @@ inline void quantize_affine(const float* x, int levels, f16& d_out, f16& m_out, 
   m_out = f16{f32_to_f16_bits(lo)};
   for (std::size_t j = 0; j < 32; ++j) q[j] = round_clamp((x[j] - lo) * id, 0, levels);
 }
+/// 32 five-bit values into Q5_0 / Q5_1's nibbles and 32 fifth bits.
+inline void pack_5bit(const int (&q)[32], std::uint8_t (&qs)[16], std::uint8_t (&qh_out)[4]) noexcept {
+  std::uint32_t qh = 0;
+  for (std::size_t j = 0; j < 16; ++j) {
+    qs[j] = static_cast<std::uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+    qh |= std::uint32_t(q[j] >> 4) << j;
+    qh |= std::uint32_t(q[j + 16] >> 4) << (j + 16);
+  }
+  std::memcpy(qh_out, &qh, 4);
+}
 /// The 6-bit scales and mins of 8 sub-blocks packed as k_scale_min reads them.
 inline void pack_k_scales(const std::uint8_t (&sc)[8], const std::uint8_t (&m)[8], std::uint8_t (&out)[12]) noexcept {
   for (std::size_t s = 0; s < 4; ++s) {
@@ -304,24 +314,12 @@ inline void quantize_block(const float* x, block_q4_1& b) noexcept {
 inline void quantize_block(const float* x, block_q5_0& b) noexcept {
   int q[32];
   detail::quantize_symmetric(x, 16, b.d, q);
-  std::uint32_t qh = 0;
-  for (std::size_t j = 0; j < 16; ++j) {
-    b.qs[j] = static_cast<std::uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
-    qh |= std::uint32_t(q[j] >> 4) << j;
-    qh |= std::uint32_t(q[j + 16] >> 4) << (j + 16);
-  }
-  std::memcpy(b.qh, &qh, 4);
+  detail::pack_5bit(q, b.qs, b.qh);
 }
 inline void quantize_block(const float* x, block_q5_1& b) noexcept {
   int q[32];
   detail::quantize_affine(x, 31, b.d, b.m, q);
-  std::uint32_t qh = 0;
-  for (std::size_t j = 0; j < 16; ++j) {
-    b.qs[j] = static_cast<std::uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
-    qh |= std::uint32_t(q[j] >> 4) << j;
-    qh |= std::uint32_t(q[j + 16] >> 4) << (j + 16);
-  }
-  std::memcpy(b.qh, &qh, 4);
+  detail::pack_5bit(q, b.qs, b.qh);
 }
 inline void quantize_block(const float* x, block_q4_k& b) noexcept {
   int q[qk_k];
