@@ -31,6 +31,7 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/gguf_writer.hpp"
+#include "llmkit/model/quants.hpp"
 
 namespace llmkit::search {
 
@@ -41,28 +42,11 @@ struct self_draft_options {
 };
 
 namespace detail {
-/// Elements of a tensor as f32 (F32, F16, BF16, Q8_0).
+/// Elements of a tensor as f32 (any type the GGUF reader accepts).
 inline std::vector<float> tensor_as_f32(const model::gguf_tensor& t) {
   const std::size_t n = static_cast<std::size_t>(t.n_elements);
   std::vector<float> out(n);
-  switch (t.type) {
-    case model::ggml_type::f32: std::memcpy(out.data(), t.data, n * sizeof(float)); break;
-    case model::ggml_type::f16:
-    case model::ggml_type::bf16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t b;
-        std::memcpy(&b, t.data + 2 * i, 2);
-        out[i] = t.type == model::ggml_type::f16 ? f16_bits_to_f32(b) : bf16_bits_to_f32(b);
-      }
-      break;
-    case model::ggml_type::q8_0:
-      for (std::size_t blk = 0; blk < n / q8_block_size; ++blk) {
-        block_q8_0 q;
-        std::memcpy(&q, t.data + blk * sizeof(block_q8_0), sizeof(block_q8_0));
-        for (std::size_t j = 0; j < q8_block_size; ++j) out[blk * q8_block_size + j] = to_f32(q.scale) * float(q.qs[j]);
-      }
-      break;
-  }
+  model::dequantize_row(t.type, t.data, out.data(), n);
   return out;
 }
 
