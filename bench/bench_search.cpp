@@ -225,7 +225,7 @@ struct fixture {
   fixture() {
     for (const char* p : {"Once upon a time", "Lily and Tom went to the park. Lily saw a big red ball. Tom saw a big red",
                           "The cat sat on the mat. The cat was happy. The dog", "One day, a little boy named Tim"})
-      prompts.push_back(tok.encode(p, true));
+      prompts.push_back(tok.encode(p, {.add_bos = true}));
   }
 };
 fixture& fx() {

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     const auto tok = model::tokenizer::from_gguf(*file);
     model::llama_model target(*file);
     thread_pool pool(threads);
-    auto prompt_ids = tok.encode(prompt, true);
+    auto prompt_ids = tok.encode(prompt, {.add_bos = true});
     for (std::size_t i = 1; prompt_ids.size() > 1 && prompt_ids.size() < prompt_tokens; ++i)
       prompt_ids.push_back(prompt_ids[i]);
     const bool cpu_clock = clock_name == "cpu";

@@ -157,9 +157,10 @@ int main(int argc, char** argv) {
     const auto& c = model.config();
     if (threads == 0) threads = llmkit_examples::default_threads(model.weight_bytes_per_step());
     // The one place text becomes tokens. A chat prompt holds special-token texts ("<|eot_id|>", "</s>", ...)
-    // that must become their control ids: switch this call to the tokenizer's parse-special-tokens encoding
-    // once it has one (BOS stays added here, once: chat_template::format leaves the leading BOS text out).
-    const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, true);
+    // that must become their control ids; a plain prompt stays plain text. BOS is added here, once, when the
+    // model asks for it (chat_template::format leaves the leading BOS text out).
+    const std::vector<std::int32_t> prompt_ids =
+        tok.encode(prompt, {.add_bos = tok.add_bos_token(), .parse_special = chat});
     const std::size_t capacity = std::min(c.context_length, prompt_ids.size() + n_tokens);
     if (prompt_ids.size() >= capacity) {
       std::cerr << "error: the prompt has " << prompt_ids.size() << " tokens; the context holds " << c.context_length

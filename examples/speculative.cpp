@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
               << target.weight_bytes_per_step() / 1e6 << " MB per pass), " << clock_name << " time\n";
 
     std::vector<std::vector<std::int32_t>> prompt_ids;
-    for (const auto& p : prompts) prompt_ids.push_back(tok.encode(p, true));
+    for (const auto& p : prompts) prompt_ids.push_back(tok.encode(p, {.add_bos = true}));
     const std::size_t max_len = [&] {
       std::size_t m = 0;
       for (const auto& p : prompt_ids) m = std::max(m, p.size());

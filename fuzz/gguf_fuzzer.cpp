@@ -32,8 +32,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (t.n_bytes > 0) sink += static_cast<std::size_t>(t.data[0]) + static_cast<std::size_t>(t.data[t.n_bytes - 1]);
     try {
       const auto tok = tokenizer::from_gguf(f);
-      const auto ids = tok.encode("Once upon a time \xc3\xa9", true);
+      const auto ids = tok.encode("Once upon a time \xc3\xa9 12345 it's\r\n <s><|eot_id|>", {.add_bos = true});
       sink += tok.decode(ids).size();
+      const auto special = tok.encode("<s>x</s><|bos|>y<|user|>", {.parse_special = true});
+      sink += tok.decode(special, {.render_special = true}).size();
     } catch (const llmkit::error&) {
     }
     try {

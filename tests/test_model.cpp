@@ -84,7 +84,7 @@ TEST_CASE("llama: prefill equals token-by-token decode, and packed prompts equal
   const std::vector<std::string> texts{"Once upon a time", "Lily saw a big red ball in the park and", "Tom",
                                        "The cat sat on the mat. It was happy and warm."};
   std::vector<std::vector<std::int32_t>> prompts;
-  for (const auto& t : texts) prompts.push_back(s.tok.encode(t, true));
+  for (const auto& t : texts) prompts.push_back(s.tok.encode(t, {.add_bos = true}));
 
   // Each prompt alone: logits of every position.
   std::vector<std::vector<std::vector<float>>> alone(prompts.size());
@@ -151,7 +151,7 @@ TEST_CASE("llama: prefill equals token-by-token decode, and packed prompts equal
 
 TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
   auto& s = loaded();
-  const auto prompt = s.tok.encode("Lily went to the park with her mom and dad. They saw a big tree.", true);
+  const auto prompt = s.tok.encode("Lily went to the park with her mom and dad. They saw a big tree.", {.add_bos = true});
   REQUIRE(prompt.size() > 20);
   auto run = [&](auto& cache, llama_model& model) {
     const kv::seq_id seq = *cache.add_sequence();
@@ -211,7 +211,7 @@ TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
 
 TEST_CASE("llama: the thread pool gives the serial result") {
   auto& s = loaded();
-  const auto prompt = s.tok.encode("Once upon a time, there was a little dog named Max who liked to run.", true);
+  const auto prompt = s.tok.encode("Once upon a time, there was a little dog named Max who liked to run.", {.add_bos = true});
   std::vector<float> ref;
   {
     kv::contiguous_cache<float> cache(s.model.kv_shape(), {.max_sequences = 1, .max_tokens = 64});

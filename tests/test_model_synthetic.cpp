@@ -77,8 +77,8 @@ TEST_CASE("synthetic: writes a loadable GGUF with metadata, tokenizer and weight
   REQUIRE(tok.vocab_size() == 320);
   REQUIRE(tok.bos() == 1);
   REQUIRE(tok.type(3) == token_type::byte);
-  const auto ids = tok.encode("hello world \xc3\xa9", true);
-  REQUIRE(tok.decode(ids, true) == "hello world \xc3\xa9");
+  const auto ids = tok.encode("hello world \xc3\xa9", {.add_bos = true});
+  REQUIRE(tok.decode(ids, {.strip_prefix_space = true}) == "hello world \xc3\xa9");
 
   // Same seed, same bytes; another seed, other weights.
   REQUIRE(synthetic_llama(o).bytes() == image);

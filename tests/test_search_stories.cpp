@@ -89,7 +89,7 @@ TEST_CASE("speculative on stories260K: greedy verification equals plain greedy f
   const sampling::processor_chain<> none;
   std::map<std::string, speculative_stats> totals;
   for (const auto& text : prompts) {
-    const auto prompt = s.tok.encode(text, true);
+    const auto prompt = s.tok.encode(text, {.add_bos = true});
     const auto plain = generate(s.target, cache, prompt, none, sampling::greedy{}, {.stop = {.max_new_tokens = 40}});
     for (std::size_t k : {2u, 5u}) {
       ngram_drafter ngram;
@@ -137,7 +137,7 @@ TEST_CASE("speculative on stories260K: sampled tokens follow the same distributi
   auto cache = make_cache();
   auto draft_cache = make_cache(256, s.four_layers.kv_shape());
   const sampling::processor_chain chain{sampling::top_k{20}, sampling::temperature{1.0f}};
-  const auto prompt = s.tok.encode("Once upon a time, there was a", true);
+  const auto prompt = s.tok.encode("Once upon a time, there was a", {.add_bos = true});
   model_drafter layers(s.four_layers, draft_cache, chain, "layers4");
   const std::size_t n = 700, position = 2;
   std::map<std::int32_t, std::size_t> plain_counts, spec_counts;
@@ -189,7 +189,7 @@ TEST_CASE("beam search on stories260K: width 1 is greedy; scores are the model's
   kv::paged_cache<float, 4> small_blocks(s.target.kv_shape(), {.n_blocks = 1024, .max_sequences = 64});
   const sampling::processor_chain<> none;
   for (const auto& text : {prompts[1], prompts[2], prompts[5]}) {
-    const auto prompt = s.tok.encode(text, true);
+    const auto prompt = s.tok.encode(text, {.add_bos = true});
     const auto plain = generate(s.target, cache, prompt, none, sampling::greedy{}, {.stop = {.max_new_tokens = 24}});
     const auto one = beam_search(s.target, cache, prompt, {.beam_width = 1, .stop = {.max_new_tokens = 24}});
     REQUIRE(one.hypotheses[0].tokens == plain.tokens);

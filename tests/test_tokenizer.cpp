@@ -65,14 +65,14 @@ TEST_CASE("tokenizer: metadata of stories260K") {
 
 TEST_CASE("tokenizer: encodes a known prompt into whole-word pieces") {
   const auto& tok = model_vocab().tok;
-  const auto ids = tok.encode("Once upon a time", true);
+  const auto ids = tok.encode("Once upon a time", {.add_bos = true});
   REQUIRE(ids.front() == 1);
   REQUIRE(texts(tok, ids) == std::vector<std::string>{"<s>", "\xe2\x96\x81Once", "\xe2\x96\x81upon", "\xe2\x96\x81" "a",
                                                       "\xe2\x96\x81time"});
   REQUIRE(tok.decode(ids) == " Once upon a time");
-  REQUIRE(tok.decode(ids, true) == "Once upon a time");
+  REQUIRE(tok.decode(ids, {.strip_prefix_space = true}) == "Once upon a time");
   REQUIRE(tok.encode("").empty());
-  REQUIRE(tok.encode("", true) == std::vector<token_id>{1});
+  REQUIRE(tok.encode("", {.add_bos = true}) == std::vector<token_id>{1});
 }
 
 TEST_CASE("tokenizer: matches the naive BPE oracle and round-trips random ASCII and non-ASCII text") {
@@ -93,7 +93,7 @@ TEST_CASE("tokenizer: matches the naive BPE oracle and round-trips random ASCII 
   }
   const std::string utf8 = "Lily vit \xc3\xa0 Z\xc3\xbcrich \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x99\x82!";
   const auto ids = v.tok.encode(utf8);
-  REQUIRE(v.tok.decode(ids, true) == utf8);
+  REQUIRE(v.tok.decode(ids, {.strip_prefix_space = true}) == utf8);
   // Multi-byte characters not in the vocabulary become byte tokens.
   REQUIRE(texts(v.tok, v.tok.encode("\xf0\x9f\x99\x82")) ==
           std::vector<std::string>{"\xe2\x96\x81", "<0xF0>", "<0x9F>", "<0x99>", "<0x82>"});

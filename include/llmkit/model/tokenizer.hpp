@@ -2,317 +2,148 @@
 #pragma once
 
 /// @file llmkit/model/tokenizer.hpp
-/// SentencePiece-BPE tokenizer as stored in GGUF metadata
-/// (`tokenizer.ggml.model = "llama"`): tokens, scores and token types.
+/// `tokenizer`: the one tokenizer type engines use, whatever the model
+/// file's algorithm. `tokenizer::from_gguf` reads `tokenizer.ggml.model`
+/// and builds
+/// - "llama": SentencePiece BPE (`sentencepiece_tokenizer`,
+///   model/sentencepiece_tokenizer.hpp; Llama 1/2, Mistral, TinyLlama);
+/// - "gpt2": byte-level BPE (`bpe_tokenizer`, model/bpe_tokenizer.hpp;
+///   Llama 3, Qwen2), with the pre-tokenizer `tokenizer.ggml.pre` names.
 ///
-/// Encoding follows SentencePiece / llama.cpp's SPM tokenizer:
-/// 1. a space is prepended (the "dummy prefix", unless
-///    `tokenizer.ggml.add_space_prefix` is false) and every ' ' becomes
-///    U+2581 '▁';
-/// 2. the text is split into UTF-8 characters;
-/// 3. repeatedly, among all adjacent pairs whose concatenation is a
-///    vocabulary token, the pair whose token has the highest score is merged
-///    (the leftmost pair on ties);
-/// 4. each remaining piece that is not in the vocabulary (an unknown
-///    character) falls back to its UTF-8 bytes as `<0xXX>` tokens (or to the
-///    unknown token when the vocabulary has no byte tokens).
+/// ```
+/// auto tok = tokenizer::from_gguf(gguf_file::open(path));
+/// auto ids = tok.encode(prompt, {.add_bos = tok.add_bos_token()});
+/// auto chat = tok.encode("<|eot_id|>", {.parse_special = true});  // one id
+/// std::string text = tok.decode(ids);
+/// ```
 ///
-/// Decoding maps '▁' back to ' ', byte tokens to their raw byte (so
-/// multi-byte characters split over several byte tokens reassemble into
-/// UTF-8) and control tokens (BOS, EOS, ...) to nothing.
-///
-/// Copies are cheap and share the (immutable) vocabulary.
+/// Both algorithms, and `tokenizer` itself, satisfy the `text_tokenizer`
+/// concept. Copies are cheap and share the (immutable) vocabulary.
 
-#include <algorithm>
-#include <array>
+#include <concepts>
 #include <cstddef>
-#include <cstdint>
-#include <memory>
 #include <optional>
-#include <queue>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/ids.hpp"
+#include "llmkit/model/bpe_tokenizer.hpp"
 #include "llmkit/model/gguf.hpp"
+#include "llmkit/model/sentencepiece_tokenizer.hpp"
+#include "llmkit/model/tokenizer_types.hpp"
 
 namespace llmkit::model {
 
-/// SentencePiece token types as stored in `tokenizer.ggml.token_type`.
-enum class token_type : std::int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+/// What engines need from a tokenizer: text to ids and back, the special
+/// ids and the vocabulary.
+template <class T>
+concept text_tokenizer = requires(const T& t, std::string_view text, std::span<const token_id> ids, token_id id,
+                                  std::string& out) {
+  { t.vocab_size() } -> std::convertible_to<std::size_t>;
+  { t.bos() } -> std::same_as<token_id>;
+  { t.eos() } -> std::same_as<token_id>;
+  { t.add_bos_token() } -> std::same_as<bool>;
+  { t.encode(text, encode_options{}) } -> std::same_as<std::vector<token_id>>;
+  { t.decode(ids, decode_options{}) } -> std::same_as<std::string>;
+  t.decode_token(id, out, decode_options{});
+  { t.token_text(id) } -> std::same_as<std::string_view>;
+  { t.type(id) } -> std::same_as<token_type>;
+  { t.find(text) } -> std::same_as<std::optional<token_id>>;
+};
 
-/// A SentencePiece-BPE vocabulary with encode and decode.
+/// The algorithm behind a `tokenizer`.
+enum class tokenizer_kind {
+  sentencepiece,   ///< `tokenizer.ggml.model = "llama"`
+  byte_level_bpe,  ///< `tokenizer.ggml.model = "gpt2"`
+};
+
+/// A tokenizer of either algorithm; see the file comment.
 class tokenizer {
- public:
-  /// The vocabulary's special ids; -1 when the vocabulary has none.
-  struct special_ids {
-    token_id bos = -1;
-    token_id eos = -1;
-    token_id unk = -1;
-  };
-
-  /// Builds a tokenizer from `[n_vocab] tokens`, `[n_vocab] scores` and
-  /// `[n_vocab] types` (empty types = all normal).
-  tokenizer(std::vector<std::string> tokens, std::vector<float> scores, std::vector<token_type> types,
-            special_ids ids, bool add_space_prefix = true) {
-    LLMKIT_CHECK(!tokens.empty(), "tokenizer: empty vocabulary");
-    LLMKIT_CHECK(scores.size() == tokens.size(), "tokenizer: scores.size() = ", scores.size(),
-                 " differs from tokens.size() = ", tokens.size());
-    if (types.empty()) types.assign(tokens.size(), token_type::normal);
-    LLMKIT_CHECK(types.size() == tokens.size(), "tokenizer: types.size() = ", types.size(),
-                 " differs from tokens.size() = ", tokens.size());
-    const auto n = static_cast<token_id>(tokens.size());
-    LLMKIT_CHECK(static_cast<std::size_t>(n) == tokens.size(), "tokenizer: vocabulary of ", tokens.size(),
-                 " tokens is too large");
-    for (auto [name, id] : {std::pair{"bos", ids.bos}, std::pair{"eos", ids.eos}, std::pair{"unk", ids.unk}})
-      LLMKIT_CHECK(id >= -1 && id < n, "tokenizer: ", name, " id ", id, " is outside the vocabulary of ", n,
-                   " tokens");
-    auto d = std::make_shared<data>();
-    d->tokens = std::move(tokens);
-    d->scores = std::move(scores);
-    d->types = std::move(types);
-    d->ids = ids;
-    d->add_space_prefix = add_space_prefix;
-    d->index.reserve(d->tokens.size());
-    for (token_id i = 0; i < n; ++i) d->index.emplace(d->tokens[static_cast<std::size_t>(i)], i);  // first wins
-    d->byte_ids.fill(-1);
-    for (token_id i = 0; i < n; ++i) {
-      if (d->types[static_cast<std::size_t>(i)] != token_type::byte) continue;
-      const std::string& t = d->tokens[static_cast<std::size_t>(i)];
-      const auto value = parse_byte_token(t);
-      LLMKIT_CHECK(value.has_value(), "tokenizer: byte token ", i, " is '", t, "', not <0xXX>");
-      d->byte_values.resize(d->tokens.size(), -1);
-      d->byte_values[static_cast<std::size_t>(i)] = *value;
-      if (d->byte_ids[*value] < 0) d->byte_ids[*value] = i;
-    }
-    data_ = std::move(d);
+  // Calls f on the algorithm (defined first: the members below deduce their type from it).
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), impl_);
   }
 
-  /// Reads `tokenizer.ggml.*` from a GGUF file.
+ public:
+  using special_ids = model::special_ids;
+
+  tokenizer(sentencepiece_tokenizer t) : impl_(std::move(t)) {}
+  tokenizer(bpe_tokenizer t) : impl_(std::move(t)) {}
+  /// A SentencePiece tokenizer from `[n_vocab] tokens`, `[n_vocab] scores`
+  /// and `[n_vocab] types` (see `sentencepiece_tokenizer`).
+  tokenizer(std::vector<std::string> tokens, std::vector<float> scores, std::vector<token_type> types,
+            special_ids ids, bool add_space_prefix = true)
+      : impl_(sentencepiece_tokenizer(std::move(tokens), std::move(scores), std::move(types), ids, add_space_prefix)) {}
+
+  /// Reads `tokenizer.ggml.*` from a GGUF file; `tokenizer.ggml.model`
+  /// picks the algorithm ("llama" or "gpt2"; anything else raises
+  /// `llmkit::error` naming it).
   static tokenizer from_gguf(const gguf_file& file) {
     const auto model = file.get<std::string_view>("tokenizer.ggml.model");
-    LLMKIT_CHECK(model == "llama", "tokenizer: tokenizer.ggml.model is '", model,
-                 "'; only 'llama' (SentencePiece BPE) is supported");
-    const auto tokens = file.get_array("tokenizer.ggml.tokens").strings();
-    std::vector<std::string> owned(tokens.begin(), tokens.end());
-    std::vector<float> scores(owned.size(), 0.0f);
-    if (file.contains("tokenizer.ggml.scores")) {
-      const auto& s = file.get_array("tokenizer.ggml.scores");
-      LLMKIT_CHECK(s.size() == owned.size(), "tokenizer: tokenizer.ggml.scores has ", s.size(),
-                   " entries for ", owned.size(), " tokens");
-      for (std::size_t i = 0; i < owned.size(); ++i) scores[i] = s.get<float>(i);
-    }
-    std::vector<token_type> types(owned.size(), token_type::normal);
-    if (file.contains("tokenizer.ggml.token_type")) {
-      const auto& t = file.get_array("tokenizer.ggml.token_type");
-      LLMKIT_CHECK(t.size() == owned.size(), "tokenizer: tokenizer.ggml.token_type has ", t.size(),
-                   " entries for ", owned.size(), " tokens");
-      for (std::size_t i = 0; i < owned.size(); ++i) {
-        const auto v = t.get<std::int64_t>(i);
-        LLMKIT_CHECK(v >= 0 && v <= 6, "tokenizer: token ", i, " has unknown type ", v);
-        types[i] = static_cast<token_type>(v);
-      }
-    }
-    special_ids ids;
-    const auto n = static_cast<std::int64_t>(owned.size());
-    auto special = [&](const char* key, token_id fallback) -> token_id {
-      const auto v = file.get_optional<std::int64_t>(key);
-      if (!v) return fallback;
-      if (*v < 0 || *v >= n) return -1;  // e.g. 0xffffffff for "none"
-      return static_cast<token_id>(*v);
-    };
-    ids.bos = special("tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1);
-    ids.eos = special("tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1);
-    ids.unk = special("tokenizer.ggml.unknown_token_id", 0);
-    const bool prefix = file.get_optional<bool>("tokenizer.ggml.add_space_prefix").value_or(true);
-    return tokenizer(std::move(owned), std::move(scores), std::move(types), ids, prefix);
+    if (model == "llama") return sentencepiece_tokenizer::from_gguf(file);
+    if (model == "gpt2") return bpe_tokenizer::from_gguf(file);
+    ::llmkit::detail::throw_error("tokenizer: tokenizer.ggml.model is '", model,
+                                  "'; supported: 'llama' (SentencePiece BPE), 'gpt2' (byte-level BPE)");
   }
 
-  std::size_t vocab_size() const noexcept { return data_->tokens.size(); }
-  token_id bos() const noexcept { return data_->ids.bos; }
-  token_id eos() const noexcept { return data_->ids.eos; }
-  token_id unk() const noexcept { return data_->ids.unk; }
-  bool add_space_prefix() const noexcept { return data_->add_space_prefix; }
-
-  /// The vocabulary entry of `id` as stored (with '▁', "<0x41>", "<s>").
-  std::string_view token_text(token_id id) const {
-    check_id(id, "token_text");
-    return data_->tokens[static_cast<std::size_t>(id)];
+  tokenizer_kind kind() const noexcept {
+    return impl_.index() == 0 ? tokenizer_kind::sentencepiece : tokenizer_kind::byte_level_bpe;
   }
+  /// The algorithm itself, or nullptr when the tokenizer is of the other kind.
+  const sentencepiece_tokenizer* sentencepiece() const noexcept { return std::get_if<sentencepiece_tokenizer>(&impl_); }
+  const bpe_tokenizer* bpe() const noexcept { return std::get_if<bpe_tokenizer>(&impl_); }
+
+  std::size_t vocab_size() const noexcept { return visit([](const auto& t) { return t.vocab_size(); }); }
+  token_id bos() const noexcept { return visit([](const auto& t) { return t.bos(); }); }
+  token_id eos() const noexcept { return visit([](const auto& t) { return t.eos(); }); }
+  token_id unk() const noexcept { return visit([](const auto& t) { return t.unk(); }); }
+  /// Whether the model expects BOS in front of a prompt
+  /// (`tokenizer.ggml.add_bos_token`; when absent true for SentencePiece,
+  /// false for byte-level BPE).
+  bool add_bos_token() const noexcept { return visit([](const auto& t) { return t.add_bos_token(); }); }
+  /// SentencePiece's dummy prefix (false for byte-level BPE).
+  bool add_space_prefix() const noexcept {
+    const auto* s = sentencepiece();
+    return s != nullptr && s->add_space_prefix();
+  }
+
+  /// The vocabulary entry of `id` as stored ("▁the", "<0x41>", "Ġthe").
+  std::string_view token_text(token_id id) const { return visit([&](const auto& t) { return t.token_text(id); }); }
+  /// The SentencePiece score of `id` (0 for byte-level BPE, which ranks merges instead).
   float score(token_id id) const {
-    check_id(id, "score");
-    return data_->scores[static_cast<std::size_t>(id)];
+    if (const auto* s = sentencepiece()) return s->score(id);
+    static_cast<void>(bpe()->type(id));  // checks the id
+    return 0.0f;
   }
-  token_type type(token_id id) const {
-    check_id(id, "type");
-    return data_->types[static_cast<std::size_t>(id)];
-  }
-  /// The id of the vocabulary entry `text`, if any.
-  std::optional<token_id> find(std::string_view text) const {
-    auto it = data_->index.find(text);
-    if (it == data_->index.end()) return std::nullopt;
-    return it->second;
-  }
+  token_type type(token_id id) const { return visit([&](const auto& t) { return t.type(id); }); }
+  /// The id of the vocabulary entry `text` (as stored), if any.
+  std::optional<token_id> find(std::string_view text) const { return visit([&](const auto& t) { return t.find(text); }); }
 
-  /// Encodes UTF-8 `text` (see the file comment); prepends BOS when
-  /// `add_bos` and the vocabulary has one. Empty text gives no tokens
-  /// (besides BOS). Invalid UTF-8 is encoded byte by byte.
-  std::vector<token_id> encode(std::string_view text, bool add_bos = false) const {
-    std::vector<token_id> out;
-    if (add_bos && bos() >= 0) out.push_back(bos());
-    if (text.empty()) return out;
-    const data& d = *data_;
-    std::string s;
-    s.reserve(text.size() * 3 + 3);
-    if (d.add_space_prefix) s += space_marker;
-    for (char c : text) {
-      if (c == ' ') s += space_marker;
-      else s += c;
-    }
-    // Pieces as a doubly linked list over s; a merged piece spans its parts.
-    struct piece {
-      std::size_t offset, length;
-      std::ptrdiff_t prev, next;
-    };
-    std::vector<piece> pieces;
-    for (std::size_t at = 0; at < s.size();) {
-      const std::size_t len = std::min(utf8_length(static_cast<unsigned char>(s[at])), s.size() - at);
-      const auto i = static_cast<std::ptrdiff_t>(pieces.size());
-      pieces.push_back({at, len, i - 1, i + 1});
-      at += len;
-    }
-    pieces.back().next = -1;
-    struct bigram {
-      float score;
-      std::ptrdiff_t left;
-      std::size_t length;  // to detect a stale entry
-      token_id id;
-      bool operator<(const bigram& o) const {  // max-heap: best score, then leftmost
-        return score < o.score || (score == o.score && left > o.left);
-      }
-    };
-    std::priority_queue<bigram> queue;
-    auto try_pair = [&](std::ptrdiff_t left) {
-      if (left < 0) return;
-      const std::ptrdiff_t right = pieces[static_cast<std::size_t>(left)].next;
-      if (right < 0) return;
-      const piece& l = pieces[static_cast<std::size_t>(left)];
-      const std::size_t length = l.length + pieces[static_cast<std::size_t>(right)].length;
-      auto it = d.index.find(std::string_view(s).substr(l.offset, length));
-      if (it == d.index.end()) return;
-      queue.push({d.scores[static_cast<std::size_t>(it->second)], left, length, it->second});
-    };
-    for (std::ptrdiff_t i = 0; i + 1 < static_cast<std::ptrdiff_t>(pieces.size()); ++i) try_pair(i);
-    while (!queue.empty()) {
-      const bigram b = queue.top();
-      queue.pop();
-      piece& l = pieces[static_cast<std::size_t>(b.left)];
-      if (l.length == 0 || l.next < 0) continue;
-      piece& r = pieces[static_cast<std::size_t>(l.next)];
-      if (l.length + r.length != b.length) continue;  // stale: one side changed
-      l.length += r.length;
-      r.length = 0;
-      l.next = r.next;
-      if (r.next >= 0) pieces[static_cast<std::size_t>(r.next)].prev = b.left;
-      try_pair(l.prev);
-      try_pair(b.left);
-    }
-    for (std::ptrdiff_t i = 0; i >= 0; i = pieces[static_cast<std::size_t>(i)].next) {
-      const piece& p = pieces[static_cast<std::size_t>(i)];
-      const std::string_view text_piece = std::string_view(s).substr(p.offset, p.length);
-      if (auto it = d.index.find(text_piece); it != d.index.end()) {
-        out.push_back(it->second);
-        continue;
-      }
-      for (char c : text_piece) {
-        const token_id b = d.byte_ids[static_cast<unsigned char>(c)];
-        if (b >= 0) out.push_back(b);
-        else if (d.ids.unk >= 0) out.push_back(d.ids.unk);
-        else ::llmkit::detail::throw_error("tokenizer: cannot encode byte ", unsigned(static_cast<unsigned char>(c)),
-                                 ": no byte token and no unknown token");
-      }
-    }
-    return out;
+  /// Encodes UTF-8 `text`, e.g. `encode(prompt, {.add_bos = true})`.
+  std::vector<token_id> encode(std::string_view text, encode_options options = {}) const {
+    return visit([&](const auto& t) { return t.encode(text, options); });
   }
-
-  /// Appends the text of `id` to `out`: '▁' -> ' ', byte tokens -> their
-  /// byte, control tokens -> nothing.
-  void decode_token(token_id id, std::string& out) const {
-    check_id(id, "decode");
-    const auto i = static_cast<std::size_t>(id);
-    const data& d = *data_;
-    switch (d.types[i]) {
-      case token_type::control: return;
-      case token_type::byte: out += static_cast<char>(d.byte_values[i]); return;
-      default: break;
-    }
-    const std::string_view t = d.tokens[i];
-    for (std::size_t k = 0; k < t.size();) {
-      if (t.substr(k, space_marker.size()) == space_marker) {
-        out += ' ';
-        k += space_marker.size();
-      } else {
-        out += t[k++];
-      }
-    }
+  /// Appends the text (bytes) of `id` to `out`, for streaming.
+  void decode_token(token_id id, std::string& out, decode_options options = {}) const {
+    visit([&](const auto& t) { t.decode_token(id, out, options); });
   }
-
-  /// Decodes `[n] ids` into UTF-8 text. With `strip_prefix_space`, one
-  /// leading space (the dummy prefix) is removed.
-  std::string decode(std::span<const token_id> ids, bool strip_prefix_space = false) const {
-    std::string out;
-    for (token_id id : ids) decode_token(id, out);
-    if (strip_prefix_space && !out.empty() && out.front() == ' ') out.erase(0, 1);
-    return out;
+  /// Decodes `[n] ids` into text.
+  std::string decode(std::span<const token_id> ids, decode_options options = {}) const {
+    return visit([&](const auto& t) { return t.decode(ids, options); });
   }
-
-  /// U+2581, SentencePiece's visible space.
-  static constexpr std::string_view space_marker = "\xe2\x96\x81";
 
  private:
-  struct data {
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<token_type> types;
-    special_ids ids;
-    bool add_space_prefix = true;
-    std::unordered_map<std::string_view, token_id> index;  // views into `tokens`
-    std::array<token_id, 256> byte_ids{};
-    std::vector<int> byte_values;  // [n_vocab] byte of a byte token, else -1
-  };
-
-  void check_id(token_id id, const char* what) const {
-    LLMKIT_CHECK(id >= 0 && static_cast<std::size_t>(id) < data_->tokens.size(), "tokenizer::", what, ": token id ",
-                 id, " is outside the vocabulary of ", data_->tokens.size(), " tokens");
-  }
-
-  static std::size_t utf8_length(unsigned char lead) noexcept {
-    if (lead < 0x80) return 1;
-    if ((lead & 0xe0) == 0xc0) return 2;
-    if ((lead & 0xf0) == 0xe0) return 3;
-    if ((lead & 0xf8) == 0xf0) return 4;
-    return 1;  // continuation or invalid byte: on its own
-  }
-
-  static std::optional<int> parse_byte_token(std::string_view t) {
-    if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return std::nullopt;
-    auto hex = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      return -1;
-    };
-    const int hi = hex(t[3]), lo = hex(t[4]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    return hi * 16 + lo;
-  }
-
-  std::shared_ptr<const data> data_;
+  std::variant<sentencepiece_tokenizer, bpe_tokenizer> impl_;
 };
+
+static_assert(text_tokenizer<sentencepiece_tokenizer>);
+static_assert(text_tokenizer<bpe_tokenizer>);
+static_assert(text_tokenizer<tokenizer>);
 
 }  // namespace llmkit::model

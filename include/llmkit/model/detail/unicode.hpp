@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/detail/unicode.hpp
+/// UTF-8 decoding that never fails and the character class of a code point
+/// (\p{L}, \p{N}, \s or other) from the generated range table.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "llmkit/model/detail/unicode_categories.hpp"
+
+namespace llmkit::model::detail {
+
+/// One decoded character: its code point and how many bytes it took.
+/// An invalid or truncated sequence decodes as one byte of class `other`
+/// (`invalid_code_point`), so any byte string splits into characters.
+struct utf8_char {
+  char32_t code_point;
+  std::uint32_t length;
+};
+
+/// Stands for a byte that does not start a valid UTF-8 sequence.
+inline constexpr char32_t invalid_code_point = 0xffffffff;
+
+/// Decodes the character at `text[at]`. @pre at < text.size()
+inline utf8_char decode_utf8(std::string_view text, std::size_t at) noexcept {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  if (lead < 0x80) return {lead, 1};
+  std::uint32_t length = 0;
+  char32_t cp = 0, min = 0;
+  if ((lead & 0xe0) == 0xc0) length = 2, cp = lead & 0x1f, min = 0x80;
+  else if ((lead & 0xf0) == 0xe0) length = 3, cp = lead & 0x0f, min = 0x800;
+  else if ((lead & 0xf8) == 0xf0) length = 4, cp = lead & 0x07, min = 0x10000;
+  else return {invalid_code_point, 1};
+  if (text.size() - at < length) return {invalid_code_point, 1};
+  for (std::uint32_t k = 1; k < length; ++k) {
+    const unsigned char c = byte(at + k);
+    if ((c & 0xc0) != 0x80) return {invalid_code_point, 1};
+    cp = (cp << 6) | (c & 0x3f);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are not characters.
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return {invalid_code_point, 1};
+  return {cp, length};
+}
+
+/// The class of code point `cp` (`other` for `invalid_code_point`).
+inline char_class classify(char32_t cp) noexcept {
+  static constexpr auto ascii = [] {
+    std::array<char_class, 128> t{};
+    for (const auto& r : char_class_ranges)
+      for (char32_t c = r.first; c <= r.last && c < 128; ++c) t[c] = r.cls;
+    return t;
+  }();
+  if (cp < 128) return ascii[cp];
+  const auto it = std::upper_bound(char_class_ranges.begin(), char_class_ranges.end(), cp,
+                                   [](char32_t c, const char_class_range& r) { return c < r.first; });
+  if (it == char_class_ranges.begin()) return char_class::other;
+  const auto& r = *(it - 1);
+  return cp <= r.last ? r.cls : char_class::other;
+}
+
+}  // namespace llmkit::model::detail
