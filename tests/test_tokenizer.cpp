@@ -144,3 +144,21 @@ TEST_CASE("tokenizer: bad input raises llmkit::error naming the value") {
   REQUIRE_THROWS_WITH(tokenizer({"<0xZZ>"}, {0}, {token_type::byte}, {}),
                       "tokenizer: byte token 0 is '<0xZZ>', not <0xXX>");
 }
+
+TEST_CASE("tokenizer: special tokens are parsed only when asked, with the dummy prefix after each") {
+  const auto& tok = model_vocab().tok;
+  REQUIRE(tok.kind() == tokenizer_kind::sentencepiece);
+  REQUIRE(tok.sentencepiece() != nullptr);
+  REQUIRE(tok.bpe() == nullptr);
+  REQUIRE(tok.add_bos_token());
+  const auto plain = tok.encode("<s>Once</s>");
+  for (auto id : plain) REQUIRE(tok.type(id) != token_type::control);
+  REQUIRE(tok.decode(plain, {.strip_prefix_space = true}) == "<s>Once</s>");
+  const auto parsed = tok.encode("<s>Once</s>", {.parse_special = true});
+  REQUIRE(parsed == std::vector<token_id>{1, *tok.find("\xe2\x96\x81Once"), 2});
+  REQUIRE(tok.decode(parsed) == " Once");
+  REQUIRE(tok.decode(parsed, {.render_special = true}) == "<s> Once</s>");
+  // Text at the start gets the prefix as without specials.
+  REQUIRE(tok.encode("Once upon<s>", {.parse_special = true}) ==
+          std::vector<token_id>{*tok.find("\xe2\x96\x81Once"), *tok.find("\xe2\x96\x81upon"), 1});
+}
