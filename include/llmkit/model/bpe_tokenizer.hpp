@@ -204,8 +204,10 @@ class bpe_tokenizer {
   }
 
   /// Encodes UTF-8 `text` (see the file comment). Any bytes are accepted:
-  /// invalid UTF-8 splits as single bytes of no class.
+  /// invalid UTF-8 splits as single bytes of no class. @pre text.size() < 2^31
   std::vector<token_id> encode(std::string_view text, encode_options options = {}) const {
+    LLMKIT_CHECK(text.size() < (std::size_t{1} << 31), "tokenizer::encode: text of ", text.size(),
+                 " bytes; at most 2^31 - 1 at once");
     std::vector<token_id> out;
     out.reserve(text.size() / 3 + 2);
     if (options.add_bos && bos() >= 0) out.push_back(bos());
@@ -338,16 +340,19 @@ class bpe_tokenizer {
       out.push_back(d.byte_ids[static_cast<unsigned char>(word[0])]);
       return;
     }
-    if (d.pre == bpe_pre_tokenizer::llama3) {
-      if (auto it = d.word_index.find(word); it != d.word_index.end()) {
-        out.push_back(it->second);
-        return;
-      }
-    }
+    // The call's cache first: it is small and warm, the vocabulary's index is neither.
     if (auto it = s.cache.find(word); it != s.cache.end()) {
       const auto [offset, count] = it->second;
       out.insert(out.end(), s.cached.begin() + offset, s.cached.begin() + offset + count);
       return;
+    }
+    if (d.pre == bpe_pre_tokenizer::llama3) {
+      if (auto it = d.word_index.find(word); it != d.word_index.end()) {
+        s.cache.emplace(word, std::pair{static_cast<std::uint32_t>(s.cached.size()), std::uint32_t{1}});
+        s.cached.push_back(it->second);
+        out.push_back(it->second);
+        return;
+      }
     }
     auto& sym = s.symbols;
     sym.clear();
