@@ -11,7 +11,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -326,8 +328,33 @@ TEST_CASE("tokenizer_bpe: bad input raises llmkit::error naming the key") {
   REQUIRE_THROWS_WITH(tok.score(-1), "tokenizer::type: token id -1 is outside the vocabulary of 128256 tokens");
 }
 
-TEST_CASE("tokenizer_bpe: the fuzzer's tiny BPE seed loads") {
-  const auto file = gguf_file::open(std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_bpe_vocab.gguf");
+TEST_CASE("tokenizer_bpe: the fuzzer's tiny BPE seed is what gguf_writer writes for its vocabulary, and loads") {
+  // generate.mjs writes the seed (and the Llama 3 fixture) with its own GGUF
+  // writer; the same vocabulary through gguf_writer must give the same bytes.
+  std::vector<std::string> tokens = byte_vocab({"\xc4\xa0t", "he", "\xc4\xa0the", "\xc4\xa0" "a", "<|bos|>", "<|eos|>", "<|user|>"});
+  std::vector<std::int32_t> types(tokens.size(), 1);
+  types[tokens.size() - 3] = types[tokens.size() - 2] = 3;
+  types[tokens.size() - 1] = 4;
+  const std::vector<std::string> merges{"\xc4\xa0 t", "h e", "\xc4\xa0t he", "\xc4\xa0 a"};
+  gguf_writer w;
+  w.add("general.architecture", std::string_view("llama"));
+  w.add("tokenizer.ggml.model", std::string_view("gpt2"));
+  w.add("tokenizer.ggml.pre", std::string_view("qwen2"));
+  w.add_string_array("tokenizer.ggml.tokens", std::span<const std::string>(tokens));
+  w.add_array("tokenizer.ggml.token_type", std::span<const std::int32_t>(types));
+  w.add_string_array("tokenizer.ggml.merges", std::span<const std::string>(merges));
+  w.add("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(tokens.size() - 3));
+  w.add("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(tokens.size() - 2));
+  w.add("tokenizer.ggml.add_bos_token", false);
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_bpe_vocab.gguf";
+  std::ifstream in(path, std::ios::binary);
+  const std::string seed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto written = w.bytes();
+  REQUIRE(seed.size() == written.size());
+  REQUIRE(std::equal(seed.begin(), seed.end(), written.begin(),
+                     [](char a, std::byte b) { return static_cast<std::byte>(a) == b; }));
+
+  const auto file = gguf_file::open(path);
   const auto tok = tokenizer::from_gguf(file);
   REQUIRE(tok.kind() == tokenizer_kind::byte_level_bpe);
   REQUIRE(tok.bpe()->pre_tokenizer() == bpe_pre_tokenizer::qwen2);

@@ -5,7 +5,8 @@
 // encoder):
 //   tests/data/llama3-bpe-vocab.gguf    vocab-only GGUF (tokenizer.ggml.model = "gpt2", pre = "llama-bpe")
 //   tests/data/llama3-bpe-corpus.jsonl  {"text", "ids"[, "special": true]} per line: the JS encoder's ids
-//   tests/fuzz/gguf/tiny_bpe_vocab.gguf a tiny hand-made gpt2 vocabulary (fuzzer seed)
+//   tests/fuzz/gguf/tiny_bpe_vocab.gguf a tiny hand-made gpt2 vocabulary (fuzzer seed; test_tokenizer_bpe
+//                                       checks its bytes equal what llmkit's gguf_writer writes for it)
 // Run: cd scripts/tokenizer-oracle && npm ci && node generate.mjs
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
