@@ -79,7 +79,9 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 42;
   std::size_t threads = 0;  // 0: by the model's size (llmkit_examples::default_threads)
   app.add_option("--model", model_path, "GGUF model file (Llama architecture)")->capture_default_str();
-  auto* prompt_option = app.add_option("--prompt", prompt, "prompt text (BOS is prepended)")->capture_default_str();
+  auto* prompt_option =
+      app.add_option("--prompt", prompt, "prompt text (BOS prepended when tokenizer.ggml.add_bos_token asks)")
+          ->capture_default_str();
   app.add_option("--tokens", n_tokens, "tokens to generate at most")
       ->check(llmkit_examples::count_at_least(1, "nothing to generate"));
   app.add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy")

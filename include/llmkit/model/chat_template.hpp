@@ -45,15 +45,15 @@
 /// `[/INST]`, and `generation_prompt` changes nothing.
 ///
 /// **BOS.** The token id for BOS comes from the tokenizer
-/// (`tokenizer::encode(text, add_bos)`), never from text: `format` leaves
-/// out the BOS the template writes first (`leading_bos::omit`, the default),
-/// so `encode(format(messages), add_bos = true)` has exactly one BOS.
-/// `leading_bos::write` renders the template's own BOS text, for comparing
-/// with a Jinja rendering or for an encoder that parses special tokens with
-/// add_bos off. BOS and EOS texts the template writes in the middle (Llama
-/// 2's `<s>[INST]` of later turns, every `</s>`) are kept as text: they
-/// become their control tokens only with an encoder that parses special
-/// tokens in text.
+/// (`tokenizer::encode(text, {.add_bos = true})`), never from text: `format`
+/// leaves out the BOS the template writes first (`leading_bos::omit`, the
+/// default), so `encode(format(messages), {.add_bos = true, .parse_special =
+/// true})` has exactly one BOS. `leading_bos::write` renders the template's
+/// own BOS text, for comparing with a Jinja rendering or for encoding with
+/// `parse_special` and add_bos off. BOS and EOS texts the template writes in
+/// the middle (Llama 2's `<s>[INST]` of later turns, every `</s>`) are kept
+/// as text: they become their control tokens when encoded with
+/// `encode_options::parse_special`.
 
 #include <algorithm>
 #include <array>
@@ -117,7 +117,7 @@ struct chat_format_options {
 /// auto t = chat_template::from_gguf(file);             // detected from tokenizer.chat_template
 /// auto z = chat_template::from_gguf(file, "zephyr");   // or chosen by name
 /// std::vector<chat_message> chat{{"system", "Be brief."}, {"user", "Hi"}};
-/// auto ids = tok.encode(t.format(chat), true);         // one BOS, from the tokenizer
+/// auto ids = tok.encode(t.format(chat), {.add_bos = tok.add_bos_token(), .parse_special = true});
 /// ```
 class chat_template {
  public:
