@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // SPDX-License-Identifier: MIT
 // Writes include/llmkit/model/detail/unicode_categories.hpp: the code point
-// ranges of \p{L} (letters), \p{N} (numbers) and \s (white space) as node's
-// regular expressions see them, for the byte-level BPE pre-tokenizers.
+// ranges of \p{L} (letters), \p{N} (numbers) and \s (Unicode White_Space,
+// as the Rust and Oniguruma regexes of tiktoken / Hugging Face tokenizers and
+// llama.cpp's tables see it; ECMAScript's \s differs on U+0085 and U+FEFF)
+// from node's Unicode data, for the byte-level BPE pre-tokenizers.
 // Run from anywhere: node scripts/gen-unicode-categories.mjs
 import { writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -14,7 +16,7 @@ const out = join(root, 'include/llmkit/model/detail/unicode_categories.hpp');
 const classes = [
   ['letter', /^\p{L}$/u],
   ['number', /^\p{N}$/u],
-  ['space', /^\s$/u],
+  ['space', /^\p{White_Space}$/u],
 ];
 const classOf = (cp) => {
   if (cp >= 0xd800 && cp <= 0xdfff) return 'other';  // surrogates: never in UTF-8
@@ -46,8 +48,8 @@ const text = `// SPDX-License-Identifier: MIT
 
 /// @file llmkit/model/detail/unicode_categories.hpp
 /// Code point ranges of the classes the byte-level BPE pre-tokenizers use:
-/// \\p{L} (letter), \\p{N} (number) and \\s (space, JavaScript's white space
-/// and line terminators). Code points in no range are \`other\`.
+/// \\p{L} (letter), \\p{N} (number) and \\s (space: Unicode White_Space).
+/// Code points in no range are \`other\`.
 
 #include <array>
 #include <cstdint>

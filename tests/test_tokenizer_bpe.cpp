@@ -226,6 +226,11 @@ TEST_CASE("tokenizer_bpe: the Llama 3 pre-tokenizer splits like its regex") {
   REQUIRE(pieces("\xff" "ab", 3) == v{"\xff" "ab"});
   REQUIRE(pieces("\xff\xfe" "ab", 3) == v{"\xff\xfe", "ab"});
   REQUIRE(pieces("", 3).empty());
+  // \s is Unicode White_Space (as in the reference tokenizers), not
+  // ECMAScript's: U+0085 is space, U+FEFF is not.
+  REQUIRE(pieces("a\xc2\x85\xc2\x85" "b", 3) == v{"a", "\xc2\x85", "\xc2\x85" "b"});
+  REQUIRE(pieces("x\xef\xbb\xbf\xef\xbb\xbfy", 3) == v{"x", "\xef\xbb\xbf\xef\xbb\xbf", "y"});
+  REQUIRE(pieces("x\xe3\x80\x80\xe3\x80\x80y", 3) == v{"x", "\xe3\x80\x80", "\xe3\x80\x80y"});  // U+3000
 }
 
 TEST_CASE("tokenizer_bpe: qwen2 splits numbers into single digits") {

@@ -9,7 +9,8 @@
 /// and Qwen2's (the same with single digits, \p{N}). The alternatives are
 /// tried in order at each position, with the regex's greedy backtracking
 /// worked out by hand; every position matches one of them, so the pieces
-/// cover the text. Case folding of the contractions is ASCII only.
+/// cover the text. Case folding of the contractions is ASCII only; \s is
+/// Unicode White_Space (model/detail/unicode_categories.hpp).
 
 #include <cstddef>
 #include <cstdint>
