@@ -2,18 +2,28 @@
 #pragma once
 
 /// @file examples/example_cli.hpp
-/// What every example program's command line shares: progress output that
-/// only a terminal gets, a thread count sized to the model, and count
-/// options that reject zero or negative values with a message of their own.
+/// What every example program's command line shares: a small command-line
+/// parser (`command_line`, built on CLI11 once in examples/common/
+/// example_cli.cpp, so no example compiles CLI11 itself), count options that
+/// reject zero or negative values with a message of their own, progress
+/// output that only a terminal gets, and a thread count sized to the model.
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace llmkit_examples {
 
@@ -35,6 +45,89 @@ inline std::size_t default_threads(std::size_t weight_bytes_per_step,
   const std::size_t hardware = std::max(1u, std::thread::hardware_concurrency());
   return std::clamp<std::size_t>(weight_bytes_per_step / std::max<std::size_t>(min_bytes_per_thread, 1), 1, hardware);
 }
+
+/// One option of a `command_line`, refined after it is added. Each call
+/// returns the same option, so refinements chain:
+/// `cli.add_option("--tokens", n_tokens, "...").count_at_least(1, "nothing to generate")`.
+/// A check on a list option applies to each of its values.
+class cli_option {
+ public:
+  /// The value must be an integer >= `min`; anything else fails with
+  /// "got V: `why` (give `min` or more)", so `--tokens 0` says that there is
+  /// nothing to generate instead of printing a numeric range.
+  cli_option count_at_least(long long min, const std::string& why) const;
+  /// The value must be an integer in [min, max].
+  cli_option in_range(int min, int max) const;
+  /// The value must be a number in [min, max] (read as a float).
+  cli_option in_range(float min, float max) const;
+  /// The value must be a number in [min, max] (read as a double).
+  cli_option in_range(double min, double max) const;
+  /// The value must be a number >= 0.
+  cli_option non_negative() const;
+  /// The value must be one of `allowed`, which --help lists.
+  cli_option one_of(std::vector<std::string> allowed) const;
+  /// The value must be one of `allowed`, which --help lists.
+  cli_option one_of(std::vector<int> allowed) const;
+  /// A list option also splits each argument at `separator` (`--beams 1,4,16`).
+  cli_option delimiter(char separator) const;
+  /// Giving both this option and `other` is an error.
+  cli_option excludes(cli_option other) const;
+
+ private:
+  friend class command_line;
+  explicit cli_option(CLI::Option* option) : option_(option) {}
+  CLI::Option* option_;
+};
+
+/// What `command_line::parse` does with the help text or error message of a
+/// command line that ends the program.
+enum class parse_output {
+  print,     ///< help on stdout, errors on stderr, as CLI11_PARSE does
+  suppress,  ///< nothing (an MPI rank other than the one that reports)
+};
+
+/// A program's command line: options bound to variables, which `parse`
+/// assigns. Names follow CLI11: "--tokens", "-n,--requests", and a flag
+/// named "!--no-progress" sets its variable to false. --help lists every
+/// option with its description.
+///
+/// The integer overloads take the fundamental types, so that std::int64_t,
+/// std::size_t and std::uint64_t each find theirs on every data model.
+class command_line {
+ public:
+  /// `description` opens --help.
+  explicit command_line(const std::string& description);
+  ~command_line();
+  command_line(const command_line&) = delete;
+  command_line& operator=(const command_line&) = delete;
+
+  /// Options added after this call show their default in --help: the
+  /// variable's value when the option is added.
+  void show_defaults();
+
+  /// Adds an option whose argument `parse` assigns to `value`.
+  cli_option add_option(const std::string& names, std::string& value, const std::string& description);
+  cli_option add_option(const std::string& names, long& value, const std::string& description);
+  cli_option add_option(const std::string& names, long long& value, const std::string& description);
+  cli_option add_option(const std::string& names, unsigned long& value, const std::string& description);
+  cli_option add_option(const std::string& names, unsigned long long& value, const std::string& description);
+  cli_option add_option(const std::string& names, float& value, const std::string& description);
+  cli_option add_option(const std::string& names, double& value, const std::string& description);
+  /// Adds a repeatable option: each argument is one more element of `values`.
+  cli_option add_option(const std::string& names, std::vector<std::string>& values, const std::string& description);
+  cli_option add_option(const std::string& names, std::vector<std::size_t>& values, const std::string& description);
+  /// Adds a flag that sets `value` to true when given (false for a "!" name).
+  cli_option add_flag(const std::string& names, bool& value, const std::string& description);
+
+  /// Parses the arguments into the options' variables and returns nothing
+  /// when the program should go on. After --help or a bad command line,
+  /// prints what CLI11_PARSE prints (unless `output` is suppress) and returns
+  /// the code the program should exit with, CLI11_PARSE's.
+  std::optional<int> parse(int argc, char** argv, parse_output output = parse_output::print);
+
+ private:
+  std::unique_ptr<CLI::App> app_;
+};
 
 /// A CLI11 check for a count option: the value must be an integer >= `min`;
 /// anything else fails with "got V: `why` (give `min` or more)", so
