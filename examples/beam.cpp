@@ -32,7 +32,6 @@
 #include "example_cli.hpp"
 #include "example_model.hpp"
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -71,8 +70,8 @@ kv::seq_id prefill(Model& m, Cache& cache, const std::vector<std::int32_t>& prom
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Beam search with shared KV blocks vs a copying baseline"};
-  llmkit_examples::show_defaults(app);
+  llmkit_examples::command_line cli{"Beam search with shared KV blocks vs a copying baseline"};
+  cli.show_defaults();
   std::string model_path = LLMKIT_DEFAULT_MODEL;
   bool synthetic = false;
   std::string prompt = "Once upon a time, there was a little dog named Max. Max liked to";
@@ -88,36 +87,25 @@ int main(int argc, char** argv) {
   std::size_t prompt_tokens = 0;
   bool prefilled = false;
   std::string clock_name = "cpu";
-  app.add_option("--model", model_path, "GGUF model file (Llama architecture)")->capture_default_str();
-  app.add_flag("--synthetic", synthetic, "use the synthetic ~100M model (seeded random F16 weights)");
-  app.add_option("--prompt", prompt, "prompt text (BOS is prepended)")->capture_default_str();
-  app.add_option("--tokens", n_tokens, "max new tokens")
-      ->check(llmkit_examples::count_at_least(1, "nothing to generate"))
-      ->capture_default_str();
-  app.add_option("--beams", beams, "beam widths")
-      ->delimiter(',')
-      ->check(llmkit_examples::count_at_least(1, "a beam keeps at least one hypothesis"))
-      ->capture_default_str();
-  app.add_option("--length-penalty", alpha, "alpha in score = logprob / length^alpha")->capture_default_str();
-  app.add_option("--early-stopping", stopping, "when_n_done, when_no_better or never")
-      ->check(CLI::IsMember({"when_n_done", "when_no_better", "never"}))
-      ->capture_default_str();
-  app.add_option("--block-size", block_size, "paged-cache block size: 4, 8, 16 or 32")
-      ->check(CLI::IsMember({4, 8, 16, 32}))
-      ->capture_default_str();
-  app.add_option("--prompt-tokens", prompt_tokens, "repeat the prompt's tokens (after BOS) up to this many tokens")
-      ->capture_default_str();
-  app.add_flag("--prefilled", prefilled, "prefill the prompt once per cache, outside the timed search");
-  app.add_option("--clock", clock_name, "cpu (process CPU time) or wall")
-      ->check(CLI::IsMember({"cpu", "wall"}))
-      ->capture_default_str();
-  app.add_flag("--no-naive", no_naive, "skip the copying baseline");
-  app.add_option("--show", show, "hypotheses printed per width")->capture_default_str();
-  app.add_option("--threads", threads, "threads")
-      ->check(llmkit_examples::count_at_least(1, "the forward pass needs a thread"))
-      ->capture_default_str();
-  app.add_flag("--json", json, "one JSON object per line and beam width");
-  CLI11_PARSE(app, argc, argv);
+  cli.add_option("--model", model_path, "GGUF model file (Llama architecture)");
+  cli.add_flag("--synthetic", synthetic, "use the synthetic ~100M model (seeded random F16 weights)");
+  cli.add_option("--prompt", prompt, "prompt text (BOS is prepended)");
+  cli.add_option("--tokens", n_tokens, "max new tokens").count_at_least(1, "nothing to generate");
+  cli.add_option("--beams", beams, "beam widths")
+      .delimiter(',')
+      .count_at_least(1, "a beam keeps at least one hypothesis");
+  cli.add_option("--length-penalty", alpha, "alpha in score = logprob / length^alpha");
+  cli.add_option("--early-stopping", stopping, "when_n_done, when_no_better or never")
+      .one_of({"when_n_done", "when_no_better", "never"});
+  cli.add_option("--block-size", block_size, "paged-cache block size: 4, 8, 16 or 32").one_of({4, 8, 16, 32});
+  cli.add_option("--prompt-tokens", prompt_tokens, "repeat the prompt's tokens (after BOS) up to this many tokens");
+  cli.add_flag("--prefilled", prefilled, "prefill the prompt once per cache, outside the timed search");
+  cli.add_option("--clock", clock_name, "cpu (process CPU time) or wall").one_of({"cpu", "wall"});
+  cli.add_flag("--no-naive", no_naive, "skip the copying baseline");
+  cli.add_option("--show", show, "hypotheses printed per width");
+  cli.add_option("--threads", threads, "threads").count_at_least(1, "the forward pass needs a thread");
+  cli.add_flag("--json", json, "one JSON object per line and beam width");
+  if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
 
   try {
     const auto source = llmkit_examples::open_example_model(synthetic, model_path);

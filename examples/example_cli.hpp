@@ -12,13 +12,14 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 namespace CLI {
 class App;
@@ -65,13 +66,19 @@ class cli_option {
   /// The value must be a number >= 0.
   cli_option non_negative() const;
   /// The value must be one of `allowed`, which --help lists.
-  cli_option one_of(std::vector<std::string> allowed) const;
+  cli_option one_of(std::initializer_list<std::string> allowed) const;
   /// The value must be one of `allowed`, which --help lists.
-  cli_option one_of(std::vector<int> allowed) const;
+  cli_option one_of(std::initializer_list<int> allowed) const;
+  /// The value must be one of `allowed`, which --help lists.
+  cli_option one_of(std::span<const std::string_view> allowed) const;
   /// A list option also splits each argument at `separator` (`--beams 1,4,16`).
   cli_option delimiter(char separator) const;
   /// Giving both this option and `other` is an error.
   cli_option excludes(cli_option other) const;
+  /// Giving this option without `other` is an error.
+  cli_option needs(cli_option other) const;
+  /// True once `command_line::parse` has seen this option on the command line.
+  bool was_given() const;
 
  private:
   friend class command_line;
@@ -128,23 +135,5 @@ class command_line {
  private:
   std::unique_ptr<CLI::App> app_;
 };
-
-/// A CLI11 check for a count option: the value must be an integer >= `min`;
-/// anything else fails with "got V: `why` (give `min` or more)", so
-/// `--tokens 0` says that there is nothing to generate instead of printing
-/// a numeric range.
-inline CLI::Validator count_at_least(long long min, const std::string& why) {
-  return CLI::Validator(
-      [min, why](std::string& value) -> std::string {
-        long long v = 0;
-        if (!CLI::detail::lexical_cast(value, v)) return "got '" + value + "': not an integer";
-        if (v < min) return "got " + value + ": " + why + " (give " + std::to_string(min) + " or more)";
-        return {};
-      },
-      "INT>=" + std::to_string(min));
-}
-
-/// Options of `app` added after this call show their defaults in --help.
-inline void show_defaults(CLI::App& app) { app.option_defaults()->always_capture_default(); }
 
 }  // namespace llmkit_examples

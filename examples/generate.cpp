@@ -28,8 +28,6 @@
 
 #include "example_cli.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -70,56 +68,48 @@ double cpu_seconds() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Generate text with llmkit's reference Llama"};
-  llmkit_examples::show_defaults(app);
+  llmkit_examples::command_line cli{"Generate text with llmkit's reference Llama"};
+  cli.show_defaults();
   std::string model_path = LLMKIT_DEFAULT_MODEL;
   std::string prompt = "Once upon a time";
   std::size_t n_tokens = 128;
   sampling_options so;
   std::uint64_t seed = 42;
   std::size_t threads = 0;  // 0: by the model's size (llmkit_examples::default_threads)
-  app.add_option("--model", model_path, "GGUF model file (Llama architecture)")->capture_default_str();
-  auto* prompt_option =
-      app.add_option("--prompt", prompt, "prompt text (BOS prepended when tokenizer.ggml.add_bos_token asks)")
-          ->capture_default_str();
-  app.add_option("--tokens", n_tokens, "tokens to generate at most")
-      ->check(llmkit_examples::count_at_least(1, "nothing to generate"));
-  app.add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy")
-      ->check(CLI::Range(0.0f, 100.0f))
-      ->capture_default_str();
-  app.add_option("--top-k", so.top_k, "keep the k most likely tokens; 0 = all")->capture_default_str();
-  app.add_option("--top-p", so.top_p, "nucleus sampling mass in (0, 1]")
-      ->check(CLI::Range(0.0f, 1.0f))
-      ->capture_default_str();
-  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  cli.add_option("--model", model_path, "GGUF model file (Llama architecture)");
+  const auto prompt_option =
+      cli.add_option("--prompt", prompt, "prompt text (BOS prepended when tokenizer.ggml.add_bos_token asks)");
+  cli.add_option("--tokens", n_tokens, "tokens to generate at most").count_at_least(1, "nothing to generate");
+  cli.add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy").in_range(0.0f, 100.0f);
+  cli.add_option("--top-k", so.top_k, "keep the k most likely tokens; 0 = all");
+  cli.add_option("--top-p", so.top_p, "nucleus sampling mass in (0, 1]").in_range(0.0f, 1.0f);
+  cli.add_option("--seed", seed, "random seed");
   std::string chain_text;
-  app.add_option("--sampling", chain_text,
+  cli.add_option("--sampling", chain_text,
                  "llmkit::sampling chain, e.g. \"penalties(repeat=1.1);top_k(40);top_p(0.95);temperature(0.8);sample\" "
                  "(overrides --temperature/--top-k/--top-p)");
-  app.add_option("--threads", threads,
+  cli.add_option("--threads", threads,
                  "threads; 0 = by the model's size (one per 8 MiB of weights read per token, at most the hardware's)");
   std::string weights_name = "native";
-  app.add_option("--weight-type", weights_name,
+  cli.add_option("--weight-type", weights_name,
                  "how the weights are kept in memory: native (as in the file), f32, f16 or q8_0")
-      ->check(CLI::IsMember({"native", "f32", "f16", "q8_0"}))
-      ->capture_default_str();
+      .one_of({"native", "f32", "f16", "q8_0"});
   std::string activations_name = "f32";
-  app.add_option("--activations", activations_name,
+  cli.add_option("--activations", activations_name,
                  "what Q8_0 matrices multiply: f32 (exact) or q8_0 (int8-quantised activations, the faster VNNI product)")
-      ->check(CLI::IsMember({"f32", "q8_0"}))
-      ->capture_default_str();
+      .one_of({"f32", "q8_0"});
   std::string chat_message, system_message, chat_template_name;
-  auto* chat_option = app.add_option("--chat", chat_message,
-                                     "a user message: formatted with the model's chat template (tokenizer.chat_template) "
-                                     "or --chat-template, and answered (instead of --prompt)");
-  chat_option->excludes(prompt_option);
-  app.add_option("--system", system_message, "system message for --chat")->needs(chat_option);
-  app.add_option("--chat-template", chat_template_name, "built-in chat template for --chat instead of the model's")
-      ->check(CLI::IsMember(std::vector<std::string>(llmkit::model::chat_template::names.begin(),
-                                                     llmkit::model::chat_template::names.end())))
-      ->needs(chat_option);
-  CLI11_PARSE(app, argc, argv);
-  const bool chat = !chat_option->empty();
+  const auto chat_option =
+      cli.add_option("--chat", chat_message,
+                     "a user message: formatted with the model's chat template (tokenizer.chat_template) "
+                     "or --chat-template, and answered (instead of --prompt)");
+  chat_option.excludes(prompt_option);
+  cli.add_option("--system", system_message, "system message for --chat").needs(chat_option);
+  cli.add_option("--chat-template", chat_template_name, "built-in chat template for --chat instead of the model's")
+      .one_of(llmkit::model::chat_template::names)
+      .needs(chat_option);
+  if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
+  const bool chat = chat_option.was_given();
   const auto activations =
       activations_name == "q8_0" ? llmkit::model::activation_type::q8_0 : llmkit::model::activation_type::f32;
   const std::map<std::string, llmkit::model::weight_type> weight_types{

@@ -29,7 +29,6 @@
 
 #include "example_cli.hpp"
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <malloc.h>
@@ -303,30 +302,29 @@ std::size_t max_batch_prepacked(const std::vector<std::size_t>& lengths, std::si
 
 int main(int argc, char** argv) {
   options opt;
-  CLI::App app{"Prefill time and memory of padded, length-sorted and prepacked batching"};
-  llmkit_examples::show_defaults(app);
-  using llmkit_examples::count_at_least;
-  app.add_option("--model", opt.model, "stories (the vendored stories260K), synthetic (~100M, written to /tmp once), or a GGUF path");
-  app.add_option("--distribution", opt.distribution, "uniform | lognormal | constant | mixed | all")
-      ->check(CLI::IsMember({"uniform", "lognormal", "constant", "mixed", "all"}));
-  app.add_option("--long-fraction", opt.long_fraction, "mixed: fraction of long prompts")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--short-max", opt.short_max, "mixed: short prompts are uniform[8, short-max]")->check(CLI::Range(8, 1 << 24));
-  app.add_option("--long-length", opt.long_length, "mixed: length of the long prompts (0 = the context)");
-  app.add_option("--n-prompts", opt.n_prompts, "prompts per distribution")->check(count_at_least(1, "no prompt to prefill"));
-  app.add_option("--batch-size", opt.batch_size, "prompts per padded batch")->check(count_at_least(1, "a batch holds at least one prompt"));
-  app.add_option("--packer", opt.packer, "ffd | bfd | next_fit | online_ff");
-  app.add_option("--capacity", opt.capacity,
+  llmkit_examples::command_line cli{"Prefill time and memory of padded, length-sorted and prepacked batching"};
+  cli.show_defaults();
+  cli.add_option("--model", opt.model, "stories (the vendored stories260K), synthetic (~100M, written to /tmp once), or a GGUF path");
+  cli.add_option("--distribution", opt.distribution, "uniform | lognormal | constant | mixed | all")
+      .one_of({"uniform", "lognormal", "constant", "mixed", "all"});
+  cli.add_option("--long-fraction", opt.long_fraction, "mixed: fraction of long prompts").in_range(0.0, 1.0);
+  cli.add_option("--short-max", opt.short_max, "mixed: short prompts are uniform[8, short-max]").in_range(8, 1 << 24);
+  cli.add_option("--long-length", opt.long_length, "mixed: length of the long prompts (0 = the context)");
+  cli.add_option("--n-prompts", opt.n_prompts, "prompts per distribution").count_at_least(1, "no prompt to prefill");
+  cli.add_option("--batch-size", opt.batch_size, "prompts per padded batch").count_at_least(1, "a batch holds at least one prompt");
+  cli.add_option("--packer", opt.packer, "ffd | bfd | next_fit | online_ff");
+  cli.add_option("--capacity", opt.capacity,
                  "prepacked row capacity: padded-peak (the largest padded batch's slots: no more memory than padding), "
                  "longest (the paper's choice), or a token count");
-  app.add_option("--budget-mib", opt.budget_mib, "activation memory budget for the max-batch columns (0 = batch-size x context tokens)");
-  app.add_option("--repeats", opt.repeats, "runs per method; the fastest is reported")->check(count_at_least(1, "nothing to report"));
-  app.add_option("--threads", opt.threads, "threads of the forward pass")
-      ->check(count_at_least(1, "the forward pass needs a thread"));
-  app.add_option("--seed", opt.seed, "seed of prompt lengths and tokens");
-  app.add_flag("--json", opt.json, "one JSON object per row on stdout");
-  app.add_flag("!--no-progress", opt.progress, "no progress bar on stderr (there is none unless stderr is a terminal)");
-  app.add_flag("--wall", opt.wall, "time with the wall clock instead of process CPU time");
-  CLI11_PARSE(app, argc, argv);
+  cli.add_option("--budget-mib", opt.budget_mib, "activation memory budget for the max-batch columns (0 = batch-size x context tokens)");
+  cli.add_option("--repeats", opt.repeats, "runs per method; the fastest is reported").count_at_least(1, "nothing to report");
+  cli.add_option("--threads", opt.threads, "threads of the forward pass")
+      .count_at_least(1, "the forward pass needs a thread");
+  cli.add_option("--seed", opt.seed, "seed of prompt lengths and tokens");
+  cli.add_flag("--json", opt.json, "one JSON object per row on stdout");
+  cli.add_flag("!--no-progress", opt.progress, "no progress bar on stderr (there is none unless stderr is a terminal)");
+  cli.add_flag("--wall", opt.wall, "time with the wall clock instead of process CPU time");
+  if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
   const bool bars = opt.progress && llmkit_examples::stderr_is_terminal();
 
   try {

@@ -49,7 +49,6 @@
 
 #include "example_cli.hpp"
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -352,53 +351,52 @@ int main(int argc, char** argv) {
 #if defined(LLMKIT_DEFAULT_MODEL)
   o.model = LLMKIT_DEFAULT_MODEL;
 #endif
-  CLI::App app{"llmkit-serve: compare scheduling policies on a stream of requests"};
-  llmkit_examples::show_defaults(app);
-  using llmkit_examples::count_at_least;
-  app.add_option("--model", o.model, "GGUF model (Llama architecture)");
-  app.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights) instead of --model");
-  app.add_flag("--simulate", o.simulate, "virtual time with the roofline cost model (no forward pass)");
-  app.add_flag("--json", o.json, "one JSON object per policy on stdout");
-  app.add_flag("--quiet", o.quiet, "no progress bar (there is none unless stderr is a terminal)");
-  app.add_option("-n,--requests", o.n_requests, "number of requests")->check(count_at_least(1, "no request to serve"));
-  app.add_option("--rate", o.rate, "Poisson arrival rate, requests/s (0 = all at once)")->check(CLI::NonNegativeNumber);
-  app.add_option("--prompt-shape", o.prompt_shape, "uniform | lognormal | constant");
-  app.add_option("--prompt-min", o.prompt_min, "shortest prompt (uniform; floor for all)");
-  app.add_option("--prompt-max", o.prompt_max, "longest prompt (cap for all; the constant length)");
-  app.add_option("--prompt-median", o.prompt_median, "lognormal median prompt length");
-  app.add_option("--prompt-p99", o.prompt_p99, "lognormal 99th percentile prompt length");
-  app.add_option("--output-shape", o.output_shape, "uniform | lognormal (long tail) | constant (output-max)");
-  app.add_option("--output-min", o.output_min, "shortest output (uniform; floor for all)");
-  app.add_option("--output-max", o.output_max, "longest output (cap; also every request's max_new_tokens)");
-  app.add_option("--output-median", o.output_median, "lognormal median output length");
-  app.add_option("--output-p99", o.output_p99, "lognormal 99th percentile output length (before the cap)");
-  app.add_option("--max-batch", o.max_batch, "most concurrent sequences, equal for every policy")
-      ->check(count_at_least(1, "a batch holds at least one sequence"));
-  app.add_option("--step-tokens", o.step_tokens, "token budget per step of the unchunked policies (0 = enough)");
-  app.add_option("--chunk-tokens", o.chunk_tokens, "token budget per step of continuous+chunked")
-      ->check(count_at_least(1, "a step must make progress"));
-  app.add_option("--row-capacity", o.row_capacity, "prepacked row length (0 = the longest prompt of each step)");
-  app.add_option("--block-size", o.block_size, "tokens per KV block")->check(count_at_least(1, "a block holds at least one token"));
-  app.add_option("--blocks", o.n_blocks, "KV blocks in the pool (0 = max-batch full contexts)");
-  app.add_option("--context", o.context, "max tokens per sequence (0 = prompt-max + output-max)");
-  app.add_option("--peak-gflops", o.peak_gflops, "override the FMA peak");
-  app.add_option("--bandwidth-gbps", o.bandwidth_gbps, "override the read bandwidth");
-  app.add_option("--step-overhead-us", o.overhead_us, "fixed cost per step in the cost model");
-  app.add_option("--seed", o.seed, "workload seed");
-  app.add_option("--threads", o.threads, "threads of the forward pass (0 = by the model's size: one per 8 MiB of weights)");
-  app.add_option("--clock", o.clock,
+  llmkit_examples::command_line cli{"llmkit-serve: compare scheduling policies on a stream of requests"};
+  cli.show_defaults();
+  cli.add_option("--model", o.model, "GGUF model (Llama architecture)");
+  cli.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights) instead of --model");
+  cli.add_flag("--simulate", o.simulate, "virtual time with the roofline cost model (no forward pass)");
+  cli.add_flag("--json", o.json, "one JSON object per policy on stdout");
+  cli.add_flag("--quiet", o.quiet, "no progress bar (there is none unless stderr is a terminal)");
+  cli.add_option("-n,--requests", o.n_requests, "number of requests").count_at_least(1, "no request to serve");
+  cli.add_option("--rate", o.rate, "Poisson arrival rate, requests/s (0 = all at once)").non_negative();
+  cli.add_option("--prompt-shape", o.prompt_shape, "uniform | lognormal | constant");
+  cli.add_option("--prompt-min", o.prompt_min, "shortest prompt (uniform; floor for all)");
+  cli.add_option("--prompt-max", o.prompt_max, "longest prompt (cap for all; the constant length)");
+  cli.add_option("--prompt-median", o.prompt_median, "lognormal median prompt length");
+  cli.add_option("--prompt-p99", o.prompt_p99, "lognormal 99th percentile prompt length");
+  cli.add_option("--output-shape", o.output_shape, "uniform | lognormal (long tail) | constant (output-max)");
+  cli.add_option("--output-min", o.output_min, "shortest output (uniform; floor for all)");
+  cli.add_option("--output-max", o.output_max, "longest output (cap; also every request's max_new_tokens)");
+  cli.add_option("--output-median", o.output_median, "lognormal median output length");
+  cli.add_option("--output-p99", o.output_p99, "lognormal 99th percentile output length (before the cap)");
+  cli.add_option("--max-batch", o.max_batch, "most concurrent sequences, equal for every policy")
+      .count_at_least(1, "a batch holds at least one sequence");
+  cli.add_option("--step-tokens", o.step_tokens, "token budget per step of the unchunked policies (0 = enough)");
+  cli.add_option("--chunk-tokens", o.chunk_tokens, "token budget per step of continuous+chunked")
+      .count_at_least(1, "a step must make progress");
+  cli.add_option("--row-capacity", o.row_capacity, "prepacked row length (0 = the longest prompt of each step)");
+  cli.add_option("--block-size", o.block_size, "tokens per KV block").count_at_least(1, "a block holds at least one token");
+  cli.add_option("--blocks", o.n_blocks, "KV blocks in the pool (0 = max-batch full contexts)");
+  cli.add_option("--context", o.context, "max tokens per sequence (0 = prompt-max + output-max)");
+  cli.add_option("--peak-gflops", o.peak_gflops, "override the FMA peak");
+  cli.add_option("--bandwidth-gbps", o.bandwidth_gbps, "override the read bandwidth");
+  cli.add_option("--step-overhead-us", o.overhead_us, "fixed cost per step in the cost model");
+  cli.add_option("--seed", o.seed, "workload seed");
+  cli.add_option("--threads", o.threads, "threads of the forward pass (0 = by the model's size: one per 8 MiB of weights)");
+  cli.add_option("--clock", o.clock,
                  "step time: wall (steady clock) or cpu (process CPU time / threads: robust on a loaded machine, "
                  "exact with --threads 1)")
-      ->check(CLI::IsMember({"wall", "cpu"}));
-  app.add_option("--check", o.check, "rerun the first N requests alone and compare their greedy tokens");
-  app.add_option("--policies", o.policies, "policies to run")->delimiter(',');
-  app.add_option("--burst", o.burst, "add this many long-prompt requests arriving during decoding (the burst workload)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--burst-prompt", o.burst_prompt, "prompt length of a burst request");
-  app.add_option("--burst-output", o.burst_output, "output length of a burst request");
-  app.add_option("--burst-start", o.burst_start, "arrival of the first burst request, s")->check(CLI::NonNegativeNumber);
-  app.add_option("--burst-interval", o.burst_interval, "s between burst arrivals")->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+      .one_of({"wall", "cpu"});
+  cli.add_option("--check", o.check, "rerun the first N requests alone and compare their greedy tokens");
+  cli.add_option("--policies", o.policies, "policies to run").delimiter(',');
+  cli.add_option("--burst", o.burst, "add this many long-prompt requests arriving during decoding (the burst workload)")
+      .non_negative();
+  cli.add_option("--burst-prompt", o.burst_prompt, "prompt length of a burst request");
+  cli.add_option("--burst-output", o.burst_output, "output length of a burst request");
+  cli.add_option("--burst-start", o.burst_start, "arrival of the first burst request, s").non_negative();
+  cli.add_option("--burst-interval", o.burst_interval, "s between burst arrivals").non_negative();
+  if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
 
   try {
     if (!o.simulate && o.block_size != static_cast<std::int64_t>(engine_block_size))

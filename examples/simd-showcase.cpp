@@ -12,7 +12,7 @@
 #endif
 #include <llmkit/llmkit.hpp>
 
-#include <CLI/CLI.hpp>
+#include "example_cli.hpp"
 
 #include <algorithm>
 #include <ctime>
@@ -60,9 +60,10 @@ void row(const char* what, double t_simd, double t_scalar, const char* agreement
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"llmkit's SIMD kernels with the compile-time arch next to the scalar path on the same data: what each "
-               "computed and how fast (CPU time per call); takes no options"};
-  CLI11_PARSE(app, argc, argv);
+  llmkit_examples::command_line cli{
+      "llmkit's SIMD kernels with the compile-time arch next to the scalar path on the same data: what each "
+      "computed and how fast (CPU time per call); takes no options"};
+  if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
   std::printf("llmkit %s  arch: %s (%zu floats per register)\n\n", llmkit::version_string,
               simd::arch_name<simd_arch>(), simd::float_lanes<simd_arch>);
   std::printf("  %-34s %12s %12s %8s   %s\n", "kernel (n = 16384 unless noted)", simd::arch_name<simd_arch>(),

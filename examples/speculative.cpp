@@ -55,7 +55,6 @@
 #include "example_cli.hpp"
 #include "example_model.hpp"
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -141,8 +140,9 @@ std::vector<std::string> split(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Speculative decoding with llmkit: acceptance, tokens per target pass and speedup per (drafter, k)"};
-  llmkit_examples::show_defaults(app);
+  llmkit_examples::command_line cli{
+      "Speculative decoding with llmkit: acceptance, tokens per target pass and speedup per (drafter, k)"};
+  cli.show_defaults();
   std::string model_path;  // empty: the synthetic model
   bool synthetic = false, stories = false;
   std::vector<std::string> prompts;
@@ -158,35 +158,29 @@ int main(int argc, char** argv) {
   std::string target_weights = "f32";
   std::string clock_name = "cpu";
   std::uint64_t seed = 1;
-  auto* model_option = app.add_option("--model", model_path, "GGUF model file (Llama architecture)");
-  auto* stories_flag = app.add_flag("--stories", stories, "the vendored stories260K model (" LLMKIT_DEFAULT_MODEL ")");
-  app.add_flag("--synthetic", synthetic,
+  const auto model_option = cli.add_option("--model", model_path, "GGUF model file (Llama architecture)");
+  const auto stories_flag =
+      cli.add_flag("--stories", stories, "the vendored stories260K model (" LLMKIT_DEFAULT_MODEL ")");
+  cli.add_flag("--synthetic", synthetic,
                "the synthetic ~100M model (dim 768, 12 layers, vocab 32000, seeded random F16 weights); the default")
-      ->excludes(model_option)
-      ->excludes(stories_flag);
-  model_option->excludes(stories_flag);
-  app.add_option("--prompt", prompts, "prompt text (repeatable; BOS is prepended); default: 6 story openings");
-  app.add_option("--tokens", n_tokens, "tokens to generate per prompt")
-      ->check(llmkit_examples::count_at_least(1, "nothing to generate"))
-      ->capture_default_str();
-  app.add_option("--k", k_list, "draft lengths, comma separated")->capture_default_str();
-  app.add_option("--drafters", drafter_list, "ngram, layersN, int8 (comma separated)")->capture_default_str();
-  app.add_option("--verify", verify, "greedy or stochastic")->check(CLI::IsMember({"greedy", "stochastic"}))->capture_default_str();
-  app.add_option("--temperature", temperature, "stochastic: temperature")->capture_default_str();
-  app.add_option("--top-k", top_k, "stochastic: top-k (0 = all)")->capture_default_str();
-  app.add_option("--seed", seed, "stochastic: seed")->capture_default_str();
-  app.add_option("--target-weights", target_weights, "the target's weight storage: f32, f16, q8_0 or native (the file's)")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0", "native"}))
-      ->capture_default_str();
-  app.add_option("--clock", clock_name, "cpu (process CPU time) or wall")
-      ->check(CLI::IsMember({"cpu", "wall"}))
-      ->capture_default_str();
-  app.add_flag("--adaptive", adaptive, "also run the adaptive draft length (k = the maximum)");
-  app.add_option("--threads", threads, "threads")
-      ->check(llmkit_examples::count_at_least(1, "the forward pass needs a thread"))
-      ->capture_default_str();
-  app.add_flag("--json", json, "one JSON object per line and (drafter, k)");
-  CLI11_PARSE(app, argc, argv);
+      .excludes(model_option)
+      .excludes(stories_flag);
+  model_option.excludes(stories_flag);
+  cli.add_option("--prompt", prompts, "prompt text (repeatable; BOS is prepended); default: 6 story openings");
+  cli.add_option("--tokens", n_tokens, "tokens to generate per prompt").count_at_least(1, "nothing to generate");
+  cli.add_option("--k", k_list, "draft lengths, comma separated");
+  cli.add_option("--drafters", drafter_list, "ngram, layersN, int8 (comma separated)");
+  cli.add_option("--verify", verify, "greedy or stochastic").one_of({"greedy", "stochastic"});
+  cli.add_option("--temperature", temperature, "stochastic: temperature");
+  cli.add_option("--top-k", top_k, "stochastic: top-k (0 = all)");
+  cli.add_option("--seed", seed, "stochastic: seed");
+  cli.add_option("--target-weights", target_weights, "the target's weight storage: f32, f16, q8_0 or native (the file's)")
+      .one_of({"f32", "f16", "q8_0", "native"});
+  cli.add_option("--clock", clock_name, "cpu (process CPU time) or wall").one_of({"cpu", "wall"});
+  cli.add_flag("--adaptive", adaptive, "also run the adaptive draft length (k = the maximum)");
+  cli.add_option("--threads", threads, "threads").count_at_least(1, "the forward pass needs a thread");
+  cli.add_flag("--json", json, "one JSON object per line and (drafter, k)");
+  if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
   if (stories) model_path = LLMKIT_DEFAULT_MODEL;
   synthetic = model_path.empty();
   if (prompts.empty())

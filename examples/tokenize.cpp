@@ -12,8 +12,6 @@
 
 #include "example_cli.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <iostream>
 #include <iterator>
@@ -49,20 +47,19 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Turn text into token ids (one JSON array) or ids into text, with a GGUF model's tokenizer"};
-  llmkit_examples::show_defaults(app);
+  llmkit_examples::command_line cli{
+      "Turn text into token ids (one JSON array) or ids into text, with a GGUF model's tokenizer"};
+  cli.show_defaults();
   std::string model_path = LLMKIT_DEFAULT_MODEL;
   std::string text = "Once upon a time";
   bool add_bos = false, parse_special = false, decode = false;
-  app.add_option("--model", model_path, "GGUF file with a tokenizer (tokenizer.ggml.model llama or gpt2)")
-      ->capture_default_str();
-  app.add_option("--text", text, "text to encode, or with --decode the ids (\"[1,2,3]\" or 1,2,3); - reads stdin")
-      ->capture_default_str();
-  app.add_flag("--bos", add_bos, "prepend the BOS token when encoding");
-  app.add_flag("--special", parse_special,
+  cli.add_option("--model", model_path, "GGUF file with a tokenizer (tokenizer.ggml.model llama or gpt2)");
+  cli.add_option("--text", text, "text to encode, or with --decode the ids (\"[1,2,3]\" or 1,2,3); - reads stdin");
+  cli.add_flag("--bos", add_bos, "prepend the BOS token when encoding");
+  cli.add_flag("--special", parse_special,
                "encoding: turn special-token text (<|eot_id|>, <s>) into its id; decoding: print control tokens");
-  app.add_flag("--decode", decode, "read ids from --text and print their text");
-  CLI11_PARSE(app, argc, argv);
+  cli.add_flag("--decode", decode, "read ids from --text and print their text");
+  if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
   if (text == "-") text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 
   try {

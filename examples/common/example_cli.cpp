@@ -41,13 +41,18 @@ cli_option cli_option::non_negative() const {
   return *this;
 }
 
-cli_option cli_option::one_of(std::vector<std::string> allowed) const {
-  option_->check(CLI::IsMember(std::move(allowed)));
+cli_option cli_option::one_of(std::initializer_list<std::string> allowed) const {
+  option_->check(CLI::IsMember(std::vector<std::string>(allowed)));
   return *this;
 }
 
-cli_option cli_option::one_of(std::vector<int> allowed) const {
-  option_->check(CLI::IsMember(std::move(allowed)));
+cli_option cli_option::one_of(std::initializer_list<int> allowed) const {
+  option_->check(CLI::IsMember(std::vector<int>(allowed)));
+  return *this;
+}
+
+cli_option cli_option::one_of(std::span<const std::string_view> allowed) const {
+  option_->check(CLI::IsMember(std::vector<std::string>(allowed.begin(), allowed.end())));
   return *this;
 }
 
@@ -60,6 +65,13 @@ cli_option cli_option::excludes(cli_option other) const {
   option_->excludes(other.option_);
   return *this;
 }
+
+cli_option cli_option::needs(cli_option other) const {
+  option_->needs(other.option_);
+  return *this;
+}
+
+bool cli_option::was_given() const { return !option_->empty(); }
 
 command_line::command_line(const std::string& description) : app_(std::make_unique<CLI::App>(description)) {}
 

@@ -37,7 +37,6 @@
 
 #include "../example_cli.hpp"
 
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -310,32 +309,30 @@ int main(int argc, char** argv) {
 #if defined(LLMKIT_DEFAULT_MODEL)
   o.model_path = LLMKIT_DEFAULT_MODEL;
 #endif
-  CLI::App app{"llmkit-disaggregated: prefill on rank 0, KV hand-off, decode on rank 1 (MPI)"};
-  llmkit_examples::show_defaults(app);
-  using llmkit_examples::count_at_least;
-  app.add_option("--model", o.model_path, "GGUF model (Llama architecture)");
-  app.add_option("-n,--requests", o.n_requests, "number of requests")->check(count_at_least(1, "no request to serve"));
-  app.add_option("--prompt-min", o.prompt_min, "shortest prompt")->check(count_at_least(1, "a prompt has a token"));
-  app.add_option("--prompt-max", o.prompt_max, "longest prompt")->check(count_at_least(1, "a prompt has a token"));
-  app.add_option("--tokens", o.max_new_tokens, "tokens generated per request")
-      ->check(count_at_least(1, "nothing to generate"));
-  app.add_option("--max-batch", o.max_batch, "decode worker: most sequences per step")
-      ->check(count_at_least(1, "a batch holds at least one sequence"));
-  app.add_option("--staging", o.staging_seqs, "decode worker: staging area, in full-context sequences")
-      ->check(count_at_least(1, "the decode worker needs room for one sequence"));
-  app.add_option("--decode-blocks", o.decode_blocks,
+  llmkit_examples::command_line cli{"llmkit-disaggregated: prefill on rank 0, KV hand-off, decode on rank 1 (MPI)"};
+  cli.show_defaults();
+  cli.add_option("--model", o.model_path, "GGUF model (Llama architecture)");
+  cli.add_option("-n,--requests", o.n_requests, "number of requests").count_at_least(1, "no request to serve");
+  cli.add_option("--prompt-min", o.prompt_min, "shortest prompt").count_at_least(1, "a prompt has a token");
+  cli.add_option("--prompt-max", o.prompt_max, "longest prompt").count_at_least(1, "a prompt has a token");
+  cli.add_option("--tokens", o.max_new_tokens, "tokens generated per request")
+      .count_at_least(1, "nothing to generate");
+  cli.add_option("--max-batch", o.max_batch, "decode worker: most sequences per step")
+      .count_at_least(1, "a batch holds at least one sequence");
+  cli.add_option("--staging", o.staging_seqs, "decode worker: staging area, in full-context sequences")
+      .count_at_least(1, "the decode worker needs room for one sequence");
+  cli.add_option("--decode-blocks", o.decode_blocks,
                  "decode worker: KV blocks of 16 tokens (0 = max-batch full contexts; fewer forces preemption)");
-  app.add_flag("--wait-all", o.wait_all,
+  cli.add_flag("--wait-all", o.wait_all,
                "decode worker: receive every request before the first step (the same batches whatever the timing)");
-  app.add_option("--seed", o.seed, "prompt seed");
-  app.add_flag("--fault", o.fault, "change one decoded token of request 0 (shows that the comparison catches it)");
-  app.add_flag("-v,--verbose", o.verbose, "print every request's tokens");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = rank == 0 ? app.exit(e) : 0;
+  cli.add_option("--seed", o.seed, "prompt seed");
+  cli.add_flag("--fault", o.fault, "change one decoded token of request 0 (shows that the comparison catches it)");
+  cli.add_flag("-v,--verbose", o.verbose, "print every request's tokens");
+  // Rank 0 alone prints help and errors, and returns their exit code.
+  using llmkit_examples::parse_output;
+  if (const auto exit_code = cli.parse(argc, argv, rank == 0 ? parse_output::print : parse_output::suppress)) {
     MPI_Finalize();
-    return code;
+    return rank == 0 ? *exit_code : 0;
   }
   int status = 0;
   try {
