@@ -4,7 +4,8 @@
 //
 //   llmkit-generate [--model PATH] [--prompt TEXT] [--tokens N] [--temperature T]
 //                   [--top-k K] [--top-p P] [--seed S] [--threads N] [--sampling CHAIN]
-//                   [--weight-type native|f32|f16|q8_0] [--activations f32|q8_0]
+//                   [--weight-type native|f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]
+//                   [--activations f32|q8_0]
 //                   [--chat MESSAGE [--system TEXT] [--chat-template NAME]]
 //
 // --chat formats a user message (and an optional system message) with the
@@ -34,7 +35,6 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
-#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -92,8 +92,9 @@ int main(int argc, char** argv) {
                  "threads; 0 = by the model's size (one per 8 MiB of weights read per token, at most the hardware's)");
   std::string weights_name = "native";
   cli.add_option("--weight-type", weights_name,
-                 "how the weights are kept in memory: native (as in the file), f32, f16 or q8_0")
-      .one_of({"native", "f32", "f16", "q8_0"});
+                 "how the weights are kept in memory: native (as in the file), f32, f16, q8_0, q4_0, q4_1, q5_0, "
+                 "q5_1, q4_k, q5_k or q6_k")
+      .one_of({"native", "f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"});
   std::string activations_name = "f32";
   cli.add_option("--activations", activations_name,
                  "what Q8_0 matrices multiply: f32 (exact) or q8_0 (int8-quantised activations, the faster VNNI product)")
@@ -112,10 +113,7 @@ int main(int argc, char** argv) {
   const bool chat = chat_option.was_given();
   const auto activations =
       activations_name == "q8_0" ? llmkit::model::activation_type::q8_0 : llmkit::model::activation_type::f32;
-  const std::map<std::string, llmkit::model::weight_type> weight_types{
-      {"native", llmkit::model::weight_type::native}, {"f32", llmkit::model::weight_type::f32},
-      {"f16", llmkit::model::weight_type::f16}, {"q8_0", llmkit::model::weight_type::q8_0}};
-  const llmkit::model::weight_type weights = weight_types.at(weights_name);
+  const llmkit::model::weight_type weights = llmkit::model::weight_type_from_name(weights_name);
   if (!(so.top_p > 0.0f)) {
     std::cerr << "error: --top-p must be in (0, 1], got " << so.top_p << "\n";
     return 2;
