@@ -2,6 +2,8 @@
 // model/synthetic.hpp round trips, and model/llama.hpp against the
 // double-precision oracle on random synthetic models of every weight type.
 #include <llmkit/kv/contiguous_cache.hpp>
+#include <llmkit/model/architecture.hpp>
+#include <llmkit/model/gguf_writer.hpp>
 #include <llmkit/model/batch.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/synthetic.hpp>
@@ -13,6 +15,10 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "reference/model_reference.hpp"
@@ -147,4 +153,223 @@ TEST_CASE("synthetic: bad options raise llmkit::error") {
   REQUIRE_NOTHROW(synthetic_llama(o));
   o.config.n_vocab = 2;
   REQUIRE_THROWS_WITH(synthetic_llama(o), "synthetic_llama: n_vocab must be >= 3 (control tokens), got 2");
+}
+
+namespace {
+// Per-pair frequency divisors in [0.25, 4), far from 1 so that ignoring them
+// (or applying them to the wrong pair) moves the logits.
+std::vector<float> test_freq_factors(std::size_t n) {
+  std::vector<float> f(n);
+  for (std::size_t i = 0; i < n; ++i) f[i] = 0.25f + float((i * 7) % 11) * 0.35f;
+  return f;
+}
+
+// `image` read back and written again as `arch` (its `<old arch>.*` keys
+// renamed), without the tensor `drop` and with the F32 vectors `extra`
+// added: malformed variants of valid synthetic files.
+std::vector<std::byte> rewrite(const gguf_file& f, std::string_view arch, std::string_view drop,
+                               const std::vector<std::pair<std::string, std::vector<float>>>& extra = {}) {
+  const std::string old_prefix = std::string(f.get<std::string_view>("general.architecture")) + ".";
+  gguf_writer w;
+  w.add("general.architecture", arch);
+  for (const auto& [key, value] : f.metadata()) {
+    if (!key.starts_with(old_prefix)) continue;
+    const std::string renamed = std::string(arch) + "." + std::string(key.substr(old_prefix.size()));
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, gguf_array>) w.add(renamed, v);
+        },
+        value);
+  }
+  for (const gguf_tensor& t : f.tensors())
+    if (t.name != drop)
+      w.add_tensor(t.name, t.type, std::span<const std::uint64_t>(t.dims.data(), t.n_dims),
+                   std::span<const std::byte>(t.data, static_cast<std::size_t>(t.n_bytes)));
+  for (const auto& [name, values] : extra)
+    w.add_tensor(name, ggml_type::f32, {values.size()}, std::as_bytes(std::span<const float>(values)));
+  return w.bytes();
+}
+}  // namespace
+
+TEST_CASE("architectures: qwen2 and llama with rope_freqs match the double-precision oracle") {
+  struct shape {
+    std::size_t dim, heads, kv_heads, ffn, vocab, rotary;  // rotary 0 = the whole head
+  };
+  // GQA, MHA, MQA (group 3), and partial rotary dims (half the head): the
+  // split-half pairs of qwen2 are then (i, i + rotary / 2), not head_dim / 2.
+  const std::vector<shape> shapes{{64, 4, 2, 96, 300, 0}, {48, 6, 6, 80, 40, 0}, {96, 3, 1, 160, 37, 16},
+                                  {64, 2, 1, 64, 290, 16}};
+  std::mt19937 rng(7);
+  for (const architecture arch : {architecture::qwen2, architecture::llama}) {
+    for (const bool with_factors : {false, true}) {
+      if (arch == architecture::llama && !with_factors) continue;  // covered by the test above
+      for (std::size_t si = 0; si < shapes.size(); ++si) {
+        const shape sh = shapes[si];
+        synthetic_options o{.config = small_config(sh.dim, sh.heads, sh.kv_heads, sh.ffn, sh.vocab),
+                            .seed = 300 + si,
+                            .tied_output = si % 2 == 0};
+        o.config.arch = arch;
+        o.config.rope.theta = 500000.0f;
+        const std::size_t rotary = sh.rotary == 0 ? sh.dim / sh.heads : sh.rotary;
+        o.config.rope.rotary_dim = rotary;
+        if (with_factors) o.config.rope.freq_factors = test_freq_factors(rotary / 2);
+        const auto image = synthetic_llama(o).bytes();
+        const gguf_file f(as_span(image));
+        REQUIRE(f.get<std::string_view>("general.architecture") == traits(arch).name);
+        REQUIRE((f.find_tensor("blk.1.attn_k.bias") != nullptr) == (arch == architecture::qwen2));
+        REQUIRE((f.find_tensor("rope_freqs.weight") != nullptr) == with_factors);
+        llama_model m(f);
+        REQUIRE(m.config().arch == arch);
+        REQUIRE(m.config().rope.layout == traits(arch).rope_layout);
+        REQUIRE(m.config().rope.freq_factors.size() == (with_factors ? rotary / 2 : 0));
+        for (std::size_t n : {1u, 9u, 20u}) {
+          std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(sh.vocab) - 1);
+          std::vector<std::int32_t> tokens(n);
+          for (auto& t : tokens) t = token(rng);
+          INFO("arch " << traits(arch).name << " factors " << with_factors << " shape " << si << " n " << n);
+          REQUIRE(max_error(m, f, tokens) <= 2e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("architectures: a Q4_K_M-style mix loads and matches the oracle") {
+  for (const architecture arch : {architecture::llama, architecture::qwen2}) {
+    synthetic_options o{.config = small_config(256, 4, 2, 512, 300), .seed = 5};
+    o.config.n_layers = 9;  // use_more_bits: layers 0 and 7, 8 (last eighth), and 3, 6 (every third)
+    o.config.arch = arch;
+    o.tensor_types = q4_k_m_types(o);
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.tensor("output.weight").type == ggml_type::q6_k);
+    REQUIRE(f.tensor("token_embd.weight").type == ggml_type::q4_k);
+    for (std::size_t l = 0; l < 9; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      const bool more_bits = l == 0 || l == 3 || l == 6 || l == 7 || l == 8;
+      INFO("layer " << l);
+      REQUIRE(f.tensor(b + "attn_v.weight").type == (more_bits ? ggml_type::q6_k : ggml_type::q4_k));
+      REQUIRE(f.tensor(b + "ffn_down.weight").type == (more_bits ? ggml_type::q6_k : ggml_type::q4_k));
+      REQUIRE(f.tensor(b + "attn_q.weight").type == ggml_type::q4_k);
+      REQUIRE(f.tensor(b + "attn_output.weight").type == ggml_type::q4_k);
+      REQUIRE(f.tensor(b + "ffn_gate.weight").type == ggml_type::q4_k);
+    }
+    llama_model m(f);
+    INFO("arch " << traits(arch).name);
+    REQUIRE(max_error(m, f, {1, 17, 299, 3, 42, 42, 8}) <= 2e-5);
+  }
+
+  // Tied output: the embedding is the output, so it gets Q6_K; rows of 64
+  // values fall back to Q5_0 (Q4_K) and Q8_0 (Q6_K) as llama-quantize does.
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 6, .tied_output = true};
+  o.config.arch = architecture::qwen2;
+  o.tensor_types = q4_k_m_types(o);
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  REQUIRE(f.tensor("token_embd.weight").type == ggml_type::q8_0);
+  REQUIRE(f.tensor("blk.0.attn_q.weight").type == ggml_type::q5_0);
+  REQUIRE(f.tensor("blk.1.attn_v.weight").type == ggml_type::q8_0);
+  REQUIRE(f.tensor("blk.0.attn_v.weight").type == ggml_type::q5_0);
+  llama_model m(f);
+  REQUIRE(max_error(m, f, {1, 17, 299, 3, 42}) <= 2e-5);
+
+  // Rows of 48 values fit no 32-value block either.
+  o.config = small_config(48, 3, 3, 80, 64);
+  o.tensor_types = q4_k_m_types(o);
+  REQUIRE_THROWS_WITH(synthetic_llama(o), "synthetic_llama: tensor 'token_embd.weight' has rows of 48 values, not a "
+                                          "multiple of the 32-value blocks of Q8_0 (the fallback of Q6_K)");
+  o.tensor_types = [](std::string_view) { return ggml_type::q4_0; };
+  REQUIRE_THROWS_WITH(synthetic_llama(o), "synthetic_llama: tensor 'token_embd.weight' has rows of 48 values, not a "
+                                          "multiple of the 32-value blocks of Q4_0");
+}
+
+TEST_CASE("architectures: a 128256-token vocabulary with tied output") {
+  synthetic_options o{.config = small_config(64, 4, 2, 64, 128256), .seed = 11, .tied_output = true};
+  o.config.n_layers = 1;
+  o.config.rope.theta = 500000.0f;
+  o.config.rope.freq_factors = test_freq_factors(8);
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);
+  REQUIRE(m.vocab_size() == 128256);
+  REQUIRE(m.config().tied_output);
+  REQUIRE(tokenizer::from_gguf(f).vocab_size() == 128256);
+  REQUIRE(max_error(m, f, {128255, 0, 128000, 70000, 32767, 32768, 65535, 65536}) <= 2e-5);
+}
+
+TEST_CASE("architectures: qwen2 prefill equals decode, and packed sequences equal sequences alone") {
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 21};
+  o.config.arch = architecture::qwen2;
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);
+  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}};
+  std::vector<std::vector<float>> last(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    const kv::seq_id s = *cache.add_sequence();
+    batch_builder b;
+    b.add(s, prompts[p], 0);
+    const auto l = m.forward(b.view(), cache);
+    last[p].assign(l.row(0).begin(), l.row(0).end());
+    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    const kv::seq_id q = *step.add_sequence();
+    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
+      batch_builder one;
+      one.add(q, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
+      const auto d = m.forward(one.view(), step);
+      if (i + 1 == prompts[p].size())
+        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
+    }
+  }
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
+  batch_builder b;
+  std::vector<kv::seq_id> ids;
+  for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
+  for (std::size_t p : {2u, 0u, 1u}) b.add(ids[p], prompts[p], 0);
+  const auto l = m.forward(b.view(), cache);
+  std::size_t r = 0;
+  for (std::size_t p : {2u, 0u, 1u}) {
+    for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);  // batch invariant: bit-identical
+    ++r;
+  }
+}
+
+TEST_CASE("architectures: bad files raise llmkit::error naming the architecture, key or tensor") {
+  gguf_writer w;
+  w.add("general.architecture", std::string_view("gpt2"));
+  const auto unknown = w.bytes();
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(unknown))),
+                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2)");
+
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 3};
+  o.config.arch = architecture::qwen2;
+  const auto qwen = synthetic_llama(o).bytes();
+  const gguf_file qf(as_span(qwen));
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(rewrite(qf, "qwen2", "")))));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(qf, "qwen2", "blk.1.attn_k.bias")))),
+                      "gguf: missing tensor 'blk.1.attn_k.bias'");
+  // The same tensors read as llama ignore the biases (llama has none).
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(rewrite(qf, "llama", "blk.1.attn_k.bias")))));
+  const std::vector<float> short_bias(7, 0.0f);
+  REQUIRE_THROWS_WITH(
+      llama_model(gguf_file(as_span(rewrite(qf, "qwen2", "blk.0.attn_v.bias", {{"blk.0.attn_v.bias", short_bias}})))),
+      Catch::Contains("tensor 'blk.0.attn_v.bias' has dims [7,") && Catch::Contains("expected [32, 1]"));
+
+  // rope_freqs.weight must hold rotary_dim / 2 = 8 positive F32 values.
+  o.config.arch = architecture::llama;
+  const auto llama = synthetic_llama(o).bytes();
+  const gguf_file lf(as_span(llama));
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(rewrite(lf, "llama", "", {{"rope_freqs.weight", test_freq_factors(8)}})))));
+  REQUIRE_THROWS_WITH(
+      llama_model(gguf_file(as_span(rewrite(lf, "llama", "", {{"rope_freqs.weight", test_freq_factors(7)}})))),
+      "llama_config: tensor 'rope_freqs.weight' has 7 values in 1 dims, expected [rotary_dim / 2 = 8]");
+  std::vector<float> bad = test_freq_factors(8);
+  bad[3] = 0.0f;
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(lf, "llama", "", {{"rope_freqs.weight", bad}})))),
+                      "llama_config: tensor 'rope_freqs.weight' value 3 = 0 must be finite and > 0");
+  synthetic_options wrong = o;
+  wrong.config.rope.freq_factors = test_freq_factors(5);
+  REQUIRE_THROWS_WITH(synthetic_llama(wrong),
+                      "llama_config: rope.freq_factors has 5 values, expected rotary_dim / 2 = 8");
 }

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // Naive oracles for model/: an O(n^2) SentencePiece-BPE encoder and a
-// double-precision Llama forward pass over whole sequences (no cache).
+// double-precision Llama-family forward pass over whole sequences (no cache),
+// written from the architectures' definitions: llama (interleaved RoPE
+// pairs (2i, 2i+1)) and qwen2 (Q/K/V biases, split-half pairs (i, i+rot/2)),
+// each with optional rope_freqs.weight frequency divisors.
 
 #include <algorithm>
 #include <cmath>
@@ -71,24 +74,31 @@ inline std::vector<std::int32_t> spm_encode(const std::vector<std::string>& toke
   return out;
 }
 
-/// A Llama forward pass in double precision over one whole sequence (no
-/// cache, dense causal attention), weights read straight from the GGUF.
+/// A Llama-family forward pass in double precision over one whole sequence
+/// (no cache, dense causal attention), weights read straight from the GGUF.
 struct llama_reference {
   std::size_t n_vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn = 0, rot = 0;
   double eps = 1e-5, theta = 10000.0, freq_scale = 1.0;
+  bool neox = false;       // split-half RoPE pairs (qwen2)
+  bool qkv_bias = false;   // blk.N.attn_{q,k,v}.bias (qwen2)
+  std::vector<double> freq_factors;  // rope_freqs.weight, empty when absent
   const model::gguf_file* file = nullptr;
 
   explicit llama_reference(const model::gguf_file& f) : file(&f) {
-    dim = f.get<std::size_t>("llama.embedding_length");
-    n_layers = f.get<std::size_t>("llama.block_count");
-    n_heads = f.get<std::size_t>("llama.attention.head_count");
-    n_kv_heads = f.get_optional<std::size_t>("llama.attention.head_count_kv").value_or(n_heads);
-    ffn = f.get<std::size_t>("llama.feed_forward_length");
+    const std::string arch(f.get<std::string_view>("general.architecture"));
+    const std::string p = arch + ".";
+    neox = qkv_bias = arch == "qwen2";
+    dim = f.get<std::size_t>(p + "embedding_length");
+    n_layers = f.get<std::size_t>(p + "block_count");
+    n_heads = f.get<std::size_t>(p + "attention.head_count");
+    n_kv_heads = f.get_optional<std::size_t>(p + "attention.head_count_kv").value_or(n_heads);
+    ffn = f.get<std::size_t>(p + "feed_forward_length");
     head_dim = dim / n_heads;
-    rot = f.get_optional<std::size_t>("llama.rope.dimension_count").value_or(head_dim);
-    eps = f.get_optional<double>("llama.attention.layer_norm_rms_epsilon").value_or(1e-5);
-    theta = f.get_optional<double>("llama.rope.freq_base").value_or(10000.0);
-    if (auto factor = f.get_optional<double>("llama.rope.scaling.factor")) freq_scale = 1.0 / *factor;
+    rot = f.get_optional<std::size_t>(p + "rope.dimension_count").value_or(head_dim);
+    eps = f.get_optional<double>(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+    theta = f.get_optional<double>(p + "rope.freq_base").value_or(10000.0);
+    if (auto factor = f.get_optional<double>(p + "rope.scaling.factor")) freq_scale = 1.0 / *factor;
+    if (f.find_tensor("rope_freqs.weight")) freq_factors = load("rope_freqs.weight");
     n_vocab = f.tensor("token_embd.weight").rows();
   }
 
@@ -135,12 +145,14 @@ struct llama_reference {
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
     return y;
   }
+  // Pair i turns by pos * freq_scale * theta^(-2i/rot) / freq_factors[i].
   void rope(std::vector<double>& v, std::size_t n_h, std::size_t pos) const {
     for (std::size_t h = 0; h < n_h; ++h)
       for (std::size_t i = 0; i < rot / 2; ++i) {
-        const double angle = double(pos) * freq_scale * std::pow(theta, -2.0 * double(i) / double(rot));
-        double& a = v[h * head_dim + 2 * i];
-        double& b = v[h * head_dim + 2 * i + 1];
+        const double divisor = freq_factors.empty() ? 1.0 : freq_factors[i];
+        const double angle = double(pos) * freq_scale * std::pow(theta, -2.0 * double(i) / double(rot)) / divisor;
+        double& a = v[h * head_dim + (neox ? i : 2 * i)];
+        double& b = v[h * head_dim + (neox ? i + rot / 2 : 2 * i + 1)];
         const double a0 = a, b0 = b;
         a = a0 * std::cos(angle) - b0 * std::sin(angle);
         b = b0 * std::cos(angle) + a0 * std::sin(angle);
@@ -159,12 +171,21 @@ struct llama_reference {
       const auto an = load(b + "attn_norm.weight"), wq = load(b + "attn_q.weight"), wk = load(b + "attn_k.weight"),
                  wv = load(b + "attn_v.weight"), wo = load(b + "attn_output.weight"), fn = load(b + "ffn_norm.weight"),
                  wg = load(b + "ffn_gate.weight"), wu = load(b + "ffn_up.weight"), wd = load(b + "ffn_down.weight");
+      std::vector<double> bq(qd, 0.0), bk(kvd, 0.0), bv(kvd, 0.0);
+      if (qkv_bias) {
+        bq = load(b + "attn_q.bias");
+        bk = load(b + "attn_k.bias");
+        bv = load(b + "attn_v.bias");
+      }
       std::vector<std::vector<double>> q(n), k(n), v(n);
       for (std::size_t t = 0; t < n; ++t) {
         const auto xn = rmsnorm(x[t], an);
         q[t] = matvec(wq, xn, qd);
         k[t] = matvec(wk, xn, kvd);
         v[t] = matvec(wv, xn, kvd);
+        for (std::size_t j = 0; j < qd; ++j) q[t][j] += bq[j];
+        for (std::size_t j = 0; j < kvd; ++j) k[t][j] += bk[j];
+        for (std::size_t j = 0; j < kvd; ++j) v[t][j] += bv[j];
         rope(q[t], n_heads, t);
         rope(k[t], n_kv_heads, t);
       }

@@ -2,8 +2,10 @@
 #pragma once
 
 /// @file llmkit/model/llama.hpp
-/// Reference Llama-architecture model driven by GGUF metadata: token
-/// embedding, per layer RMSNorm -> Q/K/V projections -> RoPE -> grouped-query
+/// Reference Llama-family model driven by GGUF metadata (the architectures
+/// of model/architecture.hpp: llama, qwen2): token embedding, per layer
+/// RMSNorm -> Q/K/V projections (+ biases where the architecture has them)
+/// -> RoPE (the architecture's pair layout) -> grouped-query
 /// causal attention over a KV cache -> output projection (residual), RMSNorm ->
 /// SwiGLU feed-forward (residual); final RMSNorm and the output projection
 /// (separate `output.weight`, or tied to the embedding when absent).
@@ -111,7 +113,7 @@ class llama_model {
     std::size_t bytes = (c_output().bytes()) + output_norm_.size() * sizeof(float);
     for (const layer& w : layers_)
       bytes += w.wqkv.bytes() + w.wo.bytes() + w.w_gate_up.bytes() + w.w_down.bytes() +
-               (w.attn_norm.size() + w.ffn_norm.size()) * sizeof(float);
+               (w.attn_norm.size() + w.ffn_norm.size() + w.bqkv.size()) * sizeof(float);
     return bytes;
   }
 
@@ -145,6 +147,7 @@ class llama_model {
  private:
   struct layer {
     aligned_vector<float> attn_norm, ffn_norm;          // [dim] f32
+    aligned_vector<float> bqkv;                         // [qd + 2 kvd] fused Q|K|V biases; empty without
     weight_matrix wqkv, wo, w_gate_up, w_down;          // fused Q|K|V, output, gate|up, down
   };
   struct segment {

@@ -2,26 +2,30 @@
 #pragma once
 
 /// @file llmkit/model/llama_config.hpp
-/// Hyper-parameters of a Llama-architecture model and how they are read
-/// from a GGUF file's metadata.
+/// Hyper-parameters of a Llama-family model (any model::architecture) and
+/// how they are read from a GGUF file's metadata.
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "llmkit/attention/head_dims.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/kv/kv_view.hpp"
+#include "llmkit/model/architecture.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/simd/rope.hpp"
 
 namespace llmkit::model {
 
-/// Hyper-parameters of a Llama-architecture model.
+/// Hyper-parameters of a Llama-family model.
 struct llama_config {
+  model::architecture arch = model::architecture::llama;  ///< general.architecture; see architecture.hpp
   std::size_t n_vocab = 0;
   std::size_t dim = 0;          ///< embedding width
   std::size_t n_layers = 0;
@@ -31,20 +35,26 @@ struct llama_config {
   std::size_t ffn_dim = 0;      ///< hidden width of the SwiGLU feed-forward
   std::size_t context_length = 2048;  ///< training context (RoPE table size)
   float rms_eps = 1e-5f;
-  simd::rope_config rope{};     ///< theta, interleaved pairs (GGUF "llama"), rotary_dim, freq_scale
+  /// theta, pair layout (the architecture's), rotary_dim, freq_scale and the
+  /// per-pair freq_factors of `rope_freqs.weight` (Llama 3.1) when present
+  simd::rope_config rope{};
   bool tied_output = false;     ///< output projection shares the embedding
 
   /// The KV-cache shape this model needs.
   kv::kv_shape kv_shape() const noexcept { return {n_layers, n_kv_heads, head_dim}; }
 
-  /// Reads `<arch>.*` keys (arch = general.architecture, which must be
-  /// "llama"); n_vocab comes from token_embd.weight, tied_output from the
-  /// absence of output.weight.
+  /// Reads `<arch>.*` keys (arch = general.architecture, one of
+  /// model::architectures; the RoPE layout is the architecture's); n_vocab
+  /// comes from token_embd.weight, tied_output from the absence of
+  /// output.weight, rope.freq_factors from the optional F32 tensor
+  /// `rope_freqs.weight` ([rotary_dim / 2]).
+  /// @throws llmkit::error naming an unsupported architecture (and listing
+  /// the supported ones), a missing or invalid key or tensor.
   static llama_config from_gguf(const gguf_file& file) {
-    const auto arch = file.get<std::string_view>("general.architecture");
-    LLMKIT_CHECK(arch == "llama", "llama_config: general.architecture is '", arch, "', expected 'llama'");
-    const std::string p = std::string(arch) + ".";
+    const auto arch_name = file.get<std::string_view>("general.architecture");
     llama_config c;
+    c.arch = architecture_from_name(arch_name);
+    const std::string p = std::string(arch_name) + ".";
     c.dim = file.get<std::size_t>(p + "embedding_length");
     c.n_layers = file.get<std::size_t>(p + "block_count");
     c.n_heads = file.get<std::size_t>(p + "attention.head_count");
@@ -56,7 +66,7 @@ struct llama_config {
     c.head_dim = c.dim / c.n_heads;
     if (auto kl = file.get_optional<std::size_t>(p + "attention.key_length")) c.head_dim = *kl;
     c.rope.theta = file.get_optional<float>(p + "rope.freq_base").value_or(10000.0f);
-    c.rope.layout = simd::rope_layout::interleaved;
+    c.rope.layout = traits(c.arch).rope_layout;
     c.rope.rotary_dim = file.get_optional<std::size_t>(p + "rope.dimension_count").value_or(c.head_dim);
     const auto scaling = file.get_optional<std::string_view>(p + "rope.scaling.type").value_or("none");
     if (scaling == "linear") {
@@ -67,13 +77,13 @@ struct llama_config {
     } else {
       LLMKIT_CHECK(scaling == "none", "llama_config: unsupported ", p, "rope.scaling.type '", scaling, "'");
     }
+    if (const gguf_tensor* t = file.find_tensor("rope_freqs.weight")) c.rope.freq_factors = read_rope_freqs(*t, c);
     const gguf_tensor& emb = file.tensor("token_embd.weight");
     c.n_vocab = static_cast<std::size_t>(emb.rows());
     c.tied_output = file.find_tensor("output.weight") == nullptr;
     c.validate();
     return c;
   }
-
 
   /// @throws llmkit::error naming the first inconsistent field.
   void validate() const {
@@ -96,6 +106,29 @@ struct llama_config {
                  " must be finite and >= 0");
     LLMKIT_CHECK(rope.rotary_dim <= head_dim && rope.rotary_dim % 2 == 0, "llama_config: rope.rotary_dim = ",
                  rope.rotary_dim, " must be even and <= head_dim = ", head_dim);
+    const std::size_t rotary = rope.rotary_dim == 0 ? head_dim : rope.rotary_dim;
+    LLMKIT_CHECK(rope.freq_factors.empty() || rope.freq_factors.size() == rotary / 2,
+                 "llama_config: rope.freq_factors has ", rope.freq_factors.size(), " values, expected rotary_dim / 2 = ",
+                 rotary / 2);
+    for (std::size_t i = 0; i < rope.freq_factors.size(); ++i)
+      LLMKIT_CHECK(rope.freq_factors[i] > 0.0f && std::isfinite(rope.freq_factors[i]), "llama_config: rope.freq_factors[",
+                   i, "] = ", rope.freq_factors[i], " must be finite and > 0");
+  }
+
+ private:
+  // rope_freqs.weight: an F32 vector of rotary_dim / 2 frequency divisors.
+  static std::vector<float> read_rope_freqs(const gguf_tensor& t, const llama_config& c) {
+    const std::size_t rotary = c.rope.rotary_dim == 0 ? c.head_dim : c.rope.rotary_dim;
+    LLMKIT_CHECK(t.type == ggml_type::f32, "llama_config: tensor 'rope_freqs.weight' has type ",
+                 ggml_type_name(std::uint32_t(t.type)), ", expected F32");
+    LLMKIT_CHECK(t.n_dims == 1 && t.dims[0] == rotary / 2, "llama_config: tensor 'rope_freqs.weight' has ",
+                 t.n_elements, " values in ", t.n_dims, " dims, expected [rotary_dim / 2 = ", rotary / 2, "]");
+    std::vector<float> v(rotary / 2);
+    std::memcpy(v.data(), t.data, v.size() * sizeof(float));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      LLMKIT_CHECK(v[i] > 0.0f && std::isfinite(v[i]), "llama_config: tensor 'rope_freqs.weight' value ", i, " = ",
+                   v[i], " must be finite and > 0");
+    return v;
   }
 };
 

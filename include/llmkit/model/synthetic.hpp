@@ -2,31 +2,40 @@
 #pragma once
 
 /// @file llmkit/model/synthetic.hpp
-/// Writes a Llama-architecture GGUF with seeded random weights, so that
-/// benchmarks and tests can run models of any size (e.g. dim 768, 12 layers,
-/// 12 heads, 4 KV heads, vocab 32000: ~110M parameters) through the same
-/// loader as real files. The file carries full `llama.*` metadata and a
-/// SentencePiece tokenizer section (control tokens, the 256 byte tokens when
-/// the vocabulary has room, then distinct letter pieces), so
+/// Writes a Llama-family GGUF (architecture llama or qwen2, see
+/// model/architecture.hpp) with seeded random weights, so that benchmarks
+/// and tests can run models of any size (e.g. dim 768, 12 layers, 12 heads,
+/// 4 KV heads, vocab 32000: ~110M parameters) through the same loader as
+/// real files. The file carries full `<arch>.*` metadata and a SentencePiece
+/// tokenizer section (control tokens, the 256 byte tokens when the
+/// vocabulary has room, then distinct letter pieces), so
 /// `tokenizer::from_gguf` and `llama_model` load it like a trained model.
 ///
 /// Weights: matrices uniform in +-sqrt(3 / in) (unit-variance activations),
-/// norm weights 1 + uniform(+-0.1), embedding uniform(+-1); stored as F32,
-/// F16, BF16 or Q8_0. The same options and seed give the same bytes.
+/// norm weights 1 + uniform(+-0.1), embedding uniform(+-1), qwen2's Q/K/V
+/// biases uniform(+-0.5); `rope_freqs.weight` when config.rope.freq_factors
+/// is set. Matrices are stored in one type (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+/// Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) or per tensor (synthetic_options::
+/// tensor_types, e.g. the Q4_K_M mix of q4_k_m_types). The same options and
+/// seed give the same bytes.
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
+#include "llmkit/model/architecture.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/gguf_writer.hpp"
 #include "llmkit/model/llama.hpp"
@@ -34,13 +43,44 @@
 
 namespace llmkit::model {
 
+/// Chooses the storage of one weight matrix from its GGUF name
+/// ("token_embd.weight", "output.weight", "blk.3.attn_v.weight", ...).
+using tensor_type_rule = std::function<ggml_type(std::string_view tensor_name)>;
+
 /// What to generate.
 struct synthetic_options {
-  llama_config config{};                  ///< n_vocab, dim, n_layers, n_heads, n_kv_heads, ffn_dim, ... (head_dim = dim / n_heads)
-  ggml_type weight_type = ggml_type::f32;  ///< storage of the matrices (norms stay F32)
+  /// arch (llama or qwen2), n_vocab, dim, n_layers, n_heads, n_kv_heads,
+  /// ffn_dim, ... (head_dim = dim / n_heads); rope.freq_factors non-empty
+  /// writes them as `rope_freqs.weight` (rope.layout is the architecture's)
+  llama_config config{};
+  ggml_type weight_type = ggml_type::f32;  ///< storage of every matrix when tensor_types is empty (norms, biases stay F32)
   std::uint64_t seed = 0;
   bool tied_output = false;                ///< omit output.weight
+  /// Per-matrix storage, overriding weight_type. A type whose block does not
+  /// divide the matrix's row length falls back as llama-quantize does (Q4_K
+  /// -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0); if that does not divide it either,
+  /// synthetic_llama throws naming the tensor.
+  tensor_type_rule tensor_types{};
 };
+
+/// llama-quantize's Q4_K_M mix for a model with `options.config.n_layers`
+/// layers: Q4_K everywhere except Q6_K on the output projection (on
+/// token_embd.weight when options.tied_output, as the embedding is the
+/// output) and on attn_v / ffn_down of the layers that "use more bits": the
+/// first and last eighth of the layers and every third one in between.
+inline tensor_type_rule q4_k_m_types(const synthetic_options& options) {
+  const std::size_t n_layers = options.config.n_layers;
+  const std::string_view output = options.tied_output ? "token_embd.weight" : "output.weight";
+  return [n_layers, output](std::string_view name) {
+    if (name == output) return ggml_type::q6_k;
+    const auto n = static_cast<long>(n_layers);
+    auto more_bits = [n](long l) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; };
+    long layer = -1;
+    if (name.starts_with("blk.")) layer = std::strtol(std::string(name.substr(4)).c_str(), nullptr, 10);
+    const bool sensitive = name.ends_with(".attn_v.weight") || name.ends_with(".ffn_down.weight");
+    return layer >= 0 && sensitive && more_bits(layer) ? ggml_type::q6_k : ggml_type::q4_k;
+  };
+}
 
 /// A Llama config of roughly `dim`-wide GPT-2-small shape: the synthetic
 /// ~100M model of the benchmarks (dim 768, 12 layers, 12 heads, 4 KV heads,
@@ -69,6 +109,25 @@ inline std::vector<std::byte> encode_weights(std::span<const float> values, ggml
   return out;
 }
 
+/// `wanted` for a matrix `name` of rows `cols` long, or llama-quantize's
+/// fallback when the K-quants' 256-value blocks do not divide `cols`.
+/// @throws llmkit::error naming the tensor when neither fits.
+inline ggml_type fitting_type(ggml_type wanted, const std::string& name, std::size_t cols) {
+  if (cols % ggml_block_elements(wanted) == 0) return wanted;
+  ggml_type fallback = wanted;
+  switch (wanted) {
+    case ggml_type::q4_k: fallback = ggml_type::q5_0; break;
+    case ggml_type::q5_k: fallback = ggml_type::q5_1; break;
+    case ggml_type::q6_k: fallback = ggml_type::q8_0; break;
+    default: break;
+  }
+  LLMKIT_CHECK(cols % ggml_block_elements(fallback) == 0, "synthetic_llama: tensor '", name, "' has rows of ", cols,
+               " values, not a multiple of the ", ggml_block_elements(fallback), "-value blocks of ",
+               ggml_type_name(std::uint32_t(fallback)),
+               fallback == wanted ? "" : std::string(" (the fallback of ") + std::string(ggml_type_name(std::uint32_t(wanted))) + ")");
+  return fallback;
+}
+
 /// Distinct vocabulary pieces: "▁", then a..z, aa..zz, ... with and without
 /// the "▁" prefix, alternately.
 inline std::string synthetic_piece(std::size_t i) {
@@ -84,8 +143,9 @@ inline std::string synthetic_piece(std::size_t i) {
 }  // namespace detail
 
 /// Builds the synthetic GGUF image.
-/// @throws llmkit::error for an invalid config, or a Q8_0 weight type with a
-/// matrix row length (dim or ffn_dim) that is not a multiple of 32.
+/// @throws llmkit::error for an invalid config, a weight_type whose block
+/// does not divide a matrix row length (dim, ffn_dim, n_heads * head_dim),
+/// or a tensor_types choice that does not fit even after its fallback.
 inline gguf_writer synthetic_llama(const synthetic_options& options) {
   llama_config c = options.config;
   c.tied_output = options.tied_output;
@@ -95,27 +155,31 @@ inline gguf_writer synthetic_llama(const synthetic_options& options) {
   LLMKIT_CHECK(c.dim == c.n_heads * c.head_dim, "synthetic_llama: dim = ", c.dim, " is not n_heads * head_dim = ",
                c.n_heads * c.head_dim);
   LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
-  const std::size_t block = ggml_block_elements(options.weight_type);
-  LLMKIT_CHECK(c.dim % block == 0 && c.ffn_dim % block == 0 && (c.n_heads * c.head_dim) % block == 0,
-               "synthetic_llama: weight type ", ggml_type_name(std::uint32_t(options.weight_type)), " needs dim (",
-               c.dim, "), ffn_dim (", c.ffn_dim, ") and n_heads * head_dim (", c.n_heads * c.head_dim,
-               ") to be multiples of ", block);
+  if (!options.tensor_types) {
+    const std::size_t block = ggml_block_elements(options.weight_type);
+    LLMKIT_CHECK(c.dim % block == 0 && c.ffn_dim % block == 0 && (c.n_heads * c.head_dim) % block == 0,
+                 "synthetic_llama: weight type ", ggml_type_name(std::uint32_t(options.weight_type)), " needs dim (",
+                 c.dim, "), ffn_dim (", c.ffn_dim, ") and n_heads * head_dim (", c.n_heads * c.head_dim,
+                 ") to be multiples of ", block);
+  }
 
+  const architecture_traits& arch = traits(c.arch);
+  const std::string p = std::string(arch.name) + ".";
   gguf_writer w;
-  w.add("general.architecture", std::string_view("llama"));
+  w.add("general.architecture", arch.name);
   w.add("general.name", std::string_view("llmkit-synthetic"));
-  w.add("llama.context_length", std::uint32_t(c.context_length));
-  w.add("llama.embedding_length", std::uint32_t(c.dim));
-  w.add("llama.feed_forward_length", std::uint32_t(c.ffn_dim));
-  w.add("llama.block_count", std::uint32_t(c.n_layers));
-  w.add("llama.attention.head_count", std::uint32_t(c.n_heads));
-  w.add("llama.attention.head_count_kv", std::uint32_t(c.n_kv_heads));
-  w.add("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.add("llama.rope.freq_base", c.rope.theta);
-  w.add("llama.rope.dimension_count", std::uint32_t(c.rope.rotary_dim));
+  w.add(p + "context_length", std::uint32_t(c.context_length));
+  w.add(p + "embedding_length", std::uint32_t(c.dim));
+  w.add(p + "feed_forward_length", std::uint32_t(c.ffn_dim));
+  w.add(p + "block_count", std::uint32_t(c.n_layers));
+  w.add(p + "attention.head_count", std::uint32_t(c.n_heads));
+  w.add(p + "attention.head_count_kv", std::uint32_t(c.n_kv_heads));
+  w.add(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.add(p + "rope.freq_base", c.rope.theta);
+  w.add(p + "rope.dimension_count", std::uint32_t(c.rope.rotary_dim));
   if (c.rope.freq_scale != 1.0f) {
-    w.add("llama.rope.scaling.type", std::string_view("linear"));
-    w.add("llama.rope.scaling.factor", 1.0f / c.rope.freq_scale);
+    w.add(p + "rope.scaling.type", std::string_view("linear"));
+    w.add(p + "rope.scaling.factor", 1.0f / c.rope.freq_scale);
   }
 
   // Tokenizer: <unk>, <s>, </s>, byte tokens if there is room, then pieces.
@@ -154,14 +218,20 @@ inline gguf_writer synthetic_llama(const synthetic_options& options) {
     return std::span<const float>(buffer);
   };
   auto matrix = [&](const std::string& name, std::size_t rows, std::size_t cols, float half_width) {
+    const ggml_type type =
+        options.tensor_types ? detail::fitting_type(options.tensor_types(name), name, cols) : options.weight_type;
     const auto values = uniform(rows * cols, 0.0f, half_width);
-    const auto bytes = detail::encode_weights(values, options.weight_type);
-    w.add_tensor(name, options.weight_type, {cols, rows}, bytes);
+    const auto bytes = detail::encode_weights(values, type);
+    w.add_tensor(name, type, {cols, rows}, bytes);
   };
-  auto norm = [&](const std::string& name, std::size_t n) {
-    const auto values = uniform(n, 1.0f, 0.1f);
+  auto vector = [&](const std::string& name, std::size_t n, float center, float half_width) {
+    const auto values = uniform(n, center, half_width);
     w.add_tensor(name, ggml_type::f32, {n}, std::as_bytes(values));
   };
+  auto norm = [&](const std::string& name, std::size_t n) { vector(name, n, 1.0f, 0.1f); };
+  if (!c.rope.freq_factors.empty())
+    w.add_tensor("rope_freqs.weight", ggml_type::f32, {c.rope.freq_factors.size()},
+                 std::as_bytes(std::span<const float>(c.rope.freq_factors)));
   const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float in_dim = std::sqrt(3.0f / float(c.dim)), in_q = std::sqrt(3.0f / float(qd)),
               in_ffn = std::sqrt(3.0f / float(c.ffn_dim));
@@ -173,6 +243,11 @@ inline gguf_writer synthetic_llama(const synthetic_options& options) {
     matrix(b + "attn_q.weight", qd, c.dim, in_dim);
     matrix(b + "attn_k.weight", kvd, c.dim, in_dim);
     matrix(b + "attn_v.weight", kvd, c.dim, in_dim);
+    if (arch.qkv_bias) {
+      vector(b + "attn_q.bias", qd, 0.0f, 0.5f);
+      vector(b + "attn_k.bias", kvd, 0.0f, 0.5f);
+      vector(b + "attn_v.bias", kvd, 0.0f, 0.5f);
+    }
     matrix(b + "attn_output.weight", c.dim, qd, in_q);
     norm(b + "attn_norm.weight", c.dim);
     matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);

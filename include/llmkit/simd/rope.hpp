@@ -5,7 +5,9 @@
 ///
 /// The first `rotary_dim` dimensions of each head are split into pairs that
 /// are rotated by the angle position * freq_scale * theta^(-2i / rotary_dim)
-/// for pair i; the remaining dimensions are left alone. Two pair layouts:
+/// / freq_factors[i] for pair i (the factors default to 1; Llama 3.1 stores
+/// them as `rope_freqs.weight`); the remaining dimensions are left alone.
+/// Two pair layouts:
 /// - `rope_layout::interleaved`: pairs (2i, 2i + 1), as Llama/GGUF (llama.cpp's
 ///   "normal" RoPE);
 /// - `rope_layout::half_split`: pairs (i, i + rotary_dim / 2), as GPT-NeoX.
@@ -44,6 +46,9 @@ struct rope_config {
   rope_layout layout = rope_layout::interleaved; ///< pair layout
   std::size_t rotary_dim = 0;                    ///< rotated dimensions per head (even); 0 = the whole head
   float freq_scale = 1.0f;                       ///< linear position scaling (position * freq_scale)
+  /// [rotary_dim / 2] per-pair divisors of the frequency (finite, > 0), or
+  /// empty for none (llama.cpp's `freq_factors`, in either layout).
+  std::vector<float> freq_factors{};
 };
 
 namespace detail {
@@ -57,6 +62,12 @@ inline std::size_t rope_rotary_dim(const rope_config& config, std::size_t head_d
   LLMKIT_CHECK(config.theta > 0.0f && std::isfinite(config.theta), "rope: theta must be finite and > 0, got ",
                config.theta);
   LLMKIT_CHECK(std::isfinite(config.freq_scale), "rope: freq_scale must be finite, got ", config.freq_scale);
+  LLMKIT_CHECK(config.freq_factors.empty() || config.freq_factors.size() == rotary_dim / 2,
+               "rope: freq_factors.size() = ", config.freq_factors.size(), " differs from rotary_dim / 2 = ",
+               rotary_dim / 2);
+  for (std::size_t i = 0; i < config.freq_factors.size(); ++i)
+    LLMKIT_CHECK(config.freq_factors[i] > 0.0f && std::isfinite(config.freq_factors[i]), "rope: freq_factors[", i,
+                 "] = ", config.freq_factors[i], " must be finite and > 0");
   return rotary_dim;
 }
 
@@ -66,8 +77,9 @@ inline void rope_factors(const rope_config& config, std::size_t rotary_dim, std:
                          float* sin_e) {
   const std::size_t half = rotary_dim / 2;
   for (std::size_t i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(static_cast<double>(config.theta),
-                                     -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
+    double inv_freq = std::pow(static_cast<double>(config.theta),
+                               -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
+    if (!config.freq_factors.empty()) inv_freq /= static_cast<double>(config.freq_factors[i]);
     const double angle = static_cast<double>(position) * static_cast<double>(config.freq_scale) * inv_freq;
     const float c = static_cast<float>(std::cos(angle));
     const float s = static_cast<float>(std::sin(angle));

@@ -72,12 +72,18 @@ inline llama_model::llama_model(const gguf_file& file, const llama_options& opti
   detail::check_tensor(file, "token_embd.weight", c.n_vocab, c.dim);
   detail::check_tensor(file, "output_norm.weight", 1, c.dim);
   if (!c.tied_output) detail::check_tensor(file, "output.weight", c.n_vocab, c.dim);
+  const bool qkv_bias = traits(c.arch).qkv_bias;
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     detail::check_tensor(file, b + "attn_norm.weight", 1, c.dim);
     detail::check_tensor(file, b + "attn_q.weight", qd, c.dim);
     detail::check_tensor(file, b + "attn_k.weight", kvd, c.dim);
     detail::check_tensor(file, b + "attn_v.weight", kvd, c.dim);
+    if (qkv_bias) {
+      detail::check_tensor(file, b + "attn_q.bias", 1, qd);
+      detail::check_tensor(file, b + "attn_k.bias", 1, kvd);
+      detail::check_tensor(file, b + "attn_v.bias", 1, kvd);
+    }
     detail::check_tensor(file, b + "attn_output.weight", c.dim, qd);
     detail::check_tensor(file, b + "ffn_norm.weight", 1, c.dim);
     detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
@@ -96,13 +102,21 @@ inline llama_model::llama_model(const gguf_file& file, const llama_options& opti
     }
     return m;
   };
-  auto load_norm = [&](const std::string& name) {
-    weight_matrix m(weight_type::f32, 1, c.dim);
-    m.copy_from(file.tensor(name), 0);
-    aligned_vector<float> v(c.dim);
-    m.row(0, v);
+  // Norm weights and biases: f32 vectors, concatenated when several.
+  auto load_vector = [&](std::initializer_list<std::string> names, std::size_t n) {
+    aligned_vector<float> v(n);
+    std::size_t at = 0;
+    for (const std::string& name : names) {
+      const gguf_tensor& t = file.tensor(name);
+      const std::size_t len = static_cast<std::size_t>(t.dims[0]);
+      weight_matrix m(weight_type::f32, 1, len);
+      m.copy_from(t, 0);
+      m.row(0, std::span(v.data() + at, len));
+      at += len;
+    }
     return v;
   };
+  auto load_norm = [&](const std::string& name) { return load_vector({name}, c.dim); };
   token_embd_ = load_matrix({"token_embd.weight"}, c.n_vocab, c.dim);
   output_norm_ = load_norm("output_norm.weight");
   if (!c.tied_output) output_ = load_matrix({"output.weight"}, c.n_vocab, c.dim);
@@ -112,6 +126,7 @@ inline llama_model::llama_model(const gguf_file& file, const llama_options& opti
     layer& w = layers_[l];
     w.attn_norm = load_norm(b + "attn_norm.weight");
     w.wqkv = load_matrix({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, qd + 2 * kvd, c.dim);
+    if (qkv_bias) w.bqkv = load_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, qd + 2 * kvd);
     w.wo = load_matrix({b + "attn_output.weight"}, c.dim, qd);
     w.ffn_norm = load_norm(b + "ffn_norm.weight");
     w.w_gate_up = load_matrix({b + "ffn_gate.weight", b + "ffn_up.weight"}, 2 * c.ffn_dim, c.dim);
@@ -170,6 +185,8 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
     product(exec, xn, n, w.wqkv, qkv_.data(), qkvd, false);
     for (std::size_t i = 0; i < n; ++i) {
       float* row = qkv_.data() + i * qkvd;
+      if (!w.bqkv.empty())
+        for (std::size_t j = 0; j < qkvd; ++j) row[j] += w.bqkv[j];
       rope(std::span(row, qd), b.positions[i]);
       rope(std::span(row + qd, kvd), b.positions[i]);
     }
