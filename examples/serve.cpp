@@ -103,27 +103,17 @@ struct options {
   std::vector<std::string> policies = {"request-level", "continuous", "continuous+chunked", "continuous+prepacked"};
 };
 
-sched::llama_config config_from_gguf(const std::string& path) {
-  const auto file = llmkit::model::gguf_file::open(path);
-  sched::llama_config c;
-  c.n_layers = static_cast<std::int64_t>(file.get<std::size_t>("llama.block_count"));
-  c.dim = static_cast<std::int64_t>(file.get<std::size_t>("llama.embedding_length"));
-  c.n_heads = static_cast<std::int64_t>(file.get<std::size_t>("llama.attention.head_count"));
-  c.n_kv_heads = static_cast<std::int64_t>(
-      file.get_optional<std::size_t>("llama.attention.head_count_kv").value_or(static_cast<std::size_t>(c.n_heads)));
-  c.head_dim = c.dim / c.n_heads;
-  c.ffn_dim = static_cast<std::int64_t>(file.get<std::size_t>("llama.feed_forward_length"));
-  c.vocab = static_cast<std::int64_t>(file.tensor("token_embd.weight").rows());
-  c.bytes_per_weight = 4;  // the reference forward pass computes in f32
-  c.bytes_per_kv = 4;
-  return c;
-}
-
 sched::llama_config config_of(const llmkit::model::llama_config& k) {
   return {.n_layers = static_cast<std::int64_t>(k.n_layers), .dim = static_cast<std::int64_t>(k.dim),
           .n_heads = static_cast<std::int64_t>(k.n_heads), .n_kv_heads = static_cast<std::int64_t>(k.n_kv_heads),
           .head_dim = static_cast<std::int64_t>(k.head_dim), .ffn_dim = static_cast<std::int64_t>(k.ffn_dim),
           .vocab = static_cast<std::int64_t>(k.n_vocab), .bytes_per_weight = 4, .bytes_per_kv = 4};
+}
+
+// Any architecture llama_model runs (its `<arch>.*` keys); the reference
+// forward pass computes in f32.
+sched::llama_config config_from_gguf(const std::string& path) {
+  return config_of(llmkit::model::llama_config::from_gguf(llmkit::model::gguf_file::open(path)));
 }
 
 sched::llama_config synthetic_100m() {
@@ -353,7 +343,7 @@ int main(int argc, char** argv) {
 #endif
   llmkit_examples::command_line cli{"llmkit-serve: compare scheduling policies on a stream of requests"};
   cli.show_defaults();
-  cli.add_option("--model", o.model, "GGUF model (Llama architecture)");
+  cli.add_option("--model", o.model, "GGUF model (llama or qwen2 architecture)");
   cli.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights) instead of --model");
   cli.add_flag("--simulate", o.simulate, "virtual time with the roofline cost model (no forward pass)");
   cli.add_flag("--json", o.json, "one JSON object per policy on stdout");
