@@ -283,6 +283,23 @@ TEST_CASE("architectures: a Q4_K_M-style mix loads and matches the oracle") {
                                           "multiple of the 32-value blocks of Q4_0");
 }
 
+TEST_CASE("architectures: a fused matrix of mixed tensor types is stored without re-rounding any of them") {
+  // Q8_0 attn_q next to F16 attn_k/attn_v: native storage would be Q8_0 for
+  // the first and F16 for the others, so the fused Q|K|V matrix is f32.
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 9};
+  o.config.arch = architecture::qwen2;
+  o.tensor_types = [](std::string_view name) {
+    return name.ends_with("attn_k.weight") || name.ends_with("attn_v.weight") ? ggml_type::f16 : ggml_type::q8_0;
+  };
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);
+  const auto types = m.weight_types();
+  REQUIRE(types[0] == weight_type::f32);   // fused Q|K|V
+  REQUIRE(types[1] == weight_type::q8_0);  // attn_output
+  REQUIRE(max_error(m, f, {1, 17, 299, 3, 42}) <= 2e-5);
+}
+
 TEST_CASE("architectures: a 128256-token vocabulary with tied output") {
   synthetic_options o{.config = small_config(64, 4, 2, 64, 128256), .seed = 11, .tied_output = true};
   o.config.n_layers = 1;

@@ -90,10 +90,15 @@ inline llama_model::llama_model(const gguf_file& file, const llama_options& opti
     detail::check_tensor(file, b + "ffn_up.weight", c.ffn_dim, c.dim);
     detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
   }
-  // A (possibly fused) matrix takes the storage its first tensor resolves to.
+  // A fused matrix takes the storage its tensors resolve to; when they
+  // resolve to different ones (a Q4_K_M layer's Q8_0-fallback attn_v next
+  // to Q5_0 attn_q, say), f32, so that no tensor is re-rounded.
   auto load_matrix = [&](std::initializer_list<std::string> names, std::size_t rows, std::size_t cols) {
-    const gguf_tensor& first = file.tensor(*names.begin());
-    weight_matrix m(resolve_weight_type(options_.weight_type, first.type, cols), rows, cols);
+    const weight_type type = resolve_weight_type(options_.weight_type, file.tensor(*names.begin()).type, cols);
+    bool same = true;
+    for (const std::string& name : names)
+      same = same && resolve_weight_type(options_.weight_type, file.tensor(name).type, cols) == type;
+    weight_matrix m(same ? type : weight_type::f32, rows, cols);
     std::size_t row = 0;
     for (const std::string& name : names) {
       const gguf_tensor& t = file.tensor(name);
