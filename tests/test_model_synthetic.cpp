@@ -300,11 +300,34 @@ TEST_CASE("architectures: a fused matrix of mixed tensor types is stored without
   REQUIRE(max_error(m, f, {1, 17, 299, 3, 42}) <= 2e-5);
 }
 
+TEST_CASE("architectures: Llama 3.1 frequency factors") {
+  // Llama 3.1 8B: theta 500000, head 128, factor 8, low 1, high 4, context 8192.
+  const auto f = llama3_rope_freq_factors({}, 500000.0f, 128);
+  REQUIRE(f.size() == 64);
+  // Wavelength 2 pi 500000^(2i/128): below 8192 / 4 = 2048 for i <= 28
+  // (kept), above 8192 for i >= 35 (divided by 8), blended in between.
+  for (std::size_t i = 0; i <= 28; ++i) REQUIRE(f[i] == 1.0f);
+  for (std::size_t i = 35; i < 64; ++i) REQUIRE(f[i] == 8.0f);
+  for (std::size_t i = 29; i < 35; ++i) {
+    INFO("pair " << i);
+    REQUIRE(f[i] > f[i - 1]);
+    REQUIRE(f[i] < 8.0f);
+  }
+  // Pair 31: smooth = (8192 / wavelen - 1) / 3, f = 1 / ((1 - smooth) / 8 + smooth).
+  const double wavelen = 2.0 * 3.14159265358979323846 * std::pow(500000.0, 62.0 / 128.0);
+  const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+  REQUIRE(std::abs(f[31] - 1.0 / ((1.0 - smooth) / 8.0 + smooth)) <= 1e-6);
+  REQUIRE_THROWS_WITH(llama3_rope_freq_factors({.low_freq_factor = 4.0f}, 500000.0f, 128),
+                      Catch::Contains("high_freq_factor (4) > low_freq_factor (4)"));
+}
+
 TEST_CASE("architectures: a 128256-token vocabulary with tied output") {
   synthetic_options o{.config = small_config(64, 4, 2, 64, 128256), .seed = 11, .tied_output = true};
   o.config.n_layers = 1;
   o.config.rope.theta = 500000.0f;
-  o.config.rope.freq_factors = test_freq_factors(8);
+  // Llama 3.1's factors with a context short enough that they matter here.
+  o.config.rope.freq_factors = llama3_rope_freq_factors({.original_context_length = 64}, 500000.0f, 16);
+  REQUIRE(o.config.rope.freq_factors.back() == 8.0f);
   const auto image = synthetic_llama(o).bytes();
   const gguf_file f(as_span(image));
   llama_model m(f);

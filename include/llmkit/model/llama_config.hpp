@@ -132,4 +132,42 @@ struct llama_config {
   }
 };
 
+/// Llama 3.1's RoPE scaling (Hugging Face `rope_scaling` with
+/// `rope_type: "llama3"`), which GGUF files carry as `rope_freqs.weight`.
+struct llama3_rope_scaling {
+  float factor = 8.0f;                        ///< divisor of the low frequencies
+  float low_freq_factor = 1.0f;               ///< wavelengths above context / this are divided by `factor`
+  float high_freq_factor = 4.0f;              ///< wavelengths below context / this are kept
+  std::size_t original_context_length = 8192; ///< `original_max_position_embeddings`
+};
+
+/// The `[rotary_dim / 2]` frequency divisors of Llama 3.1's scaling, as the
+/// GGUF converter writes them to `rope_freqs.weight`: 1 for pairs of short
+/// wavelength, `factor` for long ones, and a smooth blend in between (use as
+/// `llama_config::rope.freq_factors`).
+/// @pre rotary_dim even and > 0; theta > 0; high_freq_factor > low_freq_factor > 0
+inline std::vector<float> llama3_rope_freq_factors(const llama3_rope_scaling& s, float theta, std::size_t rotary_dim) {
+  LLMKIT_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, "llama3_rope_freq_factors: rotary_dim = ", rotary_dim,
+               " must be even and > 0");
+  LLMKIT_CHECK(s.high_freq_factor > s.low_freq_factor && s.low_freq_factor > 0.0f && s.factor > 0.0f,
+               "llama3_rope_freq_factors: needs high_freq_factor (", s.high_freq_factor, ") > low_freq_factor (",
+               s.low_freq_factor, ") > 0 and factor (", s.factor, ") > 0");
+  const double context = double(s.original_context_length);
+  const double low_wavelen = context / s.low_freq_factor, high_wavelen = context / s.high_freq_factor;
+  std::vector<float> out(rotary_dim / 2);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const double freq = std::pow(double(theta), -2.0 * double(i) / double(rotary_dim));
+    const double wavelen = 2.0 * 3.14159265358979323846 / freq;
+    double f = 1.0;
+    if (wavelen > low_wavelen) {
+      f = s.factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / s.factor + smooth);
+    }
+    out[i] = static_cast<float>(f);
+  }
+  return out;
+}
+
 }  // namespace llmkit::model
