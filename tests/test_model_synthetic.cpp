@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -256,6 +257,10 @@ TEST_CASE("architectures: a Q4_K_M-style mix loads and matches the oracle") {
     }
     llama_model m(f);
     INFO("arch " << traits(arch).name);
+    // Layer 0 (more bits): Q4_K attn_q/attn_k and Q6_K attn_v stay in their
+    // own blocks, as do the Q4_K gate/up and the Q6_K down and output.
+    REQUIRE(m.weight_types() == std::array{weight_type::q4_k, weight_type::q4_k, weight_type::q4_k,
+                                           weight_type::q6_k, weight_type::q6_k});
     REQUIRE(max_error(m, f, {1, 17, 299, 3, 42, 42, 8}) <= 2e-5);
   }
 
@@ -283,9 +288,9 @@ TEST_CASE("architectures: a Q4_K_M-style mix loads and matches the oracle") {
                                           "multiple of the 32-value blocks of Q4_0");
 }
 
-TEST_CASE("architectures: a fused matrix of mixed tensor types is stored without re-rounding any of them") {
-  // Q8_0 attn_q next to F16 attn_k/attn_v: native storage would be Q8_0 for
-  // the first and F16 for the others, so the fused Q|K|V matrix is f32.
+TEST_CASE("architectures: Q/K/V of different tensor types each keep their storage") {
+  // Q8_0 attn_q next to F16 attn_k/attn_v: not fused, so neither is
+  // re-rounded to the other's storage.
   synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 9};
   o.config.arch = architecture::qwen2;
   o.tensor_types = [](std::string_view name) {
@@ -295,7 +300,7 @@ TEST_CASE("architectures: a fused matrix of mixed tensor types is stored without
   const gguf_file f(as_span(image));
   llama_model m(f);
   const auto types = m.weight_types();
-  REQUIRE(types[0] == weight_type::f32);   // fused Q|K|V
+  REQUIRE(types[0] == weight_type::q8_0);  // the Q part of Q|K|V
   REQUIRE(types[1] == weight_type::q8_0);  // attn_output
   REQUIRE(max_error(m, f, {1, 17, 299, 3, 42}) <= 2e-5);
 }

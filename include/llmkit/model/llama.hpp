@@ -118,8 +118,9 @@ class llama_model {
   }
 
   /// The storage each matrix got (after resolve_weight_type): the fused
-  /// Q/K/V, output, gate/up, down projections of layer 0, then the output
-  /// projection (the embedding when tied).
+  /// Q/K/V (its Q part when the three have different storages), output,
+  /// gate/up, down projections of layer 0, then the output projection (the
+  /// embedding when tied).
   std::array<weight_type, 5> weight_types() const noexcept {
     const layer& w = layers_.front();
     return {w.wqkv.type(), w.wo.type(), w.w_gate_up.type(), w.w_down.type(), c_output().type()};
@@ -145,10 +146,24 @@ class llama_model {
   }
 
  private:
+  // Matrices that multiply the same input, their outputs side by side: one
+  // fused weight_matrix when their tensors resolve to one storage, else one
+  // per tensor (a Q4_K_M layer's Q6_K attn_v next to Q4_K attn_q), so that
+  // each keeps its own storage.
+  struct stacked_matrix {
+    std::vector<weight_matrix> parts;  // in output-row order
+    weight_type type() const noexcept { return parts.front().type(); }
+    std::size_t bytes() const noexcept {
+      std::size_t b = 0;
+      for (const weight_matrix& p : parts) b += p.bytes();
+      return b;
+    }
+  };
   struct layer {
     aligned_vector<float> attn_norm, ffn_norm;          // [dim] f32
-    aligned_vector<float> bqkv;                         // [qd + 2 kvd] fused Q|K|V biases; empty without
-    weight_matrix wqkv, wo, w_gate_up, w_down;          // fused Q|K|V, output, gate|up, down
+    aligned_vector<float> bqkv;                         // [qd + 2 kvd] Q|K|V biases; empty without
+    stacked_matrix wqkv, w_gate_up;                     // Q|K|V, gate|up
+    weight_matrix wo, w_down;                           // attention output, down
   };
   struct segment {
     kv::seq_id seq;
@@ -160,6 +175,8 @@ class llama_model {
   template <class Exec>
   void product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y, std::size_t y_stride,
                bool accumulate);
+  template <class Exec>
+  void product(Exec& exec, const float* x, std::size_t n, const stacked_matrix& w, float* y, std::size_t y_stride);
 
   template <class Cache>
   void plan_segments(const batch& b, const Cache& cache);

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "llmkit/attention/decode.hpp"
 #include "llmkit/attention/mask.hpp"
@@ -90,21 +91,37 @@ inline llama_model::llama_model(const gguf_file& file, const llama_options& opti
     detail::check_tensor(file, b + "ffn_up.weight", c.ffn_dim, c.dim);
     detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
   }
-  // A fused matrix takes the storage its tensors resolve to; when they
-  // resolve to different ones (a Q4_K_M layer's Q8_0-fallback attn_v next
-  // to Q5_0 attn_q, say), f32, so that no tensor is re-rounded.
-  auto load_matrix = [&](std::initializer_list<std::string> names, std::size_t rows, std::size_t cols) {
+  auto load_matrix = [&](const std::string& name, std::size_t rows, std::size_t cols) {
+    const gguf_tensor& t = file.tensor(name);
+    weight_matrix m(resolve_weight_type(options_.weight_type, t.type, cols), rows, cols);
+    m.copy_from(t, 0);
+    return m;
+  };
+  // Tensors multiplied by the same input: fused into one matrix when they
+  // resolve to one storage, else kept apart (see stacked_matrix).
+  auto load_stacked = [&](std::initializer_list<std::string> names, std::size_t cols) {
     const weight_type type = resolve_weight_type(options_.weight_type, file.tensor(*names.begin()).type, cols);
     bool same = true;
-    for (const std::string& name : names)
-      same = same && resolve_weight_type(options_.weight_type, file.tensor(name).type, cols) == type;
-    weight_matrix m(same ? type : weight_type::f32, rows, cols);
+    std::size_t rows = 0;
+    for (const std::string& name : names) {
+      const gguf_tensor& t = file.tensor(name);
+      same = same && resolve_weight_type(options_.weight_type, t.type, cols) == type;
+      rows += static_cast<std::size_t>(t.rows());
+    }
+    stacked_matrix m;
+    if (!same) {
+      for (const std::string& name : names)
+        m.parts.push_back(load_matrix(name, static_cast<std::size_t>(file.tensor(name).rows()), cols));
+      return m;
+    }
+    weight_matrix fused(type, rows, cols);
     std::size_t row = 0;
     for (const std::string& name : names) {
       const gguf_tensor& t = file.tensor(name);
-      m.copy_from(t, row);
+      fused.copy_from(t, row);
       row += static_cast<std::size_t>(t.rows());
     }
+    m.parts.push_back(std::move(fused));
     return m;
   };
   // Norm weights and biases: f32 vectors, concatenated when several.
@@ -122,20 +139,20 @@ inline llama_model::llama_model(const gguf_file& file, const llama_options& opti
     return v;
   };
   auto load_norm = [&](const std::string& name) { return load_vector({name}, c.dim); };
-  token_embd_ = load_matrix({"token_embd.weight"}, c.n_vocab, c.dim);
+  token_embd_ = load_matrix("token_embd.weight", c.n_vocab, c.dim);
   output_norm_ = load_norm("output_norm.weight");
-  if (!c.tied_output) output_ = load_matrix({"output.weight"}, c.n_vocab, c.dim);
+  if (!c.tied_output) output_ = load_matrix("output.weight", c.n_vocab, c.dim);
   layers_.resize(c.n_layers);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     layer& w = layers_[l];
     w.attn_norm = load_norm(b + "attn_norm.weight");
-    w.wqkv = load_matrix({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, qd + 2 * kvd, c.dim);
+    w.wqkv = load_stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, c.dim);
     if (qkv_bias) w.bqkv = load_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, qd + 2 * kvd);
-    w.wo = load_matrix({b + "attn_output.weight"}, c.dim, qd);
+    w.wo = load_matrix(b + "attn_output.weight", c.dim, qd);
     w.ffn_norm = load_norm(b + "ffn_norm.weight");
-    w.w_gate_up = load_matrix({b + "ffn_gate.weight", b + "ffn_up.weight"}, 2 * c.ffn_dim, c.dim);
-    w.w_down = load_matrix({b + "ffn_down.weight"}, c.dim, c.ffn_dim);
+    w.w_gate_up = load_stacked({b + "ffn_gate.weight", b + "ffn_up.weight"}, c.dim);
+    w.w_down = load_matrix(b + "ffn_down.weight", c.dim, c.ffn_dim);
   }
 }
 
@@ -187,7 +204,7 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
     const layer& w = layers_[l];
     for (std::size_t i = 0; i < n; ++i)
       simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.attn_norm, std::span(xn + i * dim, dim), c.rms_eps);
-    product(exec, xn, n, w.wqkv, qkv_.data(), qkvd, false);
+    product(exec, xn, n, w.wqkv, qkv_.data(), qkvd);
     for (std::size_t i = 0; i < n; ++i) {
       float* row = qkv_.data() + i * qkvd;
       if (!w.bqkv.empty())
@@ -255,7 +272,7 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
     for (std::size_t i = 0; i < n; ++i)
       simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.ffn_norm, std::span(xn + i * dim, dim), c.rms_eps);
     const std::size_t f = c.ffn_dim;
-    product(exec, xn, n, w.w_gate_up, ffn_.data(), 2 * f, false);
+    product(exec, xn, n, w.w_gate_up, ffn_.data(), 2 * f);
     for (std::size_t i = 0; i < n; ++i)
       detail::swiglu(ffn_.data() + i * 2 * f, ffn_.data() + i * 2 * f + f, hidden_.data() + i * f, f);
     product(exec, hidden_.data(), n, w.w_down, x, dim, true);
@@ -273,6 +290,16 @@ template <class Exec>
 void llama_model::product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y,
                           std::size_t y_stride, bool accumulate) {
   detail::linear(exec, x, n, w, y, y_stride, accumulate, options_.activations, q8_x_);
+}
+
+template <class Exec>
+void llama_model::product(Exec& exec, const float* x, std::size_t n, const stacked_matrix& w, float* y,
+                          std::size_t y_stride) {
+  std::size_t row = 0;
+  for (const weight_matrix& part : w.parts) {
+    product(exec, x, n, part, y + row, y_stride, false);
+    row += part.rows();
+  }
 }
 
 template <class Cache>
