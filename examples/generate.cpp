@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   sampling_options so;
   std::uint64_t seed = 42;
   std::size_t threads = 0;  // 0: by the model's size (llmkit_examples::default_threads)
-  cli.add_option("--model", model_path, "GGUF model file (Llama architecture)");
+  cli.add_option("--model", model_path, "GGUF model file (llama or qwen2 architecture)");
   const auto prompt_option =
       cli.add_option("--prompt", prompt, "prompt text (BOS prepended when tokenizer.ggml.add_bos_token asks)");
   cli.add_option("--tokens", n_tokens, "tokens to generate at most").count_at_least(1, "nothing to generate");
