@@ -174,7 +174,7 @@ class llama_model {
 
   template <class Exec>
   void product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y, std::size_t y_stride,
-               bool accumulate);
+               output_mode mode);
   template <class Exec>
   void product(Exec& exec, const float* x, std::size_t n, const stacked_matrix& w, float* y, std::size_t y_stride);
 

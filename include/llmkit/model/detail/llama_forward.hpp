@@ -267,7 +267,7 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
         std::memcpy(q_.data() + i * qd, att_.data() + std::size_t(attention_row_[i]) * qd, qd * sizeof(float));
       att = q_.data();
     }
-    product(exec, att, n, w.wo, x, dim, true);
+    product(exec, att, n, w.wo, x, dim, output_mode::accumulate);
 
     for (std::size_t i = 0; i < n; ++i)
       simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.ffn_norm, std::span(xn + i * dim, dim), c.rms_eps);
@@ -275,21 +275,21 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
     product(exec, xn, n, w.w_gate_up, ffn_.data(), 2 * f);
     for (std::size_t i = 0; i < n; ++i)
       detail::swiglu(ffn_.data() + i * 2 * f, ffn_.data() + i * 2 * f + f, hidden_.data() + i * f, f);
-    product(exec, hidden_.data(), n, w.w_down, x, dim, true);
+    product(exec, hidden_.data(), n, w.w_down, x, dim, output_mode::accumulate);
   }
 
   const std::size_t n_out = b.n_logits();
   for (std::size_t r = 0; r < n_out; ++r)
     simd::rmsnorm(std::span<const float>(x + std::size_t(b.logit_rows[r]) * dim, dim), output_norm_,
                   std::span(xn + r * dim, dim), c.rms_eps);
-  product(exec, xn, n_out, c_output(), logits_.data(), c.n_vocab, false);
+  product(exec, xn, n_out, c_output(), logits_.data(), c.n_vocab, output_mode::overwrite);
   return matrix_view<const float>(logits_.data(), n_out, c.n_vocab);
 }
 
 template <class Exec>
 void llama_model::product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y,
-                          std::size_t y_stride, bool accumulate) {
-  detail::linear(exec, x, n, w, y, y_stride, accumulate, options_.activations, q8_x_);
+                          std::size_t y_stride, output_mode mode) {
+  detail::linear(exec, x, n, w, y, y_stride, mode == output_mode::accumulate, options_.activations, q8_x_);
 }
 
 template <class Exec>
@@ -297,7 +297,7 @@ void llama_model::product(Exec& exec, const float* x, std::size_t n, const stack
                           std::size_t y_stride) {
   std::size_t row = 0;
   for (const weight_matrix& part : w.parts) {
-    product(exec, x, n, part, y + row, y_stride, false);
+    product(exec, x, n, part, y + row, y_stride, output_mode::overwrite);
     row += part.rows();
   }
 }
