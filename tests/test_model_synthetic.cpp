@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // model/synthetic.hpp round trips, and model/llama.hpp against the
 // double-precision oracle on random synthetic models of every weight type.
+#include <llmkit/core/executor.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
 #include <llmkit/model/architecture.hpp>
 #include <llmkit/model/gguf_writer.hpp>
@@ -262,6 +263,22 @@ TEST_CASE("architectures: a Q4_K_M-style mix loads and matches the oracle") {
     REQUIRE(m.weight_types() == std::array{weight_type::q4_k, weight_type::q4_k, weight_type::q4_k,
                                            weight_type::q6_k, weight_type::q6_k});
     REQUIRE(max_error(m, f, {1, 17, 299, 3, 42, 42, 8}) <= 2e-5);
+
+    // Two threads split the rows of each part: the same bits as one thread.
+    const std::vector<std::int32_t> prompt{5, 9, 200, 7, 7, 1, 150, 33};
+    std::vector<float> serial;
+    for (const int threads : {1, 2}) {
+      kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+      batch_builder b;
+      b.add(*cache.add_sequence(), prompt, 0);
+      thread_pool pool(static_cast<std::size_t>(threads));
+      const auto l = m.forward(b.view(), cache, pool);
+      if (threads == 1) {
+        serial.assign(l.row(0).begin(), l.row(0).end());
+        continue;
+      }
+      for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(0, v) == serial[v]);
+    }
   }
 
   // Tied output: the embedding is the output, so it gets Q6_K; rows of 64
