@@ -435,3 +435,30 @@ TEST_CASE("architectures: bad files raise llmkit::error naming the architecture,
   REQUIRE_THROWS_WITH(synthetic_llama(wrong),
                       "llama_config: rope.freq_factors has 5 values, expected rotary_dim / 2 = 8");
 }
+
+TEST_CASE("architectures: the fuzzer's qwen2 seed is synthetic_llama's output, and loads") {
+  // One layer of qwen2 with rope_freqs.weight and Q/K/V of two storages.
+  synthetic_options o{.config = small_config(16, 2, 1, 32, 40), .seed = 35};
+  o.config.n_layers = 1;
+  o.config.arch = architecture::qwen2;
+  o.config.rope.freq_factors = {1.0f, 2.0f, 3.0f, 8.0f};
+  o.tensor_types = [](std::string_view name) { return name.ends_with("attn_v.weight") ? ggml_type::bf16 : ggml_type::f16; };
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_qwen2_rope_freqs.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    // Regenerates it: the fresh bytes go to the working directory.
+    synthetic_llama(o).write("tiny_qwen2_rope_freqs.gguf");
+    FAIL("tests/fuzz/gguf/tiny_qwen2_rope_freqs.gguf is missing or stale: copy the tiny_qwen2_rope_freqs.gguf "
+         "this test just wrote to its working directory there");
+  }
+}
