@@ -212,9 +212,11 @@ inline gguf_writer synthetic_llama(const synthetic_options& options) {
   std::vector<float> buffer;
   auto uniform = [&](std::size_t n, float center, float half_width) {
     buffer.resize(n);
-    // 24 random bits per value: uniform in [center - half_width, center + half_width).
+    // 24 random bits per value: uniform in [center - half_width, center +
+    // half_width). The offset is exact and std::fma rounds once, so the bytes
+    // do not depend on whether the compiler contracts a multiply-add.
     for (auto& v : buffer)
-      v = center + half_width * (static_cast<float>(rng() >> 40) * 0x1p-23f - 1.0f);
+      v = std::fma(half_width, static_cast<float>(rng() >> 40) * 0x1p-23f - 1.0f, center);
     return std::span<const float>(buffer);
   };
   auto matrix = [&](const std::string& name, std::size_t rows, std::size_t cols, float half_width) {
