@@ -58,6 +58,7 @@
 #include "llmkit/sched/step_plan.hpp"
 #include "llmkit/sched/trace.hpp"
 
+#include "llmkit/model/architecture.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/gguf_writer.hpp"
