@@ -19,7 +19,9 @@
 // the first run (a small one under LLMKIT_BENCH_SMOKE=1). Weights: f32,
 // q8_0 (llama_options::weight_type; exact product with f32 activations) or
 // q8_0xq8 (Q8_0 weights times int8-quantised activations, the VNNI product:
-// llama_options::activations = q8_0). vs_llamacpp compares with
+// llama_options::activations = q8_0), q4_0, q4_k or q6_k (GGUF blocks, exact
+// product through decoded strips; matrices narrower than a block stay f32,
+// e.g. all of stories260K under q4_k). vs_llamacpp compares with
 // llama.cpp on stories260K on this machine (2 threads: 11.8k prompt tokens/s,
 // 1.75k generated tokens/s). One thread is timed by the thread's CPU time,
 // two by wall time.
@@ -105,11 +107,15 @@ const weights_variant variants[] = {
     {0, "f32", {.weight_type = model::weight_type::f32}},
     {1, "q8_0", {.weight_type = model::weight_type::q8_0}},
     {2, "q8_0xq8", {.weight_type = model::weight_type::q8_0, .activations = model::activation_type::q8_0}},
+    {3, "q4_0", {.weight_type = model::weight_type::q4_0}},
+    {4, "q4_k", {.weight_type = model::weight_type::q4_k}},
+    {5, "q6_k", {.weight_type = model::weight_type::q6_k}},
 };
+constexpr std::size_t n_variants = std::size(variants);
 
 /// Loaded models, kept for the process: [model][variant] -> copies.
 std::vector<std::unique_ptr<model::llama_model>>& models(int which, const weights_variant& wt, std::size_t copies) {
-  static std::vector<std::unique_ptr<model::llama_model>> cache[2][3];
+  static std::vector<std::unique_ptr<model::llama_model>> cache[2][n_variants];
   auto& v = cache[which][wt.id];
   if (v.empty()) v.push_back(std::make_unique<model::llama_model>(model::llama_model::load(model_path(which), wt.options)));
   while (v.size() < copies) v.push_back(std::make_unique<model::llama_model>(*v.front()));
