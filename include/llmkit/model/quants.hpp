@@ -176,33 +176,31 @@ inline void dequantize_block(const block_q5_1& b, float* __restrict out) noexcep
   for (std::size_t j = 0; j < 16; ++j)
     out[j + 16] = std::fma(d, float((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)), m);
 }
-inline void dequantize_block(const block_q4_k& b, float* __restrict out) noexcept {
-  const float d = detail::scale_f32(b.d), dmin = detail::scale_f32(b.dmin);
+namespace detail {
+/// Q4_K and Q5_K: 4 chunks of 64 values, each with two sub-block scales and
+/// mins; Q5_K (qh not null) adds each value's fifth bit from qh.
+inline void dequantize_k_affine(f16 d_bits, f16 dmin_bits, const std::uint8_t (&scales)[12], const std::uint8_t* qs,
+                                const std::uint8_t* qh, float* __restrict out) noexcept {
+  const float d = scale_f32(d_bits), dmin = scale_f32(dmin_bits);
   for (std::size_t c = 0; c < 4; ++c) {
     std::uint8_t sc0, m0, sc1, m1;
-    k_scale_min(b.scales, 2 * c, sc0, m0);
-    k_scale_min(b.scales, 2 * c + 1, sc1, m1);
+    k_scale_min(scales, 2 * c, sc0, m0);
+    k_scale_min(scales, 2 * c + 1, sc1, m1);
     const float d0 = d * float(sc0), n0 = -(dmin * float(m0)), d1 = d * float(sc1), n1 = -(dmin * float(m1));
     for (std::size_t l = 0; l < 32; ++l) {
-      out[64 * c + l] = std::fma(d0, float(b.qs[32 * c + l] & 0xF), n0);
-      out[64 * c + 32 + l] = std::fma(d1, float(b.qs[32 * c + l] >> 4), n1);
-    }
-  }
-}
-inline void dequantize_block(const block_q5_k& b, float* __restrict out) noexcept {
-  const float d = detail::scale_f32(b.d), dmin = detail::scale_f32(b.dmin);
-  for (std::size_t c = 0; c < 4; ++c) {
-    std::uint8_t sc0, m0, sc1, m1;
-    k_scale_min(b.scales, 2 * c, sc0, m0);
-    k_scale_min(b.scales, 2 * c + 1, sc1, m1);
-    const float d0 = d * float(sc0), n0 = -(dmin * float(m0)), d1 = d * float(sc1), n1 = -(dmin * float(m1));
-    for (std::size_t l = 0; l < 32; ++l) {
-      const int lo = (b.qs[32 * c + l] & 0xF) | (((b.qh[l] >> (2 * c)) & 1) << 4);
-      const int hi = (b.qs[32 * c + l] >> 4) | (((b.qh[l] >> (2 * c + 1)) & 1) << 4);
+      const int lo = (qs[32 * c + l] & 0xF) | (qh ? ((qh[l] >> (2 * c)) & 1) << 4 : 0);
+      const int hi = (qs[32 * c + l] >> 4) | (qh ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0);
       out[64 * c + l] = std::fma(d0, float(lo), n0);
       out[64 * c + 32 + l] = std::fma(d1, float(hi), n1);
     }
   }
+}
+}  // namespace detail
+inline void dequantize_block(const block_q4_k& b, float* __restrict out) noexcept {
+  detail::dequantize_k_affine(b.d, b.dmin, b.scales, b.qs, nullptr, out);
+}
+inline void dequantize_block(const block_q5_k& b, float* __restrict out) noexcept {
+  detail::dequantize_k_affine(b.d, b.dmin, b.scales, b.qs, b.qh, out);
 }
 inline void dequantize_block(const block_q6_k& b, float* __restrict out) noexcept {
   // Loops of 16 values with one scale each, so that they vectorise.
