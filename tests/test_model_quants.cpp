@@ -5,6 +5,7 @@
 // files of every type load, and a model written in each type runs against
 // the double-precision oracle.
 #include <llmkit/core/error.hpp>
+#include <llmkit/core/executor.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/gguf_writer.hpp>
 #include <llmkit/model/quants.hpp>
@@ -17,6 +18,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "reference/quants_reference.hpp"
@@ -221,4 +224,90 @@ TEST_CASE("quants: bad input raises llmkit::error naming the tensor") {
   auto img = short_file.bytes();
   img.resize(img.size() - 10);
   REQUIRE_THROWS_WITH(gguf_file(std::span<const std::byte>(img.data(), img.size())), Catch::Contains("'t'"));
+}
+
+TEST_CASE("quants: int8-activation products of every block format match the double oracle, batch and thread invariant") {
+  std::mt19937 rng(37);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  thread_pool pool(2);
+  serial_executor serial;
+  for (const weight_type wt : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
+                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k}) {
+    const ggml_type gt = stored_block_type(wt);
+    const std::size_t k = ggml_block_elements(gt);
+    // Odd block counts (a half-filled last 64-value group), one and several
+    // super-blocks; rows around the 4-row tiles and the 64-row thread split.
+    const std::vector<std::pair<std::size_t, std::size_t>> shapes =
+        k == 32 ? std::vector<std::pair<std::size_t, std::size_t>>{{1, 32}, {5, 96}, {67, 160}, {130, 512}}
+                : std::vector<std::pair<std::size_t, std::size_t>>{{1, 256}, {6, 768}, {67, 512}};
+    for (const auto& [rows, cols] : shapes) {
+      weight_matrix w(wt, rows, cols);
+      std::vector<float> values(cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (auto& v : values) v = normal(rng) * (r % 3 == 0 ? 0.02f : 1.5f) + (r % 2 == 0 ? 0.3f : 0.0f);
+        if (r == 1) std::fill(values.begin(), values.end(), 0.0f);  // all-zero blocks (scale 0)
+        w.set_row(r, values);
+      }
+      std::vector<double> wd(rows * cols), wmax(rows, 0.0);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t i = 0; i < cols; ++i) {
+          wd[r * cols + i] = reference::quant_value(gt, w.block_data() + r * w.row_bytes(), i);
+          wmax[r] = std::max(wmax[r], std::abs(wd[r * cols + i]));
+        }
+      for (const std::size_t n : {1u, 2u, 3u, 5u, 9u, 33u}) {
+        INFO(weight_type_name(wt) << " rows " << rows << " cols " << cols << " n " << n);
+        std::vector<float> x(n * cols);
+        for (auto& v : x) v = normal(rng) * 2.0f;
+        std::fill_n(x.begin(), 32, 0.0f);  // an all-zero activation block
+        const std::size_t stride = rows + 3;
+        std::vector<float> y(n * stride, 7.0f), yp(n * stride, 7.0f), acc(n * stride, 0.5f);
+        linear(serial, x, n, w, y, stride, output_mode::overwrite, activation_type::q8_0);
+        linear(pool, x, n, w, yp, stride, output_mode::overwrite, activation_type::q8_0);
+        linear(serial, x, n, w, acc, stride, output_mode::accumulate, activation_type::q8_0);
+        for (std::size_t t = 0; t < n; ++t) {
+          // The activations as the product rounds them: per 32 values, scale
+          // amax / 127, round to nearest (ties away from zero).
+          std::vector<double> xq(cols);
+          double x_abs = 0.0;
+          for (std::size_t b = 0; b < cols / 32; ++b) {
+            float amax = 0.0f;
+            for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[t * cols + 32 * b + j]));
+            const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+            for (std::size_t j = 0; j < 32; ++j) {
+              xq[32 * b + j] = double(d) * std::round(x[t * cols + 32 * b + j] * inv);
+              x_abs += std::abs(xq[32 * b + j]);
+            }
+          }
+          for (std::size_t o = 0; o < rows; ++o) {
+            double e = 0.0, mag = 0.0, exact = 0.0, moved = 0.0;
+            for (std::size_t i = 0; i < cols; ++i) {
+              e += wd[o * cols + i] * xq[i];
+              mag += std::abs(wd[o * cols + i] * xq[i]);
+              exact += wd[o * cols + i] * double(x[t * cols + i]);
+              moved += std::abs(wd[o * cols + i]) * std::abs(xq[i] - double(x[t * cols + i]));
+            }
+            // f32 sums over cols / 4 lane terms whose scaled parts (and the
+            // minimums they cancel) are at most ~2 max|w| per value.
+            const double bound = 1e-6 + double(cols / 4 + 16) * 1.2e-7 * (mag + 2.0 * wmax[o] * x_abs);
+            const float got = y[t * stride + o];
+            REQUIRE(std::abs(double(got) - e) <= bound);
+            REQUIRE(yp[t * stride + o] == got);  // threads do not change the result
+            REQUIRE(std::abs(double(acc[t * stride + o]) - (double(got) + 0.5)) <= 1e-6 * (1.0 + std::abs(got)));
+            // Against the exact activations: only their rounding moves the result.
+            REQUIRE(std::abs(double(got) - exact) <= moved + bound);
+          }
+          for (std::size_t o = rows; o < stride; ++o) REQUIRE(y[t * stride + o] == 7.0f);  // padding untouched
+          std::vector<float> one(rows);  // batch invariance: each token alone gives the same bits
+          linear(serial, std::span<const float>(x).subspan(t * cols, cols), 1, w, one, rows, output_mode::overwrite,
+                 activation_type::q8_0);
+          for (std::size_t o = 0; o < rows; ++o) REQUIRE(one[o] == y[t * stride + o]);
+        }
+      }
+      // A NaN activation makes every output NaN, as the exact product does.
+      std::vector<float> xn(cols, 1.0f), yn(rows);
+      xn[cols - 1] = std::numeric_limits<float>::quiet_NaN();
+      linear(serial, xn, 1, w, yn, rows, output_mode::overwrite, activation_type::q8_0);
+      for (float v : yn) REQUIRE(std::isnan(v));
+    }
+  }
 }

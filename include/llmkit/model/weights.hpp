@@ -86,12 +86,14 @@ constexpr std::size_t weight_block_size(weight_type t) noexcept {
 
 /// What a product does with its f32 activations. `f32`: multiplies them as
 /// they are (the exact stored weights, f32 arithmetic). `q8_0`: when the
-/// weights are Q8_0, quantises each 32-value block of an activation row to
-/// int8 (scale amax / 127, like quantize_q8_0) and multiplies int8 by int8
-/// (model/detail/matmul_q8.hpp); f32 and f16 weights ignore it. The int8
-/// product does ~4x less arithmetic per weight, so a Q8_0 decode step runs at
-/// the speed of reading its weights; it differs from the exact product by
-/// the activations' rounding (at most half a block's scale per value).
+/// weights are quantised (Q8_0 and the block formats Q4_0 ... Q6_K),
+/// quantises each 32-value block of an activation row to int8 (scale
+/// amax / 127, like quantize_q8_0) and multiplies integers by int8
+/// (model/detail/matmul_q8.hpp, matmul_blocks_q8.hpp); f32 and f16 weights
+/// ignore it. The integer product does ~4x less arithmetic per weight, so a
+/// decode step runs at the speed of reading its weights; it differs from the
+/// exact product by the activations' rounding (at most half a block's scale
+/// per value).
 enum class activation_type { f32, q8_0 };
 
 /// Whether a product overwrites its output or adds to it.
@@ -355,6 +357,9 @@ void linear(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, f
   if (activations == activation_type::q8_0 && w.type() == weight_type::q8_0)
     return matmul_q8<Arch>(exec, x, n, w.cols(), q8_weights{w.q8_data(), w.q8_scales(), w.cols()}, w.rows(), y,
                            y_stride, accumulate, scratch);
+  if (activations == activation_type::q8_0 && stored_block_type(w.type()) != ggml_type::f32)
+    return matmul_blocks_q8<Arch>(exec, x, n, block_weights{stored_block_type(w.type()), w.block_data(), w.cols()},
+                                  w.rows(), y, y_stride, accumulate, scratch);
   w.visit([&](const auto& acc) { matmul<Arch>(exec, x, n, w.cols(), acc, w.rows(), y, y_stride, accumulate); });
 }
 }  // namespace detail

@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include "llmkit/model/detail/matmul.hpp"
 #include "llmkit/model/detail/matmul_blocks.hpp"
+#include "llmkit/model/detail/matmul_blocks_q8.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
 #include "llmkit/simd/arch.hpp"
@@ -61,6 +63,11 @@ struct matmul_kernels {
   /// activations quantised by `quantize` (model/detail/matmul_q8.hpp).
   static void rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride, bool accumulate,
                    std::size_t row_first, std::size_t row_last) noexcept;
+  /// Rows [row_first, row_last) of a product over weights in a quantised
+  /// block format times activations quantised by `quantize`, with the sums
+  /// of the format's offset (model/detail/matmul_blocks_q8.hpp).
+  static void rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride, bool accumulate,
+                   std::size_t row_first, std::size_t row_last);
   /// Quantises `[n, in] x` into xa per 32-value block. @pre in % 32 == 0
   static void quantize(q8_activations& xa, const float* x, std::size_t n, std::size_t in);
 };
@@ -99,6 +106,15 @@ template <class Arch>
 void matmul_kernels<Arch>::rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
                                 bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
   matmul_q8_rows(xa, w, y, y_stride, accumulate, row_first, row_last);
+}
+
+template <class Arch>
+void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                                bool accumulate, std::size_t row_first, std::size_t row_last) {
+  visit_block(w.type, [&](auto block) {
+    if constexpr (!std::is_same_v<decltype(block), block_q8_0>)
+      matmul_blocks_q8_rows<decltype(block)>(xa, w, y, y_stride, accumulate, row_first, row_last);
+  });
 }
 
 template <class Arch>
@@ -149,6 +165,24 @@ void matmul_q8(Exec& exec, const float* x, std::size_t n, std::size_t in, const 
   matmul_kernels<Arch>::quantize(xa, x, n, in);
   const double work = double(n) * double(in) * double(out);
   // int8 products do ~4x the work of f32 ones per unit of time.
+  split_rows(exec, out, matmul_q8_block_rows, n <= matmul_stream_max_tokens, work < 4 * matmul_parallel_min_work,
+             [&](std::size_t first, std::size_t last) {
+               matmul_kernels<Arch>::rows(xa, w, y, y_stride, accumulate, first, last);
+             });
+}
+
+/// `[n, out] y (row stride y_stride) (+)= quantise([n, in] x) * ([out, in] w)^T`
+/// for w in a quantised block format (not Q8_0: matmul_q8), x quantised
+/// into `xa` (the caller's scratch, reused across calls).
+template <class Arch = simd::default_arch, class Exec>
+void matmul_blocks_q8(Exec& exec, const float* x, std::size_t n, const block_weights& w, std::size_t out, float* y,
+                      std::size_t y_stride, bool accumulate, q8_activations& xa) {
+  if (n == 0 || out == 0) return;
+  matmul_kernels<Arch>::quantize(xa, x, n, w.in);
+  visit_block(w.type, [&](auto block) {
+    if constexpr (!std::is_same_v<decltype(block), block_q8_0>) xa.assign_sums(int8_form<decltype(block)>::offset);
+  });
+  const double work = double(n) * double(w.in) * double(out);
   split_rows(exec, out, matmul_q8_block_rows, n <= matmul_stream_max_tokens, work < 4 * matmul_parallel_min_work,
              [&](std::size_t first, std::size_t last) {
                matmul_kernels<Arch>::rows(xa, w, y, y_stride, accumulate, first, last);

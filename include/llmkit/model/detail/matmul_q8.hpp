@@ -48,13 +48,22 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-/// Activations X [n, in] quantised per 32-value block.
+/// Activations X [n, in] quantised per 32-value block. Rows are zero-padded
+/// to a whole number of 64-value groups (one 512-bit register of int8), so
+/// kernels read whole groups without masks.
 struct q8_activations {
   std::size_t n = 0, in = 0;
-  aligned_vector<std::int8_t> q;  ///< [n, in] int8 values
+  std::size_t stride = 0;         ///< in rounded up to a multiple of 64
+  aligned_vector<std::int8_t> q;  ///< [n, stride] int8 values (0 in the padding)
   aligned_vector<float> d;        ///< [n, pairs, 16]: lanes 0-7 the scale of block 2p, 8-15 of block 2p + 1 (0 past the end)
+  /// For products with weights stored as unsigned integers minus an
+  /// offset (model/detail/matmul_blocks_q8.hpp), filled by `assign_sums`:
+  aligned_vector<std::int32_t> offset_sums;  ///< [n, stride / 4]: -offset * the sum of each 4 consecutive q
+  aligned_vector<float> block_sums;          ///< [n, stride / 32]: each block's scale * the sum of its q
+  int sums_offset = -1;                      ///< the offset offset_sums holds (-1: none yet)
 
-  std::size_t pairs() const noexcept { return (in / q8_block_size + 1) / 2; }
+  std::size_t pairs() const noexcept { return stride / 64; }
+  const std::int8_t* row(std::size_t t) const noexcept { return q.data() + t * stride; }
   const float* pair_scales(std::size_t t, std::size_t p) const noexcept { return d.data() + (t * pairs() + p) * 16; }
   float scale(std::size_t t, std::size_t b) const noexcept { return pair_scales(t, b / 2)[(b % 2) * 8]; }
 
@@ -63,13 +72,15 @@ struct q8_activations {
   void assign(const float* x, std::size_t n_tokens, std::size_t width) {
     n = n_tokens;
     in = width;
-    q.resize(n * in);
+    stride = (in + 63) / 64 * 64;
+    q.assign(n * stride, std::int8_t{0});
     d.assign(n * pairs() * 16, 0.0f);
+    sums_offset = -1;
     const std::size_t blocks = in / q8_block_size;
     for (std::size_t t = 0; t < n; ++t) {
       for (std::size_t b = 0; b < blocks; ++b) {
         const float* xb = x + t * in + b * q8_block_size;
-        std::int8_t* qb = q.data() + t * in + b * q8_block_size;
+        std::int8_t* qb = q.data() + t * stride + b * q8_block_size;
         bool finite = true;
         const float amax = simd::detail::block_abs_max<Arch>(xb, finite);
         float scale = amax / 127.0f;
@@ -80,6 +91,24 @@ struct q8_activations {
           scale = std::numeric_limits<float>::quiet_NaN();
         }
         std::fill_n(d.data() + (t * pairs() + b / 2) * 16 + (b % 2) * 8, 8, scale);
+      }
+    }
+  }
+
+  /// Fills offset_sums for `offset` and block_sums (once per assign).
+  void assign_sums(int offset) {
+    if (sums_offset == offset) return;
+    sums_offset = offset;
+    offset_sums.resize(n * stride / 4);
+    block_sums.resize(n * stride / 32);
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::int8_t* qt = row(t);
+      for (std::size_t l = 0; l < stride / 4; ++l)
+        offset_sums[t * stride / 4 + l] = -offset * (int(qt[4 * l]) + qt[4 * l + 1] + qt[4 * l + 2] + qt[4 * l + 3]);
+      for (std::size_t b = 0; b < stride / 32; ++b) {
+        int sum = 0;
+        for (std::size_t j = 0; j < 32; ++j) sum += qt[32 * b + j];
+        block_sums[t * stride / 32 + b] = scale(t, b) * float(sum);
       }
     }
   }
@@ -111,7 +140,7 @@ inline void matmul_q8_pair(const q8_activations& xa, const q8_weights& w, std::s
     dw[b] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
   }
   for (std::size_t a = 0; a < TN; ++a) {
-    const std::int8_t* xp = xa.q.data() + (t0 + a) * in + k;
+    const std::int8_t* xp = xa.row(t0 + a) + k;
     const __m512i xq = Full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi8(bytes, xp);
     const __m512 dx = _mm512_load_ps(xa.pair_scales(t0 + a, p));
     for (std::size_t b = 0; b < ON; ++b) {
@@ -183,7 +212,7 @@ inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float*
       for (std::size_t b = 0; b < blocks; ++b) {
         std::int32_t dot = 0;
         for (std::size_t j = 0; j < q8_block_size; ++j)
-          dot += std::int32_t(xa.q[t * in + b * q8_block_size + j]) * std::int32_t(w.q[o * in + b * q8_block_size + j]);
+          dot += std::int32_t(xa.row(t)[b * q8_block_size + j]) * std::int32_t(w.q[o * in + b * q8_block_size + j]);
         s = std::fma(float(dot), xa.scale(t, b) * w.s[o * blocks + b], s);
       }
       float& out = y[t * y_stride + o];

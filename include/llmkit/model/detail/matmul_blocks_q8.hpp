@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/detail/matmul_blocks_q8.hpp
+/// Y = X * W^T (or Y += X * W^T) for W [out, in] in one of ggml's quantised
+/// block formats (model/quants.hpp) with the activations X [n, in] rounded
+/// to int8 per 32 values (q8_activations): the integer products ggml runs
+/// for its 4-, 5- and 6-bit formats, here with AVX-512 VNNI.
+///
+/// Every format has an integer form: value j of a row is
+///
+///     w_j = s_l * (u_j - offset) - m_b,   l = j / 4, b = j / 32
+///
+/// with u_j an unsigned integer of 4 to 6 bits, s_l the scale of the four
+/// values of lane l (Q6_K has one per 16 values, Q4_K and Q5_K one per 32,
+/// the 32-value formats their block scale), a per-format offset (8, 16, 32
+/// or 0) and a per-32-value minimum m_b (Q4_1, Q5_1, Q4_K, Q5_K; 0 for the
+/// others). With x_j = d_b * q_j (q_j int8, d_b the activation block's
+/// scale) the dot product of a row is
+///
+///     sum_l s_l * d_b * (sum_{j in l} u_j * q_j - offset * sum_{j in l} q_j)
+///       - sum_b m_b * d_b * sum_{j in b} q_j
+///
+/// where each lane's bracket is exact in int32: one VPDPBUSD (unsigned u
+/// times signed q, 64 values per instruction) started from the
+/// activations' precomputed -offset * sum q (q8_activations::assign_sums).
+/// The product differs from the exact one (matmul_blocks.hpp) only by the
+/// activations' rounding, at most d_b / 2 per value.
+///
+/// W is decoded a strip of rows at a time into this integer form (u as
+/// bytes, s per lane, m per block) in a per-thread buffer that stays in L1
+/// or L2, and the strip runs through one kernel for all formats. Each output
+/// is accumulated in a fixed order (lanes over the row's 64-value groups
+/// ascending, one fixed horizontal-add tree, then the minimums), so the
+/// product is batch and thread invariant. Without AVX-512 VNNI the same
+/// formula runs as a scalar loop (lanes ascending).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/detail/matmul_blocks.hpp"
+#include "llmkit/model/detail/matmul_q8.hpp"
+#include "llmkit/model/quants.hpp"
+
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
+
+namespace llmkit::model::detail {
+
+/// The integer form of a block format: `decode(block, u, s, m)` writes
+/// `[values] u`, `[values / 4] s` and (formats with minimums) `[values / 32] m`.
+template <class Block>
+struct int8_form;
+
+template <>
+struct int8_form<block_q4_0> {
+  static constexpr int offset = 8;
+  static constexpr bool has_mins = false;
+  static void decode(const block_q4_0& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    for (std::size_t j = 0; j < 16; ++j) u[j] = b.qs[j] & 0xF;
+    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = b.qs[j] >> 4;
+    std::fill_n(s, 8, scale_f32(b.d));
+  }
+};
+
+template <>
+struct int8_form<block_q4_1> {
+  static constexpr int offset = 0;
+  static constexpr bool has_mins = true;
+  static void decode(const block_q4_1& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
+    for (std::size_t j = 0; j < 16; ++j) u[j] = b.qs[j] & 0xF;
+    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = b.qs[j] >> 4;
+    std::fill_n(s, 8, scale_f32(b.d));
+    m[0] = -scale_f32(b.m);
+  }
+};
+
+/// Q5_0 / Q5_1's values: nibble + 16 * bit j of qh.
+inline void decode_5bit(const std::uint8_t (&qs)[16], const std::uint8_t (&qh_bytes)[4], std::uint8_t* __restrict u) noexcept {
+  std::uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (std::size_t j = 0; j < 16; ++j) u[j] = static_cast<std::uint8_t>((qs[j] & 0xF) | (((qh >> j) & 1) << 4));
+  for (std::size_t j = 0; j < 16; ++j) u[j + 16] = static_cast<std::uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+}
+
+template <>
+struct int8_form<block_q5_0> {
+  static constexpr int offset = 16;
+  static constexpr bool has_mins = false;
+  static void decode(const block_q5_0& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    decode_5bit(b.qs, b.qh, u);
+    std::fill_n(s, 8, scale_f32(b.d));
+  }
+};
+
+template <>
+struct int8_form<block_q5_1> {
+  static constexpr int offset = 0;
+  static constexpr bool has_mins = true;
+  static void decode(const block_q5_1& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
+    decode_5bit(b.qs, b.qh, u);
+    std::fill_n(s, 8, scale_f32(b.d));
+    m[0] = -scale_f32(b.m);
+  }
+};
+
+/// Q4_K / Q5_K (qh not null): sub-block s has scale d * sc_s and minimum
+/// dmin * m_s.
+inline void decode_k_affine(f16 d_bits, f16 dmin_bits, const std::uint8_t (&scales)[12], const std::uint8_t* qs,
+                            const std::uint8_t* qh, std::uint8_t* __restrict u, float* __restrict s,
+                            float* __restrict m) noexcept {
+  const float d = scale_f32(d_bits), dmin = scale_f32(dmin_bits);
+  for (std::size_t c = 0; c < 4; ++c) {
+    std::uint8_t sc0, m0, sc1, m1;
+    k_scale_min(scales, 2 * c, sc0, m0);
+    k_scale_min(scales, 2 * c + 1, sc1, m1);
+    std::fill_n(s + 16 * c, 8, d * float(sc0));
+    std::fill_n(s + 16 * c + 8, 8, d * float(sc1));
+    m[2 * c] = dmin * float(m0);
+    m[2 * c + 1] = dmin * float(m1);
+    const std::uint8_t* q = qs + 32 * c;
+    std::uint8_t* lo = u + 64 * c;
+    std::uint8_t* hi = lo + 32;
+    if (qh == nullptr) {
+      for (std::size_t l = 0; l < 32; ++l) lo[l] = q[l] & 0xF;
+      for (std::size_t l = 0; l < 32; ++l) hi[l] = q[l] >> 4;
+    } else {
+      for (std::size_t l = 0; l < 32; ++l) lo[l] = static_cast<std::uint8_t>((q[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4));
+      for (std::size_t l = 0; l < 32; ++l) hi[l] = static_cast<std::uint8_t>((q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4));
+    }
+  }
+}
+
+template <>
+struct int8_form<block_q4_k> {
+  static constexpr int offset = 0;
+  static constexpr bool has_mins = true;
+  static void decode(const block_q4_k& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
+    decode_k_affine(b.d, b.dmin, b.scales, b.qs, nullptr, u, s, m);
+  }
+};
+
+template <>
+struct int8_form<block_q5_k> {
+  static constexpr int offset = 0;
+  static constexpr bool has_mins = true;
+  static void decode(const block_q5_k& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
+    decode_k_affine(b.d, b.dmin, b.scales, b.qs, b.qh, u, s, m);
+  }
+};
+
+template <>
+struct int8_form<block_q6_k> {
+  static constexpr int offset = 32;
+  static constexpr bool has_mins = false;
+  static void decode(const block_q6_k& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    const float d = scale_f32(b.d);
+    for (std::size_t i = 0; i < 16; ++i) std::fill_n(s + 4 * i, 4, d * float(b.scales[i]));
+    for (std::size_t h = 0; h < 2; ++h) {
+      const std::uint8_t* ql = b.ql + 64 * h;
+      const std::uint8_t* qh = b.qh + 32 * h;
+      std::uint8_t* y = u + 128 * h;
+      for (std::size_t l = 0; l < 32; ++l) y[l] = static_cast<std::uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+      for (std::size_t l = 0; l < 32; ++l) y[l + 32] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+      for (std::size_t l = 0; l < 32; ++l) y[l + 64] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      for (std::size_t l = 0; l < 32; ++l) y[l + 96] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+};
+
+/// A strip of W's rows [o_base, o_base + rows) in integer form, row stride
+/// `stride` values (in rounded up to 64; the padding is u = 0, s = 0, m = 0).
+struct int8_strip {
+  const std::uint8_t* u;  ///< [rows, stride]
+  const float* s;         ///< [rows, stride / 4]
+  const float* m;         ///< [rows, stride / 32] (formats with minimums)
+  std::size_t stride;
+  std::size_t o_base;
+  int offset;
+  bool has_mins;
+};
+
+/// The per-thread buffers a strip is decoded into.
+struct int8_strip_buffer {
+  aligned_vector<std::uint8_t> u;
+  aligned_vector<float> s, m;
+};
+
+/// Decodes rows [o, o + rows) of w into buf. @pre in % block values == 0
+template <class Block>
+int8_strip decode_int8_strip(const block_weights& w, std::size_t o, std::size_t rows, std::size_t stride,
+                             int8_strip_buffer& buf) {
+  using form = int8_form<Block>;
+  constexpr std::size_t k = block_values<Block>;
+  if (buf.u.size() < rows * stride) buf.u.resize(rows * stride);
+  if (buf.s.size() < rows * stride / 4) buf.s.resize(rows * stride / 4);
+  if (buf.m.size() < rows * stride / 32) buf.m.resize(rows * stride / 32);
+  const std::size_t blocks = w.in / k, row_bytes = w.row_bytes();
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto* src = reinterpret_cast<const Block*>(w.data + (o + r) * row_bytes);
+    prefetch_l2(src, matmul_prefetch_bytes);
+    std::uint8_t* u = buf.u.data() + r * stride;
+    float* s = buf.s.data() + r * stride / 4;
+    float* m = buf.m.data() + r * stride / 32;
+    for (std::size_t b = 0; b < blocks; ++b) form::decode(src[b], u + b * k, s + b * k / 4, m + b * k / 32);
+    std::fill(u + w.in, u + stride, std::uint8_t{0});
+    std::fill(s + w.in / 4, s + stride / 4, 0.0f);
+    std::fill(m + (form::has_mins ? w.in / 32 : 0), m + stride / 32, 0.0f);
+  }
+  return {buf.u.data(), buf.s.data(), buf.m.data(), stride, o, form::offset, form::has_mins};
+}
+
+/// sum_b m[b] * block_sums[b] over a row's blocks, in a fixed order.
+inline float int8_min_dot(const float* m, const float* block_sums, std::size_t n_blocks) noexcept {
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  std::size_t b = 0;
+  for (; b + 16 <= n_blocks; b += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(m + b), _mm512_loadu_ps(block_sums + b), acc);
+  if (b < n_blocks) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n_blocks - b)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m + b), _mm512_maskz_loadu_ps(k, block_sums + b), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+#else
+  float sum = 0.0f;
+  for (std::size_t b = 0; b < n_blocks; ++b) sum = std::fma(m[b], block_sums[b], sum);
+  return sum;
+#endif
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+inline constexpr bool matmul_blocks_q8_vnni = true;
+
+/// One tile: tokens [t0, t0 + TN) x strip rows [r0, r0 + ON).
+template <std::size_t TN, std::size_t ON>
+inline void int8_tile(const q8_activations& xa, const int8_strip& w, float* y, std::size_t y_stride, bool accumulate,
+                      std::size_t t0, std::size_t r0) noexcept {
+  static_assert(TN * ON <= 16);
+  const std::size_t stride = w.stride, groups = stride / 64;
+  __m512 acc[TN][ON];
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
+  for (std::size_t g = 0; g < groups; ++g) {
+    __m512i u[ON];
+    __m512 s[ON];
+    for (std::size_t b = 0; b < ON; ++b) {
+      u[b] = _mm512_load_si512(w.u + (r0 + b) * stride + 64 * g);
+      s[b] = _mm512_load_ps(w.s + (r0 + b) * stride / 4 + 16 * g);
+    }
+    for (std::size_t a = 0; a < TN; ++a) {
+      const std::size_t t = t0 + a;
+      const __m512i q = _mm512_load_si512(xa.row(t) + 64 * g);
+      const __m512i start = w.offset != 0 ? _mm512_load_si512(xa.offset_sums.data() + t * stride / 4 + 16 * g)
+                                          : _mm512_setzero_si512();
+      const __m512 d = _mm512_load_ps(xa.pair_scales(t, g));
+      for (std::size_t b = 0; b < ON; ++b) {
+        const __m512i dot = _mm512_dpbusd_epi32(start, u[b], q);
+        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[b], d), acc[a][b]);
+      }
+    }
+  }
+  float sums[TN][ON];
+  reduce_tile16(acc, sums);
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) {
+      float v = sums[a][b];
+      if (w.has_mins)
+        v -= int8_min_dot(w.m + (r0 + b) * stride / 32, xa.block_sums.data() + (t0 + a) * stride / 32, stride / 32);
+      float& out = y[(t0 + a) * y_stride + w.o_base + r0 + b];
+      out = accumulate ? out + v : v;
+    }
+}
+
+/// Strip rows [r0, r0 + ON) for every token, in tiles of up to 4 tokens.
+template <std::size_t ON>
+inline void int8_rows(const q8_activations& xa, const int8_strip& w, float* y, std::size_t y_stride, bool accumulate,
+                      std::size_t r0) noexcept {
+  std::size_t t = 0;
+  for (; t + 4 <= xa.n; t += 4) int8_tile<4, ON>(xa, w, y, y_stride, accumulate, t, r0);
+  switch (xa.n - t) {
+    case 3: int8_tile<3, ON>(xa, w, y, y_stride, accumulate, t, r0); break;
+    case 2: int8_tile<2, ON>(xa, w, y, y_stride, accumulate, t, r0); break;
+    case 1: int8_tile<1, ON>(xa, w, y, y_stride, accumulate, t, r0); break;
+    default: break;
+  }
+}
+#else
+inline constexpr bool matmul_blocks_q8_vnni = false;
+#endif
+
+/// Every strip row for every token.
+inline void int8_strip_product(const q8_activations& xa, const int8_strip& w, std::size_t rows, float* y,
+                               std::size_t y_stride, bool accumulate) noexcept {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  std::size_t r = 0;
+  for (; r + 4 <= rows; r += 4) int8_rows<4>(xa, w, y, y_stride, accumulate, r);
+  switch (rows - r) {
+    case 3: int8_rows<3>(xa, w, y, y_stride, accumulate, r); break;
+    case 2: int8_rows<2>(xa, w, y, y_stride, accumulate, r); break;
+    case 1: int8_rows<1>(xa, w, y, y_stride, accumulate, r); break;
+    default: break;
+  }
+#else
+  const std::size_t stride = w.stride;
+  for (std::size_t t = 0; t < xa.n; ++t) {
+    const std::int8_t* q = xa.row(t);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::uint8_t* u = w.u + r * stride;
+      const float* s = w.s + r * stride / 4;
+      float v = 0.0f;
+      for (std::size_t l = 0; l < stride / 4; ++l) {
+        int dot = 0;
+        for (std::size_t i = 4 * l; i < 4 * l + 4; ++i) dot += (int(u[i]) - w.offset) * int(q[i]);
+        v = std::fma(float(dot), s[l] * xa.pair_scales(t, l / 16)[l % 16], v);
+      }
+      if (w.has_mins) v -= int8_min_dot(w.m + r * stride / 32, xa.block_sums.data() + t * stride / 32, stride / 32);
+      float& out = y[t * y_stride + w.o_base + r];
+      out = accumulate ? out + v : v;
+    }
+  }
+#endif
+}
+
+/// Bytes of decoded integer weights per strip: a streaming product's strip
+/// stays in L1 while its token tiles pass over it; a prefill's stays in L2
+/// and is decoded once for all its token tiles.
+inline constexpr std::size_t int8_strip_bytes_streaming = 16 * 1024;
+inline constexpr std::size_t int8_strip_bytes_prefill = 128 * 1024;
+
+/// Rows [row_first, row_last) of `[n, out] y (+)= xa * W^T`.
+/// @pre xa.assign_sums(int8_form<Block>::offset) was called
+template <class Block>
+void matmul_blocks_q8_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                           bool accumulate, std::size_t row_first, std::size_t row_last) {
+  const std::size_t strip_bytes = xa.n <= matmul_stream_max_tokens ? int8_strip_bytes_streaming : int8_strip_bytes_prefill;
+  const std::size_t strip_rows = std::max<std::size_t>(1, strip_bytes / xa.stride);
+  thread_local int8_strip_buffer buffer;
+  for (std::size_t o = row_first; o < row_last; o += strip_rows) {
+    const std::size_t rows = std::min(strip_rows, row_last - o);
+    const int8_strip strip = decode_int8_strip<Block>(w, o, rows, xa.stride, buffer);
+    int8_strip_product(xa, strip, rows, y, y_stride, accumulate);
+  }
+}
+
+}  // namespace llmkit::model::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END
