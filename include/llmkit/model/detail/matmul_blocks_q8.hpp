@@ -216,17 +216,28 @@ int8_strip decode_int8_strip(const block_weights& w, std::size_t o, std::size_t 
   return {buf.u.data(), buf.s.data(), buf.m.data(), stride, o, form::offset, form::has_mins};
 }
 
-/// sum_b m[b] * block_sums[b] over a row's blocks, in a fixed order.
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+/// The sum of 8 lanes through one fixed tree.
+inline float reduce8(__m256 v) noexcept {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+#endif
+
+/// sum_b m[b] * block_sums[b] over a row's blocks, in a fixed order: 8
+/// lanes (blocks b % 8) accumulated over chunks of 8 blocks ascending, then
+/// reduce8, as the fused K-quant kernels accumulate one super-block at a time.
 inline float int8_min_dot(const float* m, const float* block_sums, std::size_t n_blocks) noexcept {
-#if defined(__AVX512F__)
-  __m512 acc = _mm512_setzero_ps();
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+  __m256 acc = _mm256_setzero_ps();
   std::size_t b = 0;
-  for (; b + 16 <= n_blocks; b += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(m + b), _mm512_loadu_ps(block_sums + b), acc);
+  for (; b + 8 <= n_blocks; b += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(m + b), _mm256_loadu_ps(block_sums + b), acc);
   if (b < n_blocks) {
-    const __mmask16 k = static_cast<__mmask16>((1u << (n_blocks - b)) - 1);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m + b), _mm512_maskz_loadu_ps(k, block_sums + b), acc);
+    const __mmask8 k = static_cast<__mmask8>((1u << (n_blocks - b)) - 1);
+    acc = _mm256_fmadd_ps(_mm256_maskz_loadu_ps(k, m + b), _mm256_maskz_loadu_ps(k, block_sums + b), acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return reduce8(acc);
 #else
   float sum = 0.0f;
   for (std::size_t b = 0; b < n_blocks; ++b) sum = std::fma(m[b], block_sums[b], sum);
@@ -244,21 +255,26 @@ inline void int8_tile(const q8_activations& xa, const int8_strip& w, float* y, s
   static_assert(TN * ON <= 16);
   const std::size_t stride = w.stride, groups = stride / 64;
   __m512 acc[TN][ON];
+  #pragma GCC unroll 16
   for (std::size_t a = 0; a < TN; ++a)
+    #pragma GCC unroll 16
     for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
   for (std::size_t g = 0; g < groups; ++g) {
     __m512i u[ON];
     __m512 s[ON];
+    #pragma GCC unroll 16
     for (std::size_t b = 0; b < ON; ++b) {
       u[b] = _mm512_load_si512(w.u + (r0 + b) * stride + 64 * g);
       s[b] = _mm512_load_ps(w.s + (r0 + b) * stride / 4 + 16 * g);
     }
+    #pragma GCC unroll 16
     for (std::size_t a = 0; a < TN; ++a) {
       const std::size_t t = t0 + a;
       const __m512i q = _mm512_load_si512(xa.row(t) + 64 * g);
       const __m512i start = w.offset != 0 ? _mm512_load_si512(xa.offset_sums.data() + t * stride / 4 + 16 * g)
                                           : _mm512_setzero_si512();
       const __m512 d = _mm512_load_ps(xa.pair_scales(t, g));
+      #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b) {
         const __m512i dot = _mm512_dpbusd_epi32(start, u[b], q);
         acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[b], d), acc[a][b]);

@@ -19,6 +19,7 @@
 #include "llmkit/model/detail/matmul.hpp"
 #include "llmkit/model/detail/matmul_blocks.hpp"
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
+#include "llmkit/model/detail/matmul_blocks_vnni.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
 #include "llmkit/simd/arch.hpp"
@@ -112,8 +113,13 @@ template <class Arch>
 void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                                 bool accumulate, std::size_t row_first, std::size_t row_last) {
   visit_block(w.type, [&](auto block) {
-    if constexpr (!std::is_same_v<decltype(block), block_q8_0>)
-      matmul_blocks_q8_rows<decltype(block)>(xa, w, y, y_stride, accumulate, row_first, row_last);
+    using B = decltype(block);
+    if constexpr (matmul_blocks_fused && has_vnni_block<B>) {
+      if (xa.n <= matmul_blocks_fused_max_tokens)
+        return matmul_blocks_fused_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
+    }
+    if constexpr (!std::is_same_v<B, block_q8_0>)
+      matmul_blocks_q8_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
   });
 }
 

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/detail/matmul_blocks_vnni.hpp
+/// The int8-activation product of matmul_blocks_q8.hpp for one or two
+/// tokens (decode steps) over the common formats (Q4_0, Q4_K, Q5_K, Q6_K),
+/// with the weights decoded in registers as they stream in instead of
+/// through a strip buffer: each 64-value group is one or two loads, a few
+/// shifts and masks, then the VPDPBUSD.
+///
+/// The arithmetic is the strip kernel's, operation for operation (the same
+/// lane scales, lane products and accumulation order, the minimums summed
+/// one super-block of 8 per step as int8_min_dot does), so a token gets
+/// the same bits whichever kernel a batch size selects.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "llmkit/model/detail/matmul_blocks_q8.hpp"
+
+#include "llmkit/simd/detail/diagnostics.hpp"
+
+LLMKIT_SIMD_DIAGNOSTICS_BEGIN
+
+namespace llmkit::model::detail {
+
+/// Formats with a register decoder (vnni_block<Block>): the others take
+/// the strip kernel at every batch size.
+template <class Block>
+inline constexpr bool has_vnni_block = std::is_same_v<Block, block_q4_0> || std::is_same_v<Block, block_q4_k> ||
+                                       std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
+
+/// Products of at most this many tokens decode W in registers.
+inline constexpr std::size_t matmul_blocks_fused_max_tokens = 2;
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+inline constexpr bool matmul_blocks_fused = true;
+
+/// Register decoders: `unit` blocks per step of `groups` 64-value groups;
+/// `scales(p)` decodes a unit's scales once, `values(p, g)` gives group g's
+/// unsigned values in natural order, `lane_scales(sc, g)` its 16 lane scales.
+template <class Block>
+struct vnni_block;
+
+template <>
+struct vnni_block<block_q4_0> {
+  static constexpr std::size_t unit = 2, groups = 1;
+  static constexpr bool has_mins = false;
+  struct scale_set {
+    __m512 s;
+  };
+  static scale_set scales(const block_q4_0* p) noexcept {
+    return {_mm512_insertf32x8(_mm512_set1_ps(scale_f32(p[0].d)), _mm256_set1_ps(scale_f32(p[1].d)), 1)};
+  }
+  static __m512i values(const block_q4_0* p, std::size_t) noexcept {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0].qs));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[1].qs));
+    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+    // [a, b, a >> 4, b >> 4] -> [a lo, a hi, b lo, b hi]: values 0-31 of a, then of b.
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4), 1);
+    return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+  }
+  static __m512 lane_scales(const scale_set& sc, std::size_t) noexcept { return sc.s; }
+};
+
+/// Q4_K / Q5_K scales: 8 sub-block scales d * sc (lanes 0-7 of s) and mins
+/// dmin * m, unpacked from the 12 bytes four at a time (the bit layout of
+/// k_scale_min).
+struct k_scale_set {
+  __m512 s;
+  __m256 m;
+};
+inline k_scale_set k_scales(f16 d, f16 dmin, const std::uint8_t (&scales)[12]) noexcept {
+  std::uint32_t w[3];
+  std::memcpy(w, scales, 12);
+  const std::uint32_t sc_lo = w[0] & 0x3F3F3F3Fu, m_lo = w[1] & 0x3F3F3F3Fu;
+  const std::uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+  const std::uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(int(sc_lo), int(sc_hi), 0, 0)));
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(int(m_lo), int(m_hi), 0, 0)));
+  return {_mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(scale_f32(d)), sc)),
+          _mm256_mul_ps(_mm256_set1_ps(scale_f32(dmin)), m)};
+}
+/// Lanes 0-7 get sub-block scale 2g, lanes 8-15 scale 2g + 1.
+inline __m512 k_lane_scales(const k_scale_set& sc, std::size_t g) noexcept {
+  const __m512i pick = _mm512_add_epi32(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                        _mm512_set1_epi32(int(2 * g)));
+  return _mm512_permutexvar_ps(pick, sc.s);
+}
+/// Group g of a K-quant's 4-bit values: low nibbles of qs[32g..] (values
+/// 0-31), then their high nibbles (values 32-63).
+inline __m512i k_nibbles(const std::uint8_t* qs, std::size_t g) noexcept {
+  const __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g)));
+  return _mm512_and_si512(_mm512_mask_srli_epi16(z, __mmask32(0xFFFF0000u), z, 4), _mm512_set1_epi8(0x0F));
+}
+
+template <>
+struct vnni_block<block_q4_k> {
+  static constexpr std::size_t unit = 1, groups = 4;
+  static constexpr bool has_mins = true;
+  using scale_set = k_scale_set;
+  static scale_set scales(const block_q4_k* p) noexcept { return k_scales(p->d, p->dmin, p->scales); }
+  static __m512i values(const block_q4_k* p, std::size_t g) noexcept { return k_nibbles(p->qs, g); }
+  static __m512 lane_scales(const scale_set& sc, std::size_t g) noexcept { return k_lane_scales(sc, g); }
+};
+
+template <>
+struct vnni_block<block_q5_k> {
+  static constexpr std::size_t unit = 1, groups = 4;
+  static constexpr bool has_mins = true;
+  using scale_set = k_scale_set;
+  static scale_set scales(const block_q5_k* p) noexcept { return k_scales(p->d, p->dmin, p->scales); }
+  static __m512i values(const block_q5_k* p, std::size_t g) noexcept {
+    // Fifth bits: bit 2g of qh[l] for values 0-31, bit 2g + 1 for 32-63.
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh)));
+    __m512i t = _mm512_srl_epi16(h, _mm_cvtsi32_si128(int(2 * g)));
+    t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 1);
+    const __m512i fifth = _mm512_and_si512(_mm512_slli_epi16(t, 4), _mm512_set1_epi8(0x10));
+    return _mm512_or_si512(k_nibbles(p->qs, g), fifth);
+  }
+  static __m512 lane_scales(const scale_set& sc, std::size_t g) noexcept { return k_lane_scales(sc, g); }
+};
+
+template <>
+struct vnni_block<block_q6_k> {
+  static constexpr std::size_t unit = 1, groups = 4;
+  static constexpr bool has_mins = false;
+  struct scale_set {
+    __m512 s;  // d * scales[i], i = 0..15
+  };
+  static scale_set scales(const block_q6_k* p) noexcept {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales));
+    return {_mm512_mul_ps(_mm512_set1_ps(scale_f32(p->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)))};
+  }
+  static __m512i values(const block_q6_k* p, std::size_t g) noexcept {
+    // Half h = g / 2; even g: low nibbles of ql[64h..] with qh bits 0-1
+    // (values 0-31) and 2-3 (32-63); odd g: high nibbles with bits 4-5, 6-7.
+    const std::size_t h = g / 2, odd = g % 2;
+    __m512i lo = _mm512_loadu_si512(p->ql + 64 * h);
+    if (odd) lo = _mm512_srli_epi16(lo, 4);
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh + 32 * h)));
+    __m512i t = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(4 * odd)));
+    t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 2);
+    const __m512i high = _mm512_slli_epi16(_mm512_and_si512(t, _mm512_set1_epi8(0x03)), 4);
+    // (lo & 0x0F) | high in one ternary-logic instruction (A & C) | B.
+    return _mm512_ternarylogic_epi32(lo, high, _mm512_set1_epi8(0x0F), 0xEC);
+  }
+  static __m512 lane_scales(const scale_set& sc, std::size_t g) noexcept {
+    // Lane l of group g: sub-block 4g + l / 4.
+    const __m512i pick = _mm512_add_epi32(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                          _mm512_set1_epi32(int(4 * g)));
+    return _mm512_permutexvar_ps(pick, sc.s);
+  }
+};
+
+/// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) over all of the row's units.
+template <class Block, std::size_t TN, std::size_t ON>
+inline void fused_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                       bool accumulate, std::size_t t0, std::size_t o0) noexcept {
+  using F = vnni_block<Block>;
+  constexpr std::size_t unit_values = F::unit * block_values<Block>;
+  const std::size_t stride = xa.stride, row_bytes = w.row_bytes(), units = w.in / unit_values;
+  const Block* rows[ON];
+  #pragma GCC unroll 16
+  for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
+  __m512 acc[TN][ON];
+  [[maybe_unused]] __m256 macc[TN][ON];
+  #pragma GCC unroll 16
+  for (std::size_t a = 0; a < TN; ++a)
+    #pragma GCC unroll 16
+    for (std::size_t b = 0; b < ON; ++b) {
+      acc[a][b] = _mm512_setzero_ps();
+      if constexpr (F::has_mins) macc[a][b] = _mm256_setzero_ps();
+    }
+  for (std::size_t i = 0; i < units; ++i) {
+    typename F::scale_set sc[ON];
+    #pragma GCC unroll 16
+    for (std::size_t b = 0; b < ON; ++b) {
+      prefetch_l2(rows[b] + i * F::unit, matmul_prefetch_bytes);
+      sc[b] = F::scales(rows[b] + i * F::unit);
+    }
+    #pragma GCC unroll 16
+    for (std::size_t g = 0; g < F::groups; ++g) {
+      const std::size_t group = i * F::groups + g;
+      __m512i u[ON];
+      __m512 s[ON];
+      #pragma GCC unroll 16
+      for (std::size_t b = 0; b < ON; ++b) {
+        u[b] = F::values(rows[b] + i * F::unit, g);
+        s[b] = F::lane_scales(sc[b], g);
+      }
+      #pragma GCC unroll 16
+      for (std::size_t a = 0; a < TN; ++a) {
+        const std::size_t t = t0 + a;
+        const __m512i q = _mm512_load_si512(xa.row(t) + 64 * group);
+        const __m512i start = int8_form<Block>::offset != 0
+                                  ? _mm512_load_si512(xa.offset_sums.data() + t * stride / 4 + 16 * group)
+                                  : _mm512_setzero_si512();
+        const __m512 d = _mm512_load_ps(xa.pair_scales(t, group));
+        #pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m512i dot = _mm512_dpbusd_epi32(start, u[b], q);
+          acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[b], d), acc[a][b]);
+        }
+      }
+    }
+    if constexpr (F::has_mins)
+      #pragma GCC unroll 16
+      for (std::size_t a = 0; a < TN; ++a) {
+        const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + (t0 + a) * stride / 32 + 8 * i);
+        #pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc[b].m, xs, macc[a][b]);
+      }
+  }
+  if constexpr (std::is_same_v<Block, block_q4_0>) {
+    if (w.in % unit_values != 0) {  // an odd last block: values 32-63 of its group are padding
+      const std::size_t group = units;
+      __m512i u[ON];
+      __m512 s[ON];
+      #pragma GCC unroll 16
+      for (std::size_t b = 0; b < ON; ++b) {
+        const block_q4_0& last = rows[b][2 * units];
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(last.qs));
+        const __m512i z = _mm512_castsi128_si512(_mm_and_si128(v, _mm_set1_epi8(0x0F)));
+        u[b] = _mm512_inserti32x4(z, _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F)), 1);
+        s[b] = _mm512_insertf32x8(_mm512_set1_ps(scale_f32(last.d)), _mm256_setzero_ps(), 1);
+      }
+      #pragma GCC unroll 16
+      for (std::size_t a = 0; a < TN; ++a) {
+        const std::size_t t = t0 + a;
+        const __m512i q = _mm512_load_si512(xa.row(t) + 64 * group);
+        const __m512i start = _mm512_load_si512(xa.offset_sums.data() + t * stride / 4 + 16 * group);
+        const __m512 d = _mm512_load_ps(xa.pair_scales(t, group));
+        #pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m512i dot = _mm512_dpbusd_epi32(start, u[b], q);
+          acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[b], d), acc[a][b]);
+        }
+      }
+    }
+  }
+  float sums[TN][ON];
+  reduce_tile16(acc, sums);
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) {
+      float v = sums[a][b];
+      if constexpr (F::has_mins) v -= reduce8(macc[a][b]);
+      float& out = y[(t0 + a) * y_stride + o0 + b];
+      out = accumulate ? out + v : v;
+    }
+}
+
+/// Rows [row_first, row_last) for the xa.n <= matmul_blocks_fused_max_tokens tokens.
+template <class Block>
+void matmul_blocks_fused_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                              bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
+  auto rows = [&]<std::size_t TN>() {
+    constexpr std::size_t ON = 4;
+    std::size_t o = row_first;
+    for (; o + ON <= row_last; o += ON) fused_tile<Block, TN, ON>(xa, w, y, y_stride, accumulate, 0, o);
+    for (; o < row_last; ++o) fused_tile<Block, TN, 1>(xa, w, y, y_stride, accumulate, 0, o);
+  };
+  if (xa.n == 1)
+    rows.template operator()<1>();
+  else
+    rows.template operator()<2>();
+}
+#else
+inline constexpr bool matmul_blocks_fused = false;
+#endif
+
+}  // namespace llmkit::model::detail
+
+LLMKIT_SIMD_DIAGNOSTICS_END
