@@ -265,17 +265,19 @@ TEST_CASE("quants: int8-activation products of every block format match the doub
         linear(pool, x, n, w, yp, stride, output_mode::overwrite, activation_type::q8_0);
         linear(serial, x, n, w, acc, stride, output_mode::accumulate, activation_type::q8_0);
         for (std::size_t t = 0; t < n; ++t) {
-          // The activations as the product rounds them: per 32 values, scale
-          // amax / 127, round to nearest (ties away from zero).
+          // The activations as the product rounds them: per 32 values (per
+          // 256 for the K-quants, ggml's Q8_K), scale amax / 127, round to
+          // nearest (ties away from zero).
+          const std::size_t ab = k == 256 ? 256 : 32;
           std::vector<double> xq(cols);
           double x_abs = 0.0;
-          for (std::size_t b = 0; b < cols / 32; ++b) {
+          for (std::size_t b = 0; b < cols / ab; ++b) {
             float amax = 0.0f;
-            for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[t * cols + 32 * b + j]));
+            for (std::size_t j = 0; j < ab; ++j) amax = std::max(amax, std::abs(x[t * cols + ab * b + j]));
             const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
-            for (std::size_t j = 0; j < 32; ++j) {
-              xq[32 * b + j] = double(d) * std::round(x[t * cols + 32 * b + j] * inv);
-              x_abs += std::abs(xq[32 * b + j]);
+            for (std::size_t j = 0; j < ab; ++j) {
+              xq[ab * b + j] = double(d) * std::round(x[t * cols + ab * b + j] * inv);
+              x_abs += std::abs(xq[ab * b + j]);
             }
           }
           for (std::size_t o = 0; o < rows; ++o) {

@@ -2,16 +2,26 @@
 #pragma once
 
 /// @file llmkit/model/detail/matmul_blocks_vnni.hpp
-/// The int8-activation product of matmul_blocks_q8.hpp for one or two
-/// tokens (decode steps) over the common formats (Q4_0, Q4_K, Q5_K, Q6_K),
-/// with the weights decoded in registers as they stream in instead of
-/// through a strip buffer: each 64-value group is one or two loads, a few
-/// shifts and masks, then the VPDPBUSD.
+/// Register-decoding int8-activation products (AVX-512 VNNI) for the common
+/// block formats, where the strip kernel of matmul_blocks_q8.hpp would
+/// spend more time decoding than multiplying:
 ///
-/// The arithmetic is the strip kernel's, operation for operation (the same
-/// lane scales, lane products and accumulation order, the minimums summed
-/// one super-block of 8 per step as int8_min_dot does), so a token gets
-/// the same bits whichever kernel a batch size selects.
+/// - Q4_0 for one or two tokens (decode steps), activations per 32 values:
+///   each 64-value group is two 16-byte loads, a shift, a shuffle and a mask,
+///   then the strip kernel's arithmetic operation for operation, so a token
+///   gets the same bits whichever kernel its batch size selects.
+/// - The K-quants Q4_K, Q5_K and Q6_K at every token count, with the
+///   activations quantised per 256-value super-block (ggml's Q8_K,
+///   q8_activations::assign_k): one activation scale per super-block lets
+///   the sub-block scales stay integers. Per 64 values, VPMADDUBSW
+///   multiplies the unsigned weights by the int8 activations into 16-bit
+///   pair sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies
+///   those by their sub-block scales into int32 lanes; per super-block one
+///   conversion and one FMA by d * d_x, plus the minimums
+///   (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's offset
+///   (-32 * sum_s sc_s * sum q, in int32). Each output is accumulated in the
+///   same order whatever the batch or tile, so the product is batch and
+///   thread invariant.
 
 #include <cstddef>
 #include <cstdint>
@@ -26,13 +36,12 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-/// Formats with a register decoder (vnni_block<Block>): the others take
-/// the strip kernel at every batch size.
+/// K-quant formats: products with activations per 256 values (assign_k).
 template <class Block>
-inline constexpr bool has_vnni_block = std::is_same_v<Block, block_q4_0> || std::is_same_v<Block, block_q4_k> ||
-                                       std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
+inline constexpr bool is_kquant_block =
+    std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
 
-/// Products of at most this many tokens decode W in registers.
+/// Products of at most this many tokens decode Q4_0 in registers.
 inline constexpr std::size_t matmul_blocks_fused_max_tokens = 2;
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -65,30 +74,6 @@ struct vnni_block<block_q4_0> {
   static __m512 lane_scales(const scale_set& sc, std::size_t) noexcept { return sc.s; }
 };
 
-/// Q4_K / Q5_K scales: 8 sub-block scales d * sc (lanes 0-7 of s) and mins
-/// dmin * m, unpacked from the 12 bytes four at a time (the bit layout of
-/// k_scale_min).
-struct k_scale_set {
-  __m512 s;
-  __m256 m;
-};
-inline k_scale_set k_scales(f16 d, f16 dmin, const std::uint8_t (&scales)[12]) noexcept {
-  std::uint32_t w[3];
-  std::memcpy(w, scales, 12);
-  const std::uint32_t sc_lo = w[0] & 0x3F3F3F3Fu, m_lo = w[1] & 0x3F3F3F3Fu;
-  const std::uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-  const std::uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(int(sc_lo), int(sc_hi), 0, 0)));
-  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(int(m_lo), int(m_hi), 0, 0)));
-  return {_mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(scale_f32(d)), sc)),
-          _mm256_mul_ps(_mm256_set1_ps(scale_f32(dmin)), m)};
-}
-/// Lanes 0-7 get sub-block scale 2g, lanes 8-15 scale 2g + 1.
-inline __m512 k_lane_scales(const k_scale_set& sc, std::size_t g) noexcept {
-  const __m512i pick = _mm512_add_epi32(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                                        _mm512_set1_epi32(int(2 * g)));
-  return _mm512_permutexvar_ps(pick, sc.s);
-}
 /// Group g of a K-quant's 4-bit values: low nibbles of qs[32g..] (values
 /// 0-31), then their high nibbles (values 32-63).
 inline __m512i k_nibbles(const std::uint8_t* qs, std::size_t g) noexcept {
@@ -96,22 +81,55 @@ inline __m512i k_nibbles(const std::uint8_t* qs, std::size_t g) noexcept {
   return _mm512_and_si512(_mm512_mask_srli_epi16(z, __mmask32(0xFFFF0000u), z, 4), _mm512_set1_epi8(0x0F));
 }
 
+/// A super-block's scales: `sc` the sub-block scales as int16 words (8 for
+/// Q4_K / Q5_K, 16 for Q6_K, the rest 0), `d` the super-block scale,
+/// `mins` dmin * m_s (Q4_K / Q5_K).
+struct k_scale_words {
+  __m512i sc;
+  float d;
+  __m256 mins;
+};
+
+/// K-quant register decoders: `scales(p)`, `values(p, g)` (group g's
+/// unsigned values in natural order) and `group_scales(sc, g)` (the scale of
+/// each of group g's 32 VPMADDUBSW pair sums, as int16 words).
+template <class Block>
+struct kquant_block;
+
+/// Q4_K / Q5_K: the 6-bit scales and mins unpacked four at a time (the bit
+/// layout of k_scale_min).
+inline k_scale_words k_affine_scales(f16 d, f16 dmin, const std::uint8_t (&scales)[12]) noexcept {
+  std::uint32_t w0, w1, w2;
+  std::memcpy(&w0, scales, 4);
+  std::memcpy(&w1, scales + 4, 4);
+  std::memcpy(&w2, scales + 8, 4);
+  const std::uint32_t sc_lo = w0 & 0x3F3F3F3Fu, m_lo = w1 & 0x3F3F3F3Fu;
+  const std::uint32_t sc_hi = (w2 & 0x0F0F0F0Fu) | (((w0 >> 6) & 0x03030303u) << 4);
+  const std::uint32_t m_hi = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
+  const __m128i sc = _mm_cvtepu8_epi16(_mm_setr_epi32(int(sc_lo), int(sc_hi), 0, 0));
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(int(m_lo), int(m_hi), 0, 0)));
+  return {_mm512_zextsi128_si512(sc), scale_f32(d), _mm256_mul_ps(_mm256_set1_ps(scale_f32(dmin)), m)};
+}
+/// Words 0-15 (values 0-31) get sub-block 2g, words 16-31 sub-block 2g + 1.
+inline __m512i k_affine_group_scales(const k_scale_words& sc, std::size_t g) noexcept {
+  const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001,
+                                                         0x0001000100010001, 0, 0, 0, 0),
+                                        _mm512_set1_epi16(short(2 * g)));
+  return _mm512_permutexvar_epi16(pick, sc.sc);
+}
+
 template <>
-struct vnni_block<block_q4_k> {
-  static constexpr std::size_t unit = 1, groups = 4;
+struct kquant_block<block_q4_k> {
   static constexpr bool has_mins = true;
-  using scale_set = k_scale_set;
-  static scale_set scales(const block_q4_k* p) noexcept { return k_scales(p->d, p->dmin, p->scales); }
+  static k_scale_words scales(const block_q4_k* p) noexcept { return k_affine_scales(p->d, p->dmin, p->scales); }
   static __m512i values(const block_q4_k* p, std::size_t g) noexcept { return k_nibbles(p->qs, g); }
-  static __m512 lane_scales(const scale_set& sc, std::size_t g) noexcept { return k_lane_scales(sc, g); }
+  static __m512i group_scales(const k_scale_words& sc, std::size_t g) noexcept { return k_affine_group_scales(sc, g); }
 };
 
 template <>
-struct vnni_block<block_q5_k> {
-  static constexpr std::size_t unit = 1, groups = 4;
+struct kquant_block<block_q5_k> {
   static constexpr bool has_mins = true;
-  using scale_set = k_scale_set;
-  static scale_set scales(const block_q5_k* p) noexcept { return k_scales(p->d, p->dmin, p->scales); }
+  static k_scale_words scales(const block_q5_k* p) noexcept { return k_affine_scales(p->d, p->dmin, p->scales); }
   static __m512i values(const block_q5_k* p, std::size_t g) noexcept {
     // Fifth bits: bit 2g of qh[l] for values 0-31, bit 2g + 1 for 32-63.
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh)));
@@ -120,19 +138,15 @@ struct vnni_block<block_q5_k> {
     const __m512i fifth = _mm512_and_si512(_mm512_slli_epi16(t, 4), _mm512_set1_epi8(0x10));
     return _mm512_or_si512(k_nibbles(p->qs, g), fifth);
   }
-  static __m512 lane_scales(const scale_set& sc, std::size_t g) noexcept { return k_lane_scales(sc, g); }
+  static __m512i group_scales(const k_scale_words& sc, std::size_t g) noexcept { return k_affine_group_scales(sc, g); }
 };
 
 template <>
-struct vnni_block<block_q6_k> {
-  static constexpr std::size_t unit = 1, groups = 4;
+struct kquant_block<block_q6_k> {
   static constexpr bool has_mins = false;
-  struct scale_set {
-    __m512 s;  // d * scales[i], i = 0..15
-  };
-  static scale_set scales(const block_q6_k* p) noexcept {
+  static k_scale_words scales(const block_q6_k* p) noexcept {
     const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales));
-    return {_mm512_mul_ps(_mm512_set1_ps(scale_f32(p->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)))};
+    return {_mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc)), scale_f32(p->d), _mm256_setzero_ps()};
   }
   static __m512i values(const block_q6_k* p, std::size_t g) noexcept {
     // Half h = g / 2; even g: low nibbles of ql[64h..] with qh bits 0-1
@@ -144,16 +158,121 @@ struct vnni_block<block_q6_k> {
     __m512i t = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(4 * odd)));
     t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 2);
     const __m512i high = _mm512_slli_epi16(_mm512_and_si512(t, _mm512_set1_epi8(0x03)), 4);
-    // (lo & 0x0F) | high in one ternary-logic instruction (A & C) | B.
+    // (lo & 0x0F) | high in one ternary-logic instruction: (A & C) | B.
     return _mm512_ternarylogic_epi32(lo, high, _mm512_set1_epi8(0x0F), 0xEC);
   }
-  static __m512 lane_scales(const scale_set& sc, std::size_t g) noexcept {
-    // Lane l of group g: sub-block 4g + l / 4.
-    const __m512i pick = _mm512_add_epi32(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                                          _mm512_set1_epi32(int(4 * g)));
-    return _mm512_permutexvar_ps(pick, sc.s);
+  static __m512i group_scales(const k_scale_words& sc, std::size_t g) noexcept {
+    // Word w of group g (values 2w, 2w + 1): sub-block 4g + w / 8.
+    const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
+                                                           0x0002000200020002, 0x0001000100010001, 0x0001000100010001,
+                                                           0, 0),
+                                          _mm512_set1_epi16(short(4 * g)));
+    return _mm512_permutexvar_epi16(pick, sc.sc);
   }
 };
+
+/// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant product over
+/// activations quantised by assign_k (with assign_sums for the minimums).
+template <class Block, std::size_t TN, std::size_t ON>
+inline void kquant_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                        bool accumulate, std::size_t t0, std::size_t o0) noexcept {
+  using F = kquant_block<Block>;
+  const std::size_t stride = xa.stride, row_bytes = w.row_bytes(), units = w.in / qk_k;
+  const Block* rows[ON];
+#pragma GCC unroll 16
+  for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
+  __m512 acc[TN][ON];
+  [[maybe_unused]] __m256 macc[TN][ON];
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < TN; ++a)
+#pragma GCC unroll 16
+    for (std::size_t b = 0; b < ON; ++b) {
+      acc[a][b] = _mm512_setzero_ps();
+      if constexpr (F::has_mins) macc[a][b] = _mm256_setzero_ps();
+    }
+  for (std::size_t i = 0; i < units; ++i) {
+    k_scale_words sc[ON];
+    __m512i iacc[TN][ON];
+#pragma GCC unroll 16
+    for (std::size_t b = 0; b < ON; ++b) {
+      prefetch_l2(rows[b] + i, matmul_prefetch_bytes);
+      sc[b] = F::scales(rows[b] + i);
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < TN; ++a) iacc[a][b] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (std::size_t g = 0; g < 4; ++g) {
+      __m512i u[ON], ws[ON];
+#pragma GCC unroll 16
+      for (std::size_t b = 0; b < ON; ++b) {
+        u[b] = F::values(rows[b] + i, g);
+        ws[b] = F::group_scales(sc[b], g);
+      }
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < TN; ++a) {
+        const __m512i q = _mm512_load_si512(xa.row(t0 + a) + qk_k * i + 64 * g);
+#pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b)
+          iacc[a][b] = _mm512_dpwssd_epi32(iacc[a][b], _mm512_maddubs_epi16(u[b], q), ws[b]);
+      }
+    }
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < TN; ++a) {
+      const std::size_t t = t0 + a;
+      const float dk = xa.k_scale(t, i);
+      if constexpr (std::is_same_v<Block, block_q6_k>) {  // values are u - 32
+        const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+#pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(_mm512_castsi512_si256(sc[b].sc), s16), 5);
+          iacc[a][b] = _mm512_sub_epi32(iacc[a][b], _mm512_zextsi256_si512(offset));
+        }
+      }
+#pragma GCC unroll 16
+      for (std::size_t b = 0; b < ON; ++b)
+        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[a][b]), _mm512_set1_ps(sc[b].d * dk), acc[a][b]);
+      if constexpr (F::has_mins) {
+        const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + t * stride / 32 + 8 * i);
+#pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc[b].mins, xs, macc[a][b]);
+      }
+    }
+  }
+  float sums[TN][ON];
+  reduce_tile16(acc, sums);
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) {
+      float v = sums[a][b];
+      if constexpr (F::has_mins) v -= reduce8(macc[a][b]);
+      float& out = y[(t0 + a) * y_stride + o0 + b];
+      out = accumulate ? out + v : v;
+    }
+}
+
+/// Rows [row_first, row_last) of a K-quant product for every token: one
+/// token in tiles of 4 rows, two in 2 x 2, more in 4-token tiles of 1 row.
+template <class Block>
+void matmul_kquant_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                        bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
+  auto rows = [&]<std::size_t TN, std::size_t ON>(std::size_t t) {
+    std::size_t o = row_first;
+    for (; o + ON <= row_last; o += ON) kquant_tile<Block, TN, ON>(xa, w, y, y_stride, accumulate, t, o);
+    for (; o < row_last; ++o) kquant_tile<Block, TN, 1>(xa, w, y, y_stride, accumulate, t, o);
+  };
+  if (xa.n == 1) return rows.template operator()<1, 4>(0);
+  if (xa.n == 2) return rows.template operator()<2, 2>(0);
+  // Each row's weights stay in L1 while the token tiles pass over it.
+  for (std::size_t o = row_first; o < row_last; ++o) {
+    std::size_t t = 0;
+    for (; t + 4 <= xa.n; t += 4) kquant_tile<Block, 4, 1>(xa, w, y, y_stride, accumulate, t, o);
+    switch (xa.n - t) {
+      case 3: kquant_tile<Block, 3, 1>(xa, w, y, y_stride, accumulate, t, o); break;
+      case 2: kquant_tile<Block, 2, 1>(xa, w, y, y_stride, accumulate, t, o); break;
+      case 1: kquant_tile<Block, 1, 1>(xa, w, y, y_stride, accumulate, t, o); break;
+      default: break;
+    }
+  }
+}
 
 /// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) over all of the row's units.
 template <class Block, std::size_t TN, std::size_t ON>
@@ -269,6 +388,13 @@ void matmul_blocks_fused_rows(const q8_activations& xa, const block_weights& w, 
 }
 #else
 inline constexpr bool matmul_blocks_fused = false;
+// Declared for the branches that test matmul_blocks_fused; never instantiated.
+template <class Block>
+void matmul_kquant_rows(const q8_activations&, const block_weights&, float*, std::size_t, bool, std::size_t,
+                        std::size_t) noexcept;
+template <class Block>
+void matmul_blocks_fused_rows(const q8_activations&, const block_weights&, float*, std::size_t, bool, std::size_t,
+                              std::size_t) noexcept;
 #endif
 
 }  // namespace llmkit::model::detail

@@ -71,6 +71,9 @@ struct matmul_kernels {
                    std::size_t row_first, std::size_t row_last);
   /// Quantises `[n, in] x` into xa per 32-value block. @pre in % 32 == 0
   static void quantize(q8_activations& xa, const float* x, std::size_t n, std::size_t in);
+  /// Quantises `[n, in] x` into xa per 256-value super-block (the K-quants'
+  /// products). @pre in % 256 == 0
+  static void quantize_k(q8_activations& xa, const float* x, std::size_t n, std::size_t in);
 };
 
 template <class Arch>
@@ -114,7 +117,9 @@ void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w
                                 bool accumulate, std::size_t row_first, std::size_t row_last) {
   visit_block(w.type, [&](auto block) {
     using B = decltype(block);
-    if constexpr (matmul_blocks_fused && has_vnni_block<B>) {
+    if constexpr (matmul_blocks_fused && is_kquant_block<B>) {
+      return matmul_kquant_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
+    } else if constexpr (matmul_blocks_fused && std::is_same_v<B, block_q4_0>) {
       if (xa.n <= matmul_blocks_fused_max_tokens)
         return matmul_blocks_fused_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
     }
@@ -126,6 +131,11 @@ void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w
 template <class Arch>
 void matmul_kernels<Arch>::quantize(q8_activations& xa, const float* x, std::size_t n, std::size_t in) {
   xa.template assign<Arch>(x, n, in);
+}
+
+template <class Arch>
+void matmul_kernels<Arch>::quantize_k(q8_activations& xa, const float* x, std::size_t n, std::size_t in) {
+  xa.template assign_k<Arch>(x, n, in);
 }
 
 /// Runs run(row_first, row_last) over the output rows [0, out) in blocks of
@@ -184,9 +194,13 @@ template <class Arch = simd::default_arch, class Exec>
 void matmul_blocks_q8(Exec& exec, const float* x, std::size_t n, const block_weights& w, std::size_t out, float* y,
                       std::size_t y_stride, bool accumulate, q8_activations& xa) {
   if (n == 0 || out == 0) return;
-  matmul_kernels<Arch>::quantize(xa, x, n, w.in);
   visit_block(w.type, [&](auto block) {
-    if constexpr (!std::is_same_v<decltype(block), block_q8_0>) xa.assign_sums(int8_form<decltype(block)>::offset);
+    using B = decltype(block);
+    if constexpr (is_kquant_block<B>)
+      matmul_kernels<Arch>::quantize_k(xa, x, n, w.in);
+    else
+      matmul_kernels<Arch>::quantize(xa, x, n, w.in);
+    if constexpr (!std::is_same_v<B, block_q8_0>) xa.assign_sums(int8_form<B>::offset);
   });
   const double work = double(n) * double(w.in) * double(out);
   split_rows(exec, out, matmul_q8_block_rows, n <= matmul_stream_max_tokens, work < 4 * matmul_parallel_min_work,

@@ -48,14 +48,18 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-/// Activations X [n, in] quantised per 32-value block. Rows are zero-padded
-/// to a whole number of 64-value groups (one 512-bit register of int8), so
-/// kernels read whole groups without masks.
+/// Activations X [n, in] quantised to int8 per 32-value block (ggml's Q8_0,
+/// `assign`) or per 256-value super-block (ggml's Q8_K, `assign_k`, for
+/// the K-quants' integer products). Rows are zero-padded to a whole number
+/// of 64-value groups (one 512-bit register of int8), so kernels read whole
+/// groups without masks.
 struct q8_activations {
   std::size_t n = 0, in = 0;
+  std::size_t block = 32;         ///< values per scale: 32 (assign) or 256 (assign_k)
   std::size_t stride = 0;         ///< in rounded up to a multiple of 64
   aligned_vector<std::int8_t> q;  ///< [n, stride] int8 values (0 in the padding)
-  aligned_vector<float> d;        ///< [n, pairs, 16]: lanes 0-7 the scale of block 2p, 8-15 of block 2p + 1 (0 past the end)
+  aligned_vector<float> d;        ///< [n, pairs, 16]: lanes 0-7 the scale of the 32 values 64p.., 8-15 of the next 32 (0 past the end)
+  aligned_vector<std::int16_t> sums16;  ///< assign_k: [n, stride / 16] the sum of each 16 consecutive q
   /// For products with weights stored as unsigned integers minus an
   /// offset (model/detail/matmul_blocks_q8.hpp), filled by `assign_sums`:
   aligned_vector<std::int32_t> offset_sums;  ///< [n, stride / 4]: -offset * the sum of each 4 consecutive q
@@ -67,11 +71,49 @@ struct q8_activations {
   const float* pair_scales(std::size_t t, std::size_t p) const noexcept { return d.data() + (t * pairs() + p) * 16; }
   float scale(std::size_t t, std::size_t b) const noexcept { return pair_scales(t, b / 2)[(b % 2) * 8]; }
 
-  /// Quantises x [n, in]. @pre in % 32 == 0
+  /// Super-block i's scale of token t (assign_k).
+  float k_scale(std::size_t t, std::size_t i) const noexcept { return pair_scales(t, 4 * i)[0]; }
+
+  /// Quantises x [n, in] per 256 values (scale amax / 127, as assign per
+  /// 32); every lane of d holds its super-block's scale. @pre in % 256 == 0
+  template <class Arch>
+  void assign_k(const float* x, std::size_t n_tokens, std::size_t width) {
+    n = n_tokens;
+    in = width;
+    block = 256;
+    stride = in;
+    q.resize(n * stride);
+    d.resize(n * pairs() * 16);
+    sums16.resize(n * stride / 16);
+    sums_offset = -1;
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t i = 0; i < in / 256; ++i) {
+        const float* xb = x + t * in + i * 256;
+        std::int8_t* qb = q.data() + t * stride + i * 256;
+        bool finite = true;
+        const float amax = simd::detail::abs_max<Arch>(xb, 256, finite);
+        float scale = amax / 127.0f;
+        if (finite) {
+          simd::detail::quantize_round<Arch>(xb, 256, scale != 0.0f ? 1.0f / scale : 0.0f, qb);
+        } else {  // a NaN scale: the outputs are NaN, as the f32 product's would be
+          std::fill_n(qb, 256, std::int8_t{0});
+          scale = std::numeric_limits<float>::quiet_NaN();
+        }
+        std::fill_n(d.data() + (t * pairs() + 4 * i) * 16, 64, scale);
+        for (std::size_t j = 0; j < 16; ++j) {
+          int sum = 0;
+          for (std::size_t k = 0; k < 16; ++k) sum += qb[16 * j + k];
+          sums16[(t * stride + i * 256) / 16 + j] = static_cast<std::int16_t>(sum);
+        }
+      }
+  }
+
+  /// Quantises x [n, in] per 32 values. @pre in % 32 == 0
   template <class Arch>
   void assign(const float* x, std::size_t n_tokens, std::size_t width) {
     n = n_tokens;
     in = width;
+    block = 32;
     stride = (in + 63) / 64 * 64;
     q.assign(n * stride, std::int8_t{0});
     d.assign(n * pairs() * 16, 0.0f);
@@ -128,6 +170,7 @@ inline void matmul_q8_pair(const q8_activations& xa, const q8_weights& w, std::s
   __m512i aw[ON];
   __mmask64 neg[ON];
   __m512 dw[ON];
+  #pragma GCC unroll 16
   for (std::size_t b = 0; b < ON; ++b) {
     const std::int8_t* wp = w.q + (o0 + b) * in + k;
     const float* sp = w.s + (o0 + b) * blocks + 2 * p;
@@ -139,10 +182,12 @@ inline void matmul_q8_pair(const q8_activations& xa, const q8_weights& w, std::s
     const __m128 s2 = Full ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp))) : _mm_load_ss(sp);
     dw[b] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
   }
+  #pragma GCC unroll 16
   for (std::size_t a = 0; a < TN; ++a) {
     const std::int8_t* xp = xa.row(t0 + a) + k;
     const __m512i xq = Full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi8(bytes, xp);
     const __m512 dx = _mm512_load_ps(xa.pair_scales(t0 + a, p));
+    #pragma GCC unroll 16
     for (std::size_t b = 0; b < ON; ++b) {
       const __m512i sx = _mm512_mask_sub_epi8(xq, neg[b], _mm512_setzero_si512(), xq);
       const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw[b], sx);
@@ -158,7 +203,9 @@ inline void matmul_q8_tile(const q8_activations& xa, const q8_weights& w, float*
   static_assert(TN * ON <= 16);
   const std::size_t blocks = xa.in / q8_block_size;
   __m512 acc[TN][ON];
+  #pragma GCC unroll 16
   for (std::size_t a = 0; a < TN; ++a)
+    #pragma GCC unroll 16
     for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
   for (std::size_t p = 0; p < blocks / 2; ++p) matmul_q8_pair<TN, ON, true>(xa, w, t0, o0, p, acc);
   if (blocks % 2 != 0) matmul_q8_pair<TN, ON, false>(xa, w, t0, o0, blocks / 2, acc);
