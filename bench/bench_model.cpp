@@ -13,18 +13,24 @@
 //                                        every step reads its weights from
 //                                        DRAM, not from the 480 MiB L3
 //
-// Models: stories260K (models/stories260K.gguf, F32 file) and the synthetic
+// Models: stories260K (models/stories260K.gguf, F32 file), the synthetic
 // ~100M Llama (dim 768, 12 layers, 12/4 heads, ffn 2048, vocab 32000),
 // written as an F32 GGUF to <source>/build/bench-model-synthetic-100m.gguf on
-// the first run (a small one under LLMKIT_BENCH_SMOKE=1). Weights: f32,
-// q8_0 (llama_options::weight_type; exact product with f32 activations) or
-// q8_0xq8 (Q8_0 weights times int8-quantised activations, the VNNI product:
-// llama_options::activations = q8_0), q4_0, q4_k or q6_k (GGUF blocks, exact
+// the first run, and the synthetic TinyLlama1.1B shape (dim 2048, 22 layers,
+// 32/4 heads, ffn 5632, vocab 32000), written once per storage as the GGUF
+// files people run (<source>/build/bench-model-tinyllama-<type>.gguf: Q8_0,
+// Q4_0, Q6_K and llama-quantize's Q4_K_M mix). Under LLMKIT_BENCH_SMOKE=1
+// all synthetic models are small.
+//
+// Weights of the F32 files: f32, q8_0 (llama_options::weight_type; exact
+// product with f32 activations), q4_0, q4_k or q6_k (GGUF blocks, exact
 // product through decoded strips; matrices narrower than a block stay f32,
-// e.g. all of stories260K under q4_k). vs_llamacpp compares with
-// llama.cpp on stories260K on this machine (2 threads: 11.8k prompt tokens/s,
-// 1.75k generated tokens/s). One thread is timed by the thread's CPU time,
-// two by wall time.
+// e.g. all of stories260K under q4_k). A name ending in "xq8" multiplies
+// int8-quantised activations instead (llama_options::activations = q8_0:
+// the VNNI integer products). TinyLlama's files load as they are stored.
+// vs_llamacpp compares with llama.cpp on stories260K on this machine
+// (2 threads: 11.8k prompt tokens/s, 1.75k generated tokens/s). One thread
+// is timed by the thread's CPU time, two by wall time.
 #include <benchmark/benchmark.h>
 
 #include <llmkit/core/executor.hpp>
@@ -37,8 +43,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,13 +62,16 @@ constexpr std::size_t prompt_tokens = 128;
 constexpr double llamacpp_prefill_tps = 11800.0;
 constexpr double llamacpp_decode_tps = 1750.0;
 
-std::string synthetic_path() {
+std::string build_dir() {
 #if defined(LLMKIT_SOURCE_DIR)
-  const std::string dir = std::string(LLMKIT_SOURCE_DIR) + "/build/";
+  return std::string(LLMKIT_SOURCE_DIR) + "/build/";
 #else
-  const std::string dir;
+  return {};
 #endif
-  return dir + (smoke() ? "bench-model-synthetic-smoke.gguf" : "bench-model-synthetic-100m.gguf");
+}
+
+std::string synthetic_path() {
+  return build_dir() + (smoke() ? "bench-model-synthetic-smoke.gguf" : "bench-model-synthetic-100m.gguf");
 }
 
 model::llama_config synthetic_config() {
@@ -78,46 +89,92 @@ model::llama_config synthetic_config() {
   return c;
 }
 
-const std::string& model_path(int which) {
-  static const std::string stories = LLMKIT_DEFAULT_MODEL;
-  static const std::string synthetic = [] {
-    const std::string p = synthetic_path();
-    if (!std::filesystem::exists(p)) {
-      model::synthetic_options o{.config = synthetic_config(), .weight_type = model::ggml_type::f32, .seed = 1};
-      const std::string tmp = p + ".tmp";
-      // A fresh checkout configured elsewhere (cmake -B /tmp/x) has no <source>/build yet.
-      if (const auto dir = std::filesystem::path(p).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
-      model::write_synthetic_llama(tmp, o);
-      std::filesystem::rename(tmp, p);
-    }
-    return p;
-  }();
-  return which == 0 ? stories : synthetic;
+/// The synthetic TinyLlama1.1B shape (smoke: the small synthetic shape).
+model::llama_config tinyllama_config() {
+  if (smoke()) return synthetic_config();
+  model::llama_config c = model::synthetic_100m_config();
+  c.dim = 2048;
+  c.n_layers = 22;
+  c.n_heads = 32;
+  c.n_kv_heads = 4;
+  c.head_dim = 64;
+  c.ffn_dim = 5632;
+  return c;
 }
 
-const char* model_name(int which) { return which == 0 ? "stories260K" : "synthetic100M"; }
+/// The GGUF file a model runs from.
+enum class file_kind { stories, synthetic_f32, tiny_q8_0, tiny_q4_0, tiny_q6_k, tiny_q4_k_m };
+
+/// Writes the synthetic model `o` to `p` once (through a temporary file).
+const std::string& write_once(const std::string& p, const model::synthetic_options& o) {
+  if (!std::filesystem::exists(p)) {
+    const std::string tmp = p + ".tmp";
+    // A fresh checkout configured elsewhere (cmake -B /tmp/x) has no <source>/build yet.
+    if (const auto dir = std::filesystem::path(p).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+    model::write_synthetic_llama(tmp, o);
+    std::filesystem::rename(tmp, p);
+  }
+  return p;
+}
+
+const std::string& model_path(file_kind f) {
+  static std::map<file_kind, std::string> paths;
+  if (auto it = paths.find(f); it != paths.end()) return it->second;
+  if (f == file_kind::stories) return paths[f] = LLMKIT_DEFAULT_MODEL;
+  if (f == file_kind::synthetic_f32)
+    return paths[f] = write_once(synthetic_path(), {.config = synthetic_config(), .weight_type = model::ggml_type::f32, .seed = 1});
+  model::synthetic_options o{.config = tinyllama_config(), .seed = 2};
+  std::string name;
+  switch (f) {
+    case file_kind::tiny_q8_0: o.weight_type = model::ggml_type::q8_0; name = "q8_0"; break;
+    case file_kind::tiny_q4_0: o.weight_type = model::ggml_type::q4_0; name = "q4_0"; break;
+    case file_kind::tiny_q6_k: o.weight_type = model::ggml_type::q6_k; name = "q6_k"; break;
+    default: o.tensor_types = model::q4_k_m_types(o); name = "q4_k_m"; break;
+  }
+  const std::string p = build_dir() + "bench-model-tinyllama-" + name + (smoke() ? "-smoke" : "") + ".gguf";
+  return paths[f] = write_once(p, o);
+}
+
+/// The models: a name and how its variants choose their file.
+struct model_kind {
+  const char* name;
+  bool tiny;  ///< TinyLlama: each variant brings its own file
+};
+const model_kind model_kinds[] = {{"stories260K", false}, {"synthetic100M", false}, {"tinyllama1B", true}};
 
 /// How the weight matrices are stored and multiplied.
 struct weights_variant {
-  int id;
   const char* name;
   model::llama_options options;
+  file_kind tiny_file = file_kind::tiny_q8_0;  ///< the TinyLlama file (loaded as stored)
 };
+constexpr auto int8_act = model::activation_type::q8_0;
 const weights_variant variants[] = {
-    {0, "f32", {.weight_type = model::weight_type::f32}},
-    {1, "q8_0", {.weight_type = model::weight_type::q8_0}},
-    {2, "q8_0xq8", {.weight_type = model::weight_type::q8_0, .activations = model::activation_type::q8_0}},
-    {3, "q4_0", {.weight_type = model::weight_type::q4_0}},
-    {4, "q4_k", {.weight_type = model::weight_type::q4_k}},
-    {5, "q6_k", {.weight_type = model::weight_type::q6_k}},
+    {"f32", {.weight_type = model::weight_type::f32}},
+    {"q8_0", {.weight_type = model::weight_type::q8_0}},
+    {"q8_0xq8", {.weight_type = model::weight_type::q8_0, .activations = int8_act}},
+    {"q4_0", {.weight_type = model::weight_type::q4_0}},
+    {"q4_0xq8", {.weight_type = model::weight_type::q4_0, .activations = int8_act}},
+    {"q4_k", {.weight_type = model::weight_type::q4_k}},
+    {"q4_kxq8", {.weight_type = model::weight_type::q4_k, .activations = int8_act}},
+    {"q6_k", {.weight_type = model::weight_type::q6_k}},
+    {"q6_kxq8", {.weight_type = model::weight_type::q6_k, .activations = int8_act}},
 };
-constexpr std::size_t n_variants = std::size(variants);
+const weights_variant tiny_variants[] = {
+    {"q8_0", {}, file_kind::tiny_q8_0},
+    {"q8_0xq8", {.activations = int8_act}, file_kind::tiny_q8_0},
+    {"q4_k_m", {}, file_kind::tiny_q4_k_m},
+    {"q4_k_mxq8", {.activations = int8_act}, file_kind::tiny_q4_k_m},
+    {"q4_0xq8", {.activations = int8_act}, file_kind::tiny_q4_0},
+    {"q6_kxq8", {.activations = int8_act}, file_kind::tiny_q6_k},
+};
 
-/// Loaded models, kept for the process: [model][variant] -> copies.
+/// Loaded models, kept for the process: (model, variant) -> copies.
 std::vector<std::unique_ptr<model::llama_model>>& models(int which, const weights_variant& wt, std::size_t copies) {
-  static std::vector<std::unique_ptr<model::llama_model>> cache[2][n_variants];
-  auto& v = cache[which][wt.id];
-  if (v.empty()) v.push_back(std::make_unique<model::llama_model>(model::llama_model::load(model_path(which), wt.options)));
+  static std::map<std::string, std::vector<std::unique_ptr<model::llama_model>>> cache;
+  auto& v = cache[std::string(model_kinds[which].name) + "/" + wt.name];
+  const file_kind f = model_kinds[which].tiny ? wt.tiny_file : which == 0 ? file_kind::stories : file_kind::synthetic_f32;
+  if (v.empty()) v.push_back(std::make_unique<model::llama_model>(model::llama_model::load(model_path(f), wt.options)));
   while (v.size() < copies) v.push_back(std::make_unique<model::llama_model>(*v.front()));
   return v;
 }
@@ -224,26 +281,31 @@ void timing(benchmark::internal::Benchmark* b, std::size_t threads) {
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  for (int which : {0, 1})
-    for (const weights_variant& wt : variants)
+  for (int which : {0, 1, 2}) {
+    const model_kind& mk = model_kinds[which];
+    const std::span<const weights_variant> list = mk.tiny ? std::span<const weights_variant>(tiny_variants)
+                                                          : std::span<const weights_variant>(variants);
+    for (const weights_variant& wt : list)
       for (const auto t : llmkit_bench::thread_counts()) {
         const auto threads = static_cast<std::size_t>(t);
-        const std::string suffix = std::string(model_name(which)) + "/" + wt.name +
-                                   "/threads:" + std::to_string(threads);
+        const std::string suffix = std::string(mk.name) + "/" + wt.name + "/threads:" + std::to_string(threads);
         timing(benchmark::RegisterBenchmark(("prefill/" + suffix).c_str(),
                                             [=](benchmark::State& s) { bm_prefill(s, which, wt, threads); })
                    ->Unit(benchmark::kMillisecond),
                threads);
-        timing(benchmark::RegisterBenchmark(("decode/" + suffix).c_str(),
-                                            [=](benchmark::State& s) { bm_decode(s, which, wt, threads, false); })
-                   ->Unit(benchmark::kMicrosecond),
-               threads);
-        if (which == 1 && !smoke())
+        // TinyLlama's weights (>= 0.6 GB) come from DRAM at every step.
+        if (!mk.tiny)
+          timing(benchmark::RegisterBenchmark(("decode/" + suffix).c_str(),
+                                              [=](benchmark::State& s) { bm_decode(s, which, wt, threads, false); })
+                     ->Unit(benchmark::kMicrosecond),
+                 threads);
+        if (which != 0 && (mk.tiny || !smoke()))
           timing(benchmark::RegisterBenchmark(("decode_dram/" + suffix).c_str(),
                                               [=](benchmark::State& s) { bm_decode(s, which, wt, threads, true); })
                      ->Unit(benchmark::kMicrosecond),
                  threads);
       }
+  }
   llmkit_bench::add_roofline_context();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

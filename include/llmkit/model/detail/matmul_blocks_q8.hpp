@@ -204,7 +204,7 @@ int8_strip decode_int8_strip(const block_weights& w, std::size_t o, std::size_t 
   const std::size_t blocks = w.in / k, row_bytes = w.row_bytes();
   for (std::size_t r = 0; r < rows; ++r) {
     const auto* src = reinterpret_cast<const Block*>(w.data + (o + r) * row_bytes);
-    prefetch_l2(src, matmul_prefetch_bytes);
+    prefetch_lines_l2(reinterpret_cast<std::uintptr_t>(src) + matmul_prefetch_bytes, row_bytes);
     std::uint8_t* u = buf.u.data() + r * stride;
     float* s = buf.s.data() + r * stride / 4;
     float* m = buf.m.data() + r * stride / 32;

@@ -190,12 +190,16 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
       acc[a][b] = _mm512_setzero_ps();
       if constexpr (F::has_mins) macc[a][b] = _mm256_setzero_ps();
     }
+  // The tile's rows are contiguous: each step prefetches its share of the
+  // bytes matmul_prefetch_bytes ahead, every cache line of them.
+  const std::size_t step_bytes = ON * row_bytes / units;
+  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(rows[0]) + matmul_prefetch_bytes;
   for (std::size_t i = 0; i < units; ++i) {
     k_scale_words sc[ON];
     __m512i iacc[TN][ON];
+    prefetch_lines_l2(ahead + i * step_bytes, step_bytes);
 #pragma GCC unroll 16
     for (std::size_t b = 0; b < ON; ++b) {
-      prefetch_l2(rows[b] + i, matmul_prefetch_bytes);
       sc[b] = F::scales(rows[b] + i);
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < TN; ++a) iacc[a][b] = _mm512_setzero_si512();
@@ -293,13 +297,15 @@ inline void fused_tile(const q8_activations& xa, const block_weights& w, float* 
       acc[a][b] = _mm512_setzero_ps();
       if constexpr (F::has_mins) macc[a][b] = _mm256_setzero_ps();
     }
+  // The tile's rows are contiguous: each step prefetches its share of them
+  // matmul_prefetch_bytes ahead (as kquant_tile).
+  const std::size_t step_bytes = units != 0 ? ON * row_bytes / units : 0;
+  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(rows[0]) + matmul_prefetch_bytes;
   for (std::size_t i = 0; i < units; ++i) {
     typename F::scale_set sc[ON];
-    #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) {
-      prefetch_l2(rows[b] + i * F::unit, matmul_prefetch_bytes);
-      sc[b] = F::scales(rows[b] + i * F::unit);
-    }
+    prefetch_lines_l2(ahead + i * step_bytes, step_bytes);
+#pragma GCC unroll 16
+    for (std::size_t b = 0; b < ON; ++b) sc[b] = F::scales(rows[b] + i * F::unit);
     #pragma GCC unroll 16
     for (std::size_t g = 0; g < F::groups; ++g) {
       const std::size_t group = i * F::groups + g;
