@@ -254,7 +254,8 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
 }
 
 /// Rows [row_first, row_last) of a K-quant product for every token: one
-/// token in tiles of 4 rows, two in 2 x 2, more in 4-token tiles of 1 row.
+/// token in tiles of 4 rows, two in 2 x 2, more in 4 x 2 tiles (the most
+/// that keeps the int32, f32 and minimum accumulators in registers).
 template <class Block>
 void matmul_kquant_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                         bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
@@ -265,8 +266,18 @@ void matmul_kquant_rows(const q8_activations& xa, const block_weights& w, float*
   };
   if (xa.n == 1) return rows.template operator()<1, 4>(0);
   if (xa.n == 2) return rows.template operator()<2, 2>(0);
-  // Each row's weights stay in L1 while the token tiles pass over it.
-  for (std::size_t o = row_first; o < row_last; ++o) {
+  std::size_t o = row_first;
+  for (; o + 2 <= row_last; o += 2) {
+    std::size_t t = 0;
+    for (; t + 4 <= xa.n; t += 4) kquant_tile<Block, 4, 2>(xa, w, y, y_stride, accumulate, t, o);
+    switch (xa.n - t) {
+      case 3: kquant_tile<Block, 3, 2>(xa, w, y, y_stride, accumulate, t, o); break;
+      case 2: kquant_tile<Block, 2, 2>(xa, w, y, y_stride, accumulate, t, o); break;
+      case 1: kquant_tile<Block, 1, 2>(xa, w, y, y_stride, accumulate, t, o); break;
+      default: break;
+    }
+  }
+  for (; o < row_last; ++o) {
     std::size_t t = 0;
     for (; t + 4 <= xa.n; t += 4) kquant_tile<Block, 4, 1>(xa, w, y, y_stride, accumulate, t, o);
     switch (xa.n - t) {
