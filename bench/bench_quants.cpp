@@ -13,11 +13,12 @@
 //
 // f32: the exact product (f32 activations times the decoded weights,
 // model/detail/matmul_blocks.hpp), the baseline; q8: activations rounded to
-// int8 (activation_type::q8_0: matmul_q8.hpp, matmul_blocks_q8.hpp,
-// matmul_blocks_vnni.hpp). The dot-product kernels live in model/, not in
-// simd/, and this file is compiled with auto-vectorisation on (bench_simd
-// turns it off for its scalar baselines, which would slow the exact
-// decoders here). LLMKIT_BENCH_SMOKE=1 shrinks W to [256, 512].
+// int8 (activation_type::q8_0: model/detail/matmul_q8.hpp,
+// matmul_blocks32_vnni.hpp, matmul_kquants_vnni.hpp, matmul_blocks_q8.hpp).
+// The dot-product kernels live in model/, not in simd/, and this file is
+// compiled with auto-vectorisation on (bench_simd turns it off for its
+// scalar baselines, which would slow the exact decoders here).
+// LLMKIT_BENCH_SMOKE=1 shrinks W to [256, 512].
 #include <benchmark/benchmark.h>
 
 #include <llmkit/core/executor.hpp>

@@ -19,7 +19,8 @@
 #include "llmkit/model/detail/matmul.hpp"
 #include "llmkit/model/detail/matmul_blocks.hpp"
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
-#include "llmkit/model/detail/matmul_blocks_vnni.hpp"
+#include "llmkit/model/detail/matmul_blocks32_vnni.hpp"
+#include "llmkit/model/detail/matmul_kquants_vnni.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
 #include "llmkit/simd/arch.hpp"
@@ -117,13 +118,11 @@ void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w
                                 bool accumulate, std::size_t row_first, std::size_t row_last) {
   visit_block(w.type, [&](auto block) {
     using B = decltype(block);
-    if constexpr (matmul_blocks_fused && is_kquant_block<B>) {
-      return matmul_kquant_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
-    } else if constexpr (matmul_blocks_fused && std::is_same_v<B, block_q4_0>) {
-      if (xa.n <= matmul_blocks_fused_max_tokens)
-        return matmul_blocks_fused_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
-    }
-    if constexpr (!std::is_same_v<B, block_q8_0>)
+    if constexpr (matmul_kquants_vnni && is_kquant_block<B>)
+      matmul_kquant_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
+    else if constexpr (matmul_blocks32_vnni && is_block32<B>)
+      matmul_blocks32_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
+    else if constexpr (!std::is_same_v<B, block_q8_0>)
       matmul_blocks_q8_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
   });
 }

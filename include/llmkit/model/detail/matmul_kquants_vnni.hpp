@@ -1,27 +1,21 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
-/// @file llmkit/model/detail/matmul_blocks_vnni.hpp
-/// Register-decoding int8-activation products (AVX-512 VNNI) for the common
-/// block formats, where the strip kernel of matmul_blocks_q8.hpp would
-/// spend more time decoding than multiplying:
-///
-/// - Q4_0 for one or two tokens (decode steps), activations per 32 values:
-///   each 64-value group is two 16-byte loads, a shift, a shuffle and a mask,
-///   then the strip kernel's arithmetic operation for operation, so a token
-///   gets the same bits whichever kernel its batch size selects.
-/// - The K-quants Q4_K, Q5_K and Q6_K at every token count, with the
-///   activations quantised per 256-value super-block (ggml's Q8_K,
-///   q8_activations::assign_k): one activation scale per super-block lets
-///   the sub-block scales stay integers. Per 64 values, VPMADDUBSW
-///   multiplies the unsigned weights by the int8 activations into 16-bit
-///   pair sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies
-///   those by their sub-block scales into int32 lanes; per super-block one
-///   conversion and one FMA by d * d_x, plus the minimums
-///   (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's offset
-///   (-32 * sum_s sc_s * sum q, in int32). Each output is accumulated in the
-///   same order whatever the batch or tile, so the product is batch and
-///   thread invariant.
+/// @file llmkit/model/detail/matmul_kquants_vnni.hpp
+/// The K-quants' (Q4_K, Q5_K, Q6_K) int8-activation products with AVX-512
+/// VNNI, the weights decoded in registers as they stream in, at every token
+/// count. The activations are quantised per 256-value super-block (ggml's
+/// Q8_K, q8_activations::assign_k): one activation scale per super-block
+/// lets the sub-block scales stay integers. Per 64 values, VPMADDUBSW
+/// multiplies the unsigned weights by the int8 activations into 16-bit pair
+/// sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies those
+/// by their sub-block scales into int32 lanes; per super-block one
+/// conversion and one FMA by d * d_x, plus the minimums
+/// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's offset
+/// (-32 * sum_s sc_s * sum q, in int32). Each output is accumulated in the
+/// same order whatever the batch or tile, so the product is batch and
+/// thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
+/// computes the same formula in scalar code.
 
 #include <cstddef>
 #include <cstdint>
@@ -41,38 +35,8 @@ template <class Block>
 inline constexpr bool is_kquant_block =
     std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
 
-/// Products of at most this many tokens decode Q4_0 in registers.
-inline constexpr std::size_t matmul_blocks_fused_max_tokens = 2;
-
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-inline constexpr bool matmul_blocks_fused = true;
-
-/// Register decoders: `unit` blocks per step of `groups` 64-value groups;
-/// `scales(p)` decodes a unit's scales once, `values(p, g)` gives group g's
-/// unsigned values in natural order, `lane_scales(sc, g)` its 16 lane scales.
-template <class Block>
-struct vnni_block;
-
-template <>
-struct vnni_block<block_q4_0> {
-  static constexpr std::size_t unit = 2, groups = 1;
-  static constexpr bool has_mins = false;
-  struct scale_set {
-    __m512 s;
-  };
-  static scale_set scales(const block_q4_0* p) noexcept {
-    return {_mm512_insertf32x8(_mm512_set1_ps(scale_f32(p[0].d)), _mm256_set1_ps(scale_f32(p[1].d)), 1)};
-  }
-  static __m512i values(const block_q4_0* p, std::size_t) noexcept {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0].qs));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[1].qs));
-    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
-    // [a, b, a >> 4, b >> 4] -> [a lo, a hi, b lo, b hi]: values 0-31 of a, then of b.
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4), 1);
-    return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
-  }
-  static __m512 lane_scales(const scale_set& sc, std::size_t) noexcept { return sc.s; }
-};
+inline constexpr bool matmul_kquants_vnni = true;
 
 /// Group g of a K-quant's 4-bit values: low nibbles of qs[32g..] (values
 /// 0-31), then their high nibbles (values 32-63).
@@ -289,129 +253,12 @@ void matmul_kquant_rows(const q8_activations& xa, const block_weights& w, float*
   }
 }
 
-/// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) over all of the row's units.
-template <class Block, std::size_t TN, std::size_t ON>
-inline void fused_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
-                       bool accumulate, std::size_t t0, std::size_t o0) noexcept {
-  using F = vnni_block<Block>;
-  constexpr std::size_t unit_values = F::unit * block_values<Block>;
-  const std::size_t stride = xa.stride, row_bytes = w.row_bytes(), units = w.in / unit_values;
-  const Block* rows[ON];
-  #pragma GCC unroll 16
-  for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
-  __m512 acc[TN][ON];
-  [[maybe_unused]] __m256 macc[TN][ON];
-  #pragma GCC unroll 16
-  for (std::size_t a = 0; a < TN; ++a)
-    #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) {
-      acc[a][b] = _mm512_setzero_ps();
-      if constexpr (F::has_mins) macc[a][b] = _mm256_setzero_ps();
-    }
-  // The tile's rows are contiguous: each step prefetches its share of them
-  // matmul_prefetch_bytes ahead (as kquant_tile).
-  const std::size_t step_bytes = units != 0 ? ON * row_bytes / units : 0;
-  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(rows[0]) + matmul_prefetch_bytes;
-  for (std::size_t i = 0; i < units; ++i) {
-    typename F::scale_set sc[ON];
-    prefetch_lines_l2(ahead + i * step_bytes, step_bytes);
-#pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) sc[b] = F::scales(rows[b] + i * F::unit);
-    #pragma GCC unroll 16
-    for (std::size_t g = 0; g < F::groups; ++g) {
-      const std::size_t group = i * F::groups + g;
-      __m512i u[ON];
-      __m512 s[ON];
-      #pragma GCC unroll 16
-      for (std::size_t b = 0; b < ON; ++b) {
-        u[b] = F::values(rows[b] + i * F::unit, g);
-        s[b] = F::lane_scales(sc[b], g);
-      }
-      #pragma GCC unroll 16
-      for (std::size_t a = 0; a < TN; ++a) {
-        const std::size_t t = t0 + a;
-        const __m512i q = _mm512_load_si512(xa.row(t) + 64 * group);
-        const __m512i start = int8_form<Block>::offset != 0
-                                  ? _mm512_load_si512(xa.offset_sums.data() + t * stride / 4 + 16 * group)
-                                  : _mm512_setzero_si512();
-        const __m512 d = _mm512_load_ps(xa.pair_scales(t, group));
-        #pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b) {
-          const __m512i dot = _mm512_dpbusd_epi32(start, u[b], q);
-          acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[b], d), acc[a][b]);
-        }
-      }
-    }
-    if constexpr (F::has_mins)
-      #pragma GCC unroll 16
-      for (std::size_t a = 0; a < TN; ++a) {
-        const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + (t0 + a) * stride / 32 + 8 * i);
-        #pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc[b].m, xs, macc[a][b]);
-      }
-  }
-  if constexpr (std::is_same_v<Block, block_q4_0>) {
-    if (w.in % unit_values != 0) {  // an odd last block: values 32-63 of its group are padding
-      const std::size_t group = units;
-      __m512i u[ON];
-      __m512 s[ON];
-      #pragma GCC unroll 16
-      for (std::size_t b = 0; b < ON; ++b) {
-        const block_q4_0& last = rows[b][2 * units];
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(last.qs));
-        const __m512i z = _mm512_castsi128_si512(_mm_and_si128(v, _mm_set1_epi8(0x0F)));
-        u[b] = _mm512_inserti32x4(z, _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F)), 1);
-        s[b] = _mm512_insertf32x8(_mm512_set1_ps(scale_f32(last.d)), _mm256_setzero_ps(), 1);
-      }
-      #pragma GCC unroll 16
-      for (std::size_t a = 0; a < TN; ++a) {
-        const std::size_t t = t0 + a;
-        const __m512i q = _mm512_load_si512(xa.row(t) + 64 * group);
-        const __m512i start = _mm512_load_si512(xa.offset_sums.data() + t * stride / 4 + 16 * group);
-        const __m512 d = _mm512_load_ps(xa.pair_scales(t, group));
-        #pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b) {
-          const __m512i dot = _mm512_dpbusd_epi32(start, u[b], q);
-          acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[b], d), acc[a][b]);
-        }
-      }
-    }
-  }
-  float sums[TN][ON];
-  reduce_tile16(acc, sums);
-  for (std::size_t a = 0; a < TN; ++a)
-    for (std::size_t b = 0; b < ON; ++b) {
-      float v = sums[a][b];
-      if constexpr (F::has_mins) v -= reduce8(macc[a][b]);
-      float& out = y[(t0 + a) * y_stride + o0 + b];
-      out = accumulate ? out + v : v;
-    }
-}
-
-/// Rows [row_first, row_last) for the xa.n <= matmul_blocks_fused_max_tokens tokens.
-template <class Block>
-void matmul_blocks_fused_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
-                              bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
-  auto rows = [&]<std::size_t TN>() {
-    constexpr std::size_t ON = 4;
-    std::size_t o = row_first;
-    for (; o + ON <= row_last; o += ON) fused_tile<Block, TN, ON>(xa, w, y, y_stride, accumulate, 0, o);
-    for (; o < row_last; ++o) fused_tile<Block, TN, 1>(xa, w, y, y_stride, accumulate, 0, o);
-  };
-  if (xa.n == 1)
-    rows.template operator()<1>();
-  else
-    rows.template operator()<2>();
-}
 #else
-inline constexpr bool matmul_blocks_fused = false;
-// Declared for the branches that test matmul_blocks_fused; never instantiated.
+inline constexpr bool matmul_kquants_vnni = false;
+// Declared for the branches that test matmul_kquants_vnni; never instantiated.
 template <class Block>
 void matmul_kquant_rows(const q8_activations&, const block_weights&, float*, std::size_t, bool, std::size_t,
                         std::size_t) noexcept;
-template <class Block>
-void matmul_blocks_fused_rows(const q8_activations&, const block_weights&, float*, std::size_t, bool, std::size_t,
-                              std::size_t) noexcept;
 #endif
 
 }  // namespace llmkit::model::detail
