@@ -4,8 +4,8 @@
 /// @file llmkit/model/detail/matmul_blocks_q8.hpp
 /// Y = X * W^T (or Y += X * W^T) for W [out, in] in one of ggml's quantised
 /// block formats (model/quants.hpp) with the activations X [n, in] rounded
-/// to int8 per 32 values (q8_activations): the integer products ggml runs
-/// for its 4-, 5- and 6-bit formats, here with AVX-512 VNNI.
+/// to int8 (q8_activations): the integer products ggml runs for its 4-, 5-
+/// and 6-bit formats.
 ///
 /// Every format has an integer form: value j of a row is
 ///
@@ -27,13 +27,14 @@
 /// The product differs from the exact one (matmul_blocks.hpp) only by the
 /// activations' rounding, at most d_b / 2 per value.
 ///
-/// W is decoded a strip of rows at a time into this integer form (u as
-/// bytes, s per lane, m per block) in a per-thread buffer that stays in L1
-/// or L2, and the strip runs through one kernel for all formats. Each output
-/// is accumulated in a fixed order (lanes over the row's 64-value groups
-/// ascending, one fixed horizontal-add tree, then the minimums), so the
-/// product is batch and thread invariant. Without AVX-512 VNNI the same
-/// formula runs as a scalar loop (lanes ascending).
+/// This file holds the portable form: W decoded a strip of rows at a time
+/// into the integer form (u as bytes, s per lane, m per block) in a
+/// per-thread buffer, then a scalar loop over the lanes, each output summed
+/// in one fixed order (so batch and thread invariant). With AVX-512 VNNI
+/// every format runs a kernel that decodes in registers instead
+/// (matmul_blocks32_vnni.hpp, matmul_kquants_vnni.hpp); the K-quants then
+/// take activations per 256 values (q8_activations::assign_k), and so does
+/// this form for them, with d_b the super-block's scale.
 
 #include <algorithm>
 #include <cmath>
@@ -225,9 +226,8 @@ inline float reduce8(__m256 v) noexcept {
 }
 #endif
 
-/// sum_b m[b] * block_sums[b] over a row's blocks, in a fixed order: 8
-/// lanes (blocks b % 8) accumulated over chunks of 8 blocks ascending, then
-/// reduce8, as the fused K-quant kernels accumulate one super-block at a time.
+/// sum_b m[b] * block_sums[b] over a row's blocks, in a fixed order (8
+/// lanes over chunks of 8 blocks, then reduce8).
 inline float int8_min_dot(const float* m, const float* block_sums, std::size_t n_blocks) noexcept {
 #if defined(__AVX512F__) && defined(__AVX512VL__)
   __m256 acc = _mm256_setzero_ps();
@@ -245,84 +245,10 @@ inline float int8_min_dot(const float* m, const float* block_sums, std::size_t n
 #endif
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-inline constexpr bool matmul_blocks_q8_vnni = true;
-
-/// One tile: tokens [t0, t0 + TN) x strip rows [r0, r0 + ON).
-template <std::size_t TN, std::size_t ON>
-inline void int8_tile(const q8_activations& xa, const int8_strip& w, float* y, std::size_t y_stride, bool accumulate,
-                      std::size_t t0, std::size_t r0) noexcept {
-  static_assert(TN * ON <= 16);
-  const std::size_t stride = w.stride, groups = stride / 64;
-  __m512 acc[TN][ON];
-  #pragma GCC unroll 16
-  for (std::size_t a = 0; a < TN; ++a)
-    #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
-  for (std::size_t g = 0; g < groups; ++g) {
-    __m512i u[ON];
-    __m512 s[ON];
-    #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) {
-      u[b] = _mm512_load_si512(w.u + (r0 + b) * stride + 64 * g);
-      s[b] = _mm512_load_ps(w.s + (r0 + b) * stride / 4 + 16 * g);
-    }
-    #pragma GCC unroll 16
-    for (std::size_t a = 0; a < TN; ++a) {
-      const std::size_t t = t0 + a;
-      const __m512i q = _mm512_load_si512(xa.row(t) + 64 * g);
-      const __m512i start = w.offset != 0 ? _mm512_load_si512(xa.offset_sums.data() + t * stride / 4 + 16 * g)
-                                          : _mm512_setzero_si512();
-      const __m512 d = _mm512_load_ps(xa.pair_scales(t, g));
-      #pragma GCC unroll 16
-      for (std::size_t b = 0; b < ON; ++b) {
-        const __m512i dot = _mm512_dpbusd_epi32(start, u[b], q);
-        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s[b], d), acc[a][b]);
-      }
-    }
-  }
-  float sums[TN][ON];
-  reduce_tile16(acc, sums);
-  for (std::size_t a = 0; a < TN; ++a)
-    for (std::size_t b = 0; b < ON; ++b) {
-      float v = sums[a][b];
-      if (w.has_mins)
-        v -= int8_min_dot(w.m + (r0 + b) * stride / 32, xa.block_sums.data() + (t0 + a) * stride / 32, stride / 32);
-      float& out = y[(t0 + a) * y_stride + w.o_base + r0 + b];
-      out = accumulate ? out + v : v;
-    }
-}
-
-/// Strip rows [r0, r0 + ON) for every token, in tiles of up to 4 tokens.
-template <std::size_t ON>
-inline void int8_rows(const q8_activations& xa, const int8_strip& w, float* y, std::size_t y_stride, bool accumulate,
-                      std::size_t r0) noexcept {
-  std::size_t t = 0;
-  for (; t + 4 <= xa.n; t += 4) int8_tile<4, ON>(xa, w, y, y_stride, accumulate, t, r0);
-  switch (xa.n - t) {
-    case 3: int8_tile<3, ON>(xa, w, y, y_stride, accumulate, t, r0); break;
-    case 2: int8_tile<2, ON>(xa, w, y, y_stride, accumulate, t, r0); break;
-    case 1: int8_tile<1, ON>(xa, w, y, y_stride, accumulate, t, r0); break;
-    default: break;
-  }
-}
-#else
-inline constexpr bool matmul_blocks_q8_vnni = false;
-#endif
-
-/// Every strip row for every token.
+/// Every strip row for every token, lanes ascending (the scalar form of the
+/// lane arithmetic the VNNI kernels run).
 inline void int8_strip_product(const q8_activations& xa, const int8_strip& w, std::size_t rows, float* y,
                                std::size_t y_stride, bool accumulate) noexcept {
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-  std::size_t r = 0;
-  for (; r + 4 <= rows; r += 4) int8_rows<4>(xa, w, y, y_stride, accumulate, r);
-  switch (rows - r) {
-    case 3: int8_rows<3>(xa, w, y, y_stride, accumulate, r); break;
-    case 2: int8_rows<2>(xa, w, y, y_stride, accumulate, r); break;
-    case 1: int8_rows<1>(xa, w, y, y_stride, accumulate, r); break;
-    default: break;
-  }
-#else
   const std::size_t stride = w.stride;
   for (std::size_t t = 0; t < xa.n; ++t) {
     const std::int8_t* q = xa.row(t);
@@ -340,7 +266,6 @@ inline void int8_strip_product(const q8_activations& xa, const int8_strip& w, st
       out = accumulate ? out + v : v;
     }
   }
-#endif
 }
 
 /// Bytes of decoded integer weights per strip: a streaming product's strip
