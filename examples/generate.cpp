@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
       .one_of({"native", "f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"});
   std::string activations_name = "f32";
   cli.add_option("--activations", activations_name,
-                 "what Q8_0 matrices multiply: f32 (exact) or q8_0 (int8-quantised activations, the faster VNNI product)")
+                 "what quantised matrices multiply: f32 (exact) or q8_0 (int8-quantised activations, the faster integer product)")
       .one_of({"f32", "q8_0"});
   std::string chat_message, system_message, chat_template_name;
   const auto chat_option =

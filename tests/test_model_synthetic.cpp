@@ -279,6 +279,30 @@ TEST_CASE("architectures: a Q4_K_M-style mix loads and matches the oracle") {
       }
       for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(0, v) == serial[v]);
     }
+
+    // Int8 activations (per 256 values into the K-quants' integer products):
+    // close to the exact logits; a sequence's logits do not depend on its
+    // batch or on the threads.
+    llama_model mi(f, {.activations = activation_type::q8_0});
+    auto last_logits = [&](const std::vector<std::vector<std::int32_t>>& seqs, std::size_t threads) {
+      kv::contiguous_cache<float> cache(mi.kv_shape(), {.max_sequences = 2, .max_tokens = 16});
+      batch_builder b;
+      for (const auto& s : seqs) b.add(*cache.add_sequence(), s, 0);
+      thread_pool pool(threads);
+      const auto l = mi.forward(b.view(), cache, pool);
+      return std::vector<float>(l.row(0).begin(), l.row(0).end());
+    };
+    const auto alone = last_logits({prompt}, 1);
+    REQUIRE(last_logits({prompt, {3, 4, 5, 6, 250}}, 1) == alone);
+    REQUIRE(last_logits({prompt, {3, 4, 5, 6, 250}}, 2) == alone);
+    double max_diff = 0.0, max_abs = 0.0;
+    for (std::size_t v = 0; v < 300; ++v) {
+      max_diff = std::max(max_diff, double(std::abs(alone[v] - serial[v])));
+      max_abs = std::max(max_abs, double(std::abs(serial[v])));
+    }
+    INFO("int8 activations: max logit difference " << max_diff << " of max |logit| " << max_abs);
+    REQUIRE(max_diff > 0.0);
+    REQUIRE(max_diff <= 0.05 * max_abs);
   }
 
   // Tied output: the embedding is the output, so it gets Q6_K; rows of 64

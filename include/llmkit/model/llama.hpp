@@ -62,10 +62,11 @@ struct llama_options {
   /// input width is not a multiple of 32 stay f32 under q8_0. Norm weights
   /// are always f32.
   model::weight_type weight_type = model::weight_type::native;
-  /// What the Q8_0 matrices multiply: `f32` activations (exact: the
-  /// dequantised weights in f32 arithmetic) or `q8_0`, activations quantised
-  /// per 32 values to int8 (ggml's Q8_0 x Q8_0 product; ~3.5x faster decode
-  /// for a ~0.4% rounding of the activations). See model::activation_type.
+  /// What the quantised matrices (Q8_0, Q4_0 ... Q6_K) multiply: `f32`
+  /// activations (exact: the dequantised weights in f32 arithmetic) or
+  /// `q8_0`, activations rounded to int8 (ggml's integer products: per 32
+  /// values, per 256 for the K-quants; several times faster decode for a
+  /// <1% rounding of the activations). See model::activation_type.
   model::activation_type activations = model::activation_type::f32;
   /// With an int8 KV cache, decode attention rounds each query head to int8
   /// before its dot products with the keys (attention::decode_params::
