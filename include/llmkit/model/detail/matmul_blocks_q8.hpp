@@ -217,7 +217,7 @@ int8_strip decode_int8_strip(const block_weights& w, std::size_t o, std::size_t 
   return {buf.u.data(), buf.s.data(), buf.m.data(), stride, o, form::offset, form::has_mins};
 }
 
-#if defined(__AVX512F__) && defined(__AVX512VL__)
+#if defined(__AVX__)
 /// The sum of 8 lanes through one fixed tree.
 inline float reduce8(__m256 v) noexcept {
   const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -20,6 +20,7 @@
 #include "llmkit/model/detail/matmul_blocks.hpp"
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
 #include "llmkit/model/detail/matmul_blocks32_vnni.hpp"
+#include "llmkit/model/detail/matmul_blocks_avx2.hpp"
 #include "llmkit/model/detail/matmul_kquants_vnni.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
@@ -122,6 +123,8 @@ void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w
       matmul_kquant_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
     else if constexpr (matmul_blocks32_vnni && is_block32<B>)
       matmul_blocks32_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
+    else if constexpr (matmul_blocks_avx2 && !std::is_same_v<B, block_q8_0>)
+      matmul_blocks_avx2_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
     else if constexpr (!std::is_same_v<B, block_q8_0>)
       matmul_blocks_q8_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
   });
