@@ -18,6 +18,8 @@ static_assert(kv_cache<prefix_cache<float, 16>>);
 static_assert(kv_cache<prefix_cache<f16, 4>>);
 static_assert(kv_cache<prefix_cache<bf16, 1>>);
 static_assert(kv_cache<prefix_cache<std::int8_t, 32>>);
+static_assert(token_tracking_cache<prefix_cache<float, 16>>);
+static_assert(!token_tracking_cache<paged_cache<float, 16>>);
 
 namespace {
 
@@ -99,6 +101,10 @@ TEMPLATE_TEST_CASE("prefix cache reuses the longest published prefix and skips i
 
   // Same system prompt, different question: the 2 full system blocks are reused.
   const tokens_t b_tokens = concat(system, iota_tokens(900, 3));
+  REQUIRE(cache.match(b_tokens) == 2 * B);  // what add_sequence will find, without a lookup counted
+  REQUIRE(cache.match(a_tokens) == 3 * B);
+  REQUIRE(cache.match(tokens_t{}) == 0);
+  REQUIRE(cache.stats().n_lookups == 1);
   const auto b = *cache.add_sequence(b_tokens);
   REQUIRE(b.n_cached_tokens == 2 * B);
   REQUIRE(cache.n_tokens(b.seq) == 2 * B);

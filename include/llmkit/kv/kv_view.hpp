@@ -71,6 +71,26 @@ concept kv_cache = kv_readable<C> && requires(C& c, seq_id s, std::size_t layer,
   c.store(s, layer, first_token, k, v);
 };
 
+/// A cache that records the token ids of the slots it reserves, through
+/// `grow(s, [n] tokens)`: `prefix_cache` needs them to publish full blocks by
+/// content. Its plain `grow(s, n)` reserves slots of unknown ids instead.
+template <class C>
+concept token_tracking_cache = kv_cache<C> && requires(C& c, seq_id s, std::span<const std::int32_t> tokens) {
+  { c.grow(s, tokens) } -> std::same_as<bool>;
+};
+
+/// Reserves slots for the `[n] tokens` that continue s: `grow(s, tokens)`
+/// where the cache tracks token ids (so a prefix cache can publish them),
+/// `grow(s, n)` otherwise. Models call this rather than `grow(s, n)`.
+/// Returns false, with nothing changed, when the cache has no room.
+template <kv_cache C>
+bool grow_with_tokens(C& c, seq_id s, std::span<const std::int32_t> tokens) {
+  if constexpr (token_tracking_cache<C>)
+    return c.grow(s, tokens);
+  else
+    return c.grow(s, tokens.size());
+}
+
 /// Rows attention reads for s: the sum of its chunks' n_tokens (layer 0,
 /// KV head 0; every layer and head has the same chunking). Equals
 /// n_tokens(s) for every cache except `sliding_window_cache`, whose

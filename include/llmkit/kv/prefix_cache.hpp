@@ -121,18 +121,12 @@ class prefix_cache {
   /// nullopt when max_sequences are live.
   std::optional<prefix_hit> add_sequence(std::span<const std::int32_t> prompt) {
     ++stats_.n_lookups;
-    const std::size_t max_blocks = prompt.empty() ? 0 : (prompt.size() - 1) / BlockSize;
     std::vector<block_id> blocks;
     std::vector<std::uint64_t> keys;
-    std::uint64_t parent = root_key;
-    for (std::size_t i = 0; i < max_blocks; ++i) {
-      const auto tokens = prompt.subspan(i * BlockSize, BlockSize);
-      const auto it = find(parent, tokens);
-      if (it == entries_.end()) break;
-      blocks.push_back(it->second.block);
-      keys.push_back(it->first);
-      parent = it->first;
-    }
+    walk(prompt, [&](std::uint64_t key, block_id b) {
+      blocks.push_back(b);
+      keys.push_back(key);
+    });
     const std::size_t n_cached = blocks.size() * BlockSize;
     auto s = paged_.add_sequence_sharing(blocks, n_cached);
     if (!s) return std::nullopt;
@@ -143,6 +137,16 @@ class prefix_cache {
     states_[*s] = std::move(st);
     stats_.n_hit_tokens += n_cached;
     return prefix_hit{*s, n_cached};
+  }
+
+  /// Prompt tokens `add_sequence(prompt)` would reuse right now (a multiple
+  /// of BlockSize, at most `[n] prompt`'s n - 1), without adding a sequence
+  /// or touching the LRU order: a scheduler asks it before admitting a
+  /// request, to plan only the prefill of the rest.
+  std::size_t match(std::span<const std::int32_t> prompt) const {
+    std::size_t n_blocks = 0;
+    walk(prompt, [&](std::uint64_t, block_id) { ++n_blocks; });
+    return n_blocks * BlockSize;
   }
 
   /// Frees s. Its published blocks stay cached (evictable once no sequence
@@ -295,6 +299,20 @@ class prefix_cache {
         !std::equal(tokens.begin(), tokens.end(), it->second.tokens.begin()))
       return entries_.end();
     return it;
+  }
+
+  // Calls on_block(key, block) for each block of the longest published
+  // prefix of `prompt`, leaving at least one token unmatched.
+  template <class OnBlock>
+  void walk(std::span<const std::int32_t> prompt, OnBlock&& on_block) const {
+    const std::size_t max_blocks = prompt.empty() ? 0 : (prompt.size() - 1) / BlockSize;
+    std::uint64_t parent = root_key;
+    for (std::size_t i = 0; i < max_blocks; ++i) {
+      const auto it = find(parent, prompt.subspan(i * BlockSize, BlockSize));
+      if (it == entries_.end()) return;
+      on_block(it->first, it->second.block);
+      parent = it->first;
+    }
   }
 
   void touch(std::uint64_t key) {

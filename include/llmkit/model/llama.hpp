@@ -128,7 +128,7 @@ class llama_model {
   }
 
   /// Runs the batch through the model, appending each token's K/V to `cache`
-  /// (grow + store), and returns the logits of the rows `b.logit_rows` asks
+  /// (kv::grow_with_tokens + store), and returns the logits of the rows `b.logit_rows` asks
   /// for: `[n_logits, n_vocab]`, valid until the next forward().
   /// @pre every sequence of the batch exists in `cache`, its tokens form one
   /// contiguous run of the batch whose positions are cache.n_tokens(s),

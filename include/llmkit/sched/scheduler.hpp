@@ -95,6 +95,14 @@ class scheduler {
     return out;
   }
 
+  /// Tells the scheduler that the first `n_cached` context tokens of waiting
+  /// request `id` are in the KV cache already (prefix reuse); see
+  /// `sched::set_cached_prefix`. False when `id` is not waiting.
+  bool set_cached_prefix(request_id id, std::int64_t n_cached) {
+    LLMKIT_CHECK(!planned_, "set_cached_prefix: a planned step is not complete yet");
+    return sched::set_cached_prefix(state_, id, n_cached);
+  }
+
   /// Plans the next step. The plan stays valid until `complete_step`.
   const step_plan& next_step() {
     plan_ = plan_step(state_, policy_);

@@ -184,6 +184,22 @@ inline std::optional<seq_record> cancel(sched_state& s, request_id id) {
   return std::nullopt;
 }
 
+/// Marks the first `n_cached` tokens of waiting request `id`'s context as
+/// already cached (a prefix cache holds them), so that its admission plans
+/// only the prefill of the rest, from position `n_cached`. Call it before
+/// `plan_step`, with what the cache will hand out at admission. Returns
+/// false, with nothing changed, when `id` is not waiting (unknown, running,
+/// swapped or finished). Raises `llmkit::error` when `n_cached` is outside
+/// [0, context): one token is always left to compute, for its logits.
+inline bool set_cached_prefix(sched_state& s, request_id id, std::int64_t n_cached) {
+  seq_record* r = detail::find(s.waiting, id);
+  if (r == nullptr) return false;
+  LLMKIT_CHECK(n_cached >= 0 && n_cached < r->context(), "set_cached_prefix: request ", id, ": n_cached = ", n_cached,
+               " is outside [0, context = ", r->context(), ")");
+  r->n_cached = n_cached;
+  return true;
+}
+
 /// Number of live requests (waiting, running or swapped).
 inline std::size_t n_live(const sched_state& s) noexcept {
   return s.waiting.size() + s.running.size() + s.swapped.size();

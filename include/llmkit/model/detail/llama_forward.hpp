@@ -177,10 +177,11 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
   plan_segments(b, cache);
   reserve(n, b.n_logits());
 
-  // Grow every sequence; undo on failure where the cache can.
+  // Grow every sequence (with its token ids, so a prefix cache can publish
+  // the blocks); undo on failure where the cache can.
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     const segment& seg = segments_[s];
-    if (!cache.grow(seg.seq, seg.count)) {
+    if (!kv::grow_with_tokens(cache, seg.seq, b.token_ids.subspan(seg.first, seg.count))) {
       if constexpr (requires { cache.truncate(seg.seq, std::size_t{0}); })
         for (std::size_t u = 0; u < s; ++u) cache.truncate(segments_[u].seq, segments_[u].base);
       ::llmkit::detail::throw_error("llama_model::forward: the cache has no room for ", seg.count,
