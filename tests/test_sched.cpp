@@ -134,6 +134,29 @@ TEST_CASE("chunked prefill splits a prompt under the step budget, decodes first"
   REQUIRE(n_live(s) == 0);
 }
 
+TEST_CASE("set_cached_prefix: a waiting request's cached prefix is not planned; blocks still count it") {
+  sched_state s = make_state({.max_context = 64, .block_size = 4, .n_blocks = 16});
+  const policy p{.max_step_tokens = 64};
+  submit(s, 0, 10, 3);
+  REQUIRE_THROWS_WITH(set_cached_prefix(s, 0, 10), Catch::Contains("n_cached = 10 is outside [0, context = 10)"));
+  REQUIRE(set_cached_prefix(s, 0, 8));
+  REQUIRE_FALSE(set_cached_prefix(s, 7, 4));  // unknown
+  step_plan a = plan_step(s, p);
+  REQUIRE(a.items == std::vector<step_item>{{0, 8, 2, true, true}});
+  REQUIRE(check_plan(s, p, a).empty());
+  commit_step(s, a);
+  REQUIRE(check_state(s).empty());
+  REQUIRE(s.running[0].n_blocks == 3);  // the shared prefix counts: the accounting stays conservative
+  REQUIRE(s.n_free_blocks == 13);
+  REQUIRE_FALSE(set_cached_prefix(s, 0, 4));  // running now
+  // Through the scheduler: only while no step is planned.
+  scheduler sc({.max_context = 64, .block_size = 4, .n_blocks = 16}, p);
+  sc.submit({.id = 1, .prompt = {1, 2, 3, 4, 5}, .stop = {.max_new_tokens = 2}});
+  REQUIRE(sc.set_cached_prefix(1, 4));
+  REQUIRE(sc.next_step().items == std::vector<step_item>{{1, 4, 1, true, true}});
+  REQUIRE_THROWS_WITH(sc.set_cached_prefix(1, 0), Catch::Contains("a planned step is not complete yet"));
+}
+
 TEST_CASE("request-level batching: nobody joins a batch in flight; finished slots idle; padded prefill") {
   sched_state s = make_state({.max_context = 16, .block_size = 4, .n_blocks = 16});
   const policy p{.mode = batching::request_level, .max_batch_seqs = 2, .max_step_tokens = 16};

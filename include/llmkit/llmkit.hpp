@@ -67,3 +67,4 @@
 #include "llmkit/model/synthetic.hpp"
 #include "llmkit/model/tokenizer.hpp"
 #include "llmkit/model/weights.hpp"
+#include "llmkit/serve/serve.hpp"

@@ -1,0 +1,651 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/serve/engine.hpp
+/// A serving engine: requests submitted from any thread run under the
+/// continuous-batching scheduler (llmkit/sched) on one model, one paged KV
+/// cache and one executor. Each step runs ONE forward pass over the packed
+/// mix of prefill chunks and decode rows the scheduler planned, samples
+/// every finished row with its request's own chain and Philox stream,
+/// applies the stop rules (tokens, EOS, budget, text stop strings) and
+/// streams the new pieces to each request's callback.
+///
+/// ```
+/// kv::prefix_cache<float, 16> cache(model.kv_shape(), {.n_blocks = 1024});
+/// thread_pool pool(2);
+/// serve::engine eng(model, cache, pool, {.max_context = 512}, &tokenizer);
+/// eng.start();                                  // or call eng.step() yourself
+/// auto r = eng.submit({.prompt = ids, .sampling = "top_k(40);temperature(0.8);sample", .seed = 7,
+///                      .stop = {.max_new_tokens = 64, .stop_strings = {"\n\n"}},
+///                      .on_event = [](const serve::stream_event& e) { ... }});
+/// if (r.status == serve::submit_status::queue_full) { /* answer 429 */ }
+/// eng.cancel(r.handle);                         // from any thread
+/// eng.stop();                                   // cancels what is left, joins
+/// ```
+///
+/// Guarantees:
+/// - every submitted request receives exactly one finish event (stop,
+///   length, cancelled or error), the last of its events; a request rejected
+///   by `submit` receives it before `submit` returns;
+/// - a request's tokens depend only on its prompt, chain, seed and stream,
+///   not on what else runs, on chunking, preemption, prefix reuse, streaming
+///   or the executor's threads (the model's products are batch invariant and
+///   the draws counter-based);
+/// - a cancelled or finished request's KV blocks are free at the end of the
+///   step that ends it.
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "llmkit/core/error.hpp"
+#include "llmkit/core/executor.hpp"
+#include "llmkit/core/ids.hpp"
+#include "llmkit/core/stop.hpp"
+#include "llmkit/model/batch.hpp"
+#include "llmkit/model/language_model.hpp"
+#include "llmkit/model/tokenizer.hpp"
+#include "llmkit/sampling/candidates.hpp"
+#include "llmkit/sampling/context.hpp"
+#include "llmkit/sampling/logprobs.hpp"
+#include "llmkit/sampling/runtime_chain.hpp"
+#include "llmkit/sched/scheduler.hpp"
+#include "llmkit/serve/engine_cache.hpp"
+#include "llmkit/serve/options.hpp"
+#include "llmkit/serve/request.hpp"
+#include "llmkit/serve/stats.hpp"
+#include "llmkit/serve/text_stream.hpp"
+
+namespace llmkit::serve {
+
+/// What `engine::stop` does with requests that have not finished.
+enum class shutdown_mode : std::uint8_t {
+  cancel,  ///< end them at the next step (finish kind cancelled)
+  drain,   ///< let them run to completion (no new ones are accepted)
+};
+
+/// A serving engine over `Model` (a `model::language_model` on `Cache` and
+/// `Exec`), a paged KV cache and an executor, all owned by the caller and
+/// used only by the engine's step thread while it lives.
+///
+/// Threads: `submit`, `cancel`, `cancel_all`, `stop_accepting`, `stats`,
+/// `idle` and `wait_idle` may be called from any thread. Steps run either
+/// on a thread the engine owns (`start` ... `stop`) or on the owner's
+/// thread (`step`, `run_until_idle`), never both.
+template <class Model, engine_cache Cache, executor Exec = serial_executor>
+  requires model::language_model<Model, Cache, Exec>
+class engine {
+ public:
+  /// @param tokenizer  optional; without it events carry no text and stop
+  ///   strings are rejected. Must outlive the engine.
+  /// @throws llmkit::error for options the cache cannot serve (a context of
+  ///   `max_context` tokens must fit the pool) or an invalid policy.
+  engine(Model& model, Cache& cache, Exec& exec, engine_options options = {},
+         const model::tokenizer* tokenizer = nullptr)
+      : model_(model),
+        cache_(cache),
+        exec_(exec),
+        options_(std::move(options)),
+        tokenizer_(tokenizer),
+        sched_(limits_of(cache, options_), policy_of(options_)) {
+    LLMKIT_CHECK(options_.max_queued >= 1, "engine_options: max_queued must be >= 1, got ", options_.max_queued);
+    publish_stats();
+  }
+
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  /// Cancels whatever has not finished (each gets its finish event) and
+  /// joins the step thread.
+  ~engine() { stop(shutdown_mode::cancel); }
+
+  /// Queues a request; callable from any thread. Returns its handle and
+  /// whether it was accepted. A rejected request (bad input, queue full,
+  /// shutting down) gets its finish event (kind error) on this thread before
+  /// `submit` returns; an accepted one gets its events from the step thread.
+  submit_result submit(generation_request request) {
+    submit_result out;
+    std::optional<sampling::runtime_chain> chain;
+    try {
+      validate(request);
+      chain = sampling::runtime_chain::parse(request.sampling);
+    } catch (const std::exception& e) {
+      out.status = submit_status::invalid;
+      out.message = e.what();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      out.handle = next_handle_++;
+      ++n_submitted_;
+      if (out.status == submit_status::accepted) {
+        if (!accepting_) {
+          out.status = submit_status::shutting_down;
+          out.message = "the engine is shutting down";
+        } else if (inbox_.size() + published_.n_queued >= options_.max_queued) {
+          out.status = submit_status::queue_full;
+          out.message = "the queue is full (" + std::to_string(options_.max_queued) + " requests waiting)";
+          ++n_rejected_queue_full_;
+        }
+      }
+      if (out.status == submit_status::accepted) {
+        inbox_.push_back({out.handle, std::move(request), std::move(*chain)});
+      } else {
+        ++n_rejected_;
+      }
+    }
+    if (out.status == submit_status::accepted) {
+      wake_.notify_all();
+    } else {
+      stream_event e;
+      e.handle = out.handle;
+      e.type = event_type::finish;
+      e.finish = finish_kind::error;
+      e.error = out.message;
+      e.usage.n_prompt_tokens = request.prompt.size();
+      if (request.on_event) {
+        try {
+          request.on_event(e);
+        } catch (...) {  // the request is over either way
+        }
+      }
+    }
+    return out;
+  }
+
+  /// Cancels request `handle` at the next step (its finish event, kind
+  /// cancelled, carries the text so far; its KV blocks are freed then).
+  /// Callable from any thread; a finished or unknown handle is ignored.
+  void cancel(request_handle handle) {
+    {
+      std::lock_guard lock(mutex_);
+      cancels_.push_back(handle);
+    }
+    wake_.notify_all();
+  }
+
+  /// Cancels every queued and running request at the next step.
+  void cancel_all() {
+    {
+      std::lock_guard lock(mutex_);
+      cancel_all_ = true;
+    }
+    wake_.notify_all();
+  }
+
+  /// From now on `submit` rejects requests (`submit_status::shutting_down`);
+  /// requests already accepted keep running.
+  void stop_accepting() {
+    std::lock_guard lock(mutex_);
+    accepting_ = false;
+  }
+
+  /// Runs one step on the calling thread: takes the submissions and
+  /// cancellations since the last step, then (when any request is live)
+  /// plans, runs one forward pass, samples and delivers. Returns false when
+  /// there was nothing to compute.
+  /// @pre no step thread is running (`start`), and not called from an
+  /// event callback.
+  bool step() {
+    LLMKIT_CHECK(!thread_.joinable(), "engine::step: the engine's own step thread is running (start was called)");
+    return step_once();
+  }
+
+  /// Calls `step` until no request is live or queued.
+  void run_until_idle() {
+    while (step() || !inbox_empty()) {
+    }
+  }
+
+  /// Starts the engine's step thread, which steps whenever a request is
+  /// live and sleeps otherwise. @throws llmkit::error when already started.
+  void start() {
+    LLMKIT_CHECK(!thread_.joinable(), "engine::start: already started");
+    {
+      std::lock_guard lock(mutex_);
+      stop_requested_ = false;
+    }
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  /// Stops accepting requests, then cancels (shutdown_mode::cancel) or
+  /// finishes (drain) every request, queued ones included, and joins the
+  /// step thread; without one, steps on the calling thread until done.
+  /// Every request has had its finish event when `stop` returns. The engine
+  /// accepts nothing afterwards.
+  void stop(shutdown_mode mode = shutdown_mode::cancel) {
+    {
+      std::lock_guard lock(mutex_);
+      accepting_ = false;
+      stop_requested_ = true;
+      if (mode == shutdown_mode::cancel) cancel_all_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) {
+      thread_.join();
+    } else {
+      while (step_once() || !inbox_empty()) {
+      }
+    }
+  }
+
+  /// A snapshot of the counters and gauges; callable from any thread.
+  engine_stats stats() const {
+    std::lock_guard lock(mutex_);
+    engine_stats s = published_;
+    s.n_queued += inbox_.size();
+    s.n_submitted = n_submitted_;
+    s.n_rejected_queue_full = n_rejected_queue_full_;
+    s.n_finished[static_cast<std::size_t>(finish_kind::error)] += n_rejected_;
+    return s;
+  }
+
+  /// True when no request is queued or live.
+  bool idle() const {
+    std::lock_guard lock(mutex_);
+    return inbox_.empty() && cancels_.empty() && !published_busy_;
+  }
+
+  /// Waits until `idle()` (the step thread finished everything) or the
+  /// timeout; returns idle().
+  template <class Rep, class Period>
+  bool wait_idle(std::chrono::duration<Rep, Period> timeout) const {
+    std::unique_lock lock(mutex_);
+    return idle_cv_.wait_for(lock, timeout, [&] { return inbox_.empty() && cancels_.empty() && !published_busy_; });
+  }
+
+  const engine_options& options() const noexcept { return options_; }
+  /// The block limits the scheduler plans with (from the cache and options).
+  const sched::engine_limits& limits() const noexcept { return sched_.state().limits; }
+
+ private:
+  struct submission {
+    request_handle handle;
+    generation_request request;
+    sampling::runtime_chain chain;
+  };
+  // A request the scheduler owns, with what the engine keeps beside it.
+  struct live_request {
+    generation_request request;
+    sampling::runtime_chain chain;
+    std::vector<token_id> context;  // prompt then generated tokens
+    std::size_t n_prompt = 0;
+    std::optional<kv::seq_id> seq;  // while it holds KV (running)
+    text_stream text;
+    request_usage usage;
+    bool admitted = false;
+  };
+  // The sampled row of one item.
+  struct row_result {
+    sampling::sample_result sample;
+    std::vector<sampling::token_logprob> top;
+    std::string error;
+  };
+
+  static sched::engine_limits limits_of(const Cache& cache, const engine_options& o) {
+    return {.max_context = o.max_context,
+            .block_size = static_cast<std::int64_t>(Cache::block_size),
+            .n_blocks = static_cast<std::int64_t>(cache.pool().n_total()),
+            .n_swap_blocks = 0};
+  }
+  static sched::policy policy_of(const engine_options& o) {
+    sched::policy p = o.policy;
+    p.preempt = sched::preemption::recompute;
+    return p;
+  }
+
+  void validate(const generation_request& r) const {
+    LLMKIT_CHECK(!r.prompt.empty(), "prompt is empty");
+    const std::size_t vocab = model_.vocab_size();
+    for (std::size_t i = 0; i < r.prompt.size(); ++i)
+      LLMKIT_CHECK(r.prompt[i] >= 0 && static_cast<std::size_t>(r.prompt[i]) < vocab, "prompt[", i, "] = ",
+                   r.prompt[i], " is outside the vocabulary of ", vocab, " tokens");
+    r.stop.validate("stop");
+    const auto n_prompt = static_cast<std::int64_t>(r.prompt.size());
+    LLMKIT_CHECK(n_prompt < options_.max_context &&
+                     r.stop.max_new_tokens <= static_cast<std::size_t>(options_.max_context - n_prompt),
+                 "prompt length ", n_prompt, " + max_new_tokens ", r.stop.max_new_tokens, " exceeds the context of ",
+                 options_.max_context, " tokens");
+    LLMKIT_CHECK(r.stop.stop_strings.empty() || tokenizer_ != nullptr,
+                 "stop strings need a tokenizer; the engine has none");
+    LLMKIT_CHECK(r.top_logprobs <= vocab, "top_logprobs = ", r.top_logprobs, " exceeds the vocabulary of ", vocab,
+                 " tokens");
+  }
+
+  bool inbox_empty() const {
+    std::lock_guard lock(mutex_);
+    return inbox_.empty() && cancels_.empty() && !cancel_all_;
+  }
+
+  void loop() {
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] {
+          return !inbox_.empty() || !cancels_.empty() || cancel_all_ || stop_requested_ || !sched_.idle();
+        });
+        if (stop_requested_ && inbox_.empty() && cancels_.empty() && !cancel_all_ && sched_.idle()) return;
+      }
+      step_once();
+    }
+  }
+
+  bool step_once() {
+    std::vector<submission> incoming;
+    std::vector<request_handle> cancels;
+    bool cancel_everything = false;
+    {
+      std::lock_guard lock(mutex_);
+      incoming.swap(inbox_);
+      cancels.swap(cancels_);
+      cancel_everything = cancel_all_;
+      cancel_all_ = false;
+    }
+    for (submission& s : incoming) enqueue(std::move(s));
+    for (request_handle h : cancels) cancel_now(h);
+    if (cancel_everything) {
+      std::vector<request_handle> all;
+      for (const auto& [h, r] : live_) all.push_back(h);
+      std::sort(all.begin(), all.end());
+      for (request_handle h : all) cancel_now(h);
+    }
+    bool worked = false;
+    if (!sched_.idle()) {
+      try {
+        run_step();
+        worked = true;
+      } catch (const std::exception& e) {
+        fail_all(e.what());
+      }
+    }
+    publish_stats();
+    return worked;
+  }
+
+  void enqueue(submission s) {
+    sched::request r;
+    r.id = s.handle;
+    r.prompt = s.request.prompt;
+    r.stop = s.request.stop;
+    try {
+      sched_.submit(std::move(r));
+    } catch (const std::exception& e) {  // validated at submit; kept for safety
+      live_request l;
+      l.request = std::move(s.request);
+      l.usage.n_prompt_tokens = l.request.prompt.size();
+      deliver_finish(s.handle, l, finish_kind::error, std::nullopt, e.what());
+      return;
+    }
+    live_request l;
+    l.n_prompt = s.request.prompt.size();
+    l.context = s.request.prompt;
+    l.usage.n_prompt_tokens = l.n_prompt;
+    l.chain = std::move(s.chain);
+    l.request = std::move(s.request);
+    live_.emplace(s.handle, std::move(l));
+  }
+
+  void cancel_now(request_handle h) {
+    const auto it = live_.find(h);
+    if (it == live_.end()) return;
+    sched_.cancel(h);
+    finish(it, finish_kind::cancelled, finish_reason::cancelled);
+  }
+
+  void fail_all(const std::string& message) {
+    std::vector<request_handle> all;
+    for (const auto& [h, r] : live_) all.push_back(h);
+    std::sort(all.begin(), all.end());
+    for (request_handle h : all) {
+      sched_.cancel(h);
+      finish(live_.find(h), finish_kind::error, std::nullopt, message);
+    }
+    // The failed step's plan was never completed: start from a fresh scheduler.
+    sched_ = sched::scheduler(sched_.state().limits, sched_.get_policy());
+  }
+
+  // Looks the waiting requests up in the prefix cache, so that admission
+  // plans only the prefill past their cached prefix.
+  void plan_prefix_reuse() {
+    if constexpr (prefix_reusing_cache<Cache>) {
+      if (options_.reuse == prefix_reuse::disabled) return;
+      const auto& p = sched_.get_policy();
+      const std::size_t window = static_cast<std::size_t>(std::max(p.max_batch_seqs, p.length_window) + 1);
+      const auto& waiting = sched_.state().waiting;
+      std::vector<std::pair<request_id, std::int64_t>> hits;
+      for (std::size_t i = 0; i < waiting.size() && i < window; ++i) {
+        const live_request& l = live_.at(waiting[i].id);
+        hits.emplace_back(waiting[i].id, static_cast<std::int64_t>(cache_.match(l.context)));
+      }
+      for (const auto& [id, n] : hits) sched_.set_cached_prefix(id, n);
+    }
+  }
+
+  // Gives an admitted request its cache sequence, holding its first
+  // `first_pos` context tokens (from the prefix cache when first_pos > 0).
+  kv::seq_id open_sequence(live_request& l, std::int64_t first_pos) {
+    std::optional<kv::seq_id> seq;
+    const auto n_reused = static_cast<std::size_t>(first_pos);
+    if constexpr (prefix_reusing_cache<Cache>) {
+      if (options_.reuse == prefix_reuse::enabled) {
+        const auto hit = cache_.add_sequence(std::span<const std::int32_t>(l.context));
+        LLMKIT_CHECK(hit.has_value(), "engine: the cache holds its maximum number of sequences");
+        seq = hit->seq;
+        LLMKIT_CHECK(hit->n_cached_tokens >= n_reused, "engine: the prefix cache found ", hit->n_cached_tokens,
+                     " cached tokens, the plan expected ", n_reused);
+        if (hit->n_cached_tokens > n_reused) cache_.truncate(*seq, n_reused);
+      }
+    }
+    if (!seq) {
+      LLMKIT_CHECK(n_reused == 0, "engine: a plan starts at position ", n_reused, " without prefix reuse");
+      seq = cache_.add_sequence();
+      LLMKIT_CHECK(seq.has_value(), "engine: the cache holds its maximum number of sequences");
+    }
+    stats_.n_prompt_tokens_reused += n_reused;
+    if (!l.admitted) l.usage.n_prompt_tokens_reused = n_reused;
+    l.admitted = true;
+    l.seq = seq;
+    return *seq;
+  }
+
+  void run_step() {
+    plan_prefix_reuse();
+    const sched::step_plan& plan = sched_.next_step();
+    for (const sched::block_move& m : plan.preempted) {
+      live_request& l = live_.at(m.id);
+      if (l.seq) cache_.free(*l.seq);
+      l.seq.reset();
+      ++stats_.n_preemptions;
+    }
+    batch_.clear();
+    std::vector<request_id> rows;  // the request of each logits row
+    for (const sched::step_item& it : plan.items) {
+      live_request& l = live_.at(it.id);
+      const kv::seq_id seq = l.seq ? *l.seq : open_sequence(l, it.first_pos);
+      LLMKIT_ASSERT(cache_.n_tokens(seq) == static_cast<std::size_t>(it.first_pos));
+      batch_.add(seq,
+                 std::span<const token_id>(l.context)
+                     .subspan(static_cast<std::size_t>(it.first_pos), static_cast<std::size_t>(it.n_tokens)),
+                 static_cast<std::int32_t>(it.first_pos),
+                 it.samples ? model::last_logits::keep : model::last_logits::skip);
+      if (it.is_prefill) stats_.n_prompt_tokens_prefilled += static_cast<std::uint64_t>(it.n_tokens);
+      if (it.samples) rows.push_back(it.id);
+    }
+    const matrix_view<const float> logits = model_.forward(batch_.view(), cache_, exec_);
+    ++stats_.n_steps;
+    if constexpr (prefix_reusing_cache<Cache>) {
+      for (const sched::step_item& it : plan.items) cache_.commit(*live_.at(it.id).seq);
+    }
+
+    // Every row on its own workspace and Philox stream: the draw does not
+    // depend on the row's place in the batch or on the thread.
+    results_.resize(rows.size());
+    if (workspaces_.size() < rows.size()) workspaces_.resize(rows.size());
+    exec_.parallel_for(rows.size(), [&](std::size_t k) {
+      row_result& out = results_[k];
+      out.error.clear();
+      out.top.clear();
+      try {
+        const live_request& l = live_.at(rows[k]);
+        const sampling::sampling_context ctx{.seed = l.request.seed,
+                                             .request_id = l.request.stream,
+                                             .step = l.context.size() - l.n_prompt,
+                                             .history = l.context,
+                                             .n_prompt = l.n_prompt};
+        sampling::candidates& ws = workspaces_[k];
+        ws.reset_copy(logits.row(k));
+        l.chain.apply(ws, ctx);
+        if (l.request.top_logprobs > 0) {
+          out.top.resize(l.request.top_logprobs);
+          out.top.resize(sampling::top_logprobs(ws, out.top));
+        }
+        out.sample = l.chain.sample(ws, ctx);
+      } catch (const std::exception& e) {
+        out.error = e.what();
+        out.sample = {};
+      }
+    });
+
+    std::vector<token_id> sampled(rows.size());
+    for (std::size_t k = 0; k < rows.size(); ++k) sampled[k] = results_[k].error.empty() ? results_[k].sample.token : 0;
+    std::unordered_map<request_id, finish_reason> ended;
+    for (const sched::finished_request& f : sched_.complete_step(sampled)) ended.emplace(f.id, f.reason);
+
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      const request_id id = rows[k];
+      const auto it = live_.find(id);
+      LLMKIT_ASSERT(it != live_.end());
+      live_request& l = it->second;
+      const bool in_scheduler = !ended.contains(id);
+      if (!results_[k].error.empty()) {
+        if (in_scheduler) sched_.cancel(id);
+        finish(it, finish_kind::error, std::nullopt, "sampling: " + results_[k].error);
+        continue;
+      }
+      const token_id token = sampled[k];
+      l.context.push_back(token);
+      ++l.usage.n_generated_tokens;
+      ++stats_.n_generated_tokens;
+      stream_event e;
+      e.handle = id;
+      e.type = event_type::token;
+      e.token = token;
+      e.logprob = results_[k].sample.logprob;
+      e.top_logprobs = std::move(results_[k].top);
+      bool stop_string = false;
+      if (tokenizer_ != nullptr) {
+        text_stream::delta d = l.text.push(*tokenizer_, token, l.request.stop);
+        e.text = std::move(d.text);
+        stop_string = d.stop_string;
+      }
+      std::optional<finish_reason> why;
+      if (!in_scheduler) why = ended.at(id);
+      if (stop_string && (!why || *why == finish_reason::max_tokens)) why = finish_reason::stop_string;
+      if (!deliver(l, e)) {
+        if (in_scheduler) sched_.cancel(id);
+        finish(it, finish_kind::error, std::nullopt, "the event callback threw");
+        continue;
+      }
+      if (why) {
+        if (in_scheduler) sched_.cancel(id);
+        finish(it, kind_of(*why), *why);
+      }
+    }
+  }
+
+  // Calls the request's callback; false when it threw.
+  static bool deliver(const live_request& l, const stream_event& e) {
+    if (!l.request.on_event) return true;
+    try {
+      l.request.on_event(e);
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
+  void deliver_finish(request_handle h, live_request& l, finish_kind kind, std::optional<finish_reason> reason,
+                      std::string error = {}) {
+    stream_event e;
+    e.handle = h;
+    e.type = event_type::finish;
+    e.finish = kind;
+    e.reason = reason;
+    e.error = std::move(error);
+    if (kind != finish_kind::error && reason != finish_reason::stop_string) e.text = l.text.flush();
+    e.usage = l.usage;
+    ++stats_.n_finished[static_cast<std::size_t>(kind)];
+    deliver(l, e);
+  }
+
+  // Ends a live request: frees its sequence, sends its finish event.
+  void finish(typename std::unordered_map<request_handle, live_request>::iterator it, finish_kind kind,
+              std::optional<finish_reason> reason, std::string error = {}) {
+    live_request l = std::move(it->second);
+    const request_handle h = it->first;
+    live_.erase(it);
+    if (l.seq) cache_.free(*l.seq);
+    l.seq.reset();
+    deliver_finish(h, l, kind, reason, std::move(error));
+  }
+
+  void publish_stats() {
+    engine_stats s = stats_;
+    const auto& st = sched_.state();
+    s.n_queued = st.waiting.size();
+    s.n_running = st.running.size();
+    const kv::block_pool& pool = cache_.pool();
+    s.kv_blocks_total = pool.n_total();
+    s.kv_blocks_free = pool.n_free();
+    if constexpr (prefix_reusing_cache<Cache>) s.kv_blocks_cached = cache_.stats().n_evictable_blocks;
+    s.kv_blocks_used = s.kv_blocks_total - s.kv_blocks_free - s.kv_blocks_cached;
+    {
+      std::lock_guard lock(mutex_);
+      published_ = s;
+      published_busy_ = !sched_.idle();
+    }
+    idle_cv_.notify_all();
+  }
+
+  Model& model_;
+  Cache& cache_;
+  Exec& exec_;
+  engine_options options_;
+  const model::tokenizer* tokenizer_;
+
+  // Step thread only.
+  sched::scheduler sched_;
+  std::unordered_map<request_handle, live_request> live_;
+  model::batch_builder batch_;
+  std::vector<sampling::candidates> workspaces_;
+  std::vector<row_result> results_;
+  engine_stats stats_;  // counters of the step thread
+
+  // Shared, under mutex_.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  mutable std::condition_variable idle_cv_;
+  std::vector<submission> inbox_;
+  std::vector<request_handle> cancels_;
+  bool cancel_all_ = false;
+  bool accepting_ = true;
+  bool stop_requested_ = false;
+  request_handle next_handle_ = 1;
+  std::uint64_t n_submitted_ = 0, n_rejected_ = 0, n_rejected_queue_full_ = 0;
+  engine_stats published_;
+  bool published_busy_ = false;
+
+  std::thread thread_;
+};
+
+}  // namespace llmkit::serve

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/serve/options.hpp
+/// The knobs of a serving engine: context length, scheduling policy,
+/// admission limits, prefix reuse.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "llmkit/sched/policy.hpp"
+
+namespace llmkit::serve {
+
+/// Whether requests sharing a prompt prefix reuse its cached K/V (with a
+/// cache that offers it, `kv::prefix_cache`; other caches never reuse).
+enum class prefix_reuse : std::uint8_t {
+  enabled,   ///< look every admitted context up in the prefix cache
+  disabled,  ///< always prefill whole contexts (e.g. to compare)
+};
+
+/// Options of `engine`. Designated initialisers at call sites:
+/// `engine_options{.max_context = 1024, .max_queued = 64}`.
+struct engine_options {
+  /// Most tokens of one sequence (prompt + max_new_tokens); a longer request
+  /// is rejected at submit.
+  std::int64_t max_context = 2048;
+  /// How steps are formed. `policy.max_batch_seqs` is the most requests
+  /// running at once; `preempt` is always recompute (the engine has no swap
+  /// space).
+  sched::policy policy{.max_batch_seqs = 32, .max_step_tokens = 512, .chunked_prefill = true};
+  /// Most requests waiting for admission (submitted, not yet running);
+  /// `submit` answers `submit_status::queue_full` beyond it.
+  std::size_t max_queued = 1024;
+  prefix_reuse reuse = prefix_reuse::enabled;
+};
+
+}  // namespace llmkit::serve

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/serve/request.hpp
+/// What a client hands a serving engine (`generation_request`) and what the
+/// engine streams back (`stream_event`): token pieces while the request
+/// runs, then exactly one finish event.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "llmkit/core/ids.hpp"
+#include "llmkit/core/stop.hpp"
+#include "llmkit/sampling/logprobs.hpp"
+
+namespace llmkit::serve {
+
+/// Identifies a submitted request for its whole life (never reused by one
+/// engine).
+using request_handle = std::int64_t;
+
+/// How a request ended, in OpenAI's terms.
+enum class finish_kind : std::uint8_t {
+  stop,       ///< EOS, a stop sequence or a stop string
+  length,     ///< `stop.max_new_tokens` tokens were generated
+  cancelled,  ///< `engine::cancel`, or the engine shut down before it finished
+  error,      ///< rejected at submit (bad input, queue full, shutting down) or failed while running
+};
+
+/// "stop", "length", "cancelled", "error".
+constexpr std::string_view to_string(finish_kind k) noexcept {
+  switch (k) {
+    case finish_kind::stop: return "stop";
+    case finish_kind::length: return "length";
+    case finish_kind::cancelled: return "cancelled";
+    case finish_kind::error: return "error";
+  }
+  return "?";
+}
+
+/// The kind of a stop rule's `finish_reason`.
+constexpr finish_kind kind_of(finish_reason r) noexcept {
+  switch (r) {
+    case finish_reason::eos:
+    case finish_reason::stop_sequence:
+    case finish_reason::stop_string: return finish_kind::stop;
+    case finish_reason::max_tokens: return finish_kind::length;
+    case finish_reason::cancelled: return finish_kind::cancelled;
+  }
+  return finish_kind::error;
+}
+
+/// Whether an event carries a token or ends the request.
+enum class event_type : std::uint8_t {
+  token,   ///< one generated token and the text it completes
+  finish,  ///< the request ended; no event follows
+};
+
+/// Token counts of a request (OpenAI's `usage`).
+struct request_usage {
+  std::size_t n_prompt_tokens = 0;
+  std::size_t n_generated_tokens = 0;
+  /// Prompt tokens whose K/V came from the prefix cache at the request's
+  /// first admission (not prefilled).
+  std::size_t n_prompt_tokens_reused = 0;
+};
+
+/// One event of a request's stream, delivered to `generation_request::on_event`.
+///
+/// Text: the `text` fields of all events of a request, concatenated, are
+/// the decoded generated tokens (UTF-8, never split inside a character),
+/// cut before the first stop string when one fired. Text that may be the
+/// start of a stop string, or an incomplete character, is held back until
+/// the next tokens decide it (so a token event's text may be empty, and the
+/// finish event may carry the rest).
+struct stream_event {
+  request_handle handle = 0;
+  event_type type = event_type::token;
+  /// Text delta (see above); empty when the engine has no tokenizer.
+  std::string text;
+
+  // Token events.
+  token_id token = -1;
+  /// Log-probability of `token` under the request's processed distribution
+  /// (after its chain's processors, before the draw).
+  float logprob = 0.0f;
+  /// `[min(top_logprobs, candidates)]` most probable tokens of that
+  /// distribution, most probable first (`generation_request::top_logprobs`).
+  std::vector<sampling::token_logprob> top_logprobs;
+
+  // Finish events.
+  finish_kind finish = finish_kind::stop;
+  /// The stop rule that fired (stop and length), `cancelled`, or nullopt
+  /// for an error.
+  std::optional<finish_reason> reason;
+  /// What went wrong (error only).
+  std::string error;
+  request_usage usage;
+};
+
+/// A generation request.
+struct generation_request {
+  /// `[n_prompt]` prompt token ids (each < the model's vocabulary; at least
+  /// one).
+  std::vector<token_id> prompt;
+  /// The sampling chain as a configuration string
+  /// (sampling/runtime_chain.hpp), e.g. "top_k(40);temperature(0.8);sample".
+  std::string sampling = "greedy";
+  /// Seed of the request's own Philox stream: the draw of step t is a pure
+  /// function of (seed, stream, t), whatever else runs in the batch.
+  std::uint64_t seed = 0;
+  /// Second key of the random stream (e.g. the index of one of n samples of
+  /// a prompt), so that equal seeds can still draw independent streams.
+  std::uint64_t stream = 0;
+  /// EOS tokens, stop sequences, stop strings (need a tokenizer), and the
+  /// token budget `max_new_tokens`.
+  stop_criteria stop{};
+  /// Alternatives listed in each token event (0 = none).
+  std::size_t top_logprobs = 0;
+  /// Receives every event of the request, on the engine's step thread (or
+  /// on the caller's thread for a request rejected by `submit`). Must not
+  /// block for long (it stalls the batch) and must not throw (an exception
+  /// ends the request with an error). May call `submit` and `cancel`.
+  std::function<void(const stream_event&)> on_event;
+};
+
+/// What `submit` did with a request.
+enum class submit_status : std::uint8_t {
+  accepted,       ///< queued; events follow on `on_event`
+  queue_full,     ///< `engine_options::max_queued` requests wait already (HTTP 429)
+  invalid,        ///< bad prompt, stop rules, sampling chain or length (HTTP 400)
+  shutting_down,  ///< `stop` was called (HTTP 503)
+};
+
+/// The answer of `submit`. A rejected request has received its finish event
+/// (kind `error`) before `submit` returns.
+struct submit_result {
+  request_handle handle = 0;
+  submit_status status = submit_status::accepted;
+  /// Why it was rejected (empty when accepted).
+  std::string message;
+  bool accepted() const noexcept { return status == submit_status::accepted; }
+};
+
+}  // namespace llmkit::serve

@@ -1,0 +1,550 @@
+// SPDX-License-Identifier: MIT
+// serve/: the serving engine on the vendored stories260K model: seeded
+// determinism alone / under load / on its own thread / on 2 executor
+// threads, stop strings across token boundaries, cancellation from other
+// threads, exactly one finish per request, prefix reuse, preemption under a
+// tiny block pool, admission limits; and the incremental text stream.
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/prefix_cache.hpp>
+#include <llmkit/model/llama.hpp>
+#include <llmkit/model/tokenizer.hpp>
+#include <llmkit/serve/serve.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace llmkit;
+
+namespace {
+
+using cache_t = kv::prefix_cache<float, 16>;
+
+struct stories {
+  model::gguf_file file = model::gguf_file::open(LLMKIT_DEFAULT_MODEL);
+  model::tokenizer tok = model::tokenizer::from_gguf(file);
+  model::llama_model model{file};
+};
+stories& loaded() {
+  static stories s;
+  return s;
+}
+
+std::vector<token_id> encode(const std::string& text) {
+  return loaded().tok.encode(text, {.add_bos = true});
+}
+
+const std::vector<std::string> prompts{"Once upon a time",
+                                       "Lily and Tom went to the park. Lily saw a big red ball. Tom saw a big red",
+                                       "The cat sat on the mat. The cat was happy. The dog",
+                                       "One day, a little boy named Tim",
+                                       "She said, \"I want to play!\" Her mom said, \"You can play",
+                                       "The sun was hot",
+                                       "Ben had a toy car. He liked his toy car. One day his toy car",
+                                       "Sue",
+                                       "The bird flew to the tree. The bird sang a song. The bird",
+                                       "They were best friends"};
+
+/// Everything one request received, in order.
+struct record {
+  std::vector<token_id> tokens;
+  std::string text;
+  std::vector<serve::stream_event> events;  // token events keep no top list copy beyond the first
+  int n_finish = 0;
+  bool finish_last = true;  // no event after the finish
+  serve::stream_event finish;
+};
+
+/// Thread-safe sink of events by handle.
+class recorder {
+ public:
+  std::function<void(const serve::stream_event&)> sink() {
+    return [this](const serve::stream_event& e) { on_event(e); };
+  }
+  void on_event(const serve::stream_event& e) {
+    std::lock_guard lock(mutex_);
+    record& r = records_[e.handle];
+    if (r.n_finish > 0) r.finish_last = false;
+    r.text += e.text;
+    if (e.type == serve::event_type::token) {
+      r.tokens.push_back(e.token);
+      r.events.push_back(e);
+    } else {
+      ++r.n_finish;
+      r.finish = e;
+    }
+  }
+  record get(serve::request_handle h) const {
+    std::lock_guard lock(mutex_);
+    const auto it = records_.find(h);
+    return it == records_.end() ? record{} : it->second;
+  }
+  std::map<serve::request_handle, record> all() const {
+    std::lock_guard lock(mutex_);
+    return records_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<serve::request_handle, record> records_;
+};
+
+serve::engine_options small_steps(std::int64_t max_step_tokens = 48) {
+  return {.max_context = 256,
+          .policy = {.max_batch_seqs = 32, .max_step_tokens = max_step_tokens, .chunked_prefill = true}};
+}
+
+serve::generation_request sampled_request(const std::string& prompt, std::uint64_t seed, std::size_t max_new,
+                                          recorder& rec) {
+  return {.prompt = encode(prompt),
+          .sampling = "top_k(40);top_p(0.95);temperature(0.9);sample",
+          .seed = seed,
+          .stop = {.max_new_tokens = max_new},
+          .on_event = rec.sink()};
+}
+
+/// Runs `requests` (all submitted before the first step) to completion on
+/// a fresh engine; returns the tokens of each, in order.
+template <class Exec>
+std::vector<std::vector<token_id>> run_all(std::vector<serve::generation_request> requests, Exec& exec,
+                                           serve::engine_options options, std::size_t n_blocks = 512,
+                                           serve::engine_stats* stats_out = nullptr) {
+  auto& s = loaded();
+  cache_t cache(s.model.kv_shape(), {.n_blocks = n_blocks});
+  serve::engine eng(s.model, cache, exec, options, &s.tok);
+  recorder rec;
+  std::vector<serve::request_handle> handles;
+  for (auto& r : requests) {
+    r.on_event = rec.sink();
+    const auto res = eng.submit(std::move(r));
+    REQUIRE(res.accepted());
+    handles.push_back(res.handle);
+  }
+  eng.run_until_idle();
+  std::vector<std::vector<token_id>> out;
+  for (auto h : handles) {
+    const record r = rec.get(h);
+    REQUIRE(r.n_finish == 1);
+    out.push_back(r.tokens);
+  }
+  if (stats_out) *stats_out = eng.stats();
+  REQUIRE(eng.stats().kv_blocks_used == 0);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("text_stream: deltas never show a stop string and never split a UTF-8 character") {
+  const stop_criteria stop{.stop_strings = {"o w", "END"}};
+  serve::text_stream t;
+  auto d = t.push_text("Hel", stop);
+  REQUIRE(d.text == "Hel");
+  d = t.push_text("lo", stop);  // "o" may begin "o w": held back
+  REQUIRE(d.text == "l");
+  d = t.push_text(" ", stop);
+  REQUIRE(d.text.empty());
+  d = t.push_text("wor", stop);  // completes "o w": cut before it
+  REQUIRE(d.stop_string);
+  REQUIRE(d.text.empty());
+  REQUIRE(t.flush().empty());
+  REQUIRE(t.text() == "Hello wor");
+
+  serve::text_stream u;
+  REQUIRE(u.push_text("caf\xc3", {}).text == "caf");  // first byte of é held
+  REQUIRE(u.push_text("\xa9!", {}).text == "\xc3\xa9!");
+  REQUIRE(u.push_text("EN", stop).text.empty());
+  REQUIRE(u.flush() == "EN");  // the end of the request makes held text final
+  REQUIRE(serve::incomplete_utf8_tail("a\xe2\x82") == 2);
+  REQUIRE(serve::incomplete_utf8_tail("a\xe2\x82\xac") == 0);
+}
+
+TEST_CASE("engine: a seeded request gives the same tokens alone, under load, on its own thread and on 2 threads") {
+  serial_executor serial;
+  recorder unused;
+  auto target = [&] { return sampled_request(prompts[1], 7, 40, unused); };
+  const auto alone = run_all({target()}, serial, small_steps())[0];
+  REQUIRE(alone.size() == 40);
+
+  // 16 others in flight, submitted before and after it, chunked prefill
+  // under a small step budget.
+  std::vector<serve::generation_request> load;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 5) load.push_back(target());
+    load.push_back(sampled_request(prompts[static_cast<std::size_t>(i) % prompts.size()], 100 + i, 10 + 3 * i, unused));
+  }
+  const auto busy = run_all(load, serial, small_steps());
+  REQUIRE(busy[5] == alone);
+
+  // Greedy and sampled rows mixed, other step budgets.
+  load[0].sampling = "greedy";
+  REQUIRE(run_all(load, serial, small_steps(512))[5] == alone);
+  REQUIRE(run_all(load, serial, small_steps(17))[5] == alone);
+
+  // Two executor threads (the forward's products and the sampling rows split).
+  thread_pool pool(2);
+  REQUIRE(run_all(load, pool, small_steps())[5] == alone);
+  REQUIRE(run_all({target()}, pool, small_steps())[0] == alone);
+
+  // The engine's own step thread, requests arriving while it runs, with
+  // top-logprobs asked for (the events change, not the tokens).
+  auto& s = loaded();
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 512});
+  serve::engine eng(s.model, cache, pool, small_steps(), &s.tok);
+  recorder rec;
+  eng.start();
+  std::vector<serve::request_handle> handles;
+  for (int i = 0; i < 16; ++i) {
+    auto r = sampled_request(prompts[static_cast<std::size_t>(i) % prompts.size()], 200 + i, 20, rec);
+    handles.push_back(eng.submit(std::move(r)).handle);
+    if (i == 8) {
+      auto t = target();
+      t.top_logprobs = 5;
+      t.on_event = rec.sink();
+      handles.push_back(eng.submit(std::move(t)).handle);
+    }
+  }
+  REQUIRE(eng.wait_idle(std::chrono::seconds(60)));
+  eng.stop();
+  const record r = rec.get(handles[9]);
+  REQUIRE(r.tokens == alone);
+  REQUIRE(r.finish.finish == serve::finish_kind::length);
+  REQUIRE(r.finish.reason == finish_reason::max_tokens);
+  REQUIRE(r.finish.usage.n_generated_tokens == 40);
+  REQUIRE(r.text == s.tok.decode(alone));
+  for (const auto& e : r.events) {
+    REQUIRE(e.top_logprobs.size() >= 1);  // top_k / top_p may keep fewer than 5
+    REQUIRE(e.top_logprobs.size() <= 5);
+    REQUIRE(e.top_logprobs[0].logprob >= e.logprob);
+    REQUIRE(e.logprob <= 0.0f);
+  }
+}
+
+TEST_CASE("engine: greedy tokens equal the model's own greedy decoding; logprobs list the argmax first") {
+  auto& s = loaded();
+  serial_executor serial;
+  recorder rec;
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 64});
+  serve::engine eng(s.model, cache, serial, small_steps(), &s.tok);
+  const auto h = eng.submit({.prompt = encode(prompts[0]), .stop = {.max_new_tokens = 20}, .top_logprobs = 2,
+                             .on_event = rec.sink()}).handle;
+  eng.run_until_idle();
+  const record r = rec.get(h);
+
+  // Reference: one sequence, one token at a time, argmax.
+  cache_t ref(s.model.kv_shape(), {.n_blocks = 64});
+  const auto seq = *ref.add_sequence();
+  std::vector<token_id> ctx = encode(prompts[0]);
+  std::vector<token_id> expected;
+  std::size_t done = 0;
+  model::batch_builder b;
+  while (expected.size() < 20) {
+    b.clear();
+    b.add(seq, std::span<const token_id>(ctx).subspan(done), static_cast<std::int32_t>(done));
+    done = ctx.size();
+    const auto row = s.model.forward(b.view(), ref).row(0);
+    const auto t = static_cast<token_id>(std::max_element(row.begin(), row.end()) - row.begin());
+    expected.push_back(t);
+    ctx.push_back(t);
+  }
+  REQUIRE(r.tokens == expected);
+  for (const auto& e : r.events) {
+    REQUIRE(e.top_logprobs.size() == 2);
+    REQUIRE(e.top_logprobs[0].token == e.token);
+    REQUIRE(e.top_logprobs[0].logprob == Approx(e.logprob));
+  }
+}
+
+TEST_CASE("engine: a stop string across token boundaries ends the request; the text stops before it") {
+  auto& s = loaded();
+  serial_executor serial;
+  const auto prompt = encode(prompts[0]);
+  // The free run, and its text piece by piece.
+  recorder rec;
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 128});
+  serve::engine eng(s.model, cache, serial, small_steps(), &s.tok);
+  const auto free_run = eng.submit({.prompt = prompt, .stop = {.max_new_tokens = 48}, .on_event = rec.sink()}).handle;
+  eng.run_until_idle();
+  const record full = rec.get(free_run);
+  REQUIRE(full.text == s.tok.decode(full.tokens));
+
+  // A stop string made of the end of one piece and the start of the next,
+  // its first occurrence after a few tokens.
+  std::vector<std::string> pieces;
+  for (token_id t : full.tokens) {
+    std::string p;
+    s.tok.decode_token(t, p);
+    pieces.push_back(p);
+  }
+  std::string stop;
+  std::size_t k = 3;
+  for (; k + 1 < pieces.size(); ++k) {
+    if (pieces[k].size() < 2 || pieces[k + 1].size() < 2) continue;
+    stop = pieces[k].substr(pieces[k].size() - 2) + pieces[k + 1].substr(0, 2);
+    std::size_t before = 0;
+    for (std::size_t j = 0; j < k; ++j) before += pieces[j].size();
+    if (full.text.find(stop) == before + pieces[k].size() - 2) break;
+  }
+  REQUIRE(k + 1 < pieces.size());
+  INFO("stop string '" << stop << "' across tokens " << k << " and " << k + 1);
+
+  const auto h = eng.submit({.prompt = prompt, .stop = {.max_new_tokens = 48, .stop_strings = {"zzzz", stop}},
+                             .on_event = rec.sink()}).handle;
+  eng.run_until_idle();
+  const record r = rec.get(h);
+  REQUIRE(r.n_finish == 1);
+  REQUIRE(r.finish.finish == serve::finish_kind::stop);
+  REQUIRE(r.finish.reason == finish_reason::stop_string);
+  REQUIRE(r.tokens == std::vector<token_id>(full.tokens.begin(), full.tokens.begin() + static_cast<std::ptrdiff_t>(k + 2)));
+  REQUIRE(r.text == full.text.substr(0, full.text.find(stop)));
+  // No event ever showed the stop string's first characters.
+  std::string shown;
+  for (const auto& e : r.events) shown += e.text;
+  REQUIRE(shown == r.text);
+  REQUIRE(eng.stats().kv_blocks_used == 0);
+
+  // EOS and stop sequences end requests too, with their own reasons.
+  const auto h_eos = eng.submit({.prompt = prompt, .stop = {.max_new_tokens = 48, .eos_tokens = {full.tokens[4]}},
+                                 .on_event = rec.sink()}).handle;
+  const auto h_seq = eng.submit({.prompt = prompt,
+                                 .stop = {.max_new_tokens = 48, .stop_sequences = {{full.tokens[5], full.tokens[6]}}},
+                                 .on_event = rec.sink()}).handle;
+  eng.run_until_idle();
+  REQUIRE(rec.get(h_eos).finish.reason == finish_reason::eos);
+  REQUIRE(rec.get(h_eos).tokens.size() <= 5);
+  REQUIRE(rec.get(h_seq).finish.reason == finish_reason::stop_sequence);
+  REQUIRE(rec.get(h_seq).tokens.size() <= 7);
+}
+
+TEST_CASE("engine: cancelling from another thread frees every KV block") {
+  auto& s = loaded();
+  thread_pool pool(2);
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 256});
+  serve::engine eng(s.model, cache, pool, small_steps(), &s.tok);
+  recorder rec;
+  std::atomic<int> tokens_seen{0};
+  eng.start();
+  std::vector<serve::request_handle> handles;
+  for (int i = 0; i < 8; ++i)
+    handles.push_back(eng.submit({.prompt = encode(prompts[static_cast<std::size_t>(i)]),
+                                  .sampling = "temperature(1.0);sample",
+                                  .seed = static_cast<std::uint64_t>(i),
+                                  .stop = {.max_new_tokens = 200},
+                                  .on_event =
+                                      [&](const serve::stream_event& e) {
+                                        rec.on_event(e);
+                                        if (e.type == serve::event_type::token) ++tokens_seen;
+                                      }})
+                          .handle);
+  std::size_t used_before = 0;
+  std::thread canceller([&] {  // no Catch2 assertion off the main thread
+    while (tokens_seen.load() < 16) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    used_before = eng.stats().kv_blocks_used;
+    for (auto h : handles) eng.cancel(h);
+    eng.cancel(987654);  // unknown: ignored
+  });
+  canceller.join();
+  REQUIRE(used_before > 0);
+  REQUIRE(eng.wait_idle(std::chrono::seconds(30)));
+  const auto st = eng.stats();
+  REQUIRE(st.kv_blocks_used == 0);
+  REQUIRE(st.n_running == 0);
+  REQUIRE(st.n_queued == 0);
+  REQUIRE(cache.n_sequences() == 0);
+  for (auto h : handles) {
+    const record r = rec.get(h);
+    REQUIRE(r.n_finish == 1);
+    REQUIRE(r.finish_last);
+    REQUIRE(r.finish.finish == serve::finish_kind::cancelled);
+    REQUIRE(r.finish.usage.n_generated_tokens == r.tokens.size());
+    REQUIRE(r.tokens.size() < 200);
+  }
+  REQUIRE(st.finished(serve::finish_kind::cancelled) == 8);
+  eng.stop();
+}
+
+TEST_CASE("engine: every request ends with exactly one finish under concurrent submits, cancels and shutdown") {
+  auto& s = loaded();
+  thread_pool pool(2);
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 64});
+  serve::engine_options o = small_steps(32);
+  o.max_queued = 6;
+  o.policy.max_batch_seqs = 4;
+  serve::engine eng(s.model, cache, pool, o, &s.tok);
+  recorder rec;
+  eng.start();
+  std::mutex handles_mutex;
+  std::vector<serve::submit_result> results;
+  auto client = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<serve::request_handle> mine;
+    for (int i = 0; i < 30; ++i) {
+      serve::generation_request r{.prompt = encode(prompts[rng() % prompts.size()]),
+                                  .sampling = rng() % 2 ? "greedy" : "top_k(20);sample",
+                                  .seed = rng(),
+                                  .stop = {.max_new_tokens = 1 + rng() % 30},
+                                  .on_event = rec.sink()};
+      switch (rng() % 8) {
+        case 0: r.prompt.clear(); break;                 // invalid
+        case 1: r.sampling = "top_k(;"; break;           // invalid
+        case 2: r.stop.max_new_tokens = 10'000; break;  // longer than the context
+        case 3: r.stop.stop_strings = {"."}; break;
+        default: break;
+      }
+      const auto res = eng.submit(std::move(r));
+      mine.push_back(res.handle);
+      {
+        std::lock_guard lock(handles_mutex);
+        results.push_back(res);
+      }
+      if (rng() % 3 == 0) eng.cancel(mine[rng() % mine.size()]);
+      if (rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    }
+  };
+  std::vector<std::thread> clients;
+  for (unsigned c = 0; c < 3; ++c) clients.emplace_back(client, 11 + c);
+  for (auto& c : clients) c.join();
+  eng.stop();  // cancels what is left, queued requests included
+  REQUIRE(eng.submit({.prompt = encode("late"), .on_event = rec.sink()}).status == serve::submit_status::shutting_down);
+
+  const auto all = rec.all();
+  REQUIRE(all.size() == results.size() + 1);
+  std::map<serve::finish_kind, std::uint64_t> kinds;
+  std::size_t queue_full = 0, invalid = 0;
+  for (const auto& res : results) {
+    const record& r = all.at(res.handle);
+    REQUIRE(r.n_finish == 1);
+    REQUIRE(r.finish_last);
+    ++kinds[r.finish.finish];
+    if (!res.accepted()) REQUIRE(r.finish.finish == serve::finish_kind::error);
+    queue_full += res.status == serve::submit_status::queue_full;
+    invalid += res.status == serve::submit_status::invalid;
+  }
+  REQUIRE(invalid > 0);
+  const auto st = eng.stats();
+  REQUIRE(st.n_submitted == results.size() + 1);
+  REQUIRE(st.n_rejected_queue_full == queue_full);
+  REQUIRE(st.n_finished_total() == results.size() + 1);
+  REQUIRE(st.finished(serve::finish_kind::cancelled) == kinds[serve::finish_kind::cancelled]);
+  REQUIRE(st.finished(serve::finish_kind::stop) + st.finished(serve::finish_kind::length) ==
+          kinds[serve::finish_kind::stop] + kinds[serve::finish_kind::length]);
+  REQUIRE(kinds[serve::finish_kind::cancelled] > 0);
+  REQUIRE(kinds[serve::finish_kind::length] > 0);
+  REQUIRE(st.kv_blocks_used == 0);
+  REQUIRE(cache.n_sequences() == 0);
+}
+
+TEST_CASE("engine: admission limits answer queue_full; bad requests and shutdown answer with one error finish") {
+  auto& s = loaded();
+  serial_executor serial;
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 64});
+  serve::engine_options o = small_steps();
+  o.max_queued = 2;
+  serve::engine eng(s.model, cache, serial, o, &s.tok);
+  recorder rec;
+  auto req = [&](std::vector<token_id> prompt) {
+    return serve::generation_request{.prompt = std::move(prompt), .stop = {.max_new_tokens = 4}, .on_event = rec.sink()};
+  };
+  const auto a = eng.submit(req(encode("Sue")));
+  const auto b = eng.submit(req(encode("Tom")));
+  const auto c = eng.submit(req(encode("Ben")));
+  REQUIRE(a.accepted());
+  REQUIRE(b.accepted());
+  REQUIRE(c.status == serve::submit_status::queue_full);
+  REQUIRE(rec.get(c.handle).n_finish == 1);  // before submit returned
+  REQUIRE(rec.get(c.handle).finish.finish == serve::finish_kind::error);
+  REQUIRE(eng.stats().n_queued == 2);
+  REQUIRE(eng.submit(req({})).status == serve::submit_status::invalid);
+  REQUIRE(eng.submit(req({1, 100000})).message.find("outside the vocabulary") != std::string::npos);
+  auto bad_chain = req(encode("Sue"));
+  bad_chain.sampling = "top_q(3)";
+  REQUIRE(eng.submit(bad_chain).message.find("unknown item 'top_q'") != std::string::npos);
+  auto too_long = req(encode("Sue"));
+  too_long.stop.max_new_tokens = 300;
+  REQUIRE(eng.submit(too_long).status == serve::submit_status::invalid);
+
+  // Without a tokenizer stop strings cannot be checked.
+  serve::engine no_text(s.model, cache, serial, o);
+  auto with_stop = req(encode("Sue"));
+  with_stop.stop.stop_strings = {"."};
+  with_stop.on_event = {};  // handles are per engine: keep rec for eng's
+  REQUIRE(no_text.submit(with_stop).message == "stop strings need a tokenizer; the engine has none");
+
+  // Shutdown cancels the queued requests; they finish exactly once.
+  eng.stop();
+  for (auto h : {a.handle, b.handle}) {
+    INFO("handle " << h << " reason " << serve::to_string(rec.get(h).finish.finish) << " " << rec.get(h).finish.error);
+    REQUIRE(rec.get(h).n_finish == 1);
+    REQUIRE(rec.get(h).finish.finish == serve::finish_kind::cancelled);
+  }
+  REQUIRE(eng.submit(req(encode("Sue"))).status == serve::submit_status::shutting_down);
+  REQUIRE(eng.stats().finished(serve::finish_kind::error) == 6);
+}
+
+TEST_CASE("engine: a repeated system prompt is reused from the prefix cache; outputs equal a run without reuse") {
+  serial_executor serial;
+  recorder unused;
+  const std::string system =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
+      "a big, red ball. ";
+  std::vector<serve::generation_request> requests;
+  for (std::size_t i = 0; i < 6; ++i) requests.push_back(sampled_request(system + prompts[i], 30 + i, 16, unused));
+  REQUIRE(encode(system).size() >= 32);
+
+  // A small step budget: the first request's prompt is published before
+  // the others are admitted.
+  serve::engine_options with = small_steps(16);
+  with.policy.max_batch_seqs = 2;
+  serve::engine_options without = with;
+  without.reuse = serve::prefix_reuse::disabled;
+  serve::engine_stats st_with, st_without;
+  const auto reused = run_all(requests, serial, with, 512, &st_with);
+  const auto plain = run_all(requests, serial, without, 512, &st_without);
+  REQUIRE(reused == plain);
+  REQUIRE(st_without.n_prompt_tokens_reused == 0);
+  REQUIRE(st_with.n_prompt_tokens_reused >= 5 * 32);
+  REQUIRE(st_with.n_prompt_tokens_prefilled + st_with.n_prompt_tokens_reused == st_without.n_prompt_tokens_prefilled);
+
+  // The same prompt again, alone, after the first finished: its usage says
+  // how many prompt tokens were reused.
+  auto& s = loaded();
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 512});
+  serve::engine eng(s.model, cache, serial, with, &s.tok);
+  recorder rec;
+  auto first = sampled_request(system + prompts[0], 1, 8, rec);
+  auto again = first;
+  const auto h1 = eng.submit(std::move(first)).handle;
+  eng.run_until_idle();
+  const auto h2 = eng.submit(std::move(again)).handle;
+  eng.run_until_idle();
+  REQUIRE(rec.get(h1).finish.usage.n_prompt_tokens_reused == 0);
+  const std::size_t n_prompt = encode(system + prompts[0]).size();
+  REQUIRE(rec.get(h2).finish.usage.n_prompt_tokens_reused == (n_prompt - 1) / 16 * 16);
+  REQUIRE(rec.get(h2).tokens == rec.get(h1).tokens);
+  REQUIRE(eng.stats().kv_blocks_used == 0);
+  REQUIRE(eng.stats().kv_blocks_cached > 0);  // published, evictable
+}
+
+TEST_CASE("engine: preemption under a tiny block pool completes every request with the same tokens") {
+  serial_executor serial;
+  recorder unused;
+  std::vector<serve::generation_request> requests;
+  for (std::size_t i = 0; i < 8; ++i) requests.push_back(sampled_request(prompts[i], 50 + i, 60, unused));
+  const auto roomy = run_all(requests, serial, small_steps(), 512);
+  for (const auto reuse : {serve::prefix_reuse::enabled, serve::prefix_reuse::disabled}) {
+    serve::engine_options tight = small_steps();
+    tight.max_context = 96;  // 6 blocks; the pool holds 8
+    tight.reuse = reuse;
+    serve::engine_stats st;
+    const auto squeezed = run_all(requests, serial, tight, 8, &st);
+    REQUIRE(squeezed == roomy);
+    REQUIRE(st.n_preemptions > 0);
+    REQUIRE(st.finished(serve::finish_kind::length) == requests.size());
+  }
+}
