@@ -13,9 +13,10 @@
 // capped at 64, batches of up to 8, one thread (the model is tiny), step
 // times in process CPU time.
 //
-// Each policy drives the reference Llama forward pass
-// (llmkit/model/llama.hpp) on a paged KV cache with greedy decoding: a step
-// runs the plan's tokens as one ragged batch and takes its measured time
+// Each policy drives llmkit::serve::engine (the library's serving engine)
+// on the reference Llama forward pass (llmkit/model/llama.hpp) and a paged
+// KV cache with greedy decoding: a step runs the plan's tokens as one ragged
+// forward pass and takes its measured time
 // (--clock); arrivals follow the Poisson trace in that virtual clock. The
 // reference forward has no padded kernel, so the layouts of "continuous"
 // (padded) and "continuous+prepacked" are executed ragged: in a real run
@@ -46,6 +47,7 @@
 #include <llmkit/sched/policy.hpp>
 #include <llmkit/sched/simulator.hpp>
 #include <llmkit/sched/trace.hpp>
+#include <llmkit/serve/engine.hpp>
 
 #include "example_cli.hpp"
 
@@ -167,75 +169,100 @@ sched::policy make_policy(const std::string& name, const options& o, std::int64_
 
 constexpr std::size_t engine_block_size = 16;
 using engine_cache = llmkit::kv::paged_cache<float, engine_block_size>;
+using serve_engine = llmkit::serve::engine<llmkit::model::llama_model, engine_cache, llmkit::thread_pool>;
 
-// The reference forward pass behind a scheduler: greedy tokens, measured
-// step times. Prompts are random token ids (the trace fixes their lengths).
-class engine {
+double process_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Replays a trace through llmkit::serve::engine on the reference forward
+// pass: requests are submitted when the virtual clock passes their arrival,
+// each engine step advances the clock by its measured time. Greedy tokens,
+// each request stops at its drawn length; prompts are random token ids (the
+// trace fixes their lengths).
+class replay {
  public:
-  engine(llmkit::model::llama_model& model, llmkit::thread_pool& pool, const std::vector<sched::trace_request>& trace,
-         std::int64_t n_blocks, std::uint64_t seed, const sched::cost_model& cm, bool cpu_clock)
-      : model_(model),
-        pool_(pool),
-        cache_(model.kv_shape(), {.n_blocks = static_cast<std::size_t>(n_blocks)}),
-        cm_(cm),
-        cpu_clock_(cpu_clock) {
+  replay(llmkit::model::llama_model& model, llmkit::thread_pool& pool, const std::vector<sched::trace_request>& trace,
+         const sched::engine_limits& limits, const sched::policy& policy, std::uint64_t seed, const sched::cost_model& cm,
+         bool cpu_clock)
+      : model_(model), pool_(pool), trace_(trace), limits_(limits), policy_(policy), cm_(cm), cpu_clock_(cpu_clock) {
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(model.vocab_size()) - 1);
-    for (const auto& r : trace) {
-      auto& ctx = context_[r.id];
-      for (std::int64_t i = 0; i < r.n_prompt; ++i) ctx.push_back(tok(rng));
-      n_prompt_[r.id] = r.n_prompt;
-      remaining_[r.id] = r.n_output;
+    for (const auto& r : trace_) {
+      auto& prompt = prompt_[r.id];
+      for (std::int64_t i = 0; i < r.n_prompt; ++i) prompt.push_back(tok(rng));
     }
+    std::stable_sort(trace_.begin(), trace_.end(), [](const auto& a, const auto& b) { return a.arrival_s < b.arrival_s; });
   }
 
-  sched::step_outcome operator()(const sched::step_plan& plan, const sched::sched_state&) {
-    const auto start = std::chrono::steady_clock::now();
-    const double cpu_start = process_cpu_s();
-    for (const auto& m : plan.preempted) drop(m.id);
-    for (const auto& m : plan.swapped_out) {
-      host_[m.id] = cache_.export_sequence(seq_.at(m.id));
-      drop(m.id);
-    }
-    for (const auto& m : plan.swapped_in) {
-      seq_[m.id] = *cache_.import_sequence(host_.at(m.id));
-      host_.erase(m.id);
-    }
-    batch_.clear();
-    std::vector<llmkit::request_id> sampled;
-    for (const sched::step_item& it : plan.items) {
-      if (!seq_.contains(it.id)) seq_[it.id] = *cache_.add_sequence();
-      const auto& ctx = context_.at(it.id);
-      batch_.add(seq_.at(it.id), std::span<const std::int32_t>(ctx).subspan(static_cast<std::size_t>(it.first_pos),
-                                                                         static_cast<std::size_t>(it.n_tokens)),
-                 static_cast<std::int32_t>(it.first_pos),
-                 it.samples ? llmkit::model::last_logits::keep : llmkit::model::last_logits::skip);
-      if (it.samples) sampled.push_back(it.id);
-    }
-    sched::step_outcome o;
-    if (!plan.items.empty()) {
-      const auto logits = model_.forward(batch_.view(), cache_, pool_);
-      for (std::size_t k = 0; k < sampled.size(); ++k) {
-        const auto row = logits.row(k);
-        const auto token = static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-        context_.at(sampled[k]).push_back(token);
-        if (--remaining_.at(sampled[k]) == 0) {
-          o.stopped.push_back(sampled[k]);
-          drop(sampled[k]);
-        }
+  sched::run_result run(const sched::run_options& ro) {
+    engine_cache cache(model_.kv_shape(), {.n_blocks = static_cast<std::size_t>(limits_.n_blocks)});
+    std::optional<sched::step_plan> plan;
+    std::int64_t kv_used = 0;
+    serve_engine eng(model_, cache, pool_,
+                     {.max_context = limits_.max_context,
+                      .policy = policy_,
+                      .max_queued = trace_.size() + 1,
+                      .on_step =
+                          [&](const llmkit::serve::step_report& r) {
+                            plan = r.plan;
+                            kv_used = static_cast<std::int64_t>(r.kv_blocks_used);
+                          }});
+    sched::detail::run_recorder rec(ro.record_steps);
+    std::vector<sched::seq_record> finished;
+    std::string error;
+    double t = trace_.empty() ? 0.0 : trace_.front().arrival_s;
+    const double t0 = t;
+    std::size_t next = 0;
+    std::int64_t n_live = 0;
+    while (next < trace_.size() || n_live > 0) {
+      while (next < trace_.size() && trace_[next].arrival_s <= t) {
+        const sched::trace_request& r = trace_[next++];
+        const llmkit::request_id id = r.id;
+        const auto res = eng.submit(
+            {.prompt = prompt_.at(id),
+             .sampling = "greedy",
+             .stop = {.max_new_tokens = static_cast<std::size_t>(r.max_new_tokens)},
+             .on_event = [&, id](const llmkit::serve::stream_event& e) {
+               if (e.type == llmkit::serve::event_type::token) {
+                 output_[id].push_back(e.token);
+                 return;
+               }
+               --n_live;
+               if (e.finish == llmkit::serve::finish_kind::error) error = e.error;
+               finished.push_back({.id = id, .n_preemptions = static_cast<std::int64_t>(e.usage.n_preemptions)});
+             }});
+        if (!res.accepted()) llmkit::detail::throw_error("request ", id, ": ", res.message);
+        ++n_live;
+        rec.arrive(r);
       }
+      if (n_live == 0) {
+        t = trace_[next].arrival_s;
+        continue;
+      }
+      finished.clear();
+      plan.reset();
+      const auto start = std::chrono::steady_clock::now();
+      const double cpu_start = process_cpu_s();
+      eng.step();
+      const double duration = cpu_clock_ ? (process_cpu_s() - cpu_start) / static_cast<double>(pool_.concurrency())
+                                         : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!error.empty()) llmkit::detail::throw_error("engine: ", error);
+      if (!plan) continue;  // a step that only took submissions in
+      rec.step(*plan, finished, t, duration,
+               static_cast<double>(kv_used) / static_cast<double>(limits_.n_blocks), kv_used);
+      t += duration;
+      if (plan->n_prefill_tokens() == 0) {
+        decode_s_ += duration;
+        decode_tokens_ += plan->n_samples();
+      }
+      const sched::step_cost c = cm_(*plan);
+      samples_.push_back({c.flops(), c.bytes(), duration});
+      if (ro.on_progress) ro.on_progress(rec.n_done(), static_cast<std::int64_t>(trace_.size()));
     }
-    o.duration_s = cpu_clock_ ? (process_cpu_s() - cpu_start) / static_cast<double>(pool_.concurrency())
-                              : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!plan.items.empty() && plan.n_prefill_tokens() == 0) {
-      decode_s_ += o.duration_s;
-      decode_tokens_ += static_cast<std::int64_t>(sampled.size());
-    }
-    if (!plan.items.empty()) {
-      const sched::step_cost c = cm_(plan);
-      samples_.push_back({c.flops(), c.bytes(), o.duration_s});
-    }
-    return o;
+    return rec.summary(t0, t);
   }
 
   /// Measured / predicted step time over the run's steps: p10, p50, p90 and
@@ -272,23 +299,21 @@ class engine {
   double decode_tokens_per_s() const { return decode_s_ > 0 ? static_cast<double>(decode_tokens_) / decode_s_ : 0.0; }
 
   /// Generated tokens of request `id`.
-  std::vector<std::int32_t> output(llmkit::request_id id) const {
-    const auto& ctx = context_.at(id);
-    return {ctx.begin() + n_prompt_.at(id), ctx.end()};
-  }
+  const std::vector<std::int32_t>& output(llmkit::request_id id) const { return output_.at(id); }
   /// Runs request `id`'s prompt alone, greedily, for as many tokens.
   std::vector<std::int32_t> solo(llmkit::request_id id) {
-    engine_cache cache(model_.kv_shape(), {.n_blocks = cache_.pool().n_total()});
+    engine_cache cache(model_.kv_shape(), {.n_blocks = static_cast<std::size_t>(limits_.n_blocks)});
     const auto s = *cache.add_sequence();
-    std::vector<std::int32_t> ctx(context_.at(id).begin(), context_.at(id).begin() + n_prompt_.at(id));
+    std::vector<std::int32_t> ctx = prompt_.at(id);
     std::vector<std::int32_t> out;
-    const std::size_t n = context_.at(id).size() - ctx.size();
+    const std::size_t n = output_.at(id).size();
     std::size_t done = 0;
+    llmkit::model::batch_builder b;
     while (out.size() < n) {
-      batch_.clear();
-      batch_.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done));
+      b.clear();
+      b.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done));
       done = ctx.size();
-      const auto row = model_.forward(batch_.view(), cache, pool_).row(0);
+      const auto row = model_.forward(b.view(), cache, pool_).row(0);
       out.push_back(static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
       ctx.push_back(out.back());
     }
@@ -296,27 +321,14 @@ class engine {
   }
 
  private:
-  void drop(llmkit::request_id id) {
-    if (auto it = seq_.find(id); it != seq_.end()) {
-      cache_.free(it->second);
-      seq_.erase(it);
-    }
-  }
   llmkit::model::llama_model& model_;
   llmkit::thread_pool& pool_;
-  engine_cache cache_;
-  llmkit::model::batch_builder batch_;
-  std::map<llmkit::request_id, std::vector<std::int32_t>> context_;
-  std::map<llmkit::request_id, std::int64_t> n_prompt_, remaining_;
-  std::map<llmkit::request_id, llmkit::kv::seq_id> seq_;
-  std::map<llmkit::request_id, std::vector<std::byte>> host_;
-  static double process_cpu_s() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  }
+  std::vector<sched::trace_request> trace_;
+  sched::engine_limits limits_;
+  sched::policy policy_;
   const sched::cost_model& cm_;
   bool cpu_clock_;
+  std::map<llmkit::request_id, std::vector<std::int32_t>> prompt_, output_;
   std::vector<sched::step_sample> samples_;
   double decode_s_ = 0;
   std::int64_t decode_tokens_ = 0;
@@ -491,8 +503,8 @@ int main(int argc, char** argv) {
       if (o.simulate) {
         r = sched::simulate(trace, limits, p, cm, ro);
       } else {
-        engine e(*llama, *pool, trace, limits.n_blocks, o.seed, cm, o.clock == "cpu");
-        r = sched::run_trace(trace, limits, p, std::ref(e), ro);
+        replay e(*llama, *pool, trace, limits, p, o.seed, cm, o.clock == "cpu");
+        r = e.run(ro);
         fit = e.cost_model_fit();
         decode_rate = e.decode_tokens_per_s();
         for (std::int64_t id = 0; id < std::min<std::int64_t>(o.check, o.n_requests); ++id)

@@ -118,6 +118,13 @@ std::vector<std::vector<token_id>> run_all(std::vector<serve::generation_request
                                            serve::engine_stats* stats_out = nullptr) {
   auto& s = loaded();
   cache_t cache(s.model.kv_shape(), {.n_blocks = n_blocks});
+  std::uint64_t n_reports = 0, n_preempted = 0;
+  std::size_t min_used = 1 << 30;
+  options.on_step = [&](const serve::step_report& r) {
+    ++n_reports;
+    n_preempted += r.plan.preempted.size();
+    min_used = std::min(min_used, r.kv_blocks_used);
+  };
   serve::engine eng(s.model, cache, exec, options, &s.tok);
   recorder rec;
   std::vector<serve::request_handle> handles;
@@ -129,12 +136,19 @@ std::vector<std::vector<token_id>> run_all(std::vector<serve::generation_request
   }
   eng.run_until_idle();
   std::vector<std::vector<token_id>> out;
+  std::size_t request_preemptions = 0;
   for (auto h : handles) {
     const record r = rec.get(h);
     REQUIRE(r.n_finish == 1);
     out.push_back(r.tokens);
+    request_preemptions += r.finish.usage.n_preemptions;
   }
-  if (stats_out) *stats_out = eng.stats();
+  const auto st = eng.stats();
+  REQUIRE(n_reports == st.n_steps);  // one step report per forward pass
+  REQUIRE(n_preempted == st.n_preemptions);
+  REQUIRE(request_preemptions == st.n_preemptions);
+  REQUIRE(min_used > 0);  // every step holds the blocks it computed
+  if (stats_out) *stats_out = st;
   REQUIRE(eng.stats().kv_blocks_used == 0);
   return out;
 }

@@ -465,6 +465,7 @@ class engine {
       live_request& l = live_.at(m.id);
       if (l.seq) cache_.free(*l.seq);
       l.seq.reset();
+      ++l.usage.n_preemptions;
       ++stats_.n_preemptions;
     }
     batch_.clear();
@@ -486,6 +487,9 @@ class engine {
     if constexpr (prefix_reusing_cache<Cache>) {
       for (const sched::step_item& it : plan.items) cache_.commit(*live_.at(it.id).seq);
     }
+    const std::size_t kv_used = kv_blocks_used();
+    // The plan is invalidated by complete_step; the report needs it after.
+    if (options_.on_step) plan_copy_ = plan;
 
     // Every row on its own workspace and Philox stream: the draw does not
     // depend on the row's place in the batch or on the thread.
@@ -561,6 +565,16 @@ class engine {
         finish(it, kind_of(*why), *why);
       }
     }
+    if (options_.on_step) options_.on_step(step_report{.plan = plan_copy_, .kv_blocks_used = kv_used});
+  }
+
+  // Blocks held by live sequences: the pool's used blocks but the published
+  // prefix blocks nobody holds.
+  std::size_t kv_blocks_used() const {
+    const kv::block_pool& pool = cache_.pool();
+    std::size_t cached = 0;
+    if constexpr (prefix_reusing_cache<Cache>) cached = cache_.stats().n_evictable_blocks;
+    return pool.n_total() - pool.n_free() - cached;
   }
 
   // Calls the request's callback; false when it threw.
@@ -607,8 +621,8 @@ class engine {
     const kv::block_pool& pool = cache_.pool();
     s.kv_blocks_total = pool.n_total();
     s.kv_blocks_free = pool.n_free();
-    if constexpr (prefix_reusing_cache<Cache>) s.kv_blocks_cached = cache_.stats().n_evictable_blocks;
-    s.kv_blocks_used = s.kv_blocks_total - s.kv_blocks_free - s.kv_blocks_cached;
+    s.kv_blocks_used = kv_blocks_used();
+    s.kv_blocks_cached = s.kv_blocks_total - s.kv_blocks_free - s.kv_blocks_used;
     {
       std::lock_guard lock(mutex_);
       published_ = s;
@@ -629,6 +643,7 @@ class engine {
   model::batch_builder batch_;
   std::vector<sampling::candidates> workspaces_;
   std::vector<row_result> results_;
+  sched::step_plan plan_copy_;  // for on_step
   engine_stats stats_;  // counters of the step thread
 
   // Shared, under mutex_.

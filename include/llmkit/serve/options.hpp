@@ -7,8 +7,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "llmkit/sched/policy.hpp"
+#include "llmkit/sched/step_plan.hpp"
 
 namespace llmkit::serve {
 
@@ -17,6 +19,17 @@ namespace llmkit::serve {
 enum class prefix_reuse : std::uint8_t {
   enabled,   ///< look every admitted context up in the prefix cache
   disabled,  ///< always prefill whole contexts (e.g. to compare)
+};
+
+/// What the engine reports after each step that ran a forward pass (for
+/// traces, cost-model fits and replay tools).
+struct step_report {
+  /// The step's plan: items (prefill pieces and decodes), admissions,
+  /// preemptions, layout. Valid during the call only.
+  const sched::step_plan& plan;
+  /// KV blocks held by live sequences right after the forward pass (before
+  /// the requests that finished in this step released theirs).
+  std::size_t kv_blocks_used = 0;
 };
 
 /// Options of `engine`. Designated initialisers at call sites:
@@ -33,6 +46,9 @@ struct engine_options {
   /// `submit` answers `submit_status::queue_full` beyond it.
   std::size_t max_queued = 1024;
   prefix_reuse reuse = prefix_reuse::enabled;
+  /// Called on the step thread at the end of every step that ran a forward
+  /// pass, after that step's events (empty = nothing).
+  std::function<void(const step_report&)> on_step = {};
 };
 
 }  // namespace llmkit::serve

@@ -68,6 +68,8 @@ struct request_usage {
   /// Prompt tokens whose K/V came from the prefix cache at the request's
   /// first admission (not prefilled).
   std::size_t n_prompt_tokens_reused = 0;
+  /// Times the request was preempted (its context recomputed).
+  std::size_t n_preemptions = 0;
 };
 
 /// One event of a request's stream, delivered to `generation_request::on_event`.
