@@ -157,6 +157,33 @@ TEST_CASE("set_cached_prefix: a waiting request's cached prefix is not planned; 
   REQUIRE_THROWS_WITH(sc.set_cached_prefix(1, 0), Catch::Contains("a planned step is not complete yet"));
 }
 
+TEST_CASE("submit_forked: a forked sample runs on its shared prefix when blocks allow, else recomputes") {
+  sched_state s = make_state({.max_context = 32, .block_size = 4, .n_blocks = 8});
+  REQUIRE(submit_forked(s, 1, 10, 5, 1, 10, 8));  // 3 blocks for its 10 cached tokens
+  REQUIRE(s.running.back().n_cached == 10);
+  REQUIRE(s.n_free_blocks == 5);
+  REQUIRE(check_state(s).empty());
+  const policy p{.max_step_tokens = 32};
+  REQUIRE(plan_step(s, p).items == std::vector<step_item>{{1, 10, 1, true, false}});  // a decode next
+  REQUIRE(submit_forked(s, 2, 10, 5, 1, 10, 8));
+  REQUIRE_FALSE(submit_forked(s, 3, 10, 5, 1, 10, 8));  // 2 blocks left: waits at the front, recomputes
+  REQUIRE(s.waiting.front().id == 3);
+  REQUIRE(s.waiting.front().n_cached == 0);
+  REQUIRE_FALSE(submit_forked(s, 4, 10, 5, 1, 4, 2));  // 1 block would do, but the batch is full (max_running 2)
+  REQUIRE(check_state(s).empty());
+  REQUIRE_THROWS_WITH(submit_forked(s, 5, 10, 5, 5, 10, 8), Catch::Contains("n_generated = 5 is outside"));
+  REQUIRE_THROWS_WITH(submit_forked(s, 5, 10, 5, 1, 11, 8), Catch::Contains("n_cached = 11 is outside"));
+  REQUIRE_THROWS_WITH(submit_forked(s, 1, 10, 5, 1, 10, 8), Catch::Contains("duplicate request id 1"));
+  // Through the scheduler, which keeps the generated tokens.
+  scheduler sc({.max_context = 32, .block_size = 4, .n_blocks = 10}, p);
+  REQUIRE(sc.submit_forked({.id = 7, .prompt = {1, 2, 3}, .stop = {.max_new_tokens = 3}}, {9}, 3));
+  REQUIRE(sc.output(7).size() == 1);
+  const std::vector<token_id> next{4};
+  sc.next_step();
+  REQUIRE(sc.complete_step(next).empty());
+  REQUIRE(sc.output(7).size() == 2);
+}
+
 TEST_CASE("request-level batching: nobody joins a batch in flight; finished slots idle; padded prefill") {
   sched_state s = make_state({.max_context = 16, .block_size = 4, .n_blocks = 16});
   const policy p{.mode = batching::request_level, .max_batch_seqs = 2, .max_step_tokens = 16};

@@ -85,6 +85,25 @@ class scheduler {
     return true;
   }
 
+  /// Adds a sample forked from another request's prefilled prompt: its
+  /// `[n_generated] generated` tokens so far (at least one) come with it and
+  /// the engine's cache holds its first `n_cached` context tokens (see
+  /// `sched::submit_forked`: it runs at once when blocks and the batch
+  /// allow, else waits to recompute). Returns true when it runs. Raises
+  /// `llmkit::error` as `submit` does, and for bad counts.
+  bool submit_forked(request r, std::vector<token_id> generated, std::int64_t n_cached) {
+    LLMKIT_CHECK(!state_.seen_ids.contains(r.id), "submit_forked: duplicate request id ", r.id);
+    LLMKIT_CHECK(!planned_, "submit_forked: a planned step is not complete yet");
+    validate_request(r, state_.limits.max_context);
+    const bool running = sched::submit_forked(
+        state_, r.id, static_cast<std::int64_t>(r.prompt.size()), static_cast<std::int64_t>(r.stop.max_new_tokens),
+        static_cast<std::int64_t>(generated.size()), n_cached,
+        policy_.mode == batching::request_level ? 0 : policy_.max_batch_seqs, r.arrival_s);
+    const request_id id = r.id;
+    live_.emplace(id, entry{std::move(r), std::move(generated)});
+    return running;
+  }
+
   /// Cancels a live request: its blocks are free at once. Returns it with
   /// the tokens generated so far, or nothing when `id` is not live.
   std::optional<finished_request> cancel(request_id id) {

@@ -184,6 +184,43 @@ inline std::optional<seq_record> cancel(sched_state& s, request_id id) {
   return std::nullopt;
 }
 
+/// Adds a request that already has `n_generated` sampled tokens and whose
+/// first `n_cached` context tokens the engine's cache holds in a sequence of
+/// its own (a sample forked from another request's prefilled prompt, which
+/// shares its blocks copy-on-write). It joins the running requests when
+/// `n_cached > 0`, `blocks_for(n_cached)` blocks are free and fewer than
+/// `max_running` requests run; otherwise it waits at the front of the queue
+/// to recompute its context (n_cached = 0), as a preempted request does.
+/// Returns true when it runs. Raises `llmkit::error` as `submit` does, and
+/// when `n_generated` is outside [1, max_new_tokens) or `n_cached` outside
+/// [0, n_prompt + n_generated).
+inline bool submit_forked(sched_state& s, request_id id, std::int64_t n_prompt, std::int64_t max_new_tokens,
+                          std::int64_t n_generated, std::int64_t n_cached, std::int64_t max_running,
+                          double arrival_s = 0.0) {
+  LLMKIT_CHECK(!s.seen_ids.contains(id), "submit_forked: duplicate request id ", id);
+  LLMKIT_CHECK(n_prompt >= 1, "submit_forked: request ", id, ": prompt is empty");
+  LLMKIT_CHECK(n_prompt + max_new_tokens <= s.limits.max_context, "request ", id, ": prompt length ", n_prompt,
+               " + max_new_tokens ", max_new_tokens, " exceeds the context of ", s.limits.max_context, " tokens");
+  LLMKIT_CHECK(n_generated >= 1 && n_generated < max_new_tokens, "submit_forked: request ", id, ": n_generated = ",
+               n_generated, " is outside [1, max_new_tokens = ", max_new_tokens, ")");
+  LLMKIT_CHECK(n_cached >= 0 && n_cached < n_prompt + n_generated, "submit_forked: request ", id, ": n_cached = ",
+               n_cached, " is outside [0, context = ", n_prompt + n_generated, ")");
+  seq_record r{.id = id, .n_prompt = n_prompt, .max_new_tokens = max_new_tokens, .n_generated = n_generated,
+               .arrival_s = arrival_s};
+  s.seen_ids.insert(id);
+  const std::int64_t blocks = blocks_for(n_cached, s.limits.block_size);
+  if (n_cached > 0 && blocks <= s.n_free_blocks && static_cast<std::int64_t>(s.running.size()) < max_running &&
+      s.static_batch_size == 0) {
+    r.n_cached = n_cached;
+    r.n_blocks = blocks;
+    s.n_free_blocks -= blocks;
+    s.running.push_back(r);
+    return true;
+  }
+  s.waiting.insert(s.waiting.begin(), r);
+  return false;
+}
+
 /// Marks the first `n_cached` tokens of waiting request `id`'s context as
 /// already cached (a prefix cache holds them), so that its admission plans
 /// only the prefill of the rest, from position `n_cached`. Call it before

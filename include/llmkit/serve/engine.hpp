@@ -124,39 +124,45 @@ class engine {
       out.status = submit_status::invalid;
       out.message = e.what();
     }
+    const std::size_t n = std::max<std::size_t>(request.n, 1);
     {
       std::lock_guard lock(mutex_);
-      out.handle = next_handle_++;
-      ++n_submitted_;
+      out.handle = next_handle_;
+      next_handle_ += static_cast<request_handle>(n);
+      n_submitted_ += n;
       if (out.status == submit_status::accepted) {
         if (!accepting_) {
           out.status = submit_status::shutting_down;
           out.message = "the engine is shutting down";
-        } else if (inbox_.size() + published_.n_queued >= options_.max_queued) {
+        } else if (inbox_requests_ + published_.n_queued + n > options_.max_queued) {
           out.status = submit_status::queue_full;
           out.message = "the queue is full (" + std::to_string(options_.max_queued) + " requests waiting)";
-          ++n_rejected_queue_full_;
+          n_rejected_queue_full_ += n;
         }
       }
       if (out.status == submit_status::accepted) {
+        inbox_requests_ += n;
         inbox_.push_back({out.handle, std::move(request), std::move(*chain)});
       } else {
-        ++n_rejected_;
+        n_rejected_ += n;
       }
     }
     if (out.status == submit_status::accepted) {
       wake_.notify_all();
     } else {
-      stream_event e;
-      e.handle = out.handle;
-      e.type = event_type::finish;
-      e.finish = finish_kind::error;
-      e.error = out.message;
-      e.usage.n_prompt_tokens = request.prompt.size();
-      if (request.on_event) {
-        try {
-          request.on_event(e);
-        } catch (...) {  // the request is over either way
+      for (std::size_t i = 0; i < n; ++i) {
+        stream_event e;
+        e.handle = out.handle + static_cast<request_handle>(i);
+        e.index = i;
+        e.type = event_type::finish;
+        e.finish = finish_kind::error;
+        e.error = out.message;
+        e.usage.n_prompt_tokens = request.prompt.size();
+        if (request.on_event) {
+          try {
+            request.on_event(e);
+          } catch (...) {  // the request is over either way
+          }
         }
       }
     }
@@ -243,7 +249,7 @@ class engine {
   engine_stats stats() const {
     std::lock_guard lock(mutex_);
     engine_stats s = published_;
-    s.n_queued += inbox_.size();
+    s.n_queued += inbox_requests_;
     s.n_submitted = n_submitted_;
     s.n_rejected_queue_full = n_rejected_queue_full_;
     s.n_finished[static_cast<std::size_t>(finish_kind::error)] += n_rejected_;
@@ -284,12 +290,22 @@ class engine {
     text_stream text;
     request_usage usage;
     bool admitted = false;
+    std::size_t index = 0;                      // sample index of an n > 1 request
+    std::vector<request_handle> pending_forks;  // samples to fork when the prompt's logits are sampled
+    bool awaiting_fork = false;                 // a sample not yet in the scheduler
   };
+
   // The sampled row of one item.
   struct row_result {
     sampling::sample_result sample;
     std::vector<sampling::token_logprob> top;
     std::string error;
+  };
+  // A sample forked from its prompt's row in this step.
+  struct fork_job {
+    request_handle handle;
+    std::optional<kv::seq_id> seq;
+    row_result row;
   };
 
   static sched::engine_limits limits_of(const Cache& cache, const engine_options& o) {
@@ -320,6 +336,8 @@ class engine {
                  "stop strings need a tokenizer; the engine has none");
     LLMKIT_CHECK(r.top_logprobs <= vocab, "top_logprobs = ", r.top_logprobs, " exceeds the vocabulary of ", vocab,
                  " tokens");
+    LLMKIT_CHECK(r.n >= 1 && r.n <= options_.max_queued, "n = ", r.n, " is outside [1, max_queued = ",
+                 options_.max_queued, "]");
   }
 
   bool inbox_empty() const {
@@ -347,6 +365,7 @@ class engine {
     {
       std::lock_guard lock(mutex_);
       incoming.swap(inbox_);
+      inbox_requests_ = 0;
       cancels.swap(cancels_);
       cancel_everything = cancel_all_;
       cancel_all_ = false;
@@ -372,27 +391,57 @@ class engine {
     return worked;
   }
 
+  // Hands sample 0 of a submission to the scheduler; samples 1 .. n - 1
+  // wait beside it to be forked from its prompt.
   void enqueue(submission s) {
-    sched::request r;
-    r.id = s.handle;
-    r.prompt = s.request.prompt;
-    r.stop = s.request.stop;
-    try {
-      sched_.submit(std::move(r));
-    } catch (const std::exception& e) {  // validated at submit; kept for safety
+    const std::size_t n = std::max<std::size_t>(s.request.n, 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      const request_handle h = s.handle + static_cast<request_handle>(i);
       live_request l;
-      l.request = std::move(s.request);
-      l.usage.n_prompt_tokens = l.request.prompt.size();
-      deliver_finish(s.handle, l, finish_kind::error, std::nullopt, e.what());
-      return;
+      l.n_prompt = s.request.prompt.size();
+      l.context = s.request.prompt;
+      l.usage.n_prompt_tokens = l.n_prompt;
+      l.chain = s.chain;
+      l.request = s.request;
+      l.request.n = 1;
+      l.request.stream = s.request.stream + i;
+      l.index = i;
+      if (i == 0) {
+        for (std::size_t j = 1; j < n; ++j) l.pending_forks.push_back(s.handle + static_cast<request_handle>(j));
+        try {
+          sched_.submit(scheduler_request(h, l));
+        } catch (const std::exception& e) {  // validated at submit; kept for safety
+          for (std::size_t j = 0; j < n; ++j) {
+            l.index = j;
+            deliver_finish(s.handle + static_cast<request_handle>(j), l, finish_kind::error, std::nullopt, e.what());
+          }
+          return;
+        }
+      } else {
+        l.awaiting_fork = true;
+      }
+      live_.emplace(h, std::move(l));
     }
-    live_request l;
-    l.n_prompt = s.request.prompt.size();
-    l.context = s.request.prompt;
-    l.usage.n_prompt_tokens = l.n_prompt;
-    l.chain = std::move(s.chain);
-    l.request = std::move(s.request);
-    live_.emplace(s.handle, std::move(l));
+  }
+
+  static sched::request scheduler_request(request_handle h, const live_request& l) {
+    sched::request r;
+    r.id = h;
+    r.prompt = l.request.prompt;
+    r.stop = l.request.stop;
+    return r;
+  }
+
+  // Sample 0 ended before its prompt's logits were sampled: its samples run
+  // as requests of their own (prefix reuse still shares the prompt).
+  void release_forks(live_request& l) {
+    for (request_handle h : l.pending_forks) {
+      const auto it = live_.find(h);
+      if (it == live_.end()) continue;
+      it->second.awaiting_fork = false;
+      sched_.submit(scheduler_request(h, it->second));
+    }
+    l.pending_forks.clear();
   }
 
   void cancel_now(request_handle h) {
@@ -496,29 +545,25 @@ class engine {
     results_.resize(rows.size());
     if (workspaces_.size() < rows.size()) workspaces_.resize(rows.size());
     exec_.parallel_for(rows.size(), [&](std::size_t k) {
-      row_result& out = results_[k];
-      out.error.clear();
-      out.top.clear();
-      try {
-        const live_request& l = live_.at(rows[k]);
-        const sampling::sampling_context ctx{.seed = l.request.seed,
-                                             .request_id = l.request.stream,
-                                             .step = l.context.size() - l.n_prompt,
-                                             .history = l.context,
-                                             .n_prompt = l.n_prompt};
-        sampling::candidates& ws = workspaces_[k];
-        ws.reset_copy(logits.row(k));
-        l.chain.apply(ws, ctx);
-        if (l.request.top_logprobs > 0) {
-          out.top.resize(l.request.top_logprobs);
-          out.top.resize(sampling::top_logprobs(ws, out.top));
-        }
-        out.sample = l.chain.sample(ws, ctx);
-      } catch (const std::exception& e) {
-        out.error = e.what();
-        out.sample = {};
-      }
+      sample_into(live_.at(rows[k]), logits.row(k), workspaces_[k], results_[k]);
     });
+
+    // Samples 1 .. n - 1 of a prompt whose logits were just sampled for the
+    // first time draw from the same row and share its blocks.
+    std::vector<fork_job> forks;
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      live_request& l = live_.at(rows[k]);
+      if (l.pending_forks.empty() || l.context.size() != l.n_prompt) continue;
+      for (request_handle h : l.pending_forks) {
+        const auto c = live_.find(h);
+        if (c == live_.end()) continue;
+        fork_job job{h, cache_.fork(*l.seq), {}};
+        if (workspaces_.empty()) workspaces_.resize(1);
+        sample_into(c->second, logits.row(k), workspaces_[0], job.row);
+        forks.push_back(std::move(job));
+      }
+      l.pending_forks.clear();
+    }
 
     std::vector<token_id> sampled(rows.size());
     for (std::size_t k = 0; k < rows.size(); ++k) sampled[k] = results_[k].error.empty() ? results_[k].sample.token : 0;
@@ -527,45 +572,100 @@ class engine {
 
     for (std::size_t k = 0; k < rows.size(); ++k) {
       const request_id id = rows[k];
-      const auto it = live_.find(id);
+      const auto it = ended.find(id);
+      if (it == ended.end())
+        accept_token(live_.find(id), results_[k], std::nullopt, scheduled::yes);
+      else
+        accept_token(live_.find(id), results_[k], it->second, scheduled::no);
+    }
+
+    for (fork_job& job : forks) {
+      const auto it = live_.find(job.handle);
       LLMKIT_ASSERT(it != live_.end());
-      live_request& l = it->second;
-      const bool in_scheduler = !ended.contains(id);
-      if (!results_[k].error.empty()) {
-        if (in_scheduler) sched_.cancel(id);
-        finish(it, finish_kind::error, std::nullopt, "sampling: " + results_[k].error);
-        continue;
-      }
-      const token_id token = sampled[k];
-      l.context.push_back(token);
-      ++l.usage.n_generated_tokens;
-      ++stats_.n_generated_tokens;
-      stream_event e;
-      e.handle = id;
-      e.type = event_type::token;
-      e.token = token;
-      e.logprob = results_[k].sample.logprob;
-      e.top_logprobs = std::move(results_[k].top);
-      bool stop_string = false;
-      if (tokenizer_ != nullptr) {
-        text_stream::delta d = l.text.push(*tokenizer_, token, l.request.stop);
-        e.text = std::move(d.text);
-        stop_string = d.stop_string;
-      }
-      std::optional<finish_reason> why;
-      if (!in_scheduler) why = ended.at(id);
-      if (stop_string && (!why || *why == finish_reason::max_tokens)) why = finish_reason::stop_string;
-      if (!deliver(l, e)) {
-        if (in_scheduler) sched_.cancel(id);
-        finish(it, finish_kind::error, std::nullopt, "the event callback threw");
-        continue;
-      }
-      if (why) {
-        if (in_scheduler) sched_.cancel(id);
-        finish(it, kind_of(*why), *why);
+      live_request& c = it->second;
+      c.awaiting_fork = false;
+      c.seq = job.seq;  // freed by finish() if the sample ends at once
+      std::optional<finish_reason> by_tokens;
+      if (job.row.error.empty()) by_tokens = c.request.stop.check(std::span<const token_id>(&job.row.sample.token, 1));
+      if (!accept_token(it, job.row, by_tokens, scheduled::no)) continue;
+      const bool running = sched_.submit_forked(scheduler_request(job.handle, c), {c.context.back()},
+                                                c.seq ? static_cast<std::int64_t>(c.n_prompt) : 0);
+      if (running) {
+        c.admitted = true;
+        c.usage.n_prompt_tokens_reused = c.n_prompt;
+        stats_.n_prompt_tokens_reused += c.n_prompt;
+      } else if (c.seq) {  // no room to run now: it recomputes its context when admitted
+        cache_.free(*c.seq);
+        c.seq.reset();
       }
     }
     if (options_.on_step) options_.on_step(step_report{.plan = plan_copy_, .kv_blocks_used = kv_used});
+  }
+
+  // Processes `[vocab] row` with l's chain and draws its next token.
+  static void sample_into(const live_request& l, std::span<const float> row, sampling::candidates& ws,
+                          row_result& out) {
+    out.error.clear();
+    out.top.clear();
+    try {
+      const sampling::sampling_context ctx{.seed = l.request.seed,
+                                           .request_id = l.request.stream,
+                                           .step = l.context.size() - l.n_prompt,
+                                           .history = l.context,
+                                           .n_prompt = l.n_prompt};
+      ws.reset_copy(row);
+      l.chain.apply(ws, ctx);
+      if (l.request.top_logprobs > 0) {
+        out.top.resize(l.request.top_logprobs);
+        out.top.resize(sampling::top_logprobs(ws, out.top));
+      }
+      out.sample = l.chain.sample(ws, ctx);
+    } catch (const std::exception& e) {
+      out.error = e.what();
+      out.sample = {};
+    }
+  }
+
+  enum class scheduled : bool { no, yes };
+
+  // Appends the token drawn in `r` to request `it`, streams its event, and
+  // ends the request when a stop rule fired (`by_tokens`: the token rule the
+  // scheduler or the caller checked; stop strings are checked here) or the
+  // row failed. `in_scheduler`: the scheduler still holds the request (it is
+  // cancelled there when it ends). Returns true when the request goes on.
+  bool accept_token(typename std::unordered_map<request_handle, live_request>::iterator it, row_result& r,
+                    std::optional<finish_reason> by_tokens, scheduled in_scheduler) {
+    LLMKIT_ASSERT(it != live_.end());
+    const request_handle id = it->first;
+    live_request& l = it->second;
+    auto end = [&](finish_kind kind, std::optional<finish_reason> reason, std::string error = {}) {
+      if (in_scheduler == scheduled::yes) sched_.cancel(id);
+      finish(it, kind, reason, std::move(error));
+      return false;
+    };
+    if (!r.error.empty()) return end(finish_kind::error, std::nullopt, "sampling: " + r.error);
+    const token_id token = r.sample.token;
+    l.context.push_back(token);
+    ++l.usage.n_generated_tokens;
+    ++stats_.n_generated_tokens;
+    stream_event e;
+    e.handle = id;
+    e.index = l.index;
+    e.type = event_type::token;
+    e.token = token;
+    e.logprob = r.sample.logprob;
+    e.top_logprobs = std::move(r.top);
+    bool stop_string = false;
+    if (tokenizer_ != nullptr) {
+      text_stream::delta d = l.text.push(*tokenizer_, token, l.request.stop);
+      e.text = std::move(d.text);
+      stop_string = d.stop_string;
+    }
+    std::optional<finish_reason> why = by_tokens;
+    if (stop_string && (!why || *why == finish_reason::max_tokens)) why = finish_reason::stop_string;
+    if (!deliver(l, e)) return end(finish_kind::error, std::nullopt, "the event callback threw");
+    if (why) return end(kind_of(*why), *why);
+    return true;
   }
 
   // Blocks held by live sequences: the pool's used blocks but the published
@@ -592,6 +692,7 @@ class engine {
                       std::string error = {}) {
     stream_event e;
     e.handle = h;
+    e.index = l.index;
     e.type = event_type::finish;
     e.finish = kind;
     e.reason = reason;
@@ -608,6 +709,7 @@ class engine {
     live_request l = std::move(it->second);
     const request_handle h = it->first;
     live_.erase(it);
+    release_forks(l);
     if (l.seq) cache_.free(*l.seq);
     l.seq.reset();
     deliver_finish(h, l, kind, reason, std::move(error));
@@ -617,6 +719,7 @@ class engine {
     engine_stats s = stats_;
     const auto& st = sched_.state();
     s.n_queued = st.waiting.size();
+    for (const auto& [h, l] : live_) s.n_queued += l.awaiting_fork ? 1 : 0;
     s.n_running = st.running.size();
     const kv::block_pool& pool = cache_.pool();
     s.kv_blocks_total = pool.n_total();
@@ -651,6 +754,7 @@ class engine {
   std::condition_variable wake_;
   mutable std::condition_variable idle_cv_;
   std::vector<submission> inbox_;
+  std::size_t inbox_requests_ = 0;  // samples in inbox_
   std::vector<request_handle> cancels_;
   bool cancel_all_ = false;
   bool accepting_ = true;

@@ -20,12 +20,14 @@ namespace llmkit::serve {
 
 /// A paged KV cache an engine can schedule (`kv::paged_cache`,
 /// `kv::prefix_cache`): `block_size` tokens per block, a `pool()` of
-/// blocks, sequences added empty and freed.
+/// blocks, sequences added empty, forked (blocks shared copy-on-write, for
+/// n > 1 samples of a prompt) and freed.
 template <class C>
 concept engine_cache = kv::kv_cache<C> && requires(C& c, const C& cc, kv::seq_id s) {
   { C::block_size } -> std::convertible_to<std::size_t>;
   { cc.pool() } -> std::convertible_to<const kv::block_pool&>;
   { c.add_sequence() } -> std::same_as<std::optional<kv::seq_id>>;
+  { c.fork(s) } -> std::same_as<std::optional<kv::seq_id>>;
   c.free(s);
 };
 

@@ -82,6 +82,8 @@ struct request_usage {
 /// finish event may carry the rest).
 struct stream_event {
   request_handle handle = 0;
+  /// Which of the request's `n` samples (0 for n = 1).
+  std::size_t index = 0;
   event_type type = event_type::token;
   /// Text delta (see above); empty when the engine has no tokenizer.
   std::string text;
@@ -124,6 +126,12 @@ struct generation_request {
   stop_criteria stop{};
   /// Alternatives listed in each token event (0 = none).
   std::size_t top_logprobs = 0;
+  /// Samples of this prompt (OpenAI's `n`): n requests, sample i with
+  /// handle `submit_result::handle + i` and stream `stream + i`, each with
+  /// its own events and finish. The prompt is prefilled once; when its last
+  /// token's logits are sampled, samples 1 .. n - 1 draw their first token
+  /// from the same row and fork its KV blocks copy-on-write.
+  std::size_t n = 1;
   /// Receives every event of the request, on the engine's step thread (or
   /// on the caller's thread for a request rejected by `submit`). Must not
   /// block for long (it stalls the batch) and must not throw (an exception
@@ -140,8 +148,9 @@ enum class submit_status : std::uint8_t {
 };
 
 /// The answer of `submit`. A rejected request has received its finish event
-/// (kind `error`) before `submit` returns.
+/// (kind `error`; one per sample) before `submit` returns.
 struct submit_result {
+  /// Handle of sample 0; sample i of `n` has `handle + i`.
   request_handle handle = 0;
   submit_status status = submit_status::accepted;
   /// Why it was rejected (empty when accepted).
