@@ -16,7 +16,9 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -614,4 +616,46 @@ TEST_CASE("engine: n samples of one prompt prefill it once, fork its blocks, and
       REQUIRE(st.finished(serve::finish_kind::length) == 4);
     }
   }
+}
+
+TEST_CASE("engine: a failing step ends its requests with an error; a throwing callback ends its own; work goes on") {
+  auto& s = loaded();
+  serial_executor serial;
+  // A cache of 2 sequences for a batch of 4: the step that admits the third
+  // request fails, every live request ends with an error.
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 128, .max_sequences = 2});
+  serve::engine eng(s.model, cache, serial, small_steps(), &s.tok);
+  recorder rec;
+  std::vector<serve::request_handle> handles;
+  for (int i = 0; i < 4; ++i)
+    handles.push_back(eng.submit({.prompt = encode(prompts[static_cast<std::size_t>(i)]), .stop = {.max_new_tokens = 8},
+                                  .on_event = rec.sink()}).handle);
+  eng.run_until_idle();
+  for (auto h : handles) {
+    REQUIRE(rec.get(h).n_finish == 1);
+    REQUIRE(rec.get(h).finish.finish == serve::finish_kind::error);
+    REQUIRE(rec.get(h).finish.error.find("maximum number of sequences") != std::string::npos);
+  }
+  REQUIRE(cache.n_sequences() == 0);
+
+  // Afterwards the engine serves again; a callback that throws ends only its request.
+  const auto ok = eng.submit({.prompt = encode(prompts[0]), .stop = {.max_new_tokens = 8}, .on_event = rec.sink()});
+  int calls = 0;
+  std::optional<serve::stream_event> last;
+  const auto bad = eng.submit({.prompt = encode(prompts[1]),
+                               .stop = {.max_new_tokens = 8},
+                               .on_event = [&](const serve::stream_event& e) {
+                                 ++calls;
+                                 last = e;
+                                 if (e.type == serve::event_type::token) throw std::runtime_error("client gone");
+                               }});
+  eng.run_until_idle();
+  REQUIRE(rec.get(ok.handle).tokens.size() == 8);
+  REQUIRE(rec.get(ok.handle).finish.finish == serve::finish_kind::length);
+  REQUIRE(calls == 2);  // the token that threw, then the finish
+  REQUIRE(last->type == serve::event_type::finish);
+  REQUIRE(last->handle == bad.handle);
+  REQUIRE(last->finish == serve::finish_kind::error);
+  REQUIRE(last->error == "the event callback threw");
+  REQUIRE(eng.stats().kv_blocks_used == 0);
 }

@@ -98,7 +98,8 @@ class engine {
         exec_(exec),
         options_(std::move(options)),
         tokenizer_(tokenizer),
-        sched_(limits_of(cache, options_), policy_of(options_)) {
+        limits_(limits_of(cache, options_)),
+        sched_(limits_, policy_of(options_)) {
     LLMKIT_CHECK(options_.max_queued >= 1, "engine_options: max_queued must be >= 1, got ", options_.max_queued);
     publish_stats();
   }
@@ -228,7 +229,8 @@ class engine {
   /// finishes (drain) every request, queued ones included, and joins the
   /// step thread; without one, steps on the calling thread until done.
   /// Every request has had its finish event when `stop` returns. The engine
-  /// accepts nothing afterwards.
+  /// accepts nothing afterwards. Not from an event callback (it would wait
+  /// for the very step that calls it).
   void stop(shutdown_mode mode = shutdown_mode::cancel) {
     {
       std::lock_guard lock(mutex_);
@@ -272,7 +274,7 @@ class engine {
 
   const engine_options& options() const noexcept { return options_; }
   /// The block limits the scheduler plans with (from the cache and options).
-  const sched::engine_limits& limits() const noexcept { return sched_.state().limits; }
+  const sched::engine_limits& limits() const noexcept { return limits_; }
 
  private:
   struct submission {
@@ -460,7 +462,7 @@ class engine {
       finish(live_.find(h), finish_kind::error, std::nullopt, message);
     }
     // The failed step's plan was never completed: start from a fresh scheduler.
-    sched_ = sched::scheduler(sched_.state().limits, sched_.get_policy());
+    sched_ = sched::scheduler(limits_, policy_of(options_));
   }
 
   // Looks the waiting requests up in the prefix cache, so that admission
@@ -739,6 +741,7 @@ class engine {
   Exec& exec_;
   engine_options options_;
   const model::tokenizer* tokenizer_;
+  sched::engine_limits limits_;
 
   // Step thread only.
   sched::scheduler sched_;
