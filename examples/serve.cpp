@@ -201,13 +201,17 @@ class replay {
     engine_cache cache(model_.kv_shape(), {.n_blocks = static_cast<std::size_t>(limits_.n_blocks)});
     std::optional<sched::step_plan> plan;
     std::int64_t kv_used = 0;
+    std::map<llmkit::serve::request_handle, llmkit::request_id> trace_id;  // engine handle -> trace id
     serve_engine eng(model_, cache, pool_,
                      {.max_context = limits_.max_context,
                       .policy = policy_,
                       .max_queued = trace_.size() + 1,
                       .on_step =
                           [&](const llmkit::serve::step_report& r) {
-                            plan = r.plan;
+                            plan = r.plan;  // in trace ids, for the recorder
+                            for (auto& it : plan->items) it.id = trace_id.at(it.id);
+                            for (auto* moves : {&plan->admitted, &plan->preempted, &plan->swapped_out, &plan->swapped_in})
+                              for (auto& m : *moves) m.id = trace_id.at(m.id);
                             kv_used = static_cast<std::int64_t>(r.kv_blocks_used);
                           }});
     sched::detail::run_recorder rec(ro.record_steps);
@@ -235,6 +239,7 @@ class replay {
                finished.push_back({.id = id, .n_preemptions = static_cast<std::int64_t>(e.usage.n_preemptions)});
              }});
         if (!res.accepted()) llmkit::detail::throw_error("request ", id, ": ", res.message);
+        trace_id[res.handle] = id;
         ++n_live;
         rec.arrive(r);
       }
