@@ -15,9 +15,9 @@
 //
 // Each policy drives llmkit::serve::engine (the library's serving engine)
 // on the reference Llama forward pass (llmkit/model/llama.hpp) and a paged
-// KV cache with greedy decoding: a step runs the plan's tokens as one ragged
-// forward pass and takes its measured time
-// (--clock); arrivals follow the Poisson trace in that virtual clock. The
+// KV cache with prefix caching (kv::prefix_cache), greedy decoding: a step
+// runs the plan's tokens as one ragged forward pass and takes its measured
+// time (--clock); arrivals follow the Poisson trace in that virtual clock. The
 // reference forward has no padded kernel, so the layouts of "continuous"
 // (padded) and "continuous+prepacked" are executed ragged: in a real run
 // they differ from each other only in batch formation. --check reruns the
@@ -26,6 +26,10 @@
 // --burst N adds N requests with --burst-prompt-token prompts arriving from
 // --burst-start every --burst-interval seconds while the trace decodes (the
 // chunked-prefill case: a long unchunked prefill stalls every decode).
+//
+// --shared-prefix N starts every prompt with the same N tokens (a system
+// prompt; the drawn lengths come on top), which --prefix-reuse on (the
+// default) computes once and reuses from the prefix cache.
 //
 // --synthetic serves the synthetic ~100M Llama (seeded random weights,
 // llmkit/model/synthetic.hpp) instead of a GGUF file.
@@ -38,7 +42,7 @@
 // tokens sampled by steps without prefill work over those steps' time (what
 // llama.cpp's batched-bench calls the generation rate, S_TG).
 #include <llmkit/core/executor.hpp>
-#include <llmkit/kv/paged_cache.hpp>
+#include <llmkit/kv/prefix_cache.hpp>
 #include <llmkit/model/batch.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama.hpp>
@@ -100,6 +104,8 @@ struct options {
   std::int64_t check = 0;
   // The burst workload: long prompts arriving while the trace decodes.
   std::int64_t burst = 0;
+  std::size_t shared_prefix = 0;
+  std::string prefix_reuse = "on";
   std::size_t burst_prompt = 1500, burst_output = 16;
   double burst_start = 1.0, burst_interval = 0.5;
   std::vector<std::string> policies = {"request-level", "continuous", "continuous+chunked", "continuous+prepacked"};
@@ -168,7 +174,7 @@ sched::policy make_policy(const std::string& name, const options& o, std::int64_
 }
 
 constexpr std::size_t engine_block_size = 16;
-using engine_cache = llmkit::kv::paged_cache<float, engine_block_size>;
+using engine_cache = llmkit::kv::prefix_cache<float, engine_block_size>;
 using serve_engine = llmkit::serve::engine<llmkit::model::llama_model, engine_cache, llmkit::thread_pool>;
 
 double process_cpu_s() {
@@ -184,15 +190,26 @@ double process_cpu_s() {
 // trace fixes their lengths).
 class replay {
  public:
+  // Every prompt starts with the same `shared_prefix` tokens (a system prompt).
   replay(llmkit::model::llama_model& model, llmkit::thread_pool& pool, const std::vector<sched::trace_request>& trace,
          const sched::engine_limits& limits, const sched::policy& policy, std::uint64_t seed, const sched::cost_model& cm,
-         bool cpu_clock)
-      : model_(model), pool_(pool), trace_(trace), limits_(limits), policy_(policy), cm_(cm), cpu_clock_(cpu_clock) {
+         bool cpu_clock, std::size_t shared_prefix, llmkit::serve::prefix_reuse reuse)
+      : model_(model),
+        pool_(pool),
+        trace_(trace),
+        limits_(limits),
+        policy_(policy),
+        cm_(cm),
+        cpu_clock_(cpu_clock),
+        reuse_(reuse) {
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(model.vocab_size()) - 1);
+    std::vector<std::int32_t> shared(shared_prefix);
+    for (auto& t : shared) t = tok(rng);
     for (const auto& r : trace_) {
       auto& prompt = prompt_[r.id];
-      for (std::int64_t i = 0; i < r.n_prompt; ++i) prompt.push_back(tok(rng));
+      for (std::int64_t i = 0; i < r.n_prompt; ++i)
+        prompt.push_back(static_cast<std::size_t>(i) < shared.size() ? shared[static_cast<std::size_t>(i)] : tok(rng));
     }
     std::stable_sort(trace_.begin(), trace_.end(), [](const auto& a, const auto& b) { return a.arrival_s < b.arrival_s; });
   }
@@ -206,6 +223,7 @@ class replay {
                      {.max_context = limits_.max_context,
                       .policy = policy_,
                       .max_queued = trace_.size() + 1,
+                      .reuse = reuse_,
                       .on_step =
                           [&](const llmkit::serve::step_report& r) {
                             plan = r.plan;  // in trace ids, for the recorder
@@ -267,8 +285,12 @@ class replay {
       samples_.push_back({c.flops(), c.bytes(), duration});
       if (ro.on_progress) ro.on_progress(rec.n_done(), static_cast<std::int64_t>(trace_.size()));
     }
+    reused_tokens_ = eng.stats().n_prompt_tokens_reused;
     return rec.summary(t0, t);
   }
+
+  /// Prompt tokens the prefix cache spared over the run.
+  std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
 
   /// Measured / predicted step time over the run's steps: p10, p50, p90 and
   /// the fraction within 25% with the roofline limits; then the median and
@@ -333,6 +355,8 @@ class replay {
   sched::policy policy_;
   const sched::cost_model& cm_;
   bool cpu_clock_;
+  llmkit::serve::prefix_reuse reuse_;
+  std::uint64_t reused_tokens_ = 0;
   std::map<llmkit::request_id, std::vector<std::int32_t>> prompt_, output_;
   std::vector<sched::step_sample> samples_;
   double decode_s_ = 0;
@@ -397,6 +421,10 @@ int main(int argc, char** argv) {
       .one_of({"wall", "cpu"});
   cli.add_option("--check", o.check, "rerun the first N requests alone and compare their greedy tokens");
   cli.add_option("--policies", o.policies, "policies to run").delimiter(',');
+  cli.add_option("--shared-prefix", o.shared_prefix,
+                 "every prompt starts with the same this many tokens (a system prompt), added to its drawn length");
+  cli.add_option("--prefix-reuse", o.prefix_reuse, "reuse cached prompt prefixes (the engine's prefix cache)")
+      .one_of({"on", "off"});
   cli.add_option("--burst", o.burst, "add this many long-prompt requests arriving during decoding (the burst workload)")
       .non_negative();
   cli.add_option("--burst-prompt", o.burst_prompt, "prompt length of a burst request");
@@ -457,13 +485,14 @@ int main(int argc, char** argv) {
                        .n_prompt = static_cast<std::int64_t>(o.burst_prompt),
                        .n_output = static_cast<std::int64_t>(o.burst_output),
                        .max_new_tokens = static_cast<std::int64_t>(o.burst_output)});
+    for (auto& r : trace) r.n_prompt += static_cast<std::int64_t>(o.shared_prefix);
     std::stable_sort(trace.begin(), trace.end(), [](const auto& a, const auto& b) { return a.arrival_s < b.arrival_s; });
     if (!o.simulate)  // a real run stops at the drawn length
       for (auto& r : trace) r.max_new_tokens = r.n_output;
 
     const std::int64_t context =
         o.context > 0 ? o.context
-                      : static_cast<std::int64_t>(std::max(o.prompt_max + o.output_max,
+                      : static_cast<std::int64_t>(std::max(o.shared_prefix + o.prompt_max + o.output_max,
                                                            o.burst > 0 ? o.burst_prompt + o.burst_output : 0));
     const sched::engine_limits limits{
         .max_context = context,
@@ -505,11 +534,14 @@ int main(int argc, char** argv) {
       sched::run_result r;
       std::array<double, 6> fit{};
       double decode_rate = 0;
+      std::uint64_t reused = 0;
       if (o.simulate) {
         r = sched::simulate(trace, limits, p, cm, ro);
       } else {
-        replay e(*llama, *pool, trace, limits, p, o.seed, cm, o.clock == "cpu");
+        replay e(*llama, *pool, trace, limits, p, o.seed, cm, o.clock == "cpu", o.shared_prefix,
+                 o.prefix_reuse == "on" ? llmkit::serve::prefix_reuse::enabled : llmkit::serve::prefix_reuse::disabled);
         r = e.run(ro);
+        reused = e.reused_tokens();
         fit = e.cost_model_fit();
         decode_rate = e.decode_tokens_per_s();
         for (std::int64_t id = 0; id < std::min<std::int64_t>(o.check, o.n_requests); ++id)
@@ -538,6 +570,7 @@ int main(int argc, char** argv) {
         if (!o.simulate) {
           j["threads"] = o.threads;
           j["decode_tokens_per_s"] = decode_rate;
+          j["prompt_tokens_reused"] = reused;
           j["step_time_measured_over_model_p10"] = fit[0];
           j["step_time_measured_over_model_p50"] = fit[1];
           j["step_time_measured_over_model_p90"] = fit[2];
@@ -552,7 +585,9 @@ int main(int argc, char** argv) {
                     100 * r.kv_use_mean, 100 * r.kv_use_peak, static_cast<long long>(r.n_preemptions),
                     r.padding_overhead);
         if (!o.simulate)
-          std::printf("%-22s decode rate (steps without prefill): %.1f tok/s\n", "", decode_rate);
+          std::printf("%-22s decode rate (steps without prefill): %.1f tok/s; prompt tokens reused from the prefix cache: "
+                      "%llu\n",
+                      "", decode_rate, static_cast<unsigned long long>(reused));
         if (!o.simulate)
           std::printf("%-22s step time measured / cost model: p10 %.2f  p50 %.2f  p90 %.2f  (%.0f%% of steps within 25%%); "
                       "calibrated on even steps: p50 %.2f, %.0f%% of odd steps within 25%%\n",
