@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -658,4 +659,43 @@ TEST_CASE("engine: a failing step ends its requests with an error; a throwing ca
   REQUIRE(last->finish == serve::finish_kind::error);
   REQUIRE(last->error == "the event callback threw");
   REQUIRE(eng.stats().kv_blocks_used == 0);
+}
+
+TEST_CASE("engine: the example of docs/serving.md runs (kept in step with the doc)") {
+  const std::string path = LLMKIT_DEFAULT_MODEL;
+  std::ostringstream out;
+  // --- docs/serving.md "Example", with std::cout -> out and 2048 -> 512 (the model's context) ---
+  auto file = model::gguf_file::open(path);
+  model::llama_model llama(file);
+  model::tokenizer tok = model::tokenizer::from_gguf(file);
+  kv::prefix_cache<float, 16> cache(llama.kv_shape(), {.n_blocks = 2048});
+  thread_pool pool(4);
+
+  serve::engine eng(llama, cache, pool,
+                    {.max_context = 512,
+                     .policy = {.max_batch_seqs = 32, .max_step_tokens = 512, .chunked_prefill = true},
+                     .max_queued = 256},
+                    &tok);
+  eng.start();  // the engine's step thread; or call eng.step() from your own loop
+
+  serve::submit_result r = eng.submit({
+      .prompt = tok.encode("Once upon a time", {.add_bos = true}),
+      .sampling = "top_k(40);top_p(0.95);temperature(0.8);sample",
+      .seed = 7,
+      .stop = {.max_new_tokens = 128, .eos_tokens = {tok.eos()}, .stop_strings = {"\n\n"}},
+      .top_logprobs = 3,
+      .on_event = [&out](const serve::stream_event& e) {
+        if (e.type == serve::event_type::token) out << e.text << std::flush;
+        else out << "\n[" << serve::to_string(e.finish) << ", " << e.usage.n_generated_tokens << " tokens]\n";
+      }});
+  if (r.status == serve::submit_status::queue_full) { /* HTTP 429 */ }
+  // ... eng.cancel(r.handle) from any thread, e.g. when a client disconnects
+  eng.stop(serve::shutdown_mode::drain);  // finish what runs, accept nothing new
+  // --- end of the example ---
+  REQUIRE(r.accepted());
+  INFO(out.str());
+  const std::string text = out.str();
+  REQUIRE(text.find(" tokens]\n") != std::string::npos);  // the finish line, once, at the end
+  REQUIRE(text.find(" tokens]\n") == text.size() - 9);
+  REQUIRE(text.find("\n\n") == std::string::npos);  // the stop string is never shown
 }
