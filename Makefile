@@ -8,7 +8,8 @@
 #               seconds, unless a file is already there)
 #   make bench  run every benchmark at full length (release build)
 PACKAGES := cmake make g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
-            libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
+            libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev \
+            libcpp-httplib-dev pkg-config
 # Open MPI: the disaggregated prefill/decode example and its test (two ranks);
 # configure with -DLLMKIT_WITH_MPI=OFF to build without it.
 MPI_PACKAGES := libopenmpi-dev openmpi-bin
