@@ -1,0 +1,749 @@
+// SPDX-License-Identifier: MIT
+/// @file examples/server/openai_protocol.cpp
+/// openai_protocol.hpp on nlohmann/json: the one translation unit of
+/// llmkit-server and its tests that parses and writes the OpenAI JSON.
+
+#include "openai_protocol.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+namespace llmkit_server {
+
+namespace {
+
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+// Dumps as UTF-8; bytes that are not valid UTF-8 (a token that ends inside
+// a character) become U+FFFD instead of throwing.
+template <class J>
+std::string dump(const J& j) {
+  return j.dump(-1, ' ', false, J::error_handler_t::replace);
+}
+
+// A value quoted in an error message, cut to a readable length.
+std::string quote(const json& v) {
+  std::string text = dump(v);
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
+// Shortest text that reads back as the same float (for the chain string).
+std::string format_float(float v) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+// Shortest fixed-point text of `v` (Prometheus values and bucket bounds, error ranges).
+std::string format_double(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
+  if (std::fabs(v) >= 1e15) return std::to_string(v);
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+// Thrown inside the parser, turned into its 400 answer by parse_request.
+struct rejection {
+  api_error error;
+};
+
+[[noreturn]] void reject(std::string param, std::string message) {
+  throw rejection{invalid_request(std::move(param), std::move(message))};
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "a value of another type";
+  }
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json& v) {
+  reject(param, "'" + param + "' must be " + expected + ", got " + type_name(v) + " (" + quote(v) + ")");
+}
+
+// The field `name` of `body`, or nullptr when absent or null (OpenAI treats
+// null as "use the default").
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// Range endpoints: closed or open.
+enum class bound : std::uint8_t { closed, open };
+
+std::optional<double> number_field(const json& body, const char* name, double lo, bound lo_kind, double hi,
+                                   bound hi_kind) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) wrong_type(name, "a number", *v);
+  const double x = v->get<double>();
+  const bool lo_ok = lo_kind == bound::closed ? x >= lo : x > lo;
+  const bool hi_ok = hi_kind == bound::closed ? x <= hi : x < hi;
+  if (!std::isfinite(x) || !lo_ok || !hi_ok)
+    reject(name, std::string("'") + name + "' must be in " + (lo_kind == bound::closed ? "[" : "(") +
+                     format_double(lo) + ", " + format_double(hi) + (hi_kind == bound::closed ? "]" : ")") +
+                     ", got " + quote(*v));
+  return x;
+}
+
+std::optional<std::int64_t> integer_field(const json& body, const char* name, std::int64_t lo, std::int64_t hi) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) wrong_type(name, "an integer", *v);
+  // JSON text parses non-negative integers as unsigned: compare those as unsigned (they may exceed int64).
+  const bool fits = v->is_number_unsigned()
+                        ? v->get<std::uint64_t>() <= static_cast<std::uint64_t>(hi) &&
+                              (lo <= 0 || v->get<std::uint64_t>() >= static_cast<std::uint64_t>(lo))
+                        : v->get<std::int64_t>() >= lo && v->get<std::int64_t>() <= hi;
+  if (!fits)
+    reject(name, std::string("'") + name + "' must be an integer in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "], got " + quote(*v));
+  return v->is_number_unsigned() ? static_cast<std::int64_t>(v->get<std::uint64_t>()) : v->get<std::int64_t>();
+}
+
+std::optional<bool> bool_field(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+constexpr std::int64_t max_int64 = std::numeric_limits<std::int64_t>::max();
+
+token_id token_in_vocab(const json& v, const std::string& param, const model_limits& model) {
+  if (!v.is_number_integer()) wrong_type(param, "an integer token id", v);
+  const bool ok = v.is_number_unsigned() ? v.get<std::uint64_t>() < model.n_vocab
+                                         : v.get<std::int64_t>() >= 0 &&
+                                               static_cast<std::uint64_t>(v.get<std::int64_t>()) < model.n_vocab;
+  if (!ok)
+    reject(param, "'" + param + "' must be a token id in [0, " + std::to_string(model.n_vocab) + "), got " + quote(v));
+  return static_cast<token_id>(v.get<std::int64_t>());
+}
+
+void parse_prompt(const json& body, generation_request& r, const model_limits& model) {
+  const json* p = field(body, "prompt");
+  if (!p) reject("prompt", "'prompt' is required (a string, or an array of token ids)");
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+    return;
+  }
+  if (!p->is_array()) wrong_type("prompt", "a string or an array of token ids", *p);
+  if (p->empty()) reject("prompt", "'prompt' is an empty array");
+  const json& first = p->front();
+  if (first.is_number()) {
+    r.prompt_is_tokens = true;
+    r.prompt_tokens.reserve(p->size());
+    for (std::size_t i = 0; i < p->size(); ++i)
+      r.prompt_tokens.push_back(token_in_vocab((*p)[i], "prompt[" + std::to_string(i) + "]", model));
+    return;
+  }
+  if (p->size() > 1)
+    reject("prompt", "'prompt' holds " + std::to_string(p->size()) +
+                         " prompts; this server takes one prompt per request (send one request each)");
+  if (first.is_string()) {
+    r.prompt_text = first.get<std::string>();
+  } else if (first.is_array()) {
+    if (first.empty()) reject("prompt", "'prompt[0]' is an empty array");
+    for (std::size_t i = 0; i < first.size(); ++i)
+      r.prompt_tokens.push_back(token_in_vocab(first[i], "prompt[0][" + std::to_string(i) + "]", model));
+    r.prompt_is_tokens = true;
+  } else {
+    wrong_type("prompt[0]", "a string or an array of token ids", first);
+  }
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts.
+std::string message_content(const json& m, const std::string& where) {
+  const json* c = field(m, "content");
+  if (!c) return {};
+  if (c->is_string()) return c->get<std::string>();
+  if (!c->is_array()) wrong_type(where + ".content", "a string or an array of text parts", *c);
+  std::string text;
+  for (std::size_t i = 0; i < c->size(); ++i) {
+    const json& part = (*c)[i];
+    const std::string pw = where + ".content[" + std::to_string(i) + "]";
+    if (!part.is_object()) wrong_type(pw, "an object", part);
+    const json* type = field(part, "type");
+    if (!type || !type->is_string() || type->get<std::string>() != "text")
+      reject(pw + ".type", "'" + pw + ".type' must be \"text\" (only text parts are supported), got " +
+                               (type ? quote(*type) : std::string("nothing")));
+    const json* t = field(part, "text");
+    if (!t) reject(pw + ".text", "'" + pw + ".text' is required");
+    if (!t->is_string()) wrong_type(pw + ".text", "a string", *t);
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+void parse_messages(const json& body, generation_request& r) {
+  const json* ms = field(body, "messages");
+  if (!ms) reject("messages", "'messages' is required (an array of {\"role\", \"content\"})");
+  if (!ms->is_array()) wrong_type("messages", "an array", *ms);
+  if (ms->empty()) reject("messages", "'messages' is an empty array");
+  for (std::size_t i = 0; i < ms->size(); ++i) {
+    const json& m = (*ms)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) wrong_type(where, "an object", m);
+    const json* role = field(m, "role");
+    if (!role) reject(where + ".role", "'" + where + ".role' is required");
+    if (!role->is_string()) wrong_type(where + ".role", "a string", *role);
+    std::string name = role->get<std::string>();
+    if (name == "developer") name = "system";
+    if (name != "system" && name != "user" && name != "assistant")
+      reject(where + ".role",
+             "'" + where + ".role' must be \"system\", \"user\" or \"assistant\", got " + quote(*role));
+    r.messages.push_back({std::move(name), message_content(m, where)});
+  }
+}
+
+void parse_stop(const json& body, generation_request& r, const request_limits& limits) {
+  const json* s = field(body, "stop");
+  if (!s) return;
+  auto add = [&](const json& v, const std::string& where) {
+    if (!v.is_string()) wrong_type(where, "a string", v);
+    std::string text = v.get<std::string>();
+    if (text.empty()) reject(where, "'" + where + "' is an empty string");
+    if (text.size() > limits.max_stop_bytes)
+      reject(where, "'" + where + "' is " + std::to_string(text.size()) + " bytes long; at most " +
+                        std::to_string(limits.max_stop_bytes) + " are allowed");
+    r.stop.push_back(std::move(text));
+  };
+  if (s->is_string()) {
+    add(*s, "stop");
+    return;
+  }
+  if (!s->is_array()) wrong_type("stop", "a string or an array of strings", *s);
+  if (s->size() > limits.max_stop)
+    reject("stop", "'stop' holds " + std::to_string(s->size()) + " strings; at most " +
+                       std::to_string(limits.max_stop) + " are allowed");
+  for (std::size_t i = 0; i < s->size(); ++i) add((*s)[i], "stop[" + std::to_string(i) + "]");
+}
+
+void parse_logit_bias(const json& body, sampling_params& p, const model_limits& model, const request_limits& limits) {
+  const json* lb = field(body, "logit_bias");
+  if (!lb) return;
+  if (!lb->is_object()) wrong_type("logit_bias", "an object of token id -> bias", *lb);
+  if (lb->size() > limits.max_logit_bias)
+    reject("logit_bias", "'logit_bias' holds " + std::to_string(lb->size()) + " entries; at most " +
+                             std::to_string(limits.max_logit_bias) + " are allowed");
+  for (const auto& [key, value] : lb->items()) {
+    const std::string where = "logit_bias[\"" + key + "\"]";
+    std::int64_t token = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || token < 0 ||
+        static_cast<std::uint64_t>(token) >= model.n_vocab)
+      reject("logit_bias", "'logit_bias' keys must be token ids in [0, " + std::to_string(model.n_vocab) + "), got " +
+                               quote(json(key)));
+    if (!value.is_number()) wrong_type(where, "a number", value);
+    const double bias = value.get<double>();
+    if (!(bias >= -100.0 && bias <= 100.0))
+      reject(where, "'" + where + "' must be in [-100, 100], got " + quote(value));
+    p.logit_bias.emplace_back(static_cast<token_id>(token), static_cast<float>(bias));
+  }
+}
+
+void parse_unsupported(const json& body, api_kind kind) {
+  if (kind == api_kind::completions) {
+    if (const auto echo = bool_field(body, "echo"); echo && *echo)
+      reject("echo", "'echo': true is not supported");
+    if (const json* suffix = field(body, "suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
+      reject("suffix", "'suffix' is not supported");
+  } else {
+    if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
+      reject("tools", "'tools' (function calling) is not supported");
+    if (const json* rf = field(body, "response_format")) {
+      if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
+      const json* type = field(*rf, "type");
+      if (type && !(type->is_string() && type->get<std::string>() == "text"))
+        reject("response_format", "'response_format.type' must be \"text\" (structured output is not supported), got " +
+                                      quote(*type));
+    }
+  }
+}
+
+generation_request parse_body(api_kind kind, std::string_view text, const model_limits& model,
+                              const request_limits& limits) {
+  json body = json::parse(text.begin(), text.end(), nullptr, false);
+  if (body.is_discarded()) reject("", "the request body is not valid JSON");
+  if (!body.is_object()) reject("", std::string("the request body must be a JSON object, got ") + type_name(body));
+  generation_request r;
+  r.kind = kind;
+  if (const json* m = field(body, "model")) {
+    if (m->is_string()) r.model = m->get<std::string>();
+  }
+  if (kind == api_kind::completions) parse_prompt(body, r, model);
+  else parse_messages(body, r);
+  parse_unsupported(body, kind);
+
+  const auto ctx = static_cast<std::int64_t>(model.n_ctx);
+  if (const auto m = integer_field(body, "max_tokens", 1, ctx)) r.max_tokens = static_cast<std::size_t>(*m);
+  if (kind == api_kind::chat_completions)
+    if (const auto m = integer_field(body, "max_completion_tokens", 1, ctx)) r.max_tokens = static_cast<std::size_t>(*m);
+
+  sampling_params& p = r.sampling;
+  if (const auto v = number_field(body, "temperature", 0, bound::closed, 2, bound::closed)) p.temperature = float(*v);
+  if (const auto v = number_field(body, "top_p", 0, bound::open, 1, bound::closed)) p.top_p = float(*v);
+  if (const auto v = integer_field(body, "top_k", 0, max_int64)) p.top_k = *v;
+  if (const auto v = number_field(body, "min_p", 0, bound::closed, 1, bound::closed)) p.min_p = float(*v);
+  if (const auto v = number_field(body, "typical_p", 0, bound::open, 1, bound::closed)) p.typical_p = float(*v);
+  if (const auto v = number_field(body, "repetition_penalty", 0, bound::open, 10, bound::closed))
+    p.repetition_penalty = float(*v);
+  if (const auto v = number_field(body, "frequency_penalty", -2, bound::closed, 2, bound::closed))
+    p.frequency_penalty = float(*v);
+  if (const auto v = number_field(body, "presence_penalty", -2, bound::closed, 2, bound::closed))
+    p.presence_penalty = float(*v);
+  if (const auto v = integer_field(body, "repeat_last_n", -1, ctx)) p.penalty_last_n = *v;
+  parse_logit_bias(body, p, model, limits);
+  if (const json* s = field(body, "seed")) {
+    if (!s->is_number_integer()) wrong_type("seed", "an integer", *s);
+    p.seed = s->is_number_unsigned() ? s->get<std::uint64_t>() : static_cast<std::uint64_t>(s->get<std::int64_t>());
+  }
+
+  parse_stop(body, r, limits);
+  if (const auto n = integer_field(body, "n", 1, static_cast<std::int64_t>(limits.max_n)))
+    r.n = static_cast<std::size_t>(*n);
+  if (const auto best_of = integer_field(body, "best_of", 1, static_cast<std::int64_t>(limits.max_n));
+      kind == api_kind::completions && best_of && static_cast<std::size_t>(*best_of) != r.n)
+    reject("best_of", "'best_of' different from 'n' is not supported, got " + std::to_string(*best_of));
+  if (const auto s = bool_field(body, "stream")) r.stream = *s;
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+    if (const auto u = bool_field(*so, "include_usage")) r.include_usage = *u;
+  }
+
+  if (kind == api_kind::completions) {
+    if (const auto k = integer_field(body, "logprobs", 0, static_cast<std::int64_t>(limits.max_logprobs)))
+      r.logprobs = static_cast<std::size_t>(*k);
+  } else {
+    const bool want = bool_field(body, "logprobs").value_or(false);
+    const auto top = integer_field(body, "top_logprobs", 0, static_cast<std::int64_t>(limits.max_top_logprobs));
+    if (top && !want) reject("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (want) r.logprobs = top ? static_cast<std::size_t>(*top) : 0;
+  }
+  return r;
+}
+
+const char* object_name(api_kind kind, bool chunk) {
+  if (kind == api_kind::completions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+ordered_json chunk_head(api_kind kind, const response_header& h) {
+  ordered_json j;
+  j["id"] = h.id;
+  j["object"] = object_name(kind, true);
+  j["created"] = h.created;
+  j["model"] = h.model;
+  return j;
+}
+
+ordered_json usage_json(const usage_counts& u) {
+  ordered_json j;
+  j["prompt_tokens"] = u.prompt_tokens;
+  j["completion_tokens"] = u.completion_tokens;
+  j["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+  return j;
+}
+
+ordered_json bytes_of(std::string_view text) {
+  ordered_json b = ordered_json::array();
+  for (const char c : text) b.push_back(static_cast<unsigned char>(c));
+  return b;
+}
+
+// Chat: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}.
+ordered_json chat_logprob_entry(const token_piece& p) {
+  ordered_json e;
+  e["token"] = p.token_text;
+  e["logprob"] = p.logprob;
+  e["bytes"] = bytes_of(p.token_text);
+  ordered_json top = ordered_json::array();
+  for (const auto& a : p.top) {
+    ordered_json t;
+    t["token"] = a.text;
+    t["logprob"] = a.logprob;
+    t["bytes"] = bytes_of(a.text);
+    top.push_back(std::move(t));
+  }
+  e["top_logprobs"] = std::move(top);
+  return e;
+}
+
+// Completions: {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"}.
+ordered_json completion_logprobs(const std::vector<token_piece>& pieces, std::size_t first_offset) {
+  ordered_json tokens = ordered_json::array(), lps = ordered_json::array(), tops = ordered_json::array(),
+               offsets = ordered_json::array();
+  std::size_t offset = first_offset;
+  for (const auto& p : pieces) {
+    tokens.push_back(p.token_text);
+    lps.push_back(p.logprob);
+    ordered_json top = ordered_json::object();
+    for (const auto& a : p.top) top[a.text] = a.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += p.token_text.size();
+  }
+  ordered_json j;
+  j["tokens"] = std::move(tokens);
+  j["token_logprobs"] = std::move(lps);
+  j["top_logprobs"] = std::move(tops);
+  j["text_offset"] = std::move(offsets);
+  return j;
+}
+
+void write_gauge(std::string& out, const char* name, const char* help, double value) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+         format_double(value) + "\n";
+}
+
+void write_counter(std::string& out, const char* name, const char* help, double value) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " +
+         format_double(value) + "\n";
+}
+
+void write_histogram(std::string& out, const char* name, const char* help, const fixed_histogram& h) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  const auto bounds = h.upper_bounds();
+  for (std::size_t i = 0; i <= bounds.size(); ++i)
+    out += std::string(name) + "_bucket{le=\"" + (i < bounds.size() ? format_double(bounds[i]) : "+Inf") + "\"} " +
+           std::to_string(h.cumulative(i)) + "\n";
+  out += std::string(name) + "_sum " + format_double(h.sum()) + "\n";
+  out += std::string(name) + "_count " + std::to_string(h.count()) + "\n";
+}
+
+}  // namespace
+
+// --- errors ------------------------------------------------------------------------
+
+api_error invalid_request(std::string param, std::string message) {
+  return {.status = 400, .message = std::move(message), .type = "invalid_request_error", .param = std::move(param)};
+}
+
+api_error unauthorized() {
+  return {.status = 401,
+          .message = "missing or wrong API key: send the header 'Authorization: Bearer <key>'",
+          .type = "authentication_error",
+          .code = "invalid_api_key"};
+}
+
+api_error not_found(std::string_view method, std::string_view path) {
+  return {.status = 404,
+          .message = "no route " + std::string(method) + " " + std::string(path) +
+                     " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, "
+                     "GET /metrics)",
+          .type = "not_found_error",
+          .code = "unknown_route"};
+}
+
+api_error payload_too_large(std::size_t max_bytes) {
+  return {.status = 413,
+          .message = "the request body is larger than " + std::to_string(max_bytes) + " bytes",
+          .type = "invalid_request_error",
+          .code = "request_too_large"};
+}
+
+api_error queue_full(std::size_t max_queue) {
+  return {.status = 429,
+          .message = "the server's request queue is full (" + std::to_string(max_queue) + " waiting); retry later",
+          .type = "rate_limit_error",
+          .code = "queue_full"};
+}
+
+api_error draining() {
+  return {.status = 503,
+          .message = "the server is shutting down and takes no new requests",
+          .type = "server_error",
+          .code = "draining"};
+}
+
+api_error internal_error(std::string_view what) {
+  return {.status = 500, .message = "internal error: " + std::string(what), .type = "server_error"};
+}
+
+std::string error_body(const api_error& e) {
+  ordered_json err;
+  err["message"] = e.message;
+  err["type"] = e.type;
+  err["param"] = e.param.empty() ? ordered_json(nullptr) : ordered_json(e.param);
+  err["code"] = e.code.empty() ? ordered_json(nullptr) : ordered_json(e.code);
+  ordered_json j;
+  j["error"] = std::move(err);
+  return dump(j);
+}
+
+std::optional<api_error> check_authorization(std::string_view authorization, std::string_view api_key) {
+  if (api_key.empty()) return std::nullopt;
+  constexpr std::string_view scheme = "Bearer ";
+  if (authorization.size() == scheme.size() + api_key.size() && authorization.substr(0, scheme.size()) == scheme) {
+    // Compare every byte, whatever the first mismatch (no early exit to time).
+    unsigned char diff = 0;
+    for (std::size_t i = 0; i < api_key.size(); ++i)
+      diff |= static_cast<unsigned char>(authorization[scheme.size() + i] ^ api_key[i]);
+    if (diff == 0) return std::nullopt;
+  }
+  return unauthorized();
+}
+
+// --- requests ------------------------------------------------------------------------
+
+parse_result parse_request(api_kind kind, std::string_view body, const model_limits& model,
+                           const request_limits& limits) {
+  try {
+    return parse_body(kind, body, model, limits);
+  } catch (const rejection& r) {
+    return r.error;
+  } catch (const std::exception& e) {
+    // A JSON accessor that disagrees with a check above: still the client's
+    // request that is wrong, not the server.
+    return invalid_request("", std::string("the request could not be read: ") + e.what());
+  }
+}
+
+std::string chain_config(const sampling_params& p) {
+  std::string c;
+  if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f)
+    c += "penalties(repeat=" + format_float(p.repetition_penalty) + ",frequency=" + format_float(p.frequency_penalty) +
+         ",presence=" + format_float(p.presence_penalty) + ",last_n=" + std::to_string(p.penalty_last_n) + ");";
+  if (!p.logit_bias.empty()) {
+    c += "logit_bias(";
+    for (std::size_t i = 0; i < p.logit_bias.size(); ++i) {
+      if (i > 0) c += ',';
+      c += std::to_string(p.logit_bias[i].first);
+      c += '=';
+      c += format_float(p.logit_bias[i].second);
+    }
+    c += ");";
+  }
+  if (p.temperature <= 0.0f) return c + "greedy";
+  if (p.top_k > 0) c += "top_k(" + std::to_string(p.top_k) + ");";
+  if (p.typical_p < 1.0f) c += "typical(" + format_float(p.typical_p) + ");";
+  if (p.top_p < 1.0f) c += "top_p(" + format_float(p.top_p) + ");";
+  if (p.min_p > 0.0f) c += "min_p(" + format_float(p.min_p) + ");";
+  if (p.temperature != 1.0f) c += "temperature(" + format_float(p.temperature) + ");";
+  return c + "sample";
+}
+
+std::variant<std::size_t, api_error> completion_budget(const generation_request& r, std::size_t n_prompt,
+                                                       const model_limits& model) {
+  const std::string prompt_param = r.kind == api_kind::completions ? "prompt" : "messages";
+  if (n_prompt == 0) return invalid_request(prompt_param, "the prompt is empty (0 tokens)");
+  if (n_prompt >= model.n_ctx) {
+    api_error e = invalid_request(prompt_param, "the prompt has " + std::to_string(n_prompt) +
+                                                    " tokens; the context holds " + std::to_string(model.n_ctx) +
+                                                    " (prompt and completion together)");
+    e.code = "context_length_exceeded";
+    return e;
+  }
+  const std::size_t room = model.n_ctx - n_prompt;
+  if (!r.max_tokens) return r.kind == api_kind::completions ? std::min<std::size_t>(16, room) : room;
+  if (*r.max_tokens > room) {
+    api_error e = invalid_request("max_tokens", "the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
+                                                    std::to_string(*r.max_tokens) + ") exceed the context of " +
+                                                    std::to_string(model.n_ctx) + " tokens");
+    e.code = "context_length_exceeded";
+    return e;
+  }
+  return *r.max_tokens;
+}
+
+llmkit::stop_criteria stop_rules(const generation_request& r, std::size_t max_new_tokens,
+                                 std::vector<token_id> eos_tokens) {
+  return {.max_new_tokens = max_new_tokens, .eos_tokens = std::move(eos_tokens), .stop_strings = r.stop};
+}
+
+// --- responses -------------------------------------------------------------------------
+
+std::string_view finish_kind_name(finish_kind k) noexcept {
+  switch (k) {
+    case finish_kind::stop: return "stop";
+    case finish_kind::length: return "length";
+    case finish_kind::cancelled: return "cancelled";
+    case finish_kind::error: return "error";
+  }
+  return "?";
+}
+
+finish_kind finish_kind_of(llmkit::finish_reason r) noexcept {
+  switch (r) {
+    case llmkit::finish_reason::max_tokens: return finish_kind::length;
+    case llmkit::finish_reason::cancelled: return finish_kind::cancelled;
+    default: return finish_kind::stop;
+  }
+}
+
+std::string completion_response(api_kind kind, const response_header& h, const std::vector<choice_result>& choices,
+                                const usage_counts& usage, bool with_logprobs) {
+  ordered_json j;
+  j["id"] = h.id;
+  j["object"] = object_name(kind, false);
+  j["created"] = h.created;
+  j["model"] = h.model;
+  ordered_json list = ordered_json::array();
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    const auto& c = choices[i];
+    ordered_json choice;
+    choice["index"] = i;
+    if (kind == api_kind::completions) {
+      choice["text"] = c.text;
+      choice["logprobs"] = with_logprobs ? completion_logprobs(c.pieces, 0) : ordered_json(nullptr);
+    } else {
+      ordered_json message;
+      message["role"] = "assistant";
+      message["content"] = c.text;
+      choice["message"] = std::move(message);
+      if (with_logprobs) {
+        ordered_json content = ordered_json::array();
+        for (const auto& p : c.pieces) content.push_back(chat_logprob_entry(p));
+        ordered_json lp;
+        lp["content"] = std::move(content);
+        choice["logprobs"] = std::move(lp);
+      } else {
+        choice["logprobs"] = nullptr;
+      }
+    }
+    choice["finish_reason"] = finish_kind_name(c.finish);
+    list.push_back(std::move(choice));
+  }
+  j["choices"] = std::move(list);
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+std::string sse_event(std::string_view json_text) {
+  std::string out;
+  out.reserve(json_text.size() + 8);
+  out += "data: ";
+  out += json_text;
+  out += "\n\n";
+  return out;
+}
+
+std::string sse_done() { return "data: [DONE]\n\n"; }
+
+std::string chat_role_chunk(const response_header& h, std::size_t index) {
+  ordered_json j = chunk_head(api_kind::chat_completions, h);
+  ordered_json choice;
+  choice["index"] = index;
+  ordered_json delta;
+  delta["role"] = "assistant";
+  delta["content"] = "";
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return dump(j);
+}
+
+std::string piece_chunk(api_kind kind, const response_header& h, std::size_t index, const token_piece& piece,
+                        bool with_logprobs) {
+  ordered_json j = chunk_head(kind, h);
+  ordered_json choice;
+  choice["index"] = index;
+  if (kind == api_kind::completions) {
+    choice["text"] = piece.text;
+    choice["logprobs"] = with_logprobs ? completion_logprobs({piece}, 0) : ordered_json(nullptr);
+  } else {
+    ordered_json delta;
+    delta["content"] = piece.text;
+    choice["delta"] = std::move(delta);
+    if (with_logprobs) {
+      ordered_json lp;
+      lp["content"] = ordered_json::array({chat_logprob_entry(piece)});
+      choice["logprobs"] = std::move(lp);
+    } else {
+      choice["logprobs"] = nullptr;
+    }
+  }
+  choice["finish_reason"] = nullptr;
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return dump(j);
+}
+
+std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, finish_kind finish) {
+  ordered_json j = chunk_head(kind, h);
+  ordered_json choice;
+  choice["index"] = index;
+  if (kind == api_kind::completions) choice["text"] = "";
+  else choice["delta"] = ordered_json::object();
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_kind_name(finish);
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return dump(j);
+}
+
+std::string usage_chunk(api_kind kind, const response_header& h, const usage_counts& usage) {
+  ordered_json j = chunk_head(kind, h);
+  j["choices"] = ordered_json::array();
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+std::string stream_error_chunk(const api_error& e) { return error_body(e); }
+
+std::string models_response(std::string_view model_id, std::int64_t created) {
+  ordered_json m;
+  m["id"] = model_id;
+  m["object"] = "model";
+  m["created"] = created;
+  m["owned_by"] = "llmkit";
+  ordered_json j;
+  j["object"] = "list";
+  j["data"] = ordered_json::array({std::move(m)});
+  return dump(j);
+}
+
+std::string health_response(bool is_draining, std::size_t queue_depth, std::size_t running) {
+  ordered_json j;
+  j["status"] = is_draining ? "draining" : "ok";
+  j["queue_depth"] = queue_depth;
+  j["running"] = running;
+  return dump(j);
+}
+
+// --- metrics -----------------------------------------------------------------------------
+
+std::string prometheus_text(const metrics_snapshot& s) {
+  std::string out;
+  out += "# HELP llmkit_requests_total Completions (choices) finished, by finish reason.\n"
+         "# TYPE llmkit_requests_total counter\n";
+  const std::pair<const char*, std::uint64_t> reasons[] = {{"stop", s.finished_stop},
+                                                           {"length", s.finished_length},
+                                                           {"cancelled", s.finished_cancelled},
+                                                           {"error", s.finished_error}};
+  for (const auto& [name, n] : reasons)
+    out += std::string("llmkit_requests_total{finish_reason=\"") + name + "\"} " + std::to_string(n) + "\n";
+  write_counter(out, "llmkit_requests_rejected_total", "Requests answered with an error status.",
+                double(s.rejected));
+  write_counter(out, "llmkit_prompt_tokens_total", "Prompt tokens of admitted requests.", double(s.prompt_tokens));
+  write_counter(out, "llmkit_generated_tokens_total", "Tokens generated.", double(s.generated_tokens));
+  write_gauge(out, "llmkit_queue_depth", "Requests waiting for admission.", double(s.queue_depth));
+  write_gauge(out, "llmkit_running_requests", "Requests in the running batch.", double(s.running));
+  write_gauge(out, "llmkit_kv_blocks_used", "KV-cache blocks in use.", double(s.kv_blocks_used));
+  write_gauge(out, "llmkit_kv_blocks_free", "KV-cache blocks free.", double(s.kv_blocks_free));
+  write_histogram(out, "llmkit_time_to_first_token_seconds", "Time from a request's arrival to its first token.",
+                  s.ttft);
+  write_histogram(out, "llmkit_inter_token_seconds", "Time between two consecutive tokens of a stream.",
+                  s.inter_token);
+  return out;
+}
+
+}  // namespace llmkit_server

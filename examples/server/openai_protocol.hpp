@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file examples/server/openai_protocol.hpp
+/// llmkit-server's OpenAI-compatible protocol, as pure functions with no
+/// sockets and no model: request bodies of POST /v1/completions and
+/// POST /v1/chat/completions parsed and range-checked into a typed request,
+/// the sampling fields turned into llmkit's run-time chain string and the
+/// stop fields into `llmkit::stop_criteria`, OpenAI-style error bodies, the
+/// response and SSE chunk builders, and the Prometheus text of /metrics.
+/// Compiled once (openai_protocol.cpp) for the server and its tests.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <llmkit/core/ids.hpp>
+#include <llmkit/core/stop.hpp>
+
+#include "server_metrics.hpp"
+
+namespace llmkit_server {
+
+using llmkit::token_id;
+
+// --- errors ------------------------------------------------------------------
+
+/// An error answer: HTTP status and OpenAI's error object
+/// `{"error": {"message", "type", "param", "code"}}`.
+struct api_error {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param{};  ///< the offending field ("" when none); null in JSON
+  std::string code{};   ///< a short machine-readable code ("" when none); null in JSON
+};
+
+/// 400: a field of the request body is missing, of the wrong type or out of range.
+api_error invalid_request(std::string param, std::string message);
+/// 401: `--api-key` is set and the request's bearer token is missing or wrong.
+api_error unauthorized();
+/// 404: no such route (`method` and `path` are quoted in the message).
+api_error not_found(std::string_view method, std::string_view path);
+/// 413: the body is larger than `max_bytes`.
+api_error payload_too_large(std::size_t max_bytes);
+/// 429: the request queue is full (the server sets Retry-After).
+api_error queue_full(std::size_t max_queue);
+/// 503: the server is shutting down.
+api_error draining();
+/// 500: an unexpected failure while serving (the text of the exception).
+api_error internal_error(std::string_view what);
+
+/// `{"error": {...}}` as JSON text.
+std::string error_body(const api_error& e);
+
+/// The answer to a request's Authorization header when the server was
+/// started with `api_key` (empty: no key, every request passes): nullopt
+/// when `authorization` is exactly "Bearer <api_key>", 401 otherwise.
+std::optional<api_error> check_authorization(std::string_view authorization, std::string_view api_key);
+
+// --- requests ------------------------------------------------------------------
+
+/// Which API a request came through.
+enum class api_kind : std::uint8_t {
+  completions,       ///< POST /v1/completions
+  chat_completions,  ///< POST /v1/chat/completions
+};
+
+/// One chat message (role "system", "user" or "assistant").
+struct chat_message {
+  std::string role;
+  std::string content;
+};
+
+/// What the server knows about its model when it checks a request.
+struct model_limits {
+  std::size_t n_ctx = 0;    ///< tokens the context holds (prompt + completion)
+  std::size_t n_vocab = 0;  ///< valid token ids are [0, n_vocab)
+};
+
+/// Ranges the parser enforces besides the model's own.
+struct request_limits {
+  std::size_t max_n = 16;             ///< `n`: 1..max_n completions per request
+  std::size_t max_stop = 4;           ///< `stop`: at most this many strings (OpenAI's limit)
+  std::size_t max_stop_bytes = 256;   ///< each stop string at most this long
+  std::size_t max_logprobs = 5;       ///< completions `logprobs`: 0..max_logprobs
+  std::size_t max_top_logprobs = 20;  ///< chat `top_logprobs`: 0..max_top_logprobs
+  std::size_t max_logit_bias = 1024;  ///< entries of `logit_bias`
+};
+
+/// The sampling fields of a request, OpenAI's defaults where absent.
+struct sampling_params {
+  float temperature = 1.0f;         ///< [0, 2]; 0 = greedy
+  float top_p = 1.0f;               ///< (0, 1]; 1 = off
+  std::int64_t top_k = 0;           ///< >= 0; 0 = off (llama.cpp extension)
+  float min_p = 0.0f;               ///< [0, 1]; 0 = off (extension)
+  float typical_p = 1.0f;           ///< (0, 1]; 1 = off (extension)
+  float repetition_penalty = 1.0f;  ///< (0, 10]; 1 = off (extension)
+  float frequency_penalty = 0.0f;   ///< [-2, 2]
+  float presence_penalty = 0.0f;    ///< [-2, 2]
+  std::int64_t penalty_last_n = 64; ///< >= -1; tokens the penalties look back on (-1: all; extension `repeat_last_n`)
+  std::vector<std::pair<token_id, float>> logit_bias{};  ///< token -> bias in [-100, 100]
+  std::optional<std::uint64_t> seed{};  ///< absent: the server picks one
+};
+
+/// A parsed, range-checked request of either API.
+struct generation_request {
+  api_kind kind = api_kind::completions;
+  /// Completions: the prompt text (when given as a string); empty otherwise.
+  std::string prompt_text{};
+  /// Completions: the prompt as token ids (when given as integers).
+  std::vector<token_id> prompt_tokens{};
+  bool prompt_is_tokens = false;
+  /// Chat: the conversation, in order (content parts joined).
+  std::vector<chat_message> messages{};
+  /// `max_tokens` (chat also reads `max_completion_tokens`); absent: 16 for
+  /// completions, the rest of the context for chat.
+  std::optional<std::size_t> max_tokens{};
+  sampling_params sampling{};
+  std::vector<std::string> stop{};  ///< stop strings (each non-empty)
+  std::size_t n = 1;                ///< completions per prompt
+  bool stream = false;
+  bool include_usage = false;       ///< stream_options.include_usage: a last chunk with `usage`
+  /// Top alternatives per token to report; nullopt: no logprobs at all.
+  /// Completions `logprobs: k`; chat `logprobs: true` with `top_logprobs: k`.
+  std::optional<std::size_t> logprobs{};
+  std::string model{};  ///< echoed back; not checked
+};
+
+/// A request or the error that answers it.
+using parse_result = std::variant<generation_request, api_error>;
+
+/// Parses and checks a request body of `kind`. Never throws: malformed JSON,
+/// a wrong type or an out-of-range value is a 400 naming the field and value.
+parse_result parse_request(api_kind kind, std::string_view body, const model_limits& model,
+                           const request_limits& limits = {});
+
+/// The llmkit run-time chain (sampling/runtime_chain.hpp) for `p`:
+/// penalties and logit bias first, then top-k, typical, top-p, min-p,
+/// temperature and the draw ("greedy" at temperature 0). Parameters at
+/// their neutral values are left out.
+std::string chain_config(const sampling_params& p);
+
+/// The completion budget: `max_tokens` when given, else 16 (completions) or
+/// what the context leaves (chat). Checks that the prompt of `n_prompt`
+/// tokens plus the budget fit in the context: a 400 otherwise.
+std::variant<std::size_t, api_error> completion_budget(const generation_request& r, std::size_t n_prompt,
+                                                       const model_limits& model);
+
+/// The stop rules: `max_new_tokens`, the model's `eos_tokens`, the request's stop strings.
+llmkit::stop_criteria stop_rules(const generation_request& r, std::size_t max_new_tokens,
+                                 std::vector<token_id> eos_tokens);
+
+// --- responses -------------------------------------------------------------------
+
+/// "stop", "length", "cancelled" or "error".
+std::string_view finish_kind_name(finish_kind k) noexcept;
+/// llmkit's finish reasons in OpenAI's two words (cancelled stays cancelled).
+finish_kind finish_kind_of(llmkit::finish_reason r) noexcept;
+
+/// One alternative token and its log-probability.
+struct token_alternative {
+  token_id token = -1;
+  std::string text;
+  float logprob = 0.0f;
+};
+
+/// One generated piece of a choice: its text and, when asked, its token's
+/// log-probability and the top alternatives.
+struct token_piece {
+  std::string text;        ///< text released by this token (held-back text may come later)
+  std::string token_text;  ///< the token's own text (for logprobs)
+  token_id token = -1;
+  float logprob = 0.0f;
+  std::vector<token_alternative> top{};
+};
+
+/// A finished choice.
+struct choice_result {
+  std::string text;
+  std::vector<token_piece> pieces{};  ///< per token, when logprobs were asked for
+  finish_kind finish = finish_kind::stop;
+};
+
+/// Tokens a request used.
+struct usage_counts {
+  std::size_t prompt_tokens = 0;
+  std::size_t completion_tokens = 0;
+};
+
+/// What every response of one request shares.
+struct response_header {
+  std::string id;       ///< "cmpl-..." or "chatcmpl-..."
+  std::int64_t created; ///< Unix seconds
+  std::string model;
+};
+
+/// The non-streamed answer: a "text_completion" or "chat.completion" object
+/// with `choices` (index, text / message, logprobs, finish_reason) and `usage`.
+/// `with_logprobs` selects the logprobs object (else null).
+std::string completion_response(api_kind kind, const response_header& h, const std::vector<choice_result>& choices,
+                                const usage_counts& usage, bool with_logprobs);
+
+/// `data: <json>\n\n`: one server-sent event.
+std::string sse_event(std::string_view json);
+/// `data: [DONE]\n\n`: the end of every stream.
+std::string sse_done();
+
+/// The first chunk of a streamed chat choice: `delta: {"role": "assistant", "content": ""}`.
+std::string chat_role_chunk(const response_header& h, std::size_t index);
+/// A streamed piece of choice `index` (text_completion or chat.completion.chunk);
+/// `piece.top` and `piece.logprob` are reported when `with_logprobs`.
+std::string piece_chunk(api_kind kind, const response_header& h, std::size_t index, const token_piece& piece,
+                        bool with_logprobs);
+/// The last chunk of choice `index`: empty text / delta and its finish_reason.
+std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, finish_kind finish);
+/// stream_options.include_usage: a chunk with empty `choices` and `usage`.
+std::string usage_chunk(api_kind kind, const response_header& h, const usage_counts& usage);
+/// An error in the middle of a stream (after the 200 was sent): `{"error": ...}`.
+std::string stream_error_chunk(const api_error& e);
+
+/// GET /v1/models: one model, `id`, owned by "llmkit".
+std::string models_response(std::string_view model_id, std::int64_t created);
+/// GET /health: `{"status": "ok" | "draining", ...}` with the queue and batch.
+std::string health_response(bool is_draining, std::size_t queue_depth, std::size_t running);
+
+// --- metrics ---------------------------------------------------------------------
+
+/// Prometheus text exposition (version 0.0.4) of `s`.
+std::string prometheus_text(const metrics_snapshot& s);
+
+}  // namespace llmkit_server

@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: MIT
+# test_server_protocol tests llmkit-server's protocol code (examples/server/),
+# pure functions: no model, no kernels, no sockets.
+include("${PROJECT_SOURCE_DIR}/examples/server/protocol.cmake")
+set(llmkit_test_link llmkit_server_protocol)
+list(APPEND llmkit_test_labels server)

@@ -1,0 +1,576 @@
+// SPDX-License-Identifier: MIT
+// llmkit-server's OpenAI protocol (examples/server/openai_protocol.hpp): every
+// request field parsed and range-checked, every error class with its status,
+// the sampling chain and stop rules built from a request, the response and
+// SSE chunk formats, the Prometheus text, and 200 mutated bodies that must
+// each get a 4xx answer. Pure functions: no model, no sockets.
+#include <catch2/catch.hpp>
+
+#include <llmkit/sampling/runtime_chain.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "openai_protocol.hpp"
+#include "server_metrics.hpp"
+
+using namespace llmkit_server;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr model_limits limits{.n_ctx = 512, .n_vocab = 1000};
+
+generation_request ok(api_kind kind, const json& body) {
+  const auto r = parse_request(kind, body.dump(), limits);
+  if (const auto* e = std::get_if<api_error>(&r)) FAIL("unexpected error: " << e->message);
+  return std::get<generation_request>(r);
+}
+
+generation_request ok_completion(json extra) {
+  json body = {{"prompt", "Once upon a time"}};
+  if (!extra.is_null()) body.update(extra);
+  return ok(api_kind::completions, body);
+}
+
+api_error error_of(api_kind kind, std::string_view body) {
+  const auto r = parse_request(kind, body, limits);
+  REQUIRE(std::holds_alternative<api_error>(r));
+  return std::get<api_error>(r);
+}
+
+api_error completion_error(json extra) {
+  json body = {{"prompt", "hi"}};
+  body.update(extra);
+  return error_of(api_kind::completions, body.dump());
+}
+
+json chat_body() { return {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}; }
+
+// The error must be a 400 naming `param` and quoting `value` in its message.
+void check_names(const api_error& e, const std::string& param, const std::string& value) {
+  CHECK(e.status == 400);
+  CHECK(e.type == "invalid_request_error");
+  CHECK(e.param == param);
+  CHECK_THAT(e.message, Catch::Contains(param));
+  CHECK_THAT(e.message, Catch::Contains(value));
+}
+
+const response_header header{.id = "cmpl-7", .created = 1700000000, .model = "stories260K"};
+
+}  // namespace
+
+TEST_CASE("a completion request with no options takes OpenAI's defaults") {
+  const auto r = ok_completion({});
+  CHECK(r.kind == api_kind::completions);
+  CHECK(r.prompt_text == "Once upon a time");
+  CHECK_FALSE(r.prompt_is_tokens);
+  CHECK_FALSE(r.max_tokens);
+  CHECK(r.sampling.temperature == 1.0f);
+  CHECK(r.sampling.top_p == 1.0f);
+  CHECK(r.n == 1);
+  CHECK_FALSE(r.stream);
+  CHECK_FALSE(r.logprobs);
+  CHECK(r.stop.empty());
+  CHECK_FALSE(r.sampling.seed);
+  CHECK(chain_config(r.sampling) == "sample");
+}
+
+TEST_CASE("every sampling field is read") {
+  const auto r = ok_completion({{"max_tokens", 32},
+                                {"temperature", 0.7},
+                                {"top_p", 0.9},
+                                {"top_k", 40},
+                                {"min_p", 0.05},
+                                {"typical_p", 0.95},
+                                {"repetition_penalty", 1.1},
+                                {"frequency_penalty", 0.5},
+                                {"presence_penalty", -0.5},
+                                {"repeat_last_n", 128},
+                                {"logit_bias", {{"15", 1.5}, {"2", -100}}},
+                                {"seed", 1234},
+                                {"stop", {"\n\n", "The end"}},
+                                {"n", 3},
+                                {"stream", true},
+                                {"stream_options", {{"include_usage", true}}},
+                                {"logprobs", 2},
+                                {"user", "someone"},
+                                {"model", "whatever"}});
+  CHECK(r.max_tokens == 32u);
+  CHECK(r.sampling.temperature == 0.7f);
+  CHECK(r.sampling.top_p == 0.9f);
+  CHECK(r.sampling.top_k == 40);
+  CHECK(r.sampling.min_p == 0.05f);
+  CHECK(r.sampling.typical_p == 0.95f);
+  CHECK(r.sampling.repetition_penalty == 1.1f);
+  CHECK(r.sampling.frequency_penalty == 0.5f);
+  CHECK(r.sampling.presence_penalty == -0.5f);
+  CHECK(r.sampling.penalty_last_n == 128);
+  REQUIRE(r.sampling.logit_bias.size() == 2);
+  CHECK(r.sampling.seed == 1234u);
+  CHECK(r.stop == std::vector<std::string>{"\n\n", "The end"});
+  CHECK(r.n == 3);
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.logprobs == 2u);
+  CHECK(r.model == "whatever");
+
+  // The chain string, in llmkit's order, and it parses.
+  const std::string chain = chain_config(r.sampling);
+  CHECK(chain ==
+        "penalties(repeat=1.1,frequency=0.5,presence=-0.5,last_n=128);logit_bias(15=1.5,2=-100);top_k(40);"
+        "typical(0.95);top_p(0.9);min_p(0.05);temperature(0.7);sample");
+  CHECK_NOTHROW(llmkit::sampling::runtime_chain::parse(chain));
+}
+
+TEST_CASE("temperature 0 is greedy, keeping the penalties and the bias") {
+  const auto r = ok_completion({{"temperature", 0}, {"top_k", 5}, {"presence_penalty", 1}, {"logit_bias", {{"7", 2}}}});
+  const std::string chain = chain_config(r.sampling);
+  CHECK(chain == "penalties(repeat=1,frequency=0,presence=1,last_n=64);logit_bias(7=2);greedy");
+  CHECK(llmkit::sampling::runtime_chain::parse(chain).is_greedy());
+  CHECK(chain_config(ok_completion({{"temperature", 0}}).sampling) == "greedy");
+}
+
+TEST_CASE("the chain keeps a parameter's exact value") {
+  // 0.1f needs its shortest round-trip text, not a fixed 6 decimals.
+  const auto r = ok_completion({{"temperature", 1e-7}, {"top_p", 0.123456789}});
+  CHECK(chain_config(r.sampling) == "top_p(0.12345679);temperature(1e-07);sample");
+}
+
+TEST_CASE("the prompt as a string, a one-element list or token ids") {
+  CHECK(ok_completion({{"prompt", json::array({"a b"})}}).prompt_text == "a b");
+  const auto ids = ok_completion({{"prompt", {1, 403, 999}}});
+  CHECK(ids.prompt_is_tokens);
+  CHECK(ids.prompt_tokens == std::vector<llmkit::token_id>{1, 403, 999});
+  const auto nested = ok_completion({{"prompt", json::array({json::array({5, 6})})}});
+  CHECK(nested.prompt_tokens == std::vector<llmkit::token_id>{5, 6});
+
+  check_names(completion_error({{"prompt", {1, 1000}}}), "prompt[1]", "1000");
+  check_names(completion_error({{"prompt", {1, -1}}}), "prompt[1]", "-1");
+  check_names(completion_error({{"prompt", {1, 2.5}}}), "prompt[1]", "2.5");
+  check_names(completion_error({{"prompt", json::array({"a", "b"})}}), "prompt", "2 prompts");
+  check_names(completion_error({{"prompt", json::array()}}), "prompt", "empty");
+  check_names(completion_error({{"prompt", 42}}), "prompt", "42");
+  const auto missing = error_of(api_kind::completions, R"({"max_tokens": 5})");
+  check_names(missing, "prompt", "required");
+}
+
+TEST_CASE("chat messages: roles, text parts, and what is refused") {
+  json body = chat_body();
+  body["messages"] = json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                  {{"role", "user"},
+                                   {"content", json::array({{{"type", "text"}, {"text", "Hello "}},
+                                                            {{"type", "text"}, {"text", "there"}}})}},
+                                  {{"role", "assistant"}, {"content", nullptr}},
+                                  {{"role", "developer"}, {"content", "x"}}});
+  body["max_completion_tokens"] = 20;
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  const auto r = ok(api_kind::chat_completions, body);
+  REQUIRE(r.messages.size() == 4);
+  CHECK(r.messages[0].role == "system");
+  CHECK(r.messages[1].content == "Hello there");
+  CHECK(r.messages[2].content.empty());
+  CHECK(r.messages[3].role == "system");
+  CHECK(r.max_tokens == 20u);
+  CHECK(r.logprobs == 3u);
+
+  auto chat_error = [](json patch) {
+    json b = chat_body();
+    b.update(patch);
+    return error_of(api_kind::chat_completions, b.dump());
+  };
+  check_names(error_of(api_kind::chat_completions, "{}"), "messages", "required");
+  check_names(chat_error({{"messages", json::array()}}), "messages", "empty");
+  check_names(chat_error({{"messages", "hi"}}), "messages", "\"hi\"");
+  check_names(chat_error({{"messages", json::array({{{"role", "robot"}, {"content", "x"}}})}}), "messages[0].role",
+              "robot");
+  check_names(chat_error({{"messages", json::array({{{"content", "x"}}})}}), "messages[0].role", "required");
+  check_names(chat_error({{"messages", json::array({{{"role", "user"}, {"content", 5}}})}}), "messages[0].content",
+              "5");
+  check_names(chat_error({{"messages", json::array({{{"role", "user"},
+                                                     {"content", json::array({{{"type", "image_url"}}})}}})}}),
+              "messages[0].content[0].type", "image_url");
+  check_names(chat_error({{"top_logprobs", 2}}), "top_logprobs", "logprobs");
+  check_names(chat_error({{"logprobs", true}, {"top_logprobs", 21}}), "top_logprobs", "21");
+  check_names(chat_error({{"logprobs", "yes"}}), "logprobs", "\"yes\"");
+  check_names(chat_error({{"tools", json::array({{{"type", "function"}}})}}), "tools", "not supported");
+  check_names(chat_error({{"response_format", {{"type", "json_object"}}}}), "response_format", "json_object");
+  // Chat logprobs default off; a bool without top_logprobs asks for the chosen tokens only.
+  CHECK_FALSE(ok(api_kind::chat_completions, chat_body()).logprobs);
+  json b = chat_body();
+  b["logprobs"] = true;
+  CHECK(ok(api_kind::chat_completions, b).logprobs == 0u);
+}
+
+TEST_CASE("every numeric field is range-checked, naming the field and the value") {
+  struct bad {
+    const char* field;
+    json value;
+    const char* quoted;
+  };
+  const std::vector<bad> cases{
+      {"temperature", 2.5, "2.5"},       {"temperature", -0.1, "-0.1"},     {"top_p", 0, "0"},
+      {"top_p", 1.5, "1.5"},             {"top_k", -1, "-1"},               {"min_p", 1.01, "1.01"},
+      {"min_p", -0.5, "-0.5"},           {"typical_p", 0, "0"},             {"repetition_penalty", 0, "0"},
+      {"repetition_penalty", 11, "11"},  {"frequency_penalty", 2.5, "2.5"}, {"presence_penalty", -3, "-3"},
+      {"max_tokens", 0, "0"},            {"max_tokens", 513, "513"},        {"max_tokens", -5, "-5"},
+      {"n", 0, "0"},                     {"n", 17, "17"},                   {"logprobs", 6, "6"},
+      {"logprobs", -1, "-1"},            {"repeat_last_n", -2, "-2"},       {"temperature", 1e300, "1e+300"},
+      {"top_k", 18446744073709551615ull, "18446744073709551615"}};
+  for (const auto& c : cases) {
+    INFO(c.field << " = " << c.value.dump());
+    check_names(completion_error({{c.field, c.value}}), c.field, c.quoted);
+  }
+}
+
+TEST_CASE("every field rejects a value of the wrong type") {
+  const std::vector<std::pair<const char*, json>> cases{
+      {"temperature", "0.5"},   {"top_p", true},        {"top_k", 1.5},          {"min_p", json::array()},
+      {"typical_p", json::object()}, {"repetition_penalty", "1"}, {"frequency_penalty", false},
+      {"presence_penalty", "NaN"}, {"max_tokens", "16"},  {"max_tokens", 16.5},    {"n", "2"},
+      {"seed", 1.5},            {"seed", "42"},         {"stream", 1},           {"stream", "true"},
+      {"stop", 5},              {"stop", {"a", 5}},      {"logit_bias", json::array()}, {"logit_bias", {{"5", "x"}}},
+      {"logprobs", true},       {"stream_options", "x"}, {"echo", "no"}};
+  for (const auto& [field, value] : cases) {
+    INFO(field << " = " << value.dump());
+    const auto e = completion_error({{field, value}});
+    CHECK(e.status == 400);
+    CHECK_THAT(e.message, Catch::Contains(field));
+    CHECK_THAT(e.message, Catch::Contains("must be"));
+  }
+}
+
+TEST_CASE("stop strings: a string or a list, each non-empty, at most four") {
+  CHECK(ok_completion({{"stop", "END"}}).stop == std::vector<std::string>{"END"});
+  check_names(completion_error({{"stop", ""}}), "stop", "empty");
+  check_names(completion_error({{"stop", {"a", ""}}}), "stop[1]", "empty");
+  check_names(completion_error({{"stop", {"a", "b", "c", "d", "e"}}}), "stop", "5 strings");
+  check_names(completion_error({{"stop", std::string(300, 'x')}}), "stop", "300 bytes");
+
+  const auto r = ok_completion({{"stop", {"\n", "The end"}}, {"max_tokens", 7}});
+  const auto rules = stop_rules(r, 7, {2});
+  CHECK(rules.max_new_tokens == 7);
+  CHECK(rules.eos_tokens == std::vector<llmkit::token_id>{2});
+  CHECK(rules.stop_strings == std::vector<std::string>{"\n", "The end"});
+  CHECK_NOTHROW(rules.validate("test"));
+  CHECK(rules.find_stop_string("Once. The end!") == 6u);
+}
+
+TEST_CASE("logit_bias keys are token ids in the vocabulary, values in [-100, 100]") {
+  check_names(completion_error({{"logit_bias", {{"1000", 1}}}}), "logit_bias", "\"1000\"");
+  check_names(completion_error({{"logit_bias", {{"-1", 1}}}}), "logit_bias", "\"-1\"");
+  check_names(completion_error({{"logit_bias", {{"abc", 1}}}}), "logit_bias", "\"abc\"");
+  check_names(completion_error({{"logit_bias", {{"5", 101}}}}), "logit_bias[\"5\"]", "101");
+}
+
+TEST_CASE("seed: any 64-bit integer") {
+  CHECK(ok_completion({{"seed", 18446744073709551615ull}}).sampling.seed == 18446744073709551615ull);
+  CHECK(ok_completion({{"seed", -1}}).sampling.seed == 18446744073709551615ull);
+  CHECK(ok_completion({{"seed", nullptr}}).sampling.seed == std::nullopt);
+}
+
+TEST_CASE("completions: unsupported options are refused by name") {
+  check_names(completion_error({{"echo", true}}), "echo", "not supported");
+  check_names(completion_error({{"suffix", "x"}}), "suffix", "not supported");
+  check_names(completion_error({{"best_of", 3}}), "best_of", "3");
+  CHECK(ok_completion({{"echo", false}, {"best_of", 1}}).n == 1);
+}
+
+TEST_CASE("malformed bodies are 400s") {
+  for (const std::string body : {"", "{", "not json", "[1,2]", "\"prompt\"", "null", "{\"prompt\": \"a\",}",
+                                 "{\"prompt\": NaN}", "{\"prompt\": \"a\", \"temperature\": 1e400}"}) {
+    INFO(body);
+    const auto e = error_of(api_kind::completions, body);
+    CHECK(e.status == 400);
+    CHECK_FALSE(e.message.empty());
+  }
+  CHECK_THAT(error_of(api_kind::completions, "{").message, Catch::Contains("not valid JSON"));
+  CHECK_THAT(error_of(api_kind::completions, "[1]").message, Catch::Contains("JSON object"));
+}
+
+TEST_CASE("the prompt must leave room in the context for the completion") {
+  const auto r = ok_completion({});
+  CHECK(std::get<std::size_t>(completion_budget(r, 10, limits)) == 16);  // OpenAI's default
+  CHECK(std::get<std::size_t>(completion_budget(r, 500, limits)) == 12);  // what the context leaves
+  const auto chat = ok(api_kind::chat_completions, chat_body());
+  CHECK(std::get<std::size_t>(completion_budget(chat, 12, limits)) == 500);
+
+  const auto too_long = std::get<api_error>(completion_budget(r, 512, limits));
+  check_names(too_long, "prompt", "512 tokens");
+  CHECK(too_long.code == "context_length_exceeded");
+  CHECK_THAT(std::get<api_error>(completion_budget(chat, 600, limits)).param, Catch::Equals("messages"));
+  const auto with_max = ok_completion({{"max_tokens", 100}});
+  CHECK(std::get<std::size_t>(completion_budget(with_max, 412, limits)) == 100);
+  check_names(std::get<api_error>(completion_budget(with_max, 413, limits)), "max_tokens", "100");
+  check_names(std::get<api_error>(completion_budget(r, 0, limits)), "prompt", "empty");
+}
+
+TEST_CASE("error classes: status, type, code and the OpenAI error object") {
+  const struct {
+    api_error e;
+    int status;
+    const char* code;
+  } cases[] = {{unauthorized(), 401, "invalid_api_key"},
+               {not_found("GET", "/v2/nothing"), 404, "unknown_route"},
+               {payload_too_large(1024), 413, "request_too_large"},
+               {queue_full(8), 429, "queue_full"},
+               {draining(), 503, "draining"}};
+  for (const auto& c : cases) {
+    CHECK(c.e.status == c.status);
+    const json j = json::parse(error_body(c.e));
+    CHECK(j.at("error").at("code") == c.code);
+    CHECK(j.at("error").at("param").is_null());
+    CHECK(j.at("error").at("message") == c.e.message);
+    CHECK(j.at("error").at("type") == c.e.type);
+  }
+  CHECK_THAT(not_found("GET", "/v2/nothing").message, Catch::Contains("GET /v2/nothing"));
+  CHECK_THAT(payload_too_large(1024).message, Catch::Contains("1024"));
+  const json bad = json::parse(error_body(invalid_request("top_p", "'top_p' must be ...")));
+  CHECK(bad.at("error").at("param") == "top_p");
+  CHECK(bad.at("error").at("code").is_null());
+}
+
+TEST_CASE("authorization: Bearer and the exact key, only when a key is set") {
+  CHECK_FALSE(check_authorization("", ""));
+  CHECK_FALSE(check_authorization("anything", ""));
+  CHECK_FALSE(check_authorization("Bearer sk-1", "sk-1"));
+  for (const char* header : {"", "Bearer", "Bearer ", "Bearer sk-2", "Bearer sk-1 ", "bearer sk-1", "sk-1",
+                             "Basic sk-1", "Bearer sk-10"}) {
+    INFO(header);
+    const auto e = check_authorization(header, "sk-1");
+    REQUIRE(e);
+    CHECK(e->status == 401);
+  }
+}
+
+TEST_CASE("non-streamed completion and chat answers carry usage and finish_reason") {
+  std::vector<choice_result> choices{{.text = "Once", .finish = finish_kind::length},
+                                     {.text = "Lily", .finish = finish_kind::stop}};
+  const json c = json::parse(completion_response(api_kind::completions, header, choices, {5, 3}, false));
+  CHECK(c.at("object") == "text_completion");
+  CHECK(c.at("id") == "cmpl-7");
+  CHECK(c.at("created") == 1700000000);
+  CHECK(c.at("model") == "stories260K");
+  REQUIRE(c.at("choices").size() == 2);
+  CHECK(c.at("choices")[0].at("text") == "Once");
+  CHECK(c.at("choices")[0].at("finish_reason") == "length");
+  CHECK(c.at("choices")[1].at("index") == 1);
+  CHECK(c.at("choices")[1].at("finish_reason") == "stop");
+  CHECK(c.at("choices")[0].at("logprobs").is_null());
+  CHECK(c.at("usage") == json{{"prompt_tokens", 5}, {"completion_tokens", 3}, {"total_tokens", 8}});
+
+  const json chat = json::parse(completion_response(api_kind::chat_completions, header, {choices[1]}, {4, 1}, false));
+  CHECK(chat.at("object") == "chat.completion");
+  CHECK(chat.at("choices")[0].at("message") == json{{"role", "assistant"}, {"content", "Lily"}});
+  CHECK(chat.at("choices")[0].at("finish_reason") == "stop");
+  CHECK(chat.at("usage").at("total_tokens") == 5);
+}
+
+TEST_CASE("logprobs in both APIs' formats") {
+  const token_piece a{.text = "Hi", .token_text = "Hi", .token = 5, .logprob = -0.5f,
+                      .top = {{5, "Hi", -0.5f}, {9, "Ho", -1.25f}}};
+  const token_piece b{.text = "!", .token_text = "!", .token = 6, .logprob = -2.0f, .top = {}};
+  const std::vector<choice_result> choices{{.text = "Hi!", .pieces = {a, b}, .finish = finish_kind::stop}};
+  const json c = json::parse(completion_response(api_kind::completions, header, choices, {1, 2}, true));
+  const json& lp = c.at("choices")[0].at("logprobs");
+  CHECK(lp.at("tokens") == json{"Hi", "!"});
+  CHECK(lp.at("token_logprobs") == json{-0.5, -2.0});
+  CHECK(lp.at("top_logprobs")[0] == json{{"Hi", -0.5}, {"Ho", -1.25}});
+  CHECK(lp.at("text_offset") == json{0, 2});
+
+  const json chat = json::parse(completion_response(api_kind::chat_completions, header, choices, {1, 2}, true));
+  const json& entry = chat.at("choices")[0].at("logprobs").at("content")[0];
+  CHECK(entry.at("token") == "Hi");
+  CHECK(entry.at("logprob") == -0.5);
+  CHECK(entry.at("bytes") == json{72, 105});
+  CHECK(entry.at("top_logprobs")[1] == json{{"token", "Ho"}, {"logprob", -1.25}, {"bytes", {72, 111}}});
+}
+
+TEST_CASE("SSE framing and streamed chunks in OpenAI's format") {
+  CHECK(sse_event("{\"a\":1}") == "data: {\"a\":1}\n\n");
+  CHECK(sse_done() == "data: [DONE]\n\n");
+
+  const token_piece p{.text = " Lily", .token_text = " Lily", .token = 9};
+  const json text = json::parse(piece_chunk(api_kind::completions, header, 0, p, false));
+  CHECK(text.at("object") == "text_completion");
+  CHECK(text.at("choices")[0].at("text") == " Lily");
+  CHECK(text.at("choices")[0].at("finish_reason").is_null());
+  CHECK_FALSE(text.contains("usage"));
+
+  const json role = json::parse(chat_role_chunk(header, 1));
+  CHECK(role.at("object") == "chat.completion.chunk");
+  CHECK(role.at("choices")[0].at("index") == 1);
+  CHECK(role.at("choices")[0].at("delta") == json{{"role", "assistant"}, {"content", ""}});
+
+  const json delta = json::parse(piece_chunk(api_kind::chat_completions, header, 0, p, false));
+  CHECK(delta.at("choices")[0].at("delta") == json{{"content", " Lily"}});
+  CHECK(delta.at("choices")[0].at("finish_reason").is_null());
+
+  const json fin = json::parse(finish_chunk(api_kind::chat_completions, header, 0, finish_kind::length));
+  CHECK(fin.at("choices")[0].at("delta") == json::object());
+  CHECK(fin.at("choices")[0].at("finish_reason") == "length");
+  const json fin_text = json::parse(finish_chunk(api_kind::completions, header, 0, finish_kind::stop));
+  CHECK(fin_text.at("choices")[0].at("text") == "");
+  CHECK(fin_text.at("choices")[0].at("finish_reason") == "stop");
+
+  const json usage = json::parse(usage_chunk(api_kind::chat_completions, header, {3, 4}));
+  CHECK(usage.at("choices") == json::array());
+  CHECK(usage.at("usage").at("total_tokens") == 7);
+
+  // A token that ends inside a UTF-8 character still gives valid JSON (U+FFFD).
+  const token_piece half{.text = "\xE2\x96", .token_text = "\xE2\x96"};
+  CHECK_NOTHROW(json::parse(piece_chunk(api_kind::completions, header, 0, half, true)));
+}
+
+TEST_CASE("/v1/models and /health") {
+  const json m = json::parse(models_response("stories260K", 5));
+  CHECK(m.at("object") == "list");
+  CHECK(m.at("data")[0].at("id") == "stories260K");
+  CHECK(m.at("data")[0].at("object") == "model");
+  const json h = json::parse(health_response(false, 2, 3));
+  CHECK(h == json{{"status", "ok"}, {"queue_depth", 2}, {"running", 3}});
+  CHECK(json::parse(health_response(true, 0, 0)).at("status") == "draining");
+}
+
+TEST_CASE("fixed_histogram counts into cumulative buckets") {
+  const double bounds[] = {0.1, 0.5, 1.0};
+  fixed_histogram h(bounds);
+  for (double v : {0.05, 0.1, 0.3, 2.0, 7.0}) h.observe(v);
+  h.observe(std::nan(""));
+  CHECK(h.count() == 5);
+  CHECK(h.sum() == Approx(9.45));
+  CHECK(h.cumulative(0) == 2);  // 0.05 and the 0.1 on the bound
+  CHECK(h.cumulative(1) == 3);
+  CHECK(h.cumulative(2) == 3);
+  CHECK(h.cumulative(3) == 5);  // +Inf
+}
+
+TEST_CASE("the Prometheus text of /metrics") {
+  metrics_recorder rec;
+  rec.record_finish(finish_kind::stop);
+  rec.record_finish(finish_kind::stop);
+  rec.record_finish(finish_kind::length);
+  rec.record_finish(finish_kind::cancelled);
+  rec.record_prompt(12);
+  for (int i = 0; i < 5; ++i) rec.record_token();
+  rec.record_ttft(0.02);
+  rec.record_inter_token(0.003);
+  rec.record_rejected();
+  metrics_snapshot s = rec.snapshot();
+  s.queue_depth = 4;
+  s.running = 2;
+  s.kv_blocks_used = 7;
+  s.kv_blocks_free = 25;
+  const std::string text = prometheus_text(s);
+  for (const char* line : {"# TYPE llmkit_requests_total counter\n",
+                           "llmkit_requests_total{finish_reason=\"stop\"} 2\n",
+                           "llmkit_requests_total{finish_reason=\"length\"} 1\n",
+                           "llmkit_requests_total{finish_reason=\"cancelled\"} 1\n",
+                           "llmkit_requests_total{finish_reason=\"error\"} 0\n",
+                           "llmkit_requests_rejected_total 1\n",
+                           "llmkit_prompt_tokens_total 12\n",
+                           "llmkit_generated_tokens_total 5\n",
+                           "# TYPE llmkit_queue_depth gauge\nllmkit_queue_depth 4\n",
+                           "llmkit_running_requests 2\n",
+                           "llmkit_kv_blocks_used 7\n",
+                           "llmkit_kv_blocks_free 25\n",
+                           "# TYPE llmkit_time_to_first_token_seconds histogram\n",
+                           "llmkit_time_to_first_token_seconds_bucket{le=\"0.01\"} 0\n",
+                           "llmkit_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n",
+                           "llmkit_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n",
+                           "llmkit_time_to_first_token_seconds_sum 0.02\n",
+                           "llmkit_time_to_first_token_seconds_count 1\n",
+                           "llmkit_inter_token_seconds_bucket{le=\"0.0025\"} 0\n",
+                           "llmkit_inter_token_seconds_bucket{le=\"0.005\"} 1\n",
+                           "llmkit_inter_token_seconds_count 1\n"}) {
+    INFO(line);
+    CHECK_THAT(text, Catch::Contains(line));
+  }
+  // Every non-comment line is `name{labels} value`.
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = text.find('\n', start);
+    REQUIRE(end != std::string::npos);
+    const std::string line = text.substr(start, end - start);
+    if (line[0] != '#') CHECK(line.find(' ') != std::string::npos);
+    start = end + 1;
+  }
+}
+
+TEST_CASE("200 mutated request bodies each get a 4xx answer, never an exception") {
+  std::mt19937_64 rng(37);
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  const json completion = {{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0.8}, {"top_p", 0.9},
+                           {"top_k", 40}, {"seed", 7}, {"stop", {"\n"}}, {"n", 2}, {"stream", true}, {"logprobs", 1},
+                           {"logit_bias", {{"5", 1}}}, {"presence_penalty", 0.1}};
+  json chat = completion;
+  chat.erase("prompt");
+  chat.erase("logprobs");
+  chat["messages"] = json::array({{{"role", "user"}, {"content", "hi"}}});
+  const std::vector<std::string> number_fields{"temperature", "top_p", "min_p", "typical_p", "repetition_penalty",
+                                               "frequency_penalty", "presence_penalty"};
+  const std::vector<std::string> integer_fields{"max_tokens", "top_k", "n", "seed"};
+  const std::vector<json> wrong_for_number{"0.5", "NaN", "Infinity", "-inf", "1e999", true, json::array(),
+                                           json::object()};
+  const std::vector<json> wrong_for_integer{"16", "NaN", 1.5, -0.5, 1e300, false, json::array({1})};
+  const std::vector<json> huge{1e300, -1e300, 1.7976931348623157e308, -9.3e18, 1e19};
+  const std::vector<json> wrong_for_stop{5, true, json::array({1}), json::array({""}), json::object()};
+  const std::vector<json> wrong_for_required{5, true, 1.5, json::object(), json::array(), nullptr};
+
+  std::size_t n_checked = 0;
+  for (int i = 0; i < 200; ++i) {
+    const api_kind kind = i % 2 == 0 ? api_kind::completions : api_kind::chat_completions;
+    json body = kind == api_kind::completions ? completion : chat;
+    const char* required = kind == api_kind::completions ? "prompt" : "messages";
+    std::string text;
+    bool text_mutated = false;
+    switch (pick(7)) {
+      case 0:  // drop the required field
+        body.erase(required);
+        break;
+      case 1:  // a number field of the wrong type
+        body[number_fields[pick(number_fields.size())]] = wrong_for_number[pick(wrong_for_number.size())];
+        break;
+      case 2:  // an integer field of the wrong type
+        body[integer_fields[pick(integer_fields.size())]] = wrong_for_integer[pick(wrong_for_integer.size())];
+        break;
+      case 3: {  // a huge number where a bounded one belongs
+        const auto& f = number_fields[pick(number_fields.size())];
+        body[f] = huge[pick(huge.size())];
+        if (pick(2) == 0) body[integer_fields[pick(3)]] = huge[pick(huge.size())];
+        break;
+      }
+      case 4:  // a bad stop or required field
+        if (pick(2) == 0) body["stop"] = wrong_for_stop[pick(wrong_for_stop.size())];
+        else body[required] = wrong_for_required[pick(wrong_for_required.size())];
+        break;
+      case 5:  // truncated text
+        text = body.dump();
+        text.resize(pick(text.size() - 1));
+        text_mutated = true;
+        break;
+      default:  // a byte overwritten by an unmatched bracket or quote
+        text = body.dump();
+        text[pick(text.size() - 1)] = "[{\"\\"[pick(4)];
+        if (json::accept(text)) text += "}";  // keep it malformed
+        text_mutated = true;
+        break;
+    }
+    if (!text_mutated) text = body.dump();
+    INFO("body " << i << ": " << text);
+    parse_result r;
+    REQUIRE_NOTHROW(r = parse_request(kind, text, limits));
+    REQUIRE(std::holds_alternative<api_error>(r));
+    const auto& e = std::get<api_error>(r);
+    CHECK(e.status >= 400);
+    CHECK(e.status < 500);
+    CHECK_FALSE(e.message.empty());
+    CHECK_NOTHROW(json::parse(error_body(e)));
+    ++n_checked;
+  }
+  CHECK(n_checked == 200);
+}
