@@ -33,7 +33,7 @@ using llmkit::token_id;
 /// `{"error": {"message", "type", "param", "code"}}`.
 struct api_error {
   int status = 400;
-  std::string message;
+  std::string message{};
   std::string type = "invalid_request_error";
   std::string param{};  ///< the offending field ("" when none); null in JSON
   std::string code{};   ///< a short machine-readable code ("" when none); null in JSON
@@ -165,15 +165,15 @@ finish_kind finish_kind_of(llmkit::finish_reason r) noexcept;
 /// One alternative token and its log-probability.
 struct token_alternative {
   token_id token = -1;
-  std::string text;
+  std::string text{};
   float logprob = 0.0f;
 };
 
 /// One generated piece of a choice: its text and, when asked, its token's
 /// log-probability and the top alternatives.
 struct token_piece {
-  std::string text;        ///< text released by this token (held-back text may come later)
-  std::string token_text;  ///< the token's own text (for logprobs)
+  std::string text{};        ///< text released by this token (held-back text may come later)
+  std::string token_text{};  ///< the token's own text (for logprobs)
   token_id token = -1;
   float logprob = 0.0f;
   std::vector<token_alternative> top{};
@@ -181,7 +181,7 @@ struct token_piece {
 
 /// A finished choice.
 struct choice_result {
-  std::string text;
+  std::string text{};
   std::vector<token_piece> pieces{};  ///< per token, when logprobs were asked for
   finish_kind finish = finish_kind::stop;
 };

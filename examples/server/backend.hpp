@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file examples/server/backend.hpp
+/// What llmkit-server needs from whatever runs the model: tokenization,
+/// the chat template, and generation requests submitted with a stream
+/// callback, cancelled by handle. The HTTP layer (server.cpp) knows nothing
+/// else; a backend over a serving engine maps these one to one onto the
+/// engine's submit / cancel / stats (names follow llmkit/serve/request.hpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <llmkit/core/ids.hpp>
+#include <llmkit/core/stop.hpp>
+
+#include "openai_protocol.hpp"
+
+namespace llmkit_server {
+
+/// Identifies a submitted request (unique per backend).
+using request_handle = std::int64_t;
+
+/// One event of a request's stream: a token, then exactly one finish.
+struct backend_event {
+  enum class type : std::uint8_t { token, finish };
+  type kind = type::token;
+  /// Text delta: all of a request's deltas, concatenated, are its output
+  /// text (UTF-8, never split inside a character, cut before a stop string);
+  /// text that may begin a stop string is held back, so a delta may be empty
+  /// and the finish event may carry the rest.
+  std::string text{};
+  // Token events.
+  token_id token = -1;
+  float logprob = 0.0f;  ///< of `token` under the processed distribution
+  std::vector<std::pair<token_id, float>> top_logprobs{};  ///< most probable first
+  // Finish events.
+  finish_kind finish = finish_kind::stop;
+  std::string error{};            ///< what went wrong (finish_kind::error)
+  std::size_t n_prompt_tokens = 0;
+  std::size_t n_generated_tokens = 0;
+};
+
+/// One generation: a prompt, its chain and seed, its stop rules.
+struct backend_request {
+  std::vector<token_id> prompt;  ///< `[n_prompt]`, at least one token
+  std::string sampling = "greedy";  ///< run-time chain string (chain_config)
+  std::uint64_t seed = 0;
+  std::uint64_t stream = 0;  ///< second key of the random stream: the choice index of n samples
+  llmkit::stop_criteria stop{};
+  std::size_t top_logprobs = 0;  ///< alternatives per token event
+  /// Receives the events, on the backend's thread; must not block or throw.
+  std::function<void(const backend_event&)> on_event;
+};
+
+/// What `submit` did with a request.
+enum class submit_status : std::uint8_t {
+  accepted,       ///< events follow
+  queue_full,     ///< 429
+  invalid,        ///< 400 (e.g. a chain the library refuses)
+  shutting_down,  ///< 503
+};
+
+struct submit_result {
+  request_handle handle = 0;
+  submit_status status = submit_status::accepted;
+  std::string message{};
+};
+
+/// Gauges /metrics and /health report.
+struct backend_stats {
+  std::size_t n_queued = 0;
+  std::size_t n_running = 0;
+  std::size_t kv_blocks_used = 0;
+  std::size_t kv_blocks_free = 0;
+};
+
+/// The model as the HTTP layer sees it.
+struct backend_model_info {
+  std::string id;                     ///< reported by /v1/models and in every answer
+  std::size_t n_ctx = 0;              ///< prompt + completion tokens per request
+  std::size_t n_vocab = 0;
+  std::vector<token_id> eos_tokens{}; ///< end every completion
+};
+
+/// A chat rendered to prompt text, and the tokens that end the assistant's turn.
+struct chat_prompt {
+  std::string text{};
+  std::vector<token_id> end_of_turn{};
+};
+
+/// The interface llmkit-server drives. `submit`, `cancel`, `stats` may be
+/// called from any thread.
+class backend {
+ public:
+  virtual ~backend() = default;
+  virtual const backend_model_info& info() const = 0;
+  /// Prompt text to ids; a chat prompt turns special-token texts into their ids.
+  enum class text_kind : std::uint8_t { plain, chat };
+  virtual std::vector<token_id> tokenize(std::string_view text, text_kind kind) const = 0;
+  /// The model's (or the configured) chat template applied to `messages`;
+  /// nullopt when there is none.
+  virtual std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const = 0;
+  /// The text of one token (for logprobs).
+  virtual std::string token_text(token_id token) const = 0;
+  virtual submit_result submit(backend_request request) = 0;
+  /// Ends the request at the next step with finish_kind::cancelled (no-op
+  /// when it has finished).
+  virtual void cancel(request_handle handle) = 0;
+  /// Cancels every request, queued or running.
+  virtual void cancel_all() = 0;
+  virtual backend_stats stats() const = 0;
+};
+
+}  // namespace llmkit_server

@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file examples/server/serial_backend.hpp
+/// The interim backend of llmkit-server: one request at a time on one
+/// thread, with llmkit's existing pieces (llama_model, a contiguous KV cache
+/// per request, the run-time sampling chain with Philox per request, the
+/// tokenizer and chat templates). It keeps the HTTP layer runnable end to
+/// end until the serving engine (continuous batching, prefix reuse) takes
+/// its place behind the same `backend` interface. Its "KV blocks" are the
+/// running request's cache counted in 16-token units.
+
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/contiguous_cache.hpp>
+#include <llmkit/model/batch.hpp>
+#include <llmkit/model/chat_template.hpp>
+#include <llmkit/model/gguf.hpp>
+#include <llmkit/model/llama.hpp>
+#include <llmkit/model/tokenizer.hpp>
+#include <llmkit/sampling/candidates.hpp>
+#include <llmkit/sampling/context.hpp>
+#include <llmkit/sampling/logprobs.hpp>
+#include <llmkit/sampling/runtime_chain.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "backend.hpp"
+
+namespace llmkit_server {
+
+/// Bytes at the end of `text` that begin a UTF-8 character without
+/// completing it (held back from a stream until the next token).
+inline std::size_t incomplete_utf8_tail(std::string_view text) noexcept {
+  const std::size_t n = text.size();
+  for (std::size_t k = 1; k <= 4 && k <= n; ++k) {
+    const auto c = static_cast<unsigned char>(text[n - k]);
+    if ((c & 0xC0u) == 0x80u) continue;
+    const std::size_t len = c < 0x80u ? 1 : (c & 0xE0u) == 0xC0u ? 2 : (c & 0xF0u) == 0xE0u ? 3 : (c & 0xF8u) == 0xF0u ? 4 : 1;
+    return len > k ? k : 0;
+  }
+  return 0;
+}
+
+/// Options of `serial_backend`.
+struct serial_backend_options {
+  std::string model_path;
+  std::size_t n_ctx = 0;      ///< 0: the model's context length
+  std::size_t threads = 1;    ///< forward-pass threads
+  std::size_t max_queue = 64; ///< waiting requests before submit answers queue_full
+  std::string chat_template{};  ///< built-in template name; empty: the model's own, if any
+};
+
+/// See the file comment.
+class serial_backend final : public backend {
+ public:
+  explicit serial_backend(const serial_backend_options& o)
+      : options_(o),
+        file_(llmkit::model::gguf_file::open(o.model_path)),
+        tok_(llmkit::model::tokenizer::from_gguf(file_)),
+        model_(file_),
+        pool_(std::max<std::size_t>(o.threads, 1)) {
+    const auto& c = model_.config();
+    info_.id = std::filesystem::path(o.model_path).stem().string();
+    info_.n_ctx = o.n_ctx == 0 ? c.context_length : std::min(o.n_ctx, c.context_length);
+    info_.n_vocab = c.n_vocab;
+    info_.eos_tokens = {tok_.eos()};
+    if (!o.chat_template.empty() || file_.contains("tokenizer.chat_template"))
+      template_.emplace(llmkit::model::chat_template::from_gguf(file_, o.chat_template));
+    worker_ = std::thread([this] { loop(); });
+  }
+  ~serial_backend() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cancel_all();
+    wake_.notify_all();
+    worker_.join();
+  }
+
+  const backend_model_info& info() const override { return info_; }
+
+  std::vector<token_id> tokenize(std::string_view text, text_kind kind) const override {
+    return tok_.encode(text, {.add_bos = tok_.add_bos_token(), .parse_special = kind == text_kind::chat});
+  }
+
+  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const override {
+    if (!template_) return std::nullopt;
+    std::vector<llmkit::model::chat_message> m;
+    for (const auto& x : messages) m.push_back({x.role, x.content});
+    chat_prompt p{.text = template_->format(m)};
+    if (const auto eot = tok_.find(template_->end_of_turn_text())) p.end_of_turn.push_back(*eot);
+    return p;
+  }
+
+  std::string token_text(token_id token) const override {
+    std::string out;
+    if (token >= 0 && static_cast<std::size_t>(token) < info_.n_vocab) tok_.decode_token(token, out);
+    return out;
+  }
+
+  submit_result submit(backend_request r) override {
+    if (r.prompt.empty() || r.prompt.size() + r.stop.max_new_tokens > info_.n_ctx)
+      return {.status = submit_status::invalid, .message = "the prompt and max_new_tokens must fit the context"};
+    for (const token_id t : r.prompt)
+      if (t < 0 || static_cast<std::size_t>(t) >= info_.n_vocab)
+        return {.status = submit_status::invalid, .message = "prompt token " + std::to_string(t) + " is not in the vocabulary"};
+    job j;
+    try {
+      r.stop.validate("stop");
+      j.chain = llmkit::sampling::runtime_chain::parse(r.sampling);
+    } catch (const std::exception& e) {
+      return {.status = submit_status::invalid, .message = e.what()};
+    }
+    std::lock_guard lock(mutex_);
+    if (stopping_) return {.status = submit_status::shutting_down};
+    if (queue_.size() >= options_.max_queue) return {.status = submit_status::queue_full};
+    j.handle = ++last_handle_;
+    j.request = std::move(r);
+    const request_handle h = j.handle;
+    queue_.push_back(std::move(j));
+    wake_.notify_one();
+    return {.handle = h};
+  }
+
+  void cancel(request_handle handle) override {
+    std::unique_lock lock(mutex_);
+    if (running_ == handle) {
+      cancel_running_ = true;
+      return;
+    }
+    const auto it = std::find_if(queue_.begin(), queue_.end(), [&](const job& j) { return j.handle == handle; });
+    if (it == queue_.end()) return;
+    job j = std::move(*it);
+    queue_.erase(it);
+    lock.unlock();
+    finish(j, finish_kind::cancelled, 0);
+  }
+
+  void cancel_all() override {
+    std::deque<job> dropped;
+    {
+      std::lock_guard lock(mutex_);
+      dropped.swap(queue_);
+      if (running_ != 0) cancel_running_ = true;
+    }
+    for (auto& j : dropped) finish(j, finish_kind::cancelled, 0);
+  }
+
+  backend_stats stats() const override {
+    std::lock_guard lock(mutex_);
+    const std::size_t total = (info_.n_ctx + block_tokens - 1) / block_tokens;
+    return {.n_queued = queue_.size(),
+            .n_running = running_ != 0 ? 1u : 0u,
+            .kv_blocks_used = kv_blocks_used_,
+            .kv_blocks_free = total - std::min(total, kv_blocks_used_)};
+  }
+
+ private:
+  static constexpr std::size_t block_tokens = 16;
+
+  struct job {
+    request_handle handle = 0;
+    backend_request request;
+    llmkit::sampling::runtime_chain chain;
+  };
+
+  static void finish(const job& j, finish_kind kind, std::size_t n_generated, std::string error = {}) {
+    backend_event e{.kind = backend_event::type::finish, .finish = kind, .error = std::move(error)};
+    e.n_prompt_tokens = j.request.prompt.size();
+    e.n_generated_tokens = n_generated;
+    if (j.request.on_event) j.request.on_event(e);
+  }
+
+  void loop() {
+    while (true) {
+      job j;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        j = std::move(queue_.front());
+        queue_.pop_front();
+        running_ = j.handle;
+        cancel_running_ = false;
+      }
+      run(j);
+      std::lock_guard lock(mutex_);
+      running_ = 0;
+      kv_blocks_used_ = 0;
+    }
+  }
+
+  void set_kv_tokens(std::size_t n_tokens) {
+    std::lock_guard lock(mutex_);
+    kv_blocks_used_ = (n_tokens + block_tokens - 1) / block_tokens;
+  }
+
+  bool cancelled() {
+    std::lock_guard lock(mutex_);
+    return cancel_running_;
+  }
+
+  void run(const job& j) {
+    const backend_request& r = j.request;
+    std::size_t n_generated = 0;
+    try {
+      llmkit::kv::contiguous_cache<float> cache(model_.kv_shape(),
+                                                {.max_sequences = 1, .max_tokens = r.prompt.size() + r.stop.max_new_tokens});
+      const llmkit::kv::seq_id seq = *cache.add_sequence();
+      llmkit::sampling::sampling_state state(r.seed, r.stream, r.prompt);
+      llmkit::sampling::candidates cands;
+      std::vector<float> row(info_.n_vocab);
+      std::vector<llmkit::sampling::token_logprob> top(r.top_logprobs);
+      std::vector<token_id> generated;
+      std::string text;            // decoded output so far (cut at a stop string)
+      std::size_t delivered = 0;   // bytes of `text` already sent
+
+      llmkit::model::batch_builder b;
+      b.add(seq, r.prompt, 0);
+      auto logits = model_.forward(b.view(), cache, pool_);
+      while (true) {
+        set_kv_tokens(cache.n_tokens(seq));
+        std::copy(logits.row(0).begin(), logits.row(0).end(), row.begin());
+        cands.reset(row);
+        const auto ctx = state.context();
+        j.chain.apply(cands, ctx);
+        backend_event e;
+        if (!top.empty()) {
+          const std::size_t n_top = llmkit::sampling::top_logprobs(cands, top);
+          for (std::size_t i = 0; i < n_top; ++i) e.top_logprobs.emplace_back(top[i].token, top[i].logprob);
+        }
+        const auto drawn = j.chain.sample(cands, ctx);
+        state.accept(drawn.token);
+        generated.push_back(drawn.token);
+        ++n_generated;
+        const std::size_t before = text.size();
+        if (!r.stop.is_eos(drawn.token)) tok_.decode_token(drawn.token, text);
+        auto reason = r.stop.check(generated, text);
+        if (reason == llmkit::finish_reason::stop_string) {
+          // Cut at the first occurrence; it may begin in text already decoded but not yet sent.
+          text.resize(std::max(delivered, *r.stop.find_stop_string(text, text.size() - before)));
+        }
+        const std::size_t hold = reason ? 0 : std::max(r.stop.partial_stop_length(text), incomplete_utf8_tail(text));
+        const std::size_t end = std::max(delivered, text.size() - std::min(hold, text.size()));
+        e.text = text.substr(delivered, end - delivered);
+        delivered = end;
+        e.token = drawn.token;
+        e.logprob = drawn.logprob;
+        if (r.on_event) r.on_event(e);
+        if (!reason && cancelled()) reason = llmkit::finish_reason::cancelled;
+        if (reason) {
+          finish(j, finish_kind_of(*reason), n_generated);
+          return;
+        }
+        b.clear();
+        b.add(seq, {&drawn.token, 1}, static_cast<std::int32_t>(cache.n_tokens(seq)));
+        logits = model_.forward(b.view(), cache, pool_);
+      }
+    } catch (const std::exception& e) {
+      finish(j, finish_kind::error, n_generated, e.what());
+    }
+  }
+
+  serial_backend_options options_;
+  llmkit::model::gguf_file file_;
+  llmkit::model::tokenizer tok_;
+  llmkit::model::llama_model model_;
+  llmkit::thread_pool pool_;
+  std::optional<llmkit::model::chat_template> template_;
+  backend_model_info info_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<job> queue_;
+  request_handle last_handle_ = 0;
+  request_handle running_ = 0;
+  bool cancel_running_ = false;
+  bool stopping_ = false;
+  std::size_t kv_blocks_used_ = 0;
+  std::thread worker_;
+};
+
+}  // namespace llmkit_server

@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: MIT
+// llmkit-server: an OpenAI-compatible HTTP server (cpp-httplib) on llmkit.
+//
+//   llmkit-server [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--ctx N]
+//                 [--max-batch N] [--max-queue N] [--api-key KEY] [--chat-template NAME]
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions (streamed as SSE
+// with "stream": true), GET /v1/models, GET /health, GET /metrics. The
+// protocol (parsing, checks, answers, metrics text) is openai_protocol.hpp;
+// the model runs behind backend.hpp (serial_backend.hpp for now). SIGTERM or
+// SIGINT: new requests get 503, running ones finish within --drain-seconds
+// (then they are cancelled), and the program exits 0.
+#include <httplib.h>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../example_cli.hpp"
+#include "backend.hpp"
+#include "openai_protocol.hpp"
+#include "serial_backend.hpp"
+#include "server_metrics.hpp"
+
+namespace {
+
+using namespace llmkit_server;
+using steady = std::chrono::steady_clock;
+
+/// What every handler shares.
+struct server_state {
+  explicit server_state(backend& b) : model(b) {}
+  backend& model;
+  std::string api_key;
+  std::size_t max_queue = 0;
+  std::size_t max_body_bytes = 0;
+  request_limits limits{};
+  metrics_recorder metrics;
+  std::atomic<bool> draining{false};
+  std::atomic<std::size_t> in_flight{0};  // generations not yet answered in full
+  std::atomic<std::uint64_t> next_id{0};
+  std::uint64_t seed_base = 0;
+  std::int64_t started = 0;
+};
+
+void send_error(httplib::Response& res, const api_error& e, server_state& s) {
+  s.metrics.record_rejected();
+  res.status = e.status;
+  if (e.status == 429) res.set_header("Retry-After", "1");
+  res.set_content(error_body(e), "application/json");
+}
+
+// splitmix64: a distinct default seed per request from one random base.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// One generation request while it runs: what the backend's callbacks
+/// collect for the handler (non-streamed) or for the chunked writer (SSE).
+struct generation {
+  generation(server_state& s, std::size_t n) : state(s), choices(n), started(n), last_token(n) { ++s.in_flight; }
+  ~generation() { --state.in_flight; }
+
+  server_state& state;
+  api_kind kind = api_kind::completions;
+  bool stream = false;
+  bool include_usage = false;
+  bool with_logprobs = false;
+  response_header header;
+  std::size_t n_prompt = 0;
+  steady::time_point arrival = steady::now();
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<request_handle> handles;
+  std::vector<choice_result> choices;
+  std::vector<bool> started;
+  std::vector<steady::time_point> last_token;
+  bool first_token = false;
+  std::size_t n_generated = 0;
+  std::size_t n_finished = 0;
+  std::string failure;  // the first error or cancellation, if any
+  std::deque<std::string> out;  // SSE events not yet written
+
+  bool finished() const { return n_finished == choices.size(); }
+
+  void cancel_all() {
+    std::vector<request_handle> hs;
+    {
+      std::lock_guard lock(mutex);
+      if (finished()) return;
+      hs = handles;
+    }
+    for (const request_handle h : hs) state.model.cancel(h);
+  }
+
+  // On the backend's thread.
+  void on_event(std::size_t index, const backend_event& e) {
+    std::lock_guard lock(mutex);
+    token_piece piece{.text = e.text};
+    if (e.kind == backend_event::type::token) {
+      const auto now = steady::now();
+      if (!first_token) state.metrics.record_ttft(std::chrono::duration<double>(now - arrival).count());
+      else if (started[index])
+        state.metrics.record_inter_token(std::chrono::duration<double>(now - last_token[index]).count());
+      first_token = true;
+      started[index] = true;
+      last_token[index] = now;
+      state.metrics.record_token();
+      ++n_generated;
+      if (with_logprobs) {
+        piece.token = e.token;
+        piece.token_text = state.model.token_text(e.token);
+        piece.logprob = e.logprob;
+        for (const auto& [t, lp] : e.top_logprobs) piece.top.push_back({t, state.model.token_text(t), lp});
+      }
+      add_piece(index, piece, with_logprobs);
+    } else {
+      if (!e.text.empty()) add_piece(index, piece, false);
+      choices[index].finish = e.finish;
+      state.metrics.record_finish(e.finish);
+      if (e.finish == finish_kind::error && failure.empty()) failure = "generation failed: " + e.error;
+      if (e.finish == finish_kind::cancelled && failure.empty()) failure = "cancelled";
+      if (stream && failure.empty()) out.push_back(sse_event(finish_chunk(kind, header, index, e.finish)));
+      ++n_finished;
+      if (stream && finished()) {
+        if (!failure.empty())
+          out.push_back(sse_event(stream_error_chunk(failure == "cancelled" ? draining() : internal_error(failure))));
+        else if (include_usage)
+          out.push_back(sse_event(usage_chunk(kind, header, {n_prompt * choices.size(), n_generated})));
+        out.push_back(sse_done());
+      }
+    }
+    changed.notify_all();
+  }
+
+  void add_piece(std::size_t index, const token_piece& piece, bool keep_token) {
+    if (stream) {
+      if (!piece.text.empty() || keep_token) out.push_back(sse_event(piece_chunk(kind, header, index, piece, keep_token)));
+      return;
+    }
+    choices[index].text += piece.text;
+    if (keep_token) choices[index].pieces.push_back(piece);
+  }
+};
+
+void handle_generation(api_kind kind, const httplib::Request& req, httplib::Response& res, server_state& s) {
+  if (s.draining) return send_error(res, draining(), s);
+  if (req.body.size() > s.max_body_bytes) return send_error(res, payload_too_large(s.max_body_bytes), s);
+  const backend_model_info& info = s.model.info();
+  const model_limits limits{.n_ctx = info.n_ctx, .n_vocab = info.n_vocab};
+  auto parsed = parse_request(kind, req.body, limits, s.limits);
+  if (const auto* e = std::get_if<api_error>(&parsed)) return send_error(res, *e, s);
+  const generation_request& r = std::get<generation_request>(parsed);
+
+  std::vector<token_id> prompt;
+  std::vector<token_id> eos = info.eos_tokens;
+  if (kind == api_kind::completions) {
+    prompt = r.prompt_is_tokens ? r.prompt_tokens : s.model.tokenize(r.prompt_text, backend::text_kind::plain);
+  } else {
+    const auto chat = s.model.format_chat(r.messages);
+    if (!chat)
+      return send_error(res,
+                        invalid_request("messages", "the model has no chat template (tokenizer.chat_template); start "
+                                                    "llmkit-server with --chat-template NAME"),
+                        s);
+    prompt = s.model.tokenize(chat->text, backend::text_kind::chat);
+    eos.insert(eos.end(), chat->end_of_turn.begin(), chat->end_of_turn.end());
+  }
+  const auto budget = completion_budget(r, prompt.size(), limits);
+  if (const auto* e = std::get_if<api_error>(&budget)) return send_error(res, *e, s);
+
+  const std::uint64_t id = ++s.next_id;
+  auto gen = std::make_shared<generation>(s, r.n);
+  gen->kind = kind;
+  gen->stream = r.stream;
+  gen->include_usage = r.include_usage;
+  gen->with_logprobs = r.logprobs.has_value();
+  gen->header = {.id = (kind == api_kind::completions ? "cmpl-" : "chatcmpl-") + std::to_string(id),
+                 .created = static_cast<std::int64_t>(std::time(nullptr)),
+                 .model = info.id};
+  gen->n_prompt = prompt.size();
+  if (r.stream && kind == api_kind::chat_completions)
+    for (std::size_t i = 0; i < r.n; ++i) gen->out.push_back(sse_event(chat_role_chunk(gen->header, i)));
+
+  const std::string chain = chain_config(r.sampling);
+  const std::uint64_t seed = r.sampling.seed.value_or(mix(s.seed_base + id));
+  const auto stop = stop_rules(r, std::get<std::size_t>(budget), eos);
+  for (std::size_t i = 0; i < r.n; ++i) {
+    const submit_result sub = s.model.submit({.prompt = prompt,
+                                              .sampling = chain,
+                                              .seed = seed,
+                                              .stream = i,
+                                              .stop = stop,
+                                              .top_logprobs = r.logprobs.value_or(0),
+                                              .on_event = [gen, i](const backend_event& e) { gen->on_event(i, e); }});
+    if (sub.status != submit_status::accepted) {
+      // Choices already queued end as cancelled; the answer is the rejection.
+      {
+        std::lock_guard lock(gen->mutex);
+        gen->choices.resize(gen->handles.size());
+        gen->started.resize(gen->handles.size());
+        gen->last_token.resize(gen->handles.size());
+        gen->out.clear();
+        gen->stream = false;
+      }
+      gen->cancel_all();
+      switch (sub.status) {
+        case submit_status::queue_full: return send_error(res, queue_full(s.max_queue), s);
+        case submit_status::shutting_down: return send_error(res, draining(), s);
+        default: return send_error(res, invalid_request("", sub.message), s);
+      }
+    }
+    std::lock_guard lock(gen->mutex);
+    gen->handles.push_back(sub.handle);
+  }
+  s.metrics.record_prompt(prompt.size() * r.n);
+
+  if (!r.stream) {
+    std::unique_lock lock(gen->mutex);
+    gen->changed.wait(lock, [&] { return gen->finished(); });
+    if (!gen->failure.empty())
+      return send_error(res, gen->failure == "cancelled" ? draining() : internal_error(gen->failure), s);
+    res.set_content(completion_response(kind, gen->header, gen->choices, {gen->n_prompt * r.n, gen->n_generated},
+                                        gen->with_logprobs),
+                    "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [gen](std::size_t, httplib::DataSink& sink) {
+        std::deque<std::string> batch;
+        bool done = false;
+        {
+          std::unique_lock lock(gen->mutex);
+          gen->changed.wait_for(lock, std::chrono::milliseconds(100), [&] { return !gen->out.empty() || gen->finished(); });
+          batch.swap(gen->out);
+          done = gen->finished();
+        }
+        for (const auto& event : batch)
+          if (!sink.write(event.data(), event.size())) {
+            gen->cancel_all();  // the client went away: free its requests
+            return false;
+          }
+        if (!sink.is_writable()) {
+          gen->cancel_all();
+          return false;
+        }
+        if (done) sink.done();
+        return true;
+      },
+      [gen](bool success) {
+        if (!success) gen->cancel_all();
+      });
+}
+
+// Blocks SIGTERM and SIGINT in every thread (call before starting any);
+// the main thread then takes them with sigwait.
+sigset_t shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  llmkit_examples::command_line cli{"llmkit-server: an OpenAI-compatible HTTP server on llmkit"};
+  cli.show_defaults();
+  serial_backend_options bo{.model_path = LLMKIT_DEFAULT_MODEL};
+  std::string host = "127.0.0.1";
+  long port = 8080;
+  std::size_t threads = 0, max_batch = 1, max_queue = 64, max_body = std::size_t{1} << 20, http_threads = 0;
+  double drain_seconds = 10.0;
+  std::string api_key;
+  cli.add_option("--model", bo.model_path, "GGUF model file (llama or qwen2 architecture)");
+  cli.add_option("--host", host, "address to listen on (loopback unless told otherwise)");
+  cli.add_option("--port", port, "TCP port; 0 = any free port (printed on stdout)").in_range(0, 65535);
+  cli.add_option("--threads", threads, "forward-pass threads; 0 = by the model's size");
+  cli.add_option("--ctx", bo.n_ctx, "tokens per request (prompt + completion); 0 = the model's context length");
+  cli.add_option("--max-batch", max_batch,
+                 "requests running at once (the interim serial backend runs 1)").count_at_least(1, "no request could run");
+  cli.add_option("--max-queue", max_queue, "requests waiting before new ones get 429")
+      .count_at_least(1, "every request would get 429");
+  cli.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1/ routes; empty = no key");
+  cli.add_option("--chat-template", bo.chat_template,
+                 "built-in chat template for /v1/chat/completions instead of the model's; empty = the model's")
+      .one_of(llmkit::model::chat_template::names);
+  cli.add_option("--max-body-bytes", max_body, "largest request body; larger ones get 413")
+      .count_at_least(1, "every request would get 413");
+  cli.add_option("--drain-seconds", drain_seconds,
+                 "on SIGTERM, how long running requests may finish before they are cancelled")
+      .non_negative();
+  cli.add_option("--http-threads", http_threads, "HTTP worker threads; 0 = max-queue + max-batch + 4");
+  if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
+
+  const sigset_t signals = shutdown_signals();
+  ::signal(SIGPIPE, SIG_IGN);
+  try {
+    bo.max_queue = max_queue;
+    // The file's size stands in for the weights one decode step reads.
+    if (threads == 0) threads = llmkit_examples::default_threads(std::filesystem::file_size(bo.model_path));
+    bo.threads = threads;
+    serial_backend model(bo);
+    server_state s{model};
+    s.api_key = api_key;
+    s.max_queue = max_queue;
+    s.max_body_bytes = max_body;
+    s.seed_base = std::random_device{}();
+    s.started = static_cast<std::int64_t>(std::time(nullptr));
+
+    httplib::Server svr;
+    const std::size_t n_http = http_threads != 0 ? http_threads : max_queue + max_batch + 4;
+    svr.new_task_queue = [n_http] { return new httplib::ThreadPool(n_http); };
+    svr.set_payload_max_length(max_body);
+    svr.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+      if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+      if (const auto e = check_authorization(req.get_header_value("Authorization"), s.api_key)) {
+        send_error(res, *e, s);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    // Statuses httplib sets itself (no route, body over the limit) get an OpenAI error body too.
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([&s](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      api_error e = res.status == 404   ? not_found(req.method, req.path)
+                    : res.status == 413 ? payload_too_large(s.max_body_bytes)
+                                        : api_error{.status = res.status,
+                                                    .message = "HTTP " + std::to_string(res.status),
+                                                    .type = res.status < 500 ? "invalid_request_error" : "server_error"};
+      send_error(res, e, s);
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    svr.set_exception_handler([&s](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      send_error(res, internal_error(what), s);
+    });
+    svr.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+      handle_generation(api_kind::completions, req, res, s);
+    });
+    svr.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+      handle_generation(api_kind::chat_completions, req, res, s);
+    });
+    svr.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+      res.set_content(models_response(s.model.info().id, s.started), "application/json");
+    });
+    svr.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+      const backend_stats b = s.model.stats();
+      res.set_content(health_response(s.draining, b.n_queued, b.n_running), "application/json");
+      if (s.draining) res.status = 503;
+    });
+    svr.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+      metrics_snapshot m = s.metrics.snapshot();
+      const backend_stats b = s.model.stats();
+      m.queue_depth = b.n_queued;
+      m.running = b.n_running;
+      m.kv_blocks_used = b.kv_blocks_used;
+      m.kv_blocks_free = b.kv_blocks_free;
+      res.set_content(prometheus_text(m), "text/plain; version=0.0.4");
+    });
+
+    const int bound_port =
+        port == 0 ? svr.bind_to_any_port(host) : (svr.bind_to_port(host, static_cast<int>(port)) ? int(port) : -1);
+    if (bound_port <= 0) {
+      std::cerr << "error: cannot listen on " << host << ":" << port << "\n";
+      return 1;
+    }
+    const auto& info = model.info();
+    std::cerr << "llmkit-server: model " << info.id << " (context " << info.n_ctx << ", vocab " << info.n_vocab << "), "
+              << threads << " thread(s), interim serial backend (1 request at a time), queue " << max_queue << "\n";
+    std::printf("llmkit-server: listening on http://%s:%d\n", host.c_str(), bound_port);
+    std::fflush(stdout);
+    std::thread listener([&svr] { svr.listen_after_bind(); });
+
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    std::cerr << "llmkit-server: signal " << signal_number << ": draining (new requests get 503)\n";
+    s.draining = true;
+    const auto deadline = steady::now() + std::chrono::duration<double>(drain_seconds);
+    while (s.in_flight > 0 && steady::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (s.in_flight > 0) {
+      std::cerr << "llmkit-server: " << s.in_flight << " request(s) still running at the deadline: cancelled\n";
+      model.cancel_all();
+      const auto grace = steady::now() + std::chrono::seconds(5);
+      while (s.in_flight > 0 && steady::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    svr.stop();
+    listener.join();
+    std::cerr << "llmkit-server: stopped\n";
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
