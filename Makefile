@@ -22,8 +22,11 @@ DEMO ?= llmkit-generate
 deps:
 	@./scripts/deps.sh $(PACKAGES)
 
+# Also the `openai` npm package for llmkit-server's client test (npm ci from
+# tests/server-client/package-lock.json; skipped with a note without node).
 deps-all:
 	@./scripts/deps.sh $(PACKAGES) $(MPI_PACKAGES)
+	@./scripts/server-client-deps.sh
 
 demo: deps
 	cmake --preset release
