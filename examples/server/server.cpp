@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -387,12 +388,24 @@ int main(int argc, char** argv) {
       res.set_content(prometheus_text(m), "text/plain; version=0.0.4");
     });
 
+    // cpp-httplib 0.11 listens with a backlog of 5, which a burst of clients
+    // overflows (their connections stall for a SYN retransmit and fail): keep
+    // the listening socket and raise its backlog once bound (Linux updates a
+    // listening socket's backlog on a second listen).
+    int listen_fd = -1;
+    bool binding = true;
+    svr.set_socket_options([&](int sock) {
+      httplib::default_socket_options(sock);
+      if (binding) listen_fd = sock;
+    });
     const int bound_port =
         port == 0 ? svr.bind_to_any_port(host) : (svr.bind_to_port(host, static_cast<int>(port)) ? int(port) : -1);
+    binding = false;
     if (bound_port <= 0) {
       std::cerr << "error: cannot listen on " << host << ":" << port << "\n";
       return 1;
     }
+    if (listen_fd >= 0) ::listen(listen_fd, 1024);
     const auto& info = model.info();
     std::cerr << "llmkit-server: model " << info.id << " (context " << info.n_ctx << ", vocab " << info.n_vocab << "), "
               << threads << " thread(s), interim serial backend (1 request at a time), queue " << max_queue << "\n";

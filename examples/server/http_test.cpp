@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: MIT
+// llmkit-server over real sockets: each test starts the program (its path is
+// the compile definition LLMKIT_SERVER_BIN) on a free loopback port with the vendored stories260K,
+// talks HTTP to it with cpp-httplib's client, and stops it with SIGTERM
+// (it must exit 0). Every wait is bounded.
+#include <httplib.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+/// llmkit-server as a child process, listening on a port it picked.
+class server_process {
+ public:
+  explicit server_process(std::vector<std::string> extra = {}) {
+    const char* bin = LLMKIT_SERVER_BIN;
+    std::vector<std::string> args{bin, "--port", "0", "--drain-seconds", "5"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    const int rc = posix_spawn(&pid_, bin, &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    REQUIRE(rc == 0);
+    // Read stdout until the address line (30 s at most).
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    const std::string marker = "listening on http://127.0.0.1:";
+    while (out.find('\n', out.find(marker)) == std::string::npos || out.find(marker) == std::string::npos) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      pollfd p{fds[0], POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[256];
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      REQUIRE(n > 0);
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fds[0]);
+    port_ = std::stoi(out.substr(out.find(marker) + marker.size()));
+  }
+  ~server_process() {
+    if (pid_ > 0 && stop() < 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  server_process(const server_process&) = delete;
+  server_process& operator=(const server_process&) = delete;
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+
+  /// SIGTERM, then the exit status (-1 when it still runs after 20 s).
+  int stop() {
+    if (pid_ <= 0) return exit_status_;
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 200; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return exit_status_;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return -1;
+  }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_connection_timeout(5);
+    c.set_read_timeout(60);
+    c.set_write_timeout(10);
+    return c;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  int port_ = 0;
+  int exit_status_ = -1;
+};
+
+httplib::Result post(const server_process& s, const std::string& path, const std::string& body,
+                     const httplib::Headers& headers = {}) {
+  auto c = s.client();
+  return c.Post(path.c_str(), headers, body, "application/json");
+}
+
+/// The text of a response: the non-streamed choice, or the streamed pieces joined.
+std::string text_of(const std::string& body, bool streamed) {
+  if (!streamed) return json::parse(body).at("choices")[0].at("text").get<std::string>();
+  std::string text;
+  std::size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const std::size_t end = body.find("\n\n", pos);
+    const std::string data = body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") break;
+    const json chunk = json::parse(data);
+    for (const auto& c : chunk.at("choices")) text += c.value("text", "");
+  }
+  return text;
+}
+
+/// A value of /metrics (a line `name value`), or -1.
+double metric(const server_process& s, const std::string& name) {
+  auto c = s.client();
+  const auto r = c.Get("/metrics");
+  if (!r || r->status != 200) return -1;
+  const std::string key = "\n" + name + " ";
+  const std::size_t at = r->body.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(r->body.substr(at + key.size()));
+}
+
+/// Sends a streamed request on a raw socket, reads until the first SSE
+/// event arrived, and closes the connection (a client that goes away).
+void disconnect_mid_stream(int port, const std::string& body) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (got.find("data: ") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[512];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  REQUIRE(got.find("data: ") != std::string::npos);
+}
+
+const std::string lily = R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0})";
+
+}  // namespace
+
+TEST_CASE("every endpoint answers") {
+  server_process s;
+  auto c = s.client();
+  auto health = c.Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(json::parse(health->body).at("status") == "ok");
+  auto models = c.Get("/v1/models");
+  REQUIRE(models);
+  CHECK(json::parse(models->body).at("data")[0].at("id") == "stories260K");
+  auto r = post(s, "/v1/completions", lily);
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  const json answer = json::parse(r->body);
+  CHECK_THAT(answer.at("choices")[0].at("text").get<std::string>(), Catch::Contains("a little girl named Lily"));
+  CHECK(answer.at("usage").at("completion_tokens") == 24);
+  auto missing = c.Get("/v2/nothing");
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+  CHECK(json::parse(missing->body).at("error").at("code") == "unknown_route");
+  CHECK(metric(s, "llmkit_generated_tokens_total") == 24);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("streamed text equals non-streamed text; a seeded request is equal alone and with 16 others in flight") {
+  server_process s({"--max-queue", "64"});
+  const json request = {{"prompt", "Lily and Ben"}, {"max_tokens", 32}, {"temperature", 0.9}, {"seed", 42}};
+  auto alone = post(s, "/v1/completions", request.dump());
+  REQUIRE(alone);
+  REQUIRE(alone->status == 200);
+  const std::string expected = text_of(alone->body, false);
+  json streamed = request;
+  streamed["stream"] = true;
+  auto st = post(s, "/v1/completions", streamed.dump());
+  REQUIRE(st);
+  CHECK(text_of(st->body, true) == expected);
+
+  std::vector<std::future<httplib::Result>> others;
+  for (int i = 0; i < 16; ++i) {
+    json other = request;
+    other["seed"] = 1000 + i;
+    other["stream"] = i % 2 == 0;
+    others.push_back(std::async(std::launch::async, [&s, body = other.dump()] { return post(s, "/v1/completions", body); }));
+  }
+  auto loaded = post(s, "/v1/completions", request.dump());
+  for (auto& f : others) {
+    auto r = f.get();
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  REQUIRE(loaded);
+  CHECK(text_of(loaded->body, false) == expected);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("32 concurrent streams all finish") {
+  server_process s({"--chat-template", "zephyr"});
+  std::vector<std::future<httplib::Result>> streams;
+  for (int i = 0; i < 32; ++i)
+    streams.push_back(std::async(std::launch::async, [&s, i] {
+      const json body = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"max_tokens", 8},
+                         {"seed", i}, {"stream", true}};
+      return post(s, "/v1/chat/completions", body.dump());
+    }));
+  for (auto& f : streams) {
+    auto r = f.get();
+    INFO("httplib error " << httplib::to_string(r.error()));
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK_THAT(r->body, Catch::Contains("\"delta\":{\"role\":\"assistant\",\"content\":\"\"}"));
+    CHECK_THAT(r->body, Catch::EndsWith("data: [DONE]\n\n"));
+  }
+  // The backend clears its running slot just after the last finish event.
+  double running = -1;
+  for (int i = 0; i < 100 && running != 0; ++i) {
+    running = metric(s, "llmkit_running_requests");
+    if (running != 0) std::this_thread::sleep_for(20ms);
+  }
+  CHECK(running == 0);
+  CHECK(metric(s, "llmkit_requests_total{finish_reason=\"stop\"}") +
+            metric(s, "llmkit_requests_total{finish_reason=\"length\"}") ==
+        32);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("401 without the API key, except on /health") {
+  server_process s({"--api-key", "sk-test"});
+  auto none = post(s, "/v1/completions", lily);
+  REQUIRE(none);
+  CHECK(none->status == 401);
+  CHECK(json::parse(none->body).at("error").at("code") == "invalid_api_key");
+  auto wrong = post(s, "/v1/completions", lily, {{"Authorization", "Bearer sk-other"}});
+  REQUIRE(wrong);
+  CHECK(wrong->status == 401);
+  auto right = post(s, "/v1/completions", lily, {{"Authorization", "Bearer sk-test"}});
+  REQUIRE(right);
+  CHECK(right->status == 200);
+  auto c = s.client();
+  auto health = c.Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("413 for a body over --max-body-bytes") {
+  server_process s({"--max-body-bytes", "1000"});
+  const json big = {{"prompt", std::string(2000, 'a')}};
+  auto r = post(s, "/v1/completions", big.dump());
+  REQUIRE(r);
+  CHECK(r->status == 413);
+  CHECK(json::parse(r->body).at("error").at("code") == "request_too_large");
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("429 with Retry-After when the queue is full, 503 while draining") {
+  server_process s({"--max-queue", "1"});
+  // EOS (id 2) banned: every request runs its 2000 tokens.
+  const std::string slow =
+      R"({"prompt": "Once", "max_tokens": 2000, "temperature": 1, "seed": 1, "logit_bias": {"2": -100}})";
+  std::vector<std::future<httplib::Result>> calls;
+  for (int i = 0; i < 4; ++i)
+    calls.push_back(std::async(std::launch::async, [&s, &slow] { return post(s, "/v1/completions", slow); }));
+  int n_429 = 0;
+  for (auto& f : calls) {
+    auto r = f.get();
+    REQUIRE(r);
+    if (r->status == 429) {
+      ++n_429;
+      CHECK(r->get_header_value("Retry-After") == "1");
+      CHECK(json::parse(r->body).at("error").at("code") == "queue_full");
+    } else {
+      CHECK(r->status == 200);
+    }
+  }
+  CHECK(n_429 >= 1);
+
+  // A long request runs; SIGTERM; a new request gets 503; the long one finishes; exit 0.
+  auto running = std::async(std::launch::async, [&s, &slow] { return post(s, "/v1/completions", slow); });
+  for (int i = 0; i < 100 && metric(s, "llmkit_running_requests") != 1; ++i) std::this_thread::sleep_for(20ms);
+  ::kill(s.pid(), SIGTERM);
+  std::this_thread::sleep_for(100ms);
+  auto refused = post(s, "/v1/completions", lily);
+  REQUIRE(refused);
+  CHECK(refused->status == 503);
+  CHECK(json::parse(refused->body).at("error").at("code") == "draining");
+  auto r = running.get();
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("200 mutated bodies get a 4xx and the server stays healthy") {
+  server_process s;
+  std::mt19937_64 rng(37);
+  const std::string base =
+      R"({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0.5, "top_p": 0.9, "stop": ["\n"], "n": 2})";
+  // Values each field refuses.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> fields{
+      {"max_tokens", {"\"x\"", "-1e300", "1e300", "[]", "{}", "true", "\"NaN\"", "0"}},
+      {"temperature", {"\"x\"", "-1e300", "1e300", "[]", "{}", "true", "\"NaN\"", "2.5"}},
+      {"top_p", {"\"x\"", "-1e300", "1e300", "[]", "{}", "true", "\"NaN\"", "0"}},
+      {"n", {"\"x\"", "-1e300", "1e300", "[]", "{}", "true", "\"NaN\"", "0", "1.5"}},
+      {"prompt", {"[]", "{}", "true", "-1e300", "[1.5]", "[-1]"}},
+      {"stop", {"{}", "true", "-1e300", "[\"\"]", "[1]", "\"\""}}};
+  for (int i = 0; i < 200; ++i) {
+    std::string body = base;
+    if (i % 2 == 0) {
+      body.resize(rng() % (body.size() - 1));  // truncated
+    } else {
+      const auto& [f, values] = fields[rng() % fields.size()];
+      const std::size_t at = body.find("\"" + f + "\": ") + f.size() + 4;
+      const std::size_t end = body.find_first_of(",}", body[at] == '[' ? body.find(']', at) : at);
+      body.replace(at, end - at, values[rng() % values.size()]);
+    }
+    auto r = post(s, i % 4 < 2 ? "/v1/completions" : "/v1/chat/completions", body);
+    REQUIRE(r);
+    INFO(body);
+    CHECK(r->status >= 400);
+    CHECK(r->status < 500);
+  }
+  auto c = s.client();
+  auto health = c.Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  auto ok = post(s, "/v1/completions", lily);
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+  CHECK(metric(s, "llmkit_requests_rejected_total") == 200);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("a client that disconnects mid-stream cancels its request; KV blocks used return to zero") {
+  server_process s;
+  disconnect_mid_stream(s.port(),
+                        R"({"prompt": "Once upon a time", "max_tokens": 2000, "stream": true, "logit_bias": {"2": -100}})");
+  double cancelled = 0;
+  for (int i = 0; i < 200 && cancelled < 1; ++i) {
+    std::this_thread::sleep_for(50ms);
+    cancelled = metric(s, "llmkit_requests_total{finish_reason=\"cancelled\"}");
+  }
+  CHECK(cancelled == 1);
+  CHECK(metric(s, "llmkit_kv_blocks_used") == 0);
+  CHECK(metric(s, "llmkit_generated_tokens_total") < 2000);
+  CHECK(s.stop() == 0);
+}
