@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <future>
@@ -37,7 +38,8 @@ class server_process {
  public:
   explicit server_process(std::vector<std::string> extra = {}) {
     const char* bin = LLMKIT_SERVER_BIN;
-    std::vector<std::string> args{bin, "--port", "0", "--drain-seconds", "5"};
+    std::vector<std::string> args{bin, "--port", "0"};
+    if (std::find(extra.begin(), extra.end(), "--drain-seconds") == extra.end()) extra.insert(extra.end(), {"--drain-seconds", "5"});
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -198,7 +200,7 @@ TEST_CASE("every endpoint answers") {
   CHECK(s.stop() == 0);
 }
 
-TEST_CASE("streamed text equals non-streamed text; a seeded request is equal alone and with 16 others in flight") {
+TEST_CASE("streamed text equals non-streamed text, and a seeded request is equal alone and with 16 others in flight") {
   server_process s({"--max-queue", "64"});
   const json request = {{"prompt", "Lily and Ben"}, {"max_tokens", 32}, {"temperature", 0.9}, {"seed", 42}};
   auto alone = post(s, "/v1/completions", request.dump());
@@ -288,13 +290,13 @@ TEST_CASE("413 for a body over --max-body-bytes") {
   CHECK(s.stop() == 0);
 }
 
-TEST_CASE("429 with Retry-After when the queue is full, 503 while draining") {
+TEST_CASE("429 with Retry-After when the queue is full") {
   server_process s({"--max-queue", "1"});
   // EOS (id 2) banned: every request runs its 2000 tokens.
   const std::string slow =
       R"({"prompt": "Once", "max_tokens": 2000, "temperature": 1, "seed": 1, "logit_bias": {"2": -100}})";
   std::vector<std::future<httplib::Result>> calls;
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 8; ++i)
     calls.push_back(std::async(std::launch::async, [&s, &slow] { return post(s, "/v1/completions", slow); }));
   int n_429 = 0;
   for (auto& f : calls) {
@@ -309,8 +311,14 @@ TEST_CASE("429 with Retry-After when the queue is full, 503 while draining") {
     }
   }
   CHECK(n_429 >= 1);
+  CHECK(s.stop() == 0);
+}
 
-  // A long request runs; SIGTERM; a new request gets 503; the long one finishes; exit 0.
+TEST_CASE("503 while draining after SIGTERM, running requests finish, exit 0") {
+  server_process s({"--drain-seconds", "60"});
+  // 8 choices of 2000 tokens each (EOS banned) run one after another on the serial backend.
+  const std::string slow =
+      R"({"prompt": "Once", "max_tokens": 2000, "n": 8, "temperature": 1, "seed": 1, "logit_bias": {"2": -100}})";
   auto running = std::async(std::launch::async, [&s, &slow] { return post(s, "/v1/completions", slow); });
   for (int i = 0; i < 100 && metric(s, "llmkit_running_requests") != 1; ++i) std::this_thread::sleep_for(20ms);
   ::kill(s.pid(), SIGTERM);
@@ -319,9 +327,14 @@ TEST_CASE("429 with Retry-After when the queue is full, 503 while draining") {
   REQUIRE(refused);
   CHECK(refused->status == 503);
   CHECK(json::parse(refused->body).at("error").at("code") == "draining");
+  auto c = s.client();
+  auto health = c.Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 503);
   auto r = running.get();
   REQUIRE(r);
   CHECK(r->status == 200);
+  CHECK(json::parse(r->body).at("usage").at("completion_tokens") == 16000);
   CHECK(s.stop() == 0);
 }
 
@@ -365,7 +378,7 @@ TEST_CASE("200 mutated bodies get a 4xx and the server stays healthy") {
   CHECK(s.stop() == 0);
 }
 
-TEST_CASE("a client that disconnects mid-stream cancels its request; KV blocks used return to zero") {
+TEST_CASE("a client that disconnects mid-stream cancels its request, and KV blocks used return to zero") {
   server_process s;
   disconnect_mid_stream(s.port(),
                         R"({"prompt": "Once upon a time", "max_tokens": 2000, "stream": true, "logit_bias": {"2": -100}})");
