@@ -26,10 +26,12 @@ namespace llmkit_server {
 /// Identifies a submitted request (unique per backend).
 using request_handle = std::int64_t;
 
-/// One event of a request's stream: a token, then exactly one finish.
+/// One event of a request's stream: for each of its `n` samples, tokens,
+/// then exactly one finish.
 struct backend_event {
   enum class type : std::uint8_t { token, finish };
   type kind = type::token;
+  std::size_t index = 0;  ///< which of the request's n samples (handle + index)
   /// Text delta: all of a request's deltas, concatenated, are its output
   /// text (UTF-8, never split inside a character, cut before a stop string);
   /// text that may begin a stop string is held back, so a delta may be empty
@@ -46,15 +48,18 @@ struct backend_event {
   std::size_t n_generated_tokens = 0;
 };
 
-/// One generation: a prompt, its chain and seed, its stop rules.
+/// One generation: a prompt, its chain and seed, its stop rules, and how
+/// many samples of it (OpenAI's `n`).
 struct backend_request {
   std::vector<token_id> prompt;  ///< `[n_prompt]`, at least one token
   std::string sampling = "greedy";  ///< run-time chain string (chain_config)
   std::uint64_t seed = 0;
-  std::uint64_t stream = 0;  ///< second key of the random stream: the choice index of n samples
+  std::uint64_t stream = 0;  ///< second key of the random stream; sample i draws from stream + i
   llmkit::stop_criteria stop{};
   std::size_t top_logprobs = 0;  ///< alternatives per token event
-  /// Receives the events, on the backend's thread; must not block or throw.
+  std::size_t n = 1;             ///< samples: handles handle .. handle + n - 1, events with index i
+  /// Receives the events, on the backend's thread (a rejected request's
+  /// finish events: on the caller's, inside `submit`); must not block or throw.
   std::function<void(const backend_event&)> on_event;
 };
 
@@ -66,16 +71,18 @@ enum class submit_status : std::uint8_t {
   shutting_down,  ///< 503
 };
 
+/// The answer of `submit`. A rejected request has received its finish events
+/// (finish_kind::error, one per sample) before `submit` returns.
 struct submit_result {
-  request_handle handle = 0;
+  request_handle handle = 0;  ///< of sample 0; sample i has handle + i
   submit_status status = submit_status::accepted;
   std::string message{};
 };
 
 /// Gauges /metrics and /health report.
 struct backend_stats {
-  std::size_t n_queued = 0;
-  std::size_t n_running = 0;
+  std::size_t n_queued = 0;   ///< samples waiting
+  std::size_t n_running = 0;  ///< samples running
   std::size_t kv_blocks_used = 0;
   std::size_t kv_blocks_free = 0;
 };
@@ -95,7 +102,9 @@ struct chat_prompt {
 };
 
 /// The interface llmkit-server drives. `submit`, `cancel`, `stats` may be
-/// called from any thread.
+/// called from any thread. Its contract is llmkit::serve::engine's
+/// (llmkit/serve/request.hpp): every accepted sample ends with exactly one
+/// finish event, a rejected request gets its error finishes inside `submit`.
 class backend {
  public:
   virtual ~backend() = default;

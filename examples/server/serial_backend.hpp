@@ -29,6 +29,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "backend.hpp"
@@ -107,41 +108,63 @@ class serial_backend final : public backend {
   }
 
   submit_result submit(backend_request r) override {
-    if (r.prompt.empty() || r.prompt.size() + r.stop.max_new_tokens > info_.n_ctx)
-      return {.status = submit_status::invalid, .message = "the prompt and max_new_tokens must fit the context"};
-    for (const token_id t : r.prompt)
-      if (t < 0 || static_cast<std::size_t>(t) >= info_.n_vocab)
-        return {.status = submit_status::invalid, .message = "prompt token " + std::to_string(t) + " is not in the vocabulary"};
     job j;
-    try {
-      r.stop.validate("stop");
-      j.chain = llmkit::sampling::runtime_chain::parse(r.sampling);
-    } catch (const std::exception& e) {
-      return {.status = submit_status::invalid, .message = e.what()};
+    submit_result out;
+    if (r.prompt.empty() || r.prompt.size() + r.stop.max_new_tokens > info_.n_ctx)
+      out = {.status = submit_status::invalid, .message = "the prompt and max_new_tokens must fit the context"};
+    for (const token_id t : r.prompt)
+      if (out.status == submit_status::accepted && (t < 0 || static_cast<std::size_t>(t) >= info_.n_vocab))
+        out = {.status = submit_status::invalid,
+               .message = "prompt token " + std::to_string(t) + " is not in the vocabulary"};
+    if (out.status == submit_status::accepted) {
+      try {
+        r.stop.validate("stop");
+        j.chain = llmkit::sampling::runtime_chain::parse(r.sampling);
+      } catch (const std::exception& e) {
+        out = {.status = submit_status::invalid, .message = e.what()};
+      }
     }
-    std::lock_guard lock(mutex_);
-    if (stopping_) return {.status = submit_status::shutting_down};
-    if (queue_.size() >= options_.max_queue) return {.status = submit_status::queue_full};
-    j.handle = ++last_handle_;
+    const std::size_t n = std::max<std::size_t>(r.n, 1);
+    {
+      std::lock_guard lock(mutex_);
+      out.handle = last_handle_ + 1;
+      last_handle_ += static_cast<request_handle>(n);
+      if (out.status == submit_status::accepted && stopping_) out.status = submit_status::shutting_down;
+      if (out.status == submit_status::accepted && n_queued_ + n > options_.max_queue)
+        out.status = submit_status::queue_full;
+      if (out.status == submit_status::accepted) {
+        j.handle = out.handle;
+        j.request = std::move(r);
+        queue_.push_back(std::move(j));
+        n_queued_ += n;
+        wake_.notify_one();
+        return out;
+      }
+    }
+    // Rejected: each sample's error finish, on this thread, before returning.
+    j.handle = out.handle;
     j.request = std::move(r);
-    const request_handle h = j.handle;
-    queue_.push_back(std::move(j));
-    wake_.notify_one();
-    return {.handle = h};
+    for (std::size_t i = 0; i < n; ++i) finish(j, i, finish_kind::error, 0, out.message);
+    return out;
   }
 
   void cancel(request_handle handle) override {
     std::unique_lock lock(mutex_);
-    if (running_ == handle) {
-      cancel_running_ = true;
+    const auto it = std::find_if(queue_.begin(), queue_.end(), [&](const job& j) { return j.contains(handle); });
+    if (it == queue_.end()) {
+      if (running_.contains(handle)) cancelled_.insert(handle);
       return;
     }
-    const auto it = std::find_if(queue_.begin(), queue_.end(), [&](const job& j) { return j.handle == handle; });
-    if (it == queue_.end()) return;
+    cancelled_.insert(handle);
+    // A queued request whose samples are all cancelled ends now.
+    for (std::size_t i = 0; i < it->n(); ++i)
+      if (!cancelled_.contains(it->handle + static_cast<request_handle>(i))) return;
     job j = std::move(*it);
     queue_.erase(it);
+    n_queued_ -= j.n();
+    for (std::size_t i = 0; i < j.n(); ++i) cancelled_.erase(j.handle + static_cast<request_handle>(i));
     lock.unlock();
-    finish(j, finish_kind::cancelled, 0);
+    for (std::size_t i = 0; i < j.n(); ++i) finish(j, i, finish_kind::cancelled, 0);
   }
 
   void cancel_all() override {
@@ -149,16 +172,20 @@ class serial_backend final : public backend {
     {
       std::lock_guard lock(mutex_);
       dropped.swap(queue_);
-      if (running_ != 0) cancel_running_ = true;
+      n_queued_ = 0;
+      for (const auto& j : dropped)
+        for (std::size_t i = 0; i < j.n(); ++i) cancelled_.erase(j.handle + static_cast<request_handle>(i));
+      for (std::size_t i = 0; i < running_.n(); ++i) cancelled_.insert(running_.handle + static_cast<request_handle>(i));
     }
-    for (auto& j : dropped) finish(j, finish_kind::cancelled, 0);
+    for (auto& j : dropped)
+      for (std::size_t i = 0; i < j.n(); ++i) finish(j, i, finish_kind::cancelled, 0);
   }
 
   backend_stats stats() const override {
     std::lock_guard lock(mutex_);
     const std::size_t total = (info_.n_ctx + block_tokens - 1) / block_tokens;
-    return {.n_queued = queue_.size(),
-            .n_running = running_ != 0 ? 1u : 0u,
+    return {.n_queued = n_queued_ + running_waiting_,
+            .n_running = running_.handle != 0 ? 1u : 0u,
             .kv_blocks_used = kv_blocks_used_,
             .kv_blocks_free = total - std::min(total, kv_blocks_used_)};
   }
@@ -167,13 +194,28 @@ class serial_backend final : public backend {
   static constexpr std::size_t block_tokens = 16;
 
   struct job {
-    request_handle handle = 0;
+    request_handle handle = 0;  // of sample 0
     backend_request request;
     llmkit::sampling::runtime_chain chain;
+    std::size_t n() const { return std::max<std::size_t>(request.n, 1); }
+    bool contains(request_handle h) const {
+      return handle != 0 && h >= handle && h < handle + static_cast<request_handle>(n());
+    }
   };
 
-  static void finish(const job& j, finish_kind kind, std::size_t n_generated, std::string error = {}) {
-    backend_event e{.kind = backend_event::type::finish, .finish = kind, .error = std::move(error)};
+  /// Handles of the job on the worker (handle 0: none).
+  struct running_span {
+    request_handle handle = 0;
+    std::size_t count = 0;
+    std::size_t n() const { return count; }
+    bool contains(request_handle h) const {
+      return handle != 0 && h >= handle && h < handle + static_cast<request_handle>(count);
+    }
+  };
+
+  static void finish(const job& j, std::size_t index, finish_kind kind, std::size_t n_generated,
+                     std::string error = {}) {
+    backend_event e{.kind = backend_event::type::finish, .index = index, .finish = kind, .error = std::move(error)};
     e.n_prompt_tokens = j.request.prompt.size();
     e.n_generated_tokens = n_generated;
     if (j.request.on_event) j.request.on_event(e);
@@ -188,13 +230,23 @@ class serial_backend final : public backend {
         if (queue_.empty()) return;
         j = std::move(queue_.front());
         queue_.pop_front();
-        running_ = j.handle;
-        cancel_running_ = false;
+        n_queued_ -= j.n();
+        running_ = {j.handle, j.n()};
+        running_waiting_ = j.n();
       }
-      run(j);
+      // The samples one after another, each from its own random stream.
+      for (std::size_t i = 0; i < j.n(); ++i) {
+        {
+          std::lock_guard lock(mutex_);
+          --running_waiting_;
+        }
+        run(j, i);
+        std::lock_guard lock(mutex_);
+        cancelled_.erase(j.handle + static_cast<request_handle>(i));
+        kv_blocks_used_ = 0;
+      }
       std::lock_guard lock(mutex_);
-      running_ = 0;
-      kv_blocks_used_ = 0;
+      running_ = {};
     }
   }
 
@@ -203,19 +255,21 @@ class serial_backend final : public backend {
     kv_blocks_used_ = (n_tokens + block_tokens - 1) / block_tokens;
   }
 
-  bool cancelled() {
+  bool cancelled(request_handle h) {
     std::lock_guard lock(mutex_);
-    return cancel_running_;
+    return cancelled_.contains(h);
   }
 
-  void run(const job& j) {
+  void run(const job& j, std::size_t index) {
     const backend_request& r = j.request;
+    const request_handle handle = j.handle + static_cast<request_handle>(index);
     std::size_t n_generated = 0;
+    if (cancelled(handle)) return finish(j, index, finish_kind::cancelled, 0);
     try {
       llmkit::kv::contiguous_cache<float> cache(model_.kv_shape(),
                                                 {.max_sequences = 1, .max_tokens = r.prompt.size() + r.stop.max_new_tokens});
       const llmkit::kv::seq_id seq = *cache.add_sequence();
-      llmkit::sampling::sampling_state state(r.seed, r.stream, r.prompt);
+      llmkit::sampling::sampling_state state(r.seed, r.stream + index, r.prompt);
       llmkit::sampling::candidates cands;
       std::vector<float> row(info_.n_vocab);
       std::vector<llmkit::sampling::token_logprob> top(r.top_logprobs);
@@ -232,7 +286,7 @@ class serial_backend final : public backend {
         cands.reset(row);
         const auto ctx = state.context();
         j.chain.apply(cands, ctx);
-        backend_event e;
+        backend_event e{.index = index};
         if (!top.empty()) {
           const std::size_t n_top = llmkit::sampling::top_logprobs(cands, top);
           for (std::size_t i = 0; i < n_top; ++i) e.top_logprobs.emplace_back(top[i].token, top[i].logprob);
@@ -255,17 +309,14 @@ class serial_backend final : public backend {
         e.token = drawn.token;
         e.logprob = drawn.logprob;
         if (r.on_event) r.on_event(e);
-        if (!reason && cancelled()) reason = llmkit::finish_reason::cancelled;
-        if (reason) {
-          finish(j, finish_kind_of(*reason), n_generated);
-          return;
-        }
+        if (!reason && cancelled(handle)) reason = llmkit::finish_reason::cancelled;
+        if (reason) return finish(j, index, finish_kind_of(*reason), n_generated);
         b.clear();
         b.add(seq, {&drawn.token, 1}, static_cast<std::int32_t>(cache.n_tokens(seq)));
         logits = model_.forward(b.view(), cache, pool_);
       }
     } catch (const std::exception& e) {
-      finish(j, finish_kind::error, n_generated, e.what());
+      finish(j, index, finish_kind::error, n_generated, e.what());
     }
   }
 
@@ -280,9 +331,11 @@ class serial_backend final : public backend {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<job> queue_;
+  std::size_t n_queued_ = 0;        // samples in queue_
+  std::size_t running_waiting_ = 0; // samples of the running job not started yet
   request_handle last_handle_ = 0;
-  request_handle running_ = 0;
-  bool cancel_running_ = false;
+  running_span running_;
+  std::set<request_handle> cancelled_;  // cancelled samples not finished yet
   bool stopping_ = false;
   std::size_t kv_blocks_used_ = 0;
   std::thread worker_;

@@ -73,6 +73,18 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+struct generation;
+/// The generation whose `submit` runs on this thread: events for it that
+/// arrive here are a rejection's (see backend.hpp) and are ignored.
+thread_local const generation* rejecting = nullptr;
+
+struct rejection_scope {
+  explicit rejection_scope(const generation* g) { rejecting = g; }
+  ~rejection_scope() { rejecting = nullptr; }
+  rejection_scope(const rejection_scope&) = delete;
+  rejection_scope& operator=(const rejection_scope&) = delete;
+};
+
 /// One generation request while it runs: what the backend's callbacks
 /// collect for the handler (non-streamed) or for the chunked writer (SSE).
 struct generation {
@@ -113,8 +125,11 @@ struct generation {
   }
 
   // On the backend's thread.
-  void on_event(std::size_t index, const backend_event& e) {
+  void on_event(const backend_event& e) {
+    if (rejecting == this) return;
+    const std::size_t index = e.index;
     std::lock_guard lock(mutex);
+    if (index >= choices.size()) return;
     token_piece piece{.text = e.text};
     if (e.kind == backend_event::type::token) {
       const auto now = steady::now();
@@ -145,7 +160,7 @@ struct generation {
         if (!failure.empty())
           out.push_back(sse_event(stream_error_chunk(failure == "cancelled" ? draining() : internal_error(failure))));
         else if (include_usage)
-          out.push_back(sse_event(usage_chunk(kind, header, {n_prompt * choices.size(), n_generated})));
+          out.push_back(sse_event(usage_chunk(kind, header, {n_prompt, n_generated})));
         out.push_back(sse_done());
       }
     }
@@ -203,43 +218,36 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
 
   const std::string chain = chain_config(r.sampling);
   const std::uint64_t seed = r.sampling.seed.value_or(mix(s.seed_base + id));
-  const auto stop = stop_rules(r, std::get<std::size_t>(budget), eos);
-  for (std::size_t i = 0; i < r.n; ++i) {
-    const submit_result sub = s.model.submit({.prompt = prompt,
-                                              .sampling = chain,
-                                              .seed = seed,
-                                              .stream = i,
-                                              .stop = stop,
-                                              .top_logprobs = r.logprobs.value_or(0),
-                                              .on_event = [gen, i](const backend_event& e) { gen->on_event(i, e); }});
-    if (sub.status != submit_status::accepted) {
-      // Choices already queued end as cancelled; the answer is the rejection.
-      {
-        std::lock_guard lock(gen->mutex);
-        gen->choices.resize(gen->handles.size());
-        gen->started.resize(gen->handles.size());
-        gen->last_token.resize(gen->handles.size());
-        gen->out.clear();
-        gen->stream = false;
-      }
-      gen->cancel_all();
-      switch (sub.status) {
-        case submit_status::queue_full: return send_error(res, queue_full(s.max_queue), s);
-        case submit_status::shutting_down: return send_error(res, draining(), s);
-        default: return send_error(res, invalid_request("", sub.message), s);
-      }
-    }
-    std::lock_guard lock(gen->mutex);
-    gen->handles.push_back(sub.handle);
+  submit_result sub;
+  {
+    // A rejected request's error finishes arrive on this thread inside submit: the rejection answers instead.
+    const rejection_scope scope(gen.get());
+    sub = s.model.submit({.prompt = prompt,
+                          .sampling = chain,
+                          .seed = seed,
+                          .stop = stop_rules(r, std::get<std::size_t>(budget), eos),
+                          .top_logprobs = r.logprobs.value_or(0),
+                          .n = r.n,
+                          .on_event = [gen](const backend_event& e) { gen->on_event(e); }});
   }
-  s.metrics.record_prompt(prompt.size() * r.n);
+  switch (sub.status) {
+    case submit_status::accepted: break;
+    case submit_status::queue_full: return send_error(res, queue_full(s.max_queue), s);
+    case submit_status::shutting_down: return send_error(res, draining(), s);
+    case submit_status::invalid: return send_error(res, invalid_request("", sub.message), s);
+  }
+  {
+    std::lock_guard lock(gen->mutex);
+    for (std::size_t i = 0; i < r.n; ++i) gen->handles.push_back(sub.handle + static_cast<request_handle>(i));
+  }
+  s.metrics.record_prompt(prompt.size());
 
   if (!r.stream) {
     std::unique_lock lock(gen->mutex);
     gen->changed.wait(lock, [&] { return gen->finished(); });
     if (!gen->failure.empty())
       return send_error(res, gen->failure == "cancelled" ? draining() : internal_error(gen->failure), s);
-    res.set_content(completion_response(kind, gen->header, gen->choices, {gen->n_prompt * r.n, gen->n_generated},
+    res.set_content(completion_response(kind, gen->header, gen->choices, {gen->n_prompt, gen->n_generated},
                                         gen->with_logprobs),
                     "application/json");
     return;
