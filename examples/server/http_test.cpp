@@ -37,7 +37,8 @@ using namespace std::chrono_literals;
 class server_process {
  public:
   explicit server_process(std::vector<std::string> extra = {}) {
-    const char* bin = LLMKIT_SERVER_BIN;
+    // LLMKIT_SERVER_BIN in the environment tests another build of the program.
+    const char* bin = std::getenv("LLMKIT_SERVER_BIN") != nullptr ? std::getenv("LLMKIT_SERVER_BIN") : LLMKIT_SERVER_BIN;
     std::vector<std::string> args{bin, "--port", "0"};
     if (std::find(extra.begin(), extra.end(), "--drain-seconds") == extra.end()) extra.insert(extra.end(), {"--drain-seconds", "5"});
     args.insert(args.end(), extra.begin(), extra.end());

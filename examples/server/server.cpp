@@ -37,6 +37,15 @@
 #include "serial_backend.hpp"
 #include "server_metrics.hpp"
 
+// The serving engine (llmkit/serve/) runs requests when this tree has it;
+// otherwise only the interim serial backend exists.
+#if __has_include(<llmkit/serve/engine.hpp>)
+#include "engine_backend.hpp"
+#define LLMKIT_SERVER_HAS_ENGINE 1
+#else
+#define LLMKIT_SERVER_HAS_ENGINE 0
+#endif
+
 namespace {
 
 using namespace llmkit_server;
@@ -300,7 +309,9 @@ int main(int argc, char** argv) {
   serial_backend_options bo{.model_path = LLMKIT_DEFAULT_MODEL};
   std::string host = "127.0.0.1";
   long port = 8080;
-  std::size_t threads = 0, max_batch = 1, max_queue = 64, max_body = std::size_t{1} << 20, http_threads = 0;
+  std::size_t threads = 0, max_batch = 8, max_queue = 64, max_body = std::size_t{1} << 20, http_threads = 0;
+  std::size_t kv_blocks = 0;
+  std::string backend_name = LLMKIT_SERVER_HAS_ENGINE ? "engine" : "serial";
   double drain_seconds = 10.0;
   std::string api_key;
   cli.add_option("--model", bo.model_path, "GGUF model file (llama or qwen2 architecture)");
@@ -308,8 +319,13 @@ int main(int argc, char** argv) {
   cli.add_option("--port", port, "TCP port; 0 = any free port (printed on stdout)").in_range(0, 65535);
   cli.add_option("--threads", threads, "forward-pass threads; 0 = by the model's size");
   cli.add_option("--ctx", bo.n_ctx, "tokens per request (prompt + completion); 0 = the model's context length");
-  cli.add_option("--max-batch", max_batch,
-                 "requests running at once (the interim serial backend runs 1)").count_at_least(1, "no request could run");
+  cli.add_option("--backend", backend_name,
+                 "what runs the model: engine (llmkit::serve::engine, continuous batching) or serial (one request "
+                 "at a time)")
+      .one_of({"engine", "serial"});
+  cli.add_option("--max-batch", max_batch, "samples running at once (engine; the serial backend runs 1)")
+      .count_at_least(1, "no request could run");
+  cli.add_option("--kv-blocks", kv_blocks, "16-token KV blocks in the engine's pool; 0 = max-batch full contexts");
   cli.add_option("--max-queue", max_queue, "requests waiting before new ones get 429")
       .count_at_least(1, "every request would get 429");
   cli.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1/ routes; empty = no key");
@@ -331,7 +347,24 @@ int main(int argc, char** argv) {
     // The file's size stands in for the weights one decode step reads.
     if (threads == 0) threads = llmkit_examples::default_threads(std::filesystem::file_size(bo.model_path));
     bo.threads = threads;
-    serial_backend model(bo);
+    std::unique_ptr<backend> model_ptr;
+    if (backend_name == "serial") {
+      model_ptr = std::make_unique<serial_backend>(bo);
+    } else {
+#if LLMKIT_SERVER_HAS_ENGINE
+      model_ptr = std::make_unique<engine_backend>(engine_backend_options{.model_path = bo.model_path,
+                                                                          .n_ctx = bo.n_ctx,
+                                                                          .threads = threads,
+                                                                          .max_queue = max_queue,
+                                                                          .max_batch = max_batch,
+                                                                          .kv_blocks = kv_blocks,
+                                                                          .chat_template = bo.chat_template});
+#else
+      std::cerr << "error: --backend engine: this build has no llmkit/serve/engine.hpp\n";
+      return 2;
+#endif
+    }
+    backend& model = *model_ptr;
     server_state s{model};
     s.api_key = api_key;
     s.max_queue = max_queue;
@@ -416,7 +449,9 @@ int main(int argc, char** argv) {
     if (listen_fd >= 0) ::listen(listen_fd, 1024);
     const auto& info = model.info();
     std::cerr << "llmkit-server: model " << info.id << " (context " << info.n_ctx << ", vocab " << info.n_vocab << "), "
-              << threads << " thread(s), interim serial backend (1 request at a time), queue " << max_queue << "\n";
+              << threads << " thread(s), backend " << backend_name
+              << (backend_name == "serial" ? " (1 request at a time)" : " (max batch " + std::to_string(max_batch) + ")")
+              << ", queue " << max_queue << "\n";
     std::printf("llmkit-server: listening on http://%s:%d\n", host.c_str(), bound_port);
     std::fflush(stdout);
     std::thread listener([&svr] { svr.listen_after_bind(); });

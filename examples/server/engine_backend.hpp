@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file examples/server/engine_backend.hpp
+/// llmkit-server's backend on llmkit::serve::engine: continuous batching
+/// with chunked prefill, prefix reuse through a `kv::prefix_cache`, n
+/// samples forking their prompt's blocks. `backend` follows the engine's
+/// contract, so every call maps one to one.
+
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/prefix_cache.hpp>
+#include <llmkit/model/chat_template.hpp>
+#include <llmkit/model/gguf.hpp>
+#include <llmkit/model/llama.hpp>
+#include <llmkit/model/tokenizer.hpp>
+#include <llmkit/serve/engine.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include "backend.hpp"
+
+namespace llmkit_server {
+
+/// Options of `engine_backend`.
+struct engine_backend_options {
+  std::string model_path;
+  std::size_t n_ctx = 0;         ///< 0: the model's context length
+  std::size_t threads = 1;       ///< forward-pass threads
+  std::size_t max_queue = 64;    ///< waiting samples before submit answers queue_full
+  std::size_t max_batch = 8;     ///< samples running at once
+  std::size_t kv_blocks = 0;     ///< 16-token KV blocks in the pool; 0 = max_batch full contexts
+  std::string chat_template{};   ///< built-in template name; empty: the model's own, if any
+};
+
+/// See the file comment.
+class engine_backend final : public backend {
+ public:
+  static constexpr std::size_t block_tokens = 16;
+  using cache_type = llmkit::kv::prefix_cache<float, block_tokens>;
+  using engine_type = llmkit::serve::engine<llmkit::model::llama_model, cache_type, llmkit::thread_pool>;
+
+  explicit engine_backend(const engine_backend_options& o)
+      : file_(llmkit::model::gguf_file::open(o.model_path)),
+        tok_(llmkit::model::tokenizer::from_gguf(file_)),
+        model_(file_),
+        pool_(std::max<std::size_t>(o.threads, 1)),
+        info_(model_info(o)),
+        cache_(model_.kv_shape(),
+               {.n_blocks = o.kv_blocks != 0 ? o.kv_blocks
+                                             : std::max<std::size_t>(o.max_batch, 1) *
+                                                   ((info_.n_ctx + block_tokens - 1) / block_tokens)}),
+        engine_(model_, cache_, pool_,
+                {.max_context = static_cast<std::int64_t>(info_.n_ctx),
+                 .policy = {.max_batch_seqs = static_cast<std::int64_t>(std::max<std::size_t>(o.max_batch, 1)),
+                            .max_step_tokens = 512,
+                            .chunked_prefill = true},
+                 .max_queued = o.max_queue},
+                &tok_) {
+    if (!o.chat_template.empty() || file_.contains("tokenizer.chat_template"))
+      template_.emplace(llmkit::model::chat_template::from_gguf(file_, o.chat_template));
+    engine_.start();
+  }
+  ~engine_backend() override { engine_.stop(llmkit::serve::shutdown_mode::cancel); }
+
+  const backend_model_info& info() const override { return info_; }
+
+  std::vector<token_id> tokenize(std::string_view text, text_kind kind) const override {
+    return tok_.encode(text, {.add_bos = tok_.add_bos_token(), .parse_special = kind == text_kind::chat});
+  }
+
+  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const override {
+    if (!template_) return std::nullopt;
+    std::vector<llmkit::model::chat_message> m;
+    for (const auto& x : messages) m.push_back({x.role, x.content});
+    chat_prompt p{.text = template_->format(m)};
+    if (const auto eot = tok_.find(template_->end_of_turn_text())) p.end_of_turn.push_back(*eot);
+    return p;
+  }
+
+  std::string token_text(token_id token) const override {
+    std::string out;
+    if (token >= 0 && static_cast<std::size_t>(token) < info_.n_vocab) tok_.decode_token(token, out);
+    return out;
+  }
+
+  submit_result submit(backend_request r) override {
+    namespace serve = llmkit::serve;
+    auto on_event = std::move(r.on_event);
+    const serve::submit_result s = engine_.submit(
+        {.prompt = std::move(r.prompt),
+         .sampling = std::move(r.sampling),
+         .seed = r.seed,
+         .stream = r.stream,
+         .stop = std::move(r.stop),
+         .top_logprobs = r.top_logprobs,
+         .n = r.n,
+         .on_event = [on_event = std::move(on_event)](const serve::stream_event& e) {
+           if (!on_event) return;
+           backend_event b{.kind = e.type == serve::event_type::token ? backend_event::type::token
+                                                                      : backend_event::type::finish,
+                           .index = e.index,
+                           .text = e.text,
+                           .token = e.token,
+                           .logprob = e.logprob};
+           for (const auto& t : e.top_logprobs) b.top_logprobs.emplace_back(t.token, t.logprob);
+           b.finish = static_cast<finish_kind>(static_cast<std::uint8_t>(e.finish));
+           b.error = e.error;
+           b.n_prompt_tokens = e.usage.n_prompt_tokens;
+           b.n_generated_tokens = e.usage.n_generated_tokens;
+           on_event(b);
+         }});
+    submit_result out{.handle = s.handle, .message = s.message};
+    switch (s.status) {
+      case serve::submit_status::accepted: out.status = submit_status::accepted; break;
+      case serve::submit_status::queue_full: out.status = submit_status::queue_full; break;
+      case serve::submit_status::invalid: out.status = submit_status::invalid; break;
+      case serve::submit_status::shutting_down: out.status = submit_status::shutting_down; break;
+    }
+    return out;
+  }
+
+  void cancel(request_handle handle) override { engine_.cancel(handle); }
+  void cancel_all() override { engine_.cancel_all(); }
+
+  backend_stats stats() const override {
+    const auto s = engine_.stats();
+    return {.n_queued = s.n_queued,
+            .n_running = s.n_running,
+            .kv_blocks_used = s.kv_blocks_used,
+            .kv_blocks_free = s.kv_blocks_free + s.kv_blocks_cached};
+  }
+
+ private:
+  backend_model_info model_info(const engine_backend_options& o) const {
+    const auto& c = model_.config();
+    backend_model_info i;
+    i.id = std::filesystem::path(o.model_path).stem().string();
+    i.n_ctx = o.n_ctx == 0 ? c.context_length : std::min(o.n_ctx, c.context_length);
+    i.n_vocab = c.n_vocab;
+    i.eos_tokens = {tok_.eos()};
+    return i;
+  }
+
+  llmkit::model::gguf_file file_;
+  llmkit::model::tokenizer tok_;
+  llmkit::model::llama_model model_;
+  llmkit::thread_pool pool_;
+  backend_model_info info_;
+  std::optional<llmkit::model::chat_template> template_;
+  cache_type cache_;
+  engine_type engine_;
+};
+
+}  // namespace llmkit_server
