@@ -201,6 +201,81 @@ TEST_CASE("every endpoint answers") {
   CHECK(s.stop() == 0);
 }
 
+TEST_CASE("the parameters reach the model: stop, max_tokens, n, logprobs, logit_bias, token-id prompts, context") {
+  server_process s({"--ctx", "64"});
+  auto answer = [&](const json& body) {
+    auto r = post(s, "/v1/completions", body.dump());
+    REQUIRE(r);
+    INFO(r->body);
+    REQUIRE(r->status == 200);
+    return json::parse(r->body);
+  };
+  const json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
+  const std::string story = answer(greedy).at("choices")[0].at("text");
+  REQUIRE(story.find(" girl") != std::string::npos);
+
+  // A stop string cuts the text before it, streamed or not.
+  json stop = greedy;
+  stop["stop"] = {" girl", "zzz"};
+  const json stopped = answer(stop);
+  CHECK(stopped.at("choices")[0].at("text") == story.substr(0, story.find(" girl")));
+  CHECK(stopped.at("choices")[0].at("finish_reason") == "stop");
+  stop["stream"] = true;
+  auto streamed = post(s, "/v1/completions", stop.dump());
+  REQUIRE(streamed);
+  CHECK(text_of(streamed->body, true) == story.substr(0, story.find(" girl")));
+  CHECK_THAT(streamed->body, Catch::Contains("\"finish_reason\":\"stop\""));
+
+  json five = greedy;
+  five["max_tokens"] = 5;
+  const json short_answer = answer(five);
+  CHECK(short_answer.at("usage").at("completion_tokens") == 5);
+  CHECK(short_answer.at("choices")[0].at("finish_reason") == "length");
+  CHECK(story.rfind(short_answer.at("choices")[0].at("text").get<std::string>(), 0) == 0);
+
+  // The same prompt as token ids (BOS, then "Once upon a time") gives the same story.
+  json ids = greedy;
+  ids["prompt"] = {1, 403, 407, 261, 378};
+  CHECK(answer(ids).at("choices")[0].at("text") == story);
+
+  // n samples: one choice each, from their own random streams.
+  const json three = answer({{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"n", 3}, {"seed", 5}});
+  REQUIRE(three.at("choices").size() == 3);
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(three.at("choices")[i].at("index") == i);
+    texts.push_back(three.at("choices")[i].at("text"));
+  }
+  CHECK_FALSE((texts[0] == texts[1] && texts[1] == texts[2]));
+
+  // logprobs: one entry per token, at most k alternatives, the drawn token's logprob <= 0.
+  json lp = five;
+  lp["logprobs"] = 2;
+  const json with_lp = answer(lp).at("choices")[0].at("logprobs");
+  REQUIRE(with_lp.at("tokens").size() == 5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    CHECK(with_lp.at("token_logprobs")[i].get<double>() <= 0.0);
+    CHECK(with_lp.at("top_logprobs")[i].size() <= 2);
+  }
+
+  // logit_bias: EOS (id 2) pushed up ends the answer at once.
+  json eos = greedy;
+  eos["logit_bias"] = {{"2", 100}};
+  const json ended = answer(eos);
+  CHECK(ended.at("choices")[0].at("text") == "");
+  CHECK(ended.at("choices")[0].at("finish_reason") == "stop");
+  CHECK(ended.at("usage").at("completion_tokens") == 1);
+
+  // The context (--ctx 64) bounds prompt + max_tokens.
+  json too_long = greedy;
+  too_long["max_tokens"] = 60;
+  auto refused = post(s, "/v1/completions", too_long.dump());
+  REQUIRE(refused);
+  CHECK(refused->status == 400);
+  CHECK(json::parse(refused->body).at("error").at("code") == "context_length_exceeded");
+  CHECK(s.stop() == 0);
+}
+
 TEST_CASE("streamed text equals non-streamed text, and a seeded request is equal alone and with 16 others in flight") {
   server_process s({"--max-queue", "64"});
   const json request = {{"prompt", "Lily and Ben"}, {"max_tokens", 32}, {"temperature", 0.9}, {"seed", 42}};
