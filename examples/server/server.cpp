@@ -187,6 +187,7 @@ struct generation {
 };
 
 void handle_generation(api_kind kind, const httplib::Request& req, httplib::Response& res, server_state& s) {
+  const auto arrival = steady::now();  // TTFT counts parsing, tokenization and the chat template too
   if (s.draining) return send_error(res, draining(), s);
   if (req.body.size() > s.max_body_bytes) return send_error(res, payload_too_large(s.max_body_bytes), s);
   const backend_model_info& info = s.model.info();
@@ -222,6 +223,7 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
                  .created = static_cast<std::int64_t>(std::time(nullptr)),
                  .model = info.id};
   gen->n_prompt = prompt.size();
+  gen->arrival = arrival;
   if (r.stream && kind == api_kind::chat_completions)
     for (std::size_t i = 0; i < r.n; ++i) gen->out.push_back(sse_event(chat_role_chunk(gen->header, i)));
 
