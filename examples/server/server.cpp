@@ -3,13 +3,15 @@
 //
 //   llmkit-server [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--ctx N]
 //                 [--max-batch N] [--max-queue N] [--api-key KEY] [--chat-template NAME]
+//                 [--backend engine|serial] [--kv-blocks N] [--max-body-bytes N] [--drain-seconds S]
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (streamed as SSE
 // with "stream": true), GET /v1/models, GET /health, GET /metrics. The
 // protocol (parsing, checks, answers, metrics text) is openai_protocol.hpp;
-// the model runs behind backend.hpp (serial_backend.hpp for now). SIGTERM or
-// SIGINT: new requests get 503, running ones finish within --drain-seconds
-// (then they are cancelled), and the program exits 0.
+// the model runs behind backend.hpp: engine_backend.hpp (llmkit::serve::engine)
+// or serial_backend.hpp (one request at a time). SIGTERM or SIGINT: new
+// requests get 503, running ones finish within --drain-seconds (then they
+// are cancelled), and the program exits 0. docs/serving.md has the details.
 #include <httplib.h>
 
 #include <pthread.h>
@@ -26,6 +28,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -118,7 +121,9 @@ struct generation {
   bool first_token = false;
   std::size_t n_generated = 0;
   std::size_t n_finished = 0;
-  std::string failure;  // the first error or cancellation, if any
+  // How the request failed, if it did: the first choice that ended with an
+  // error or was cancelled (a drain deadline) decides the answer.
+  std::optional<api_error> failure;
   std::deque<std::string> out;  // SSE events not yet written
 
   bool finished() const { return n_finished == choices.size(); }
@@ -161,13 +166,13 @@ struct generation {
       if (!e.text.empty()) add_piece(index, piece, false);
       choices[index].finish = e.finish;
       state.metrics.record_finish(e.finish);
-      if (e.finish == finish_kind::error && failure.empty()) failure = "generation failed: " + e.error;
-      if (e.finish == finish_kind::cancelled && failure.empty()) failure = "cancelled";
-      if (stream && failure.empty()) out.push_back(sse_event(finish_chunk(kind, header, index, e.finish)));
+      if (e.finish == finish_kind::error && !failure) failure = internal_error("generation failed: " + e.error);
+      if (e.finish == finish_kind::cancelled && !failure) failure = draining();
+      if (stream && !failure) out.push_back(sse_event(finish_chunk(kind, header, index, e.finish)));
       ++n_finished;
       if (stream && finished()) {
-        if (!failure.empty())
-          out.push_back(sse_event(stream_error_chunk(failure == "cancelled" ? draining() : internal_error(failure))));
+        if (failure)
+          out.push_back(sse_event(stream_error_chunk(*failure)));
         else if (include_usage)
           out.push_back(sse_event(usage_chunk(kind, header, {n_prompt, n_generated})));
         out.push_back(sse_done());
@@ -256,8 +261,7 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
   if (!r.stream) {
     std::unique_lock lock(gen->mutex);
     gen->changed.wait(lock, [&] { return gen->finished(); });
-    if (!gen->failure.empty())
-      return send_error(res, gen->failure == "cancelled" ? draining() : internal_error(gen->failure), s);
+    if (gen->failure) return send_error(res, *gen->failure, s);
     res.set_content(completion_response(kind, gen->header, gen->choices, {gen->n_prompt, gen->n_generated},
                                         gen->with_logprobs),
                     "application/json");
