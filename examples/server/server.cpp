@@ -36,18 +36,10 @@
 
 #include "../example_cli.hpp"
 #include "backend.hpp"
+#include "engine_backend.hpp"
 #include "openai_protocol.hpp"
 #include "serial_backend.hpp"
 #include "server_metrics.hpp"
-
-// The serving engine (llmkit/serve/) runs requests when this tree has it;
-// otherwise only the interim serial backend exists.
-#if __has_include(<llmkit/serve/engine.hpp>)
-#include "engine_backend.hpp"
-#define LLMKIT_SERVER_HAS_ENGINE 1
-#else
-#define LLMKIT_SERVER_HAS_ENGINE 0
-#endif
 
 namespace {
 
@@ -317,7 +309,7 @@ int main(int argc, char** argv) {
   long port = 8080;
   std::size_t threads = 0, max_batch = 8, max_queue = 64, max_body = std::size_t{1} << 20, http_threads = 0;
   std::size_t kv_blocks = 0;
-  std::string backend_name = LLMKIT_SERVER_HAS_ENGINE ? "engine" : "serial";
+  std::string backend_name = "engine";
   double drain_seconds = 10.0;
   std::string api_key;
   cli.add_option("--model", bo.model_path, "GGUF model file (llama or qwen2 architecture)");
@@ -357,7 +349,6 @@ int main(int argc, char** argv) {
     if (backend_name == "serial") {
       model_ptr = std::make_unique<serial_backend>(bo);
     } else {
-#if LLMKIT_SERVER_HAS_ENGINE
       model_ptr = std::make_unique<engine_backend>(engine_backend_options{.model_path = bo.model_path,
                                                                           .n_ctx = bo.n_ctx,
                                                                           .threads = threads,
@@ -365,10 +356,6 @@ int main(int argc, char** argv) {
                                                                           .max_batch = max_batch,
                                                                           .kv_blocks = kv_blocks,
                                                                           .chat_template = bo.chat_template});
-#else
-      std::cerr << "error: --backend engine: this build has no llmkit/serve/engine.hpp\n";
-      return 2;
-#endif
     }
     backend& model = *model_ptr;
     server_state s{model};
