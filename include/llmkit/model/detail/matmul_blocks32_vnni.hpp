@@ -185,29 +185,13 @@ inline void pair_tile(const q8_activations& xa, const block_weights& w, float* y
 template <class Block>
 void matmul_blocks32_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                           bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
-  auto rows = [&]<std::size_t TN, std::size_t ON>() {
-    std::size_t o = row_first;
-    for (; o + ON <= row_last; o += ON) pair_tile<Block, TN, ON>(xa, w, y, y_stride, accumulate, 0, o);
-    for (; o < row_last; ++o) pair_tile<Block, TN, 1>(xa, w, y, y_stride, accumulate, 0, o);
-  };
-  if (xa.n == 1) return rows.template operator()<1, 4>();
-  if (xa.n == 2) return rows.template operator()<2, 2>();
-  auto tokens = [&]<std::size_t ON>(std::size_t o) {
-    std::size_t t = 0;
-    for (; t + 4 <= xa.n; t += 4) pair_tile<Block, 4, ON>(xa, w, y, y_stride, accumulate, t, o);
-    switch (xa.n - t) {
-      case 3: pair_tile<Block, 3, ON>(xa, w, y, y_stride, accumulate, t, o); break;
-      case 2: pair_tile<Block, 2, ON>(xa, w, y, y_stride, accumulate, t, o); break;
-      case 1: pair_tile<Block, 1, ON>(xa, w, y, y_stride, accumulate, t, o); break;
-      default: break;
-    }
-  };
   // 4 x 4 tiles where no minimums take registers.
-  constexpr std::size_t on = int8_form<Block>::has_mins ? 2 : 4;
-  std::size_t o = row_first;
-  for (; o + on <= row_last; o += on) tokens.template operator()<on>(o);
-  for (; o < row_last; ++o) tokens.template operator()<1>(o);
+  constexpr std::size_t wide = int8_form<Block>::has_mins ? 2 : 4;
+  for_each_int8_tile<wide>(xa.n, row_first, row_last, [&]<std::size_t TN, std::size_t ON>(std::size_t t, std::size_t o) {
+    pair_tile<Block, TN, ON>(xa, w, y, y_stride, accumulate, t, o);
+  });
 }
+
 #else
 inline constexpr bool matmul_blocks32_vnni = false;
 // Declared for the branches that test matmul_blocks32_vnni; never instantiated.

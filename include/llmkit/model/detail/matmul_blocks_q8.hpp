@@ -268,6 +268,35 @@ inline void int8_strip_product(const q8_activations& xa, const int8_strip& w, st
   }
 }
 
+/// Runs `tile.template operator()<TN, ON>(t0, o0)` over tokens [0, n) x rows
+/// [row_first, row_last) in the register-decoding kernels' tile shapes: one
+/// token in 1 x 4 tiles, two in 2 x 2, more in 4 x Wide tiles (and their
+/// edges), each tile's rows staying in L1 while the token tiles pass over
+/// them.
+template <std::size_t Wide, class Tile>
+void for_each_int8_tile(std::size_t n, std::size_t row_first, std::size_t row_last, Tile&& tile) {
+  auto rows = [&]<std::size_t TN, std::size_t ON>(std::size_t t) {
+    std::size_t o = row_first;
+    for (; o + ON <= row_last; o += ON) tile.template operator()<TN, ON>(t, o);
+    for (; o < row_last; ++o) tile.template operator()<TN, 1>(t, o);
+  };
+  if (n == 1) return rows.template operator()<1, 4>(0);
+  if (n == 2) return rows.template operator()<2, 2>(0);
+  auto tokens = [&]<std::size_t ON>(std::size_t o) {
+    std::size_t t = 0;
+    for (; t + 4 <= n; t += 4) tile.template operator()<4, ON>(t, o);
+    switch (n - t) {
+      case 3: tile.template operator()<3, ON>(t, o); break;
+      case 2: tile.template operator()<2, ON>(t, o); break;
+      case 1: tile.template operator()<1, ON>(t, o); break;
+      default: break;
+    }
+  };
+  std::size_t o = row_first;
+  for (; o + Wide <= row_last; o += Wide) tokens.template operator()<Wide>(o);
+  for (; o < row_last; ++o) tokens.template operator()<1>(o);
+}
+
 /// Bytes of decoded integer weights per strip: a streaming product's strip
 /// stays in L1 while its token tiles pass over it; a prefill's stays in L2
 /// and is decoded once for all its token tiles.

@@ -223,34 +223,9 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
 template <class Block>
 void matmul_kquant_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                         bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
-  auto rows = [&]<std::size_t TN, std::size_t ON>(std::size_t t) {
-    std::size_t o = row_first;
-    for (; o + ON <= row_last; o += ON) kquant_tile<Block, TN, ON>(xa, w, y, y_stride, accumulate, t, o);
-    for (; o < row_last; ++o) kquant_tile<Block, TN, 1>(xa, w, y, y_stride, accumulate, t, o);
-  };
-  if (xa.n == 1) return rows.template operator()<1, 4>(0);
-  if (xa.n == 2) return rows.template operator()<2, 2>(0);
-  std::size_t o = row_first;
-  for (; o + 2 <= row_last; o += 2) {
-    std::size_t t = 0;
-    for (; t + 4 <= xa.n; t += 4) kquant_tile<Block, 4, 2>(xa, w, y, y_stride, accumulate, t, o);
-    switch (xa.n - t) {
-      case 3: kquant_tile<Block, 3, 2>(xa, w, y, y_stride, accumulate, t, o); break;
-      case 2: kquant_tile<Block, 2, 2>(xa, w, y, y_stride, accumulate, t, o); break;
-      case 1: kquant_tile<Block, 1, 2>(xa, w, y, y_stride, accumulate, t, o); break;
-      default: break;
-    }
-  }
-  for (; o < row_last; ++o) {
-    std::size_t t = 0;
-    for (; t + 4 <= xa.n; t += 4) kquant_tile<Block, 4, 1>(xa, w, y, y_stride, accumulate, t, o);
-    switch (xa.n - t) {
-      case 3: kquant_tile<Block, 3, 1>(xa, w, y, y_stride, accumulate, t, o); break;
-      case 2: kquant_tile<Block, 2, 1>(xa, w, y, y_stride, accumulate, t, o); break;
-      case 1: kquant_tile<Block, 1, 1>(xa, w, y, y_stride, accumulate, t, o); break;
-      default: break;
-    }
-  }
+  for_each_int8_tile<2>(xa.n, row_first, row_last, [&]<std::size_t TN, std::size_t ON>(std::size_t t, std::size_t o) {
+    kquant_tile<Block, TN, ON>(xa, w, y, y_stride, accumulate, t, o);
+  });
 }
 
 #else
