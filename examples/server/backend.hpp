@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <llmkit/core/ids.hpp>
@@ -125,5 +126,46 @@ class backend {
   virtual void cancel_all() = 0;
   virtual backend_stats stats() const = 0;
 };
+
+/// A checked request as the backend takes it (without its callback), and
+/// its prompt length.
+struct prepared_request {
+  backend_request request;
+  std::size_t n_prompt = 0;
+};
+
+/// Turns a parsed request into the backend's: the prompt tokenized (a chat
+/// through the model's template, its end-of-turn token added to the EOS
+/// set), the completion budget checked against the context, the sampling
+/// chain and the stop rules. A 400 when the model has no chat template or
+/// the prompt and budget do not fit.
+inline std::variant<prepared_request, api_error> prepare_request(const generation_request& r, const backend& model,
+                                                                 std::uint64_t seed) {
+  const backend_model_info& info = model.info();
+  const model_limits limits{.n_ctx = info.n_ctx, .n_vocab = info.n_vocab};
+  std::vector<token_id> prompt;
+  std::vector<token_id> eos = info.eos_tokens;
+  if (r.kind == api_kind::completions) {
+    prompt = r.prompt_is_tokens ? r.prompt_tokens : model.tokenize(r.prompt_text, backend::text_kind::plain);
+  } else {
+    const auto chat = model.format_chat(r.messages);
+    if (!chat)
+      return invalid_request("messages", "the model has no chat template (tokenizer.chat_template); start "
+                                         "llmkit-server with --chat-template NAME");
+    prompt = model.tokenize(chat->text, backend::text_kind::chat);
+    eos.insert(eos.end(), chat->end_of_turn.begin(), chat->end_of_turn.end());
+  }
+  const auto budget = completion_budget(r, prompt.size(), limits);
+  if (const auto* e = std::get_if<api_error>(&budget)) return *e;
+  const std::size_t n_prompt = prompt.size();
+  return prepared_request{.request = {.prompt = std::move(prompt),
+                                      .sampling = chain_config(r.sampling),
+                                      .seed = seed,
+                                      .stop = stop_rules(r, std::get<std::size_t>(budget), std::move(eos)),
+                                      .top_logprobs = r.logprobs.value_or(0),
+                                      .n = r.n,
+                                      .on_event = {}},
+                          .n_prompt = n_prompt};
+}
 
 }  // namespace llmkit_server

@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: MIT
 // llmkit-server-load: N concurrent streaming clients against a running
 // llmkit-server (or any OpenAI-compatible server), measured from the client
-// side: tokens/s, time to first token (p50, p99) and the time between
+// side: tokens/s, time to first token (mean, p50, p99) and the time between
 // streamed pieces (p50, p99).
 //
 //   llmkit-server-load [--host 127.0.0.1] [--port 8080] [--clients 8] [--requests 32]
 //                      [--prompt TEXT] [--max-tokens 64] [--temperature 0.8] [--api-key KEY] [--json]
+//   llmkit-server-load --in-process --model PATH [--threads N] [--max-batch N] [--max-queue N] [--ctx N] ...
 //
 // Every request streams (SSE); each client sends its requests one after
 // another, with seed = the request's index, so two runs send the same work.
+// With --in-process the same clients send the same request bodies to
+// llmkit-server's engine backend in this process (parsed, tokenized and
+// submitted as the server does, events taken straight from the engine's
+// callback): the run without HTTP that the server's overhead is measured
+// against.
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +22,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <memory>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -25,6 +34,8 @@
 #include <vector>
 
 #include "../example_cli.hpp"
+#include "engine_backend.hpp"
+#include "openai_protocol.hpp"
 
 namespace {
 
@@ -49,6 +60,7 @@ request_timing run_one(const std::string& host, int port, const std::string& bod
   httplib::Client client(host, port);
   client.set_connection_timeout(10);
   client.set_read_timeout(300);
+  client.set_tcp_nodelay(true);
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -86,6 +98,48 @@ request_timing run_one(const std::string& host, int port, const std::string& bod
   return t;
 }
 
+// The same request through llmkit-server's path without HTTP: parsed,
+// prepared and submitted as server.cpp does; pieces timed as they leave the
+// engine's callback.
+request_timing run_in_process(llmkit_server::backend& model, const std::string& body) {
+  using namespace llmkit_server;
+  request_timing t;
+  const auto start = steady::now();
+  const backend_model_info& info = model.info();
+  auto parsed = parse_request(api_kind::completions, body, {.n_ctx = info.n_ctx, .n_vocab = info.n_vocab});
+  if (!std::holds_alternative<generation_request>(parsed)) return t;
+  const generation_request& r = std::get<generation_request>(parsed);
+  auto prepared = prepare_request(r, model, r.sampling.seed.value_or(0));
+  if (!std::holds_alternative<prepared_request>(prepared)) return t;
+  backend_request& br = std::get<prepared_request>(prepared).request;
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false, first = true;
+  finish_kind finish = finish_kind::error;
+  auto last = start;
+  br.on_event = [&](const backend_event& e) {
+    const auto now = steady::now();
+    std::lock_guard lock(mutex);
+    if (e.kind == backend_event::type::finish) {
+      t.n_tokens = e.n_generated_tokens;
+      finish = e.finish;
+      done = true;
+      finished.notify_all();
+      return;
+    }
+    if (e.text.empty()) return;
+    if (first) t.ttft_s = std::chrono::duration<double>(now - start).count();
+    else t.gaps_s.push_back(std::chrono::duration<double>(now - last).count());
+    first = false;
+    last = now;
+  };
+  if (model.submit(std::move(br)).status != submit_status::accepted) return t;
+  std::unique_lock lock(mutex);
+  finished.wait(lock, [&] { return done; });
+  t.ok = !first && (finish == finish_kind::stop || finish == finish_kind::length);
+  return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,7 +149,10 @@ int main(int argc, char** argv) {
   long port = 8080;
   std::size_t clients = 8, requests = 32, max_tokens = 64;
   double temperature = 0.8;
-  bool json_output = false;
+  bool json_output = false, in_process = false;
+  llmkit_server::engine_backend_options engine_options{.model_path = LLMKIT_DEFAULT_MODEL, .max_batch = 8,
+                                                       .chat_template = {}};
+  std::size_t forward_threads = 0;
   cli.add_option("--host", host, "server address");
   cli.add_option("--port", port, "server port").in_range(1, 65535);
   cli.add_option("--clients", clients, "concurrent clients").count_at_least(1, "nobody would send");
@@ -105,7 +162,26 @@ int main(int argc, char** argv) {
   cli.add_option("--temperature", temperature, "temperature of every request").in_range(0.0, 2.0);
   cli.add_option("--api-key", api_key, "bearer token");
   cli.add_flag("--json", json_output, "one JSON line instead of text");
+  cli.add_flag("--in-process", in_process,
+               "no server: the same requests to llmkit-server's engine backend in this process (the options below)");
+  cli.add_option("--model", engine_options.model_path, "--in-process: GGUF model file");
+  cli.add_option("--threads", forward_threads, "--in-process: forward-pass threads; 0 = by the model's size (as llmkit-server)");
+  cli.add_option("--max-batch", engine_options.max_batch, "--in-process: samples running at once")
+      .count_at_least(1, "no request could run");
+  cli.add_option("--max-queue", engine_options.max_queue, "--in-process: samples waiting before a request is refused")
+      .count_at_least(1, "every request would be refused");
+  cli.add_option("--ctx", engine_options.n_ctx, "--in-process: tokens per request; 0 = the model's context length");
   if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
+
+  std::unique_ptr<llmkit_server::backend> engine;
+  if (in_process) try {
+      engine_options.threads =
+          forward_threads != 0 ? forward_threads : llmkit_examples::default_threads(std::filesystem::file_size(engine_options.model_path));
+      engine = std::make_unique<llmkit_server::engine_backend>(engine_options);
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 1;
+    }
 
   std::atomic<std::size_t> next{0};
   std::mutex mutex;
@@ -118,7 +194,7 @@ int main(int argc, char** argv) {
         const nlohmann::json body = {{"prompt", prompt},           {"max_tokens", max_tokens},
                                      {"temperature", temperature}, {"seed", i},
                                      {"stream", true},             {"stream_options", {{"include_usage", true}}}};
-        auto t = run_one(host, static_cast<int>(port), body.dump(), api_key);
+        auto t = engine ? run_in_process(*engine, body.dump()) : run_one(host, static_cast<int>(port), body.dump(), api_key);
         std::lock_guard lock(mutex);
         done.push_back(std::move(t));
       }
@@ -136,19 +212,22 @@ int main(int argc, char** argv) {
     gaps.insert(gaps.end(), t.gaps_s.begin(), t.gaps_s.end());
   }
   const double tokens_per_s = wall_s > 0 ? static_cast<double>(n_tokens) / wall_s : 0.0;
+  double ttft_mean = 0.0;
+  for (const double x : ttft) ttft_mean += x / static_cast<double>(ttft.size());
   const double ttft_p50 = quantile(ttft, 0.5), ttft_p99 = quantile(ttft, 0.99);
   const double gap_p50 = quantile(gaps, 0.5), gap_p99 = quantile(gaps, 0.99);
   if (json_output) {
     const nlohmann::json j = {{"clients", clients},          {"requests", requests},     {"ok", n_ok},
                               {"tokens", n_tokens},          {"wall_s", wall_s},         {"tokens_per_s", tokens_per_s},
+                              {"in_process", in_process},    {"ttft_mean_s", ttft_mean},
                               {"ttft_p50_s", ttft_p50},      {"ttft_p99_s", ttft_p99},   {"inter_token_p50_s", gap_p50},
                               {"inter_token_p99_s", gap_p99}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%zu clients, %zu requests (%zu ok), %zu tokens in %.3f s: %.0f tokens/s\n", clients, requests, n_ok,
                 n_tokens, wall_s, tokens_per_s);
-    std::printf("time to first token: p50 %.2f ms, p99 %.2f ms; between pieces: p50 %.3f ms, p99 %.3f ms\n",
-                ttft_p50 * 1e3, ttft_p99 * 1e3, gap_p50 * 1e3, gap_p99 * 1e3);
+    std::printf("time to first token: mean %.2f ms, p50 %.2f ms, p99 %.2f ms; between pieces: p50 %.3f ms, p99 %.3f ms\n",
+                ttft_mean * 1e3, ttft_p50 * 1e3, ttft_p99 * 1e3, gap_p50 * 1e3, gap_p99 * 1e3);
   }
   return n_ok == requests ? 0 : 1;
 }

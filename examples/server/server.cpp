@@ -193,24 +193,11 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
   if (const auto* e = std::get_if<api_error>(&parsed)) return send_error(res, *e, s);
   const generation_request& r = std::get<generation_request>(parsed);
 
-  std::vector<token_id> prompt;
-  std::vector<token_id> eos = info.eos_tokens;
-  if (kind == api_kind::completions) {
-    prompt = r.prompt_is_tokens ? r.prompt_tokens : s.model.tokenize(r.prompt_text, backend::text_kind::plain);
-  } else {
-    const auto chat = s.model.format_chat(r.messages);
-    if (!chat)
-      return send_error(res,
-                        invalid_request("messages", "the model has no chat template (tokenizer.chat_template); start "
-                                                    "llmkit-server with --chat-template NAME"),
-                        s);
-    prompt = s.model.tokenize(chat->text, backend::text_kind::chat);
-    eos.insert(eos.end(), chat->end_of_turn.begin(), chat->end_of_turn.end());
-  }
-  const auto budget = completion_budget(r, prompt.size(), limits);
-  if (const auto* e = std::get_if<api_error>(&budget)) return send_error(res, *e, s);
-
   const std::uint64_t id = ++s.next_id;
+  auto prepared = prepare_request(r, s.model, r.sampling.seed.value_or(mix(s.seed_base + id)));
+  if (const auto* e = std::get_if<api_error>(&prepared)) return send_error(res, *e, s);
+  backend_request& br = std::get<prepared_request>(prepared).request;
+  const std::size_t n_prompt = std::get<prepared_request>(prepared).n_prompt;
   auto gen = std::make_shared<generation>(s, r.n);
   gen->kind = kind;
   gen->stream = r.stream;
@@ -219,24 +206,17 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
   gen->header = {.id = (kind == api_kind::completions ? "cmpl-" : "chatcmpl-") + std::to_string(id),
                  .created = static_cast<std::int64_t>(std::time(nullptr)),
                  .model = info.id};
-  gen->n_prompt = prompt.size();
+  gen->n_prompt = n_prompt;
   gen->arrival = arrival;
   if (r.stream && kind == api_kind::chat_completions)
     for (std::size_t i = 0; i < r.n; ++i) gen->out.push_back(sse_event(chat_role_chunk(gen->header, i)));
 
-  const std::string chain = chain_config(r.sampling);
-  const std::uint64_t seed = r.sampling.seed.value_or(mix(s.seed_base + id));
+  br.on_event = [gen](const backend_event& e) { gen->on_event(e); };
   submit_result sub;
   {
     // A rejected request's error finishes arrive on this thread inside submit: the rejection answers instead.
     const rejection_scope scope(gen.get());
-    sub = s.model.submit({.prompt = prompt,
-                          .sampling = chain,
-                          .seed = seed,
-                          .stop = stop_rules(r, std::get<std::size_t>(budget), eos),
-                          .top_logprobs = r.logprobs.value_or(0),
-                          .n = r.n,
-                          .on_event = [gen](const backend_event& e) { gen->on_event(e); }});
+    sub = s.model.submit(std::move(br));
   }
   switch (sub.status) {
     case submit_status::accepted: break;
@@ -248,7 +228,7 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
     std::lock_guard lock(gen->mutex);
     for (std::size_t i = 0; i < r.n; ++i) gen->handles.push_back(sub.handle + static_cast<request_handle>(i));
   }
-  s.metrics.record_prompt(prompt.size());
+  s.metrics.record_prompt(n_prompt);
 
   if (!r.stream) {
     std::unique_lock lock(gen->mutex);
@@ -369,6 +349,7 @@ int main(int argc, char** argv) {
     const std::size_t n_http = http_threads != 0 ? http_threads : max_queue + max_batch + 4;
     svr.new_task_queue = [n_http] { return new httplib::ThreadPool(n_http); };
     svr.set_payload_max_length(max_body);
+    svr.set_tcp_nodelay(true);  // each SSE piece is a small write: send it now, not after the last one's ACK
     svr.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
       if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
       if (const auto e = check_authorization(req.get_header_value("Authorization"), s.api_key)) {
