@@ -78,6 +78,7 @@ TEST_CASE("simulator: hand-traced timelines of request-level and continuous batc
   REQUIRE(cb.generated_tokens == 6);
   REQUIRE(cb.prompt_tokens == 9);
   REQUIRE(cb.tokens_per_s == Approx(2));
+  REQUIRE(cb.ttft_mean_s == Approx(3.5 / 3));
   REQUIRE(cb.ttft_p50_s == Approx(1));
   REQUIRE(cb.ttft_p99_s == Approx(1.49));
   REQUIRE(cb.tpot_p50_s == Approx(1));

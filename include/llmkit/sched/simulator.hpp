@@ -87,7 +87,7 @@ struct run_result {
   double tokens_per_s = 0.0;
   /// Prompt plus generated tokens per second of makespan.
   double total_tokens_per_s = 0.0;
-  double ttft_p50_s = 0, ttft_p99_s = 0, tpot_p50_s = 0, tpot_p99_s = 0;
+  double ttft_mean_s = 0, ttft_p50_s = 0, ttft_p99_s = 0, tpot_p50_s = 0, tpot_p99_s = 0;
   /// Gaps between consecutive tokens of a request, over all requests.
   double itl_p50_s = 0, itl_p99_s = 0;
   /// Device KV blocks in use as a fraction of the pool: time-weighted mean
@@ -186,6 +186,7 @@ class run_recorder {
       ttft.push_back(r.ttft_s());
       if (r.n_output > 1) tpot.push_back(r.tpot_s());
     }
+    for (const double t : ttft) out.ttft_mean_s += t / static_cast<double>(ttft.size());
     out.ttft_p50_s = percentile(ttft, 0.5);
     out.ttft_p99_s = percentile(ttft, 0.99);
     out.tpot_p50_s = percentile(tpot, 0.5);
