@@ -714,7 +714,8 @@ class engine {
   void run_step() {
     plan_prefix_reuse();
     const sched::step_plan& plan = sched_.next_step();
-    LLMKIT_CHECK(plan.swapped_out.empty(), "engine: the scheduler planned a swap-out; the engine preempts by recompute");
+    LLMKIT_CHECK(plan.swapped_out.empty(),
+                 "engine: the scheduler planned a swap-out; the engine preempts by recompute");
     for (const sched::block_move& m : plan.preempted) {
       live_request& l = live_.at(m.id);
       if (l.seq) cache_.free(*l.seq);
