@@ -854,7 +854,7 @@ TEST_CASE("engine: prefilled requests continue as if run whole, under staging ba
   REQUIRE(eng.stats().staging_blocks_used == 0);
 }
 
-TEST_CASE("engine: a corrupt or foreign KV buffer ends only its request; bad prefilled submissions are refused") {
+TEST_CASE("engine: a corrupt KV buffer ends only its request; staged requests cancel; bad submissions are refused") {
   auto& s = loaded();
   serial_executor serial;
   const auto requests = mixed_requests(3, 12);
@@ -921,6 +921,19 @@ TEST_CASE("engine: a corrupt or foreign KV buffer ends only its request; bad pre
   REQUIRE(rec.get(h_eos).n_finish == 1);
   REQUIRE(eng.stats().n_imported == 1);
 
+  // Cancelled while staged (cancellations come after the step's
+  // submissions): one cancelled finish, the staging blocks back.
+  auto staged = prefill_elsewhere(with_sink(requests[2]), 1);
+  const auto h_staged = eng.submit_prefilled(staged).handle;
+  REQUIRE(eng.stats().staging_blocks_used > 0);
+  eng.cancel(h_staged);
+  eng.step();
+  REQUIRE(rec.get(h_staged).n_finish == 1);
+  REQUIRE(rec.get(h_staged).finish.finish == serve::finish_kind::cancelled);
+  REQUIRE(rec.get(h_staged).tokens.size() == 1);  // the given token
+  REQUIRE(eng.stats().staging_blocks_used == 0);
+  REQUIRE(eng.stats().n_imported == 1);
+
   // Refused at submit, with one error finish each.
   auto two = prefill_elsewhere(with_sink(requests[0]), 1);
   two.request.n = 2;
@@ -934,6 +947,16 @@ TEST_CASE("engine: a corrupt or foreign KV buffer ends only its request; bad pre
   auto none = prefill_elsewhere(with_sink(requests[0]), 1);
   none.generated.clear();
   REQUIRE(eng.submit_prefilled(none).status == serve::submit_status::invalid);
+
+  // Shutdown cancels a staged request too.
+  auto left = prefill_elsewhere(with_sink(requests[1]), 1);
+  const auto h_left = eng.submit_prefilled(left).handle;
+  eng.stop();
+  REQUIRE(rec.get(h_left).n_finish == 1);
+  REQUIRE(rec.get(h_left).finish.finish == serve::finish_kind::cancelled);
+  REQUIRE(eng.stats().staging_blocks_used == 0);
+  REQUIRE(eng.stats().kv_blocks_used == 0);
+  REQUIRE(cache.n_sequences() == 0);
 
   serve::engine_options small = small_steps();
   small.staging_blocks = 1;  // less than any of these contexts
