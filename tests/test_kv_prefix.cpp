@@ -364,11 +364,15 @@ TEST_CASE("prefix cache: an imported sequence holds the buffer's K/V, evicts to 
   target.free(*s);
   REQUIRE(target.pool().n_free() + target.stats().n_cached_blocks == 6);
 
-  // max_sequences live: nullopt before any eviction.
-  prefix_cache<float, B> full(shape, {.n_blocks = 8, .max_sequences = 1});
+  // max_sequences live: nullopt before any eviction (2 free blocks, 3 evictable).
+  prefix_cache<float, B> full(shape, {.n_blocks = 6, .max_sequences = 1});
   const auto f = *full.add_sequence(p);
   REQUIRE(prefill(full, f.seq, p));
   full.commit(f.seq);
+  full.free(f.seq);
+  const auto live = *full.add_sequence(tokens_t{1});
+  REQUIRE(prefill(full, live.seq, tokens_t{1}));
+  REQUIRE(full.pool().n_free() == 2);
   REQUIRE_FALSE(full.import_sequence(bytes).has_value());
   REQUIRE(full.stats().n_evicted_blocks == 0);
   const auto head = std::span<const std::byte>(bytes).first(10);
