@@ -705,6 +705,8 @@ TEST_CASE("engine: the example of docs/serving.md runs (kept in step with the do
 namespace {
 
 using paged_t = kv::paged_cache<float, 16>;
+static_assert(serve::importing_cache<paged_t>);
+static_assert(serve::importing_cache<cache_t>);
 
 /// What a prefill worker hands over: `r`'s prompt prefilled in a cache of
 /// its own, then `n_given` tokens drawn as the engine draws them (the first
@@ -756,9 +758,8 @@ TEST_CASE("engine: prefilled requests continue as if run whole, under staging ba
   const auto whole = run_all(requests, serial, small_steps());
 
   thread_pool pool(2);
-  for (const std::size_t n_blocks : {std::size_t{512}, std::size_t{8}}) {  // 8: preempts imported requests
-    INFO(n_blocks << " blocks");
-    paged_t cache(s.model.kv_shape(), {.n_blocks = n_blocks});
+  // On a paged cache and on a prefix cache (which imports without publishing).
+  auto run = [&](auto& cache, std::size_t n_blocks) {
     serve::engine_options o = small_steps();
     o.max_context = 96;                 // 6 blocks
     o.staging_blocks = 6;               // one context: back-pressure
@@ -817,7 +818,14 @@ TEST_CASE("engine: prefilled requests continue as if run whole, under staging ba
     REQUIRE(st.kv_blocks_used == 0);
     REQUIRE(st.staging_blocks_used == 0);
     REQUIRE(cache.n_sequences() == 0);
-    REQUIRE(cache.pool().n_free() == n_blocks);
+    REQUIRE(cache.pool().n_free() + st.kv_blocks_cached == n_blocks);
+  };
+  for (const std::size_t n_blocks : {std::size_t{512}, std::size_t{8}}) {  // 8: preempts imported requests
+    INFO(n_blocks << " blocks");
+    paged_t paged(s.model.kv_shape(), {.n_blocks = n_blocks});
+    run(paged, n_blocks);
+    cache_t prefix(s.model.kv_shape(), {.n_blocks = n_blocks});
+    run(prefix, n_blocks);
   }
 
   // The engine's own thread, prefilled requests arriving from this one and
@@ -965,10 +973,7 @@ TEST_CASE("engine: a corrupt KV buffer ends only its request; staged requests ca
   REQUIRE(tiny.submit_prefilled(big).message.find("the staging area holds 1") != std::string::npos);
   serve::engine no_staging(s.model, cache, serial, small_steps(), &s.tok);
   REQUIRE(no_staging.submit_prefilled(big).message.find("no staging area") != std::string::npos);
-  // A cache that cannot import, or request-level batching, cannot stage.
-  cache_t prefix(s.model.kv_shape(), {.n_blocks = 64});
-  REQUIRE_THROWS_WITH(serve::engine(s.model, prefix, serial, small),
-                      Catch::Contains("needs a cache that imports KV buffers"));
+  // Request-level batching cannot stage (it never swaps a request in).
   small.policy.mode = sched::batching::request_level;
   small.policy.max_step_tokens = 256;
   REQUIRE_THROWS_WITH(serve::engine(s.model, cache, serial, small), Catch::Contains("needs continuous batching"));

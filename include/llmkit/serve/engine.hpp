@@ -114,7 +114,7 @@ class engine {
                  options_.staging_blocks);
     if (options_.staging_blocks > 0) {
       LLMKIT_CHECK(importing_cache<Cache>, "engine_options: staging_blocks = ", options_.staging_blocks,
-                   " needs a cache that imports KV buffers (kv::paged_cache); this one does not");
+                   " needs a cache that imports KV buffers (serve::importing_cache); this one does not");
       // Request-level batching never swaps a request in: staged ones would wait forever.
       LLMKIT_CHECK(options_.policy.mode == sched::batching::continuous, "engine_options: staging_blocks = ",
                    options_.staging_blocks, " needs continuous batching (policy.mode)");

@@ -5,7 +5,7 @@
 /// What a serving engine needs from its KV cache: a block-paged cache
 /// (sequences added and freed, a block pool the scheduler's accounting
 /// mirrors), optionally prefix reuse (`kv::prefix_cache`), and optionally
-/// sequences imported from another cache (`kv::paged_cache`).
+/// sequences imported from another cache (both).
 
 #include <concepts>
 #include <cstddef>
@@ -47,10 +47,10 @@ concept prefix_reusing_cache =
     };
 
 /// An engine cache that adds a sequence from a byte buffer exported by
-/// another cache of the same shape (`kv::paged_cache::import_sequence`):
-/// nullopt when it has no room, `llmkit::error` for a corrupt or foreign
-/// buffer. `engine::submit_prefilled` needs it. (`kv::prefix_cache` does not
-/// import.)
+/// another cache of the same shape (`kv::paged_cache::import_sequence`,
+/// `kv::prefix_cache::import_sequence`): nullopt when it has no room,
+/// `llmkit::error` for a corrupt or foreign buffer. `engine::submit_prefilled`
+/// needs it.
 template <class C>
 concept importing_cache = engine_cache<C> && requires(C& c, std::span<const std::byte> buffer) {
   { c.import_sequence(buffer) } -> std::same_as<std::optional<kv::seq_id>>;

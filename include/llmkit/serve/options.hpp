@@ -52,7 +52,8 @@ struct engine_options {
   /// ceil(n / block_size) blocks; `submit_prefilled` answers
   /// `submit_status::staging_full` when they are taken. 0 = no staging:
   /// `submit_prefilled` is refused (`invalid`). Needs a cache that imports
-  /// (`importing_cache`, e.g. `kv::paged_cache`) and continuous batching.
+  /// (`importing_cache`: `kv::paged_cache`, `kv::prefix_cache`) and
+  /// continuous batching.
   std::int64_t staging_blocks = 0;
   /// Called on the step thread at the end of every step that ran a forward
   /// pass, after that step's events (empty = nothing).
