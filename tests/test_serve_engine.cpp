@@ -725,7 +725,9 @@ serve::prefilled_request prefill_elsewhere(serve::generation_request r, std::siz
     b.clear();
     b.add(seq, std::span<const token_id>(ctx).subspan(done), static_cast<std::int32_t>(done));
     done = ctx.size();
-    ctx.push_back(serve::sample_token(chain, r, ctx, s.model.forward(b.view(), cache).row(0), ws).token);
+    const auto logits = s.model.forward(b.view(), cache).row(0);
+    ctx.push_back(done == r.prompt.size() ? serve::sample_first_token(r, logits)
+                                          : serve::sample_token(chain, r, ctx, logits, ws).token);
   }
   serve::prefilled_request p;
   p.generated.assign(ctx.begin() + static_cast<std::ptrdiff_t>(r.prompt.size()), ctx.end());
