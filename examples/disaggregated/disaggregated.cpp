@@ -6,7 +6,8 @@
 // Rank 0 is the prefill worker: it prepacks the prompts into rows (first-fit
 // decreasing, llmkit/pack), prefills each row with the reference Llama
 // forward pass into a paged KV cache, samples every request's first token
-// (greedy) and ships the request -- prompt, first token, and the sequence's
+// (greedy by default; --sampling sets a chain, drawn with serve::sample_token
+// as the engine draws) and ships the request -- prompt, first token, and the sequence's
 // KV as the paged cache's versioned, checksummed export buffer
 // (kv::paged_cache::export_sequence) -- to rank 1 as soon as its row is done.
 //
@@ -15,12 +16,13 @@
 // takes each request with submit_prefilled (the buffer waits in the engine's
 // staging area; `staging_full` is the back-pressure, and the request is
 // offered again after the next step), imports the KV when the scheduler
-// swaps the request in, and decodes greedily until every request has its
-// tokens; then it sends the outputs back.
+// swaps the request in, and decodes with each request's chain until every
+// request has its tokens; then it sends the outputs back.
 //
 // Meanwhile rank 0 runs every request alone in one process (prefill, then
-// greedy decoding, its own cache) and compares: the program exits with 1
-// when any request's tokens differ, 0 when all equal.
+// token-by-token decoding with the same chain, seed and stream, its own
+// cache) and compares: the program exits with 1 when any request's tokens
+// differ, 0 when all equal.
 //
 // With one rank (`mpirun -np 1`, or run directly) both workers run in the
 // same process, handing the buffers over in memory: the same check without
@@ -71,6 +73,7 @@ struct options {
   std::int64_t decode_blocks = 0;  // 0 = max_batch full contexts
   bool wait_all = false;           // decode worker: receive everything before the first step
   std::uint64_t seed = 7;
+  std::string sampling = "greedy";
   bool verbose = false;
   bool fault = false;
 };
@@ -82,8 +85,15 @@ struct handoff {
   std::vector<std::byte> kv;
 };
 
-std::int32_t argmax(std::span<const float> row) {
-  return static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+/// `r` as the engine takes it: request i draws from stream i of the seed.
+serve::generation_request as_generation(const sched::request& r) {
+  serve::generation_request g;
+  g.prompt = r.prompt;
+  g.sampling = r.sampling;
+  g.seed = r.seed;
+  g.stream = static_cast<std::uint64_t>(r.id);
+  g.stop = r.stop;
+  return g;
 }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -94,7 +104,7 @@ std::vector<sched::request> make_requests(const options& o, std::size_t vocab) {
   std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(vocab) - 1);
   std::vector<sched::request> out;
   for (std::int64_t i = 0; i < o.n_requests; ++i) {
-    sched::request r{.id = i, .prompt = {}, .sampling = "greedy", .seed = 0,
+    sched::request r{.id = i, .prompt = {}, .sampling = o.sampling, .seed = o.seed,
                      .stop = {.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens)}};
     const std::int64_t n = len(rng);
     for (std::int64_t t = 0; t < n; ++t) r.prompt.push_back(tok(rng));
@@ -129,7 +139,8 @@ void prefill_worker(model::llama_model& m, llmkit::serial_executor& exec, const 
     const auto logits = m.forward(model::batch{row.token_ids, row.positions, row.seq_ids, row.logit_rows}, cache, exec);
     for (std::size_t k = 0; k < row.logit_requests.size(); ++k) {
       const auto q = static_cast<std::size_t>(row.logit_requests[k]);
-      handoff h{reqs[q], argmax(logits.row(k)), cache.export_sequence(seqs[q])};
+      handoff h{reqs[q], serve::sample_first_token(as_generation(reqs[q]), logits.row(k)),
+                cache.export_sequence(seqs[q])};
       cache.free(seqs[q]);
       ship(std::move(h));
     }
@@ -139,8 +150,8 @@ void prefill_worker(model::llama_model& m, llmkit::serial_executor& exec, const 
 // ---- decode worker --------------------------------------------------------
 
 /// The serving engine on a paged cache with a staging area for received
-/// KV buffers; greedy like the prefill worker. Collects every request's
-/// tokens (the given first one included) from its events.
+/// KV buffers. Collects every request's tokens (the given first one
+/// included) from its events.
 class decode_worker {
  public:
   decode_worker(model::llama_model& m, llmkit::serial_executor& exec, const options& o)
@@ -150,12 +161,9 @@ class decode_worker {
   /// A received request as the engine takes it.
   serve::prefilled_request prefilled(handoff&& h) {
     const llmkit::request_id id = h.req.id;
-    return {.request = {.prompt = std::move(h.req.prompt),
-                        .sampling = "greedy",
-                        .stop = h.req.stop,
-                        .on_event = [this, id](const serve::stream_event& e) { on_event(id, e); }},
-            .generated = {h.first_token},
-            .kv = std::move(h.kv)};
+    serve::generation_request r = as_generation(h.req);
+    r.on_event = [this, id](const serve::stream_event& e) { on_event(id, e); };
+    return {.request = std::move(r), .generated = {h.first_token}, .kv = std::move(h.kv)};
   }
 
   /// Offers a received request; false (`p` left as it was) when the
@@ -212,11 +220,15 @@ class decode_worker {
 
 // ---- the single-process reference ------------------------------------------
 
-/// Runs `r` alone: prefill, then greedy decoding, in its own cache.
+/// Runs `r` alone: prefill, then one token at a time, in its own cache,
+/// each drawn with r's chain at step t of its stream.
 std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& exec, const sched::request& r) {
   const std::size_t n = r.prompt.size() + r.stop.max_new_tokens;
   cache_t cache(m.kv_shape(), {.n_blocks = n / block_size + 2});
   const auto s = *cache.add_sequence();
+  const serve::generation_request g = as_generation(r);
+  const auto chain = llmkit::sampling::runtime_chain::parse(g.sampling);
+  llmkit::sampling::candidates ws;
   model::batch_builder b;
   std::vector<std::int32_t> ctx = r.prompt, out;
   std::size_t done = 0;
@@ -224,7 +236,7 @@ std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& e
     b.clear();
     b.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done));
     done = ctx.size();
-    out.push_back(argmax(m.forward(b.view(), cache, exec).row(0)));
+    out.push_back(serve::sample_token(chain, g, ctx, m.forward(b.view(), cache, exec).row(0), ws).token);
     ctx.push_back(out.back());
   }
   return out;
@@ -243,12 +255,12 @@ void send_handoff(const handoff& h) {
   MPI_Send(h.kv.data(), static_cast<int>(h.kv.size()), MPI_BYTE, 1, tag_kv, MPI_COMM_WORLD);
 }
 
-handoff recv_handoff() {
+handoff recv_handoff(const options& o) {
   std::int64_t header[5];
   MPI_Recv(header, 5, MPI_INT64_T, 0, tag_header, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   handoff h;
   h.req = {.id = header[0], .prompt = std::vector<std::int32_t>(static_cast<std::size_t>(header[1])),
-           .sampling = "greedy", .seed = 0, .stop = {.max_new_tokens = static_cast<std::size_t>(header[2])}};
+           .sampling = o.sampling, .seed = o.seed, .stop = {.max_new_tokens = static_cast<std::size_t>(header[2])}};
   h.first_token = static_cast<std::int32_t>(header[3]);
   h.kv.resize(static_cast<std::size_t>(header[4]));
   MPI_Recv(h.req.prompt.data(), static_cast<int>(header[1]), MPI_INT32_T, 0, tag_prompt, MPI_COMM_WORLD,
@@ -303,7 +315,9 @@ int main(int argc, char** argv) {
                  "decode worker: KV blocks of 16 tokens (0 = max-batch full contexts; fewer forces preemption)");
   cli.add_flag("--wait-all", o.wait_all,
                "decode worker: receive every request before the first step (the same batches whatever the timing)");
-  cli.add_option("--seed", o.seed, "prompt seed");
+  cli.add_option("--seed", o.seed, "seed of the prompts and of every request's draws (request i: stream i)");
+  cli.add_option("--sampling", o.sampling,
+                 "sampling chain of every request (see docs/sampling.md), e.g. \"top_k(40);temperature(0.8);sample\"");
   cli.add_flag("--fault", o.fault, "change one decoded token of request 0 (shows that the comparison catches it)");
   cli.add_flag("-v,--verbose", o.verbose, "print every request's tokens");
   // Rank 0 alone prints help and errors, and returns their exit code.
@@ -316,6 +330,7 @@ int main(int argc, char** argv) {
   try {
     LLMKIT_CHECK(size <= 2, "run with 1 or 2 MPI ranks (prefill, decode), got ", size);
     LLMKIT_CHECK(o.prompt_min <= o.prompt_max, "--prompt-min ", o.prompt_min, " exceeds --prompt-max ", o.prompt_max);
+    (void)llmkit::sampling::runtime_chain::parse(o.sampling);  // a bad --sampling fails here, on every rank
     auto m = model::llama_model::load(o.model_path);
     LLMKIT_CHECK(static_cast<std::size_t>(o.prompt_max + o.max_new_tokens) <= m.config().context_length,
                  "--prompt-max + --tokens = ", o.prompt_max + o.max_new_tokens, " exceed the model's context of ",
@@ -367,7 +382,7 @@ int main(int argc, char** argv) {
         else
           MPI_Iprobe(0, tag_header, MPI_COMM_WORLD, &ready, MPI_STATUS_IGNORE);
         if (!ready) return std::nullopt;
-        return recv_handoff();
+        return recv_handoff(o);
       });
       t_decode = now() - t0;
       auto decoded = d.outputs();
