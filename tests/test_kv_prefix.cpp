@@ -317,3 +317,65 @@ TEST_CASE("prefix cache: bad input", "[kv]") {
   REQUIRE_THROWS_WITH((prefix_cache<float, 4>({1, 1, 4}, {.n_blocks = 0})),
                       "paged_cache: options.n_blocks must be > 0, got 0");
 }
+
+TEST_CASE("prefix cache: an imported sequence holds the buffer's K/V, evicts to make room, is never published",
+          "[kv]") {
+  constexpr std::size_t B = 2;
+  const kv_shape shape{2, 1, 4};
+  const tokens_t t = iota_tokens(200, 3 * B + 1);  // 4 blocks
+  prefix_cache<float, B> source(shape, {.n_blocks = 8});
+  const auto src = *source.add_sequence(t);
+  REQUIRE(prefill(source, src.seq, t));
+  const auto bytes = source.paged().export_sequence(src.seq);
+  REQUIRE(paged_cache<float, B>::exported_tokens(bytes) == t.size());
+
+  // 6 blocks, 3 of them cached and evictable: the import evicts one.
+  prefix_cache<float, B> target(shape, {.n_blocks = 6, .max_sequences = 2});
+  const tokens_t p = iota_tokens(10, 3 * B + 1);
+  const auto h = *target.add_sequence(p);
+  REQUIRE(prefill(target, h.seq, p));
+  target.commit(h.seq);
+  target.free(h.seq);
+  REQUIRE(target.stats().n_evictable_blocks == 3);
+
+  // A corrupt buffer throws with nothing evicted.
+  auto corrupt = bytes;
+  corrupt[corrupt.size() / 2] ^= std::byte{1};
+  REQUIRE_THROWS_WITH(target.import_sequence(corrupt), "import_sequence: checksum mismatch (buffer corrupt)");
+  REQUIRE(target.stats().n_evicted_blocks == 0);
+
+  const auto s = target.import_sequence(bytes);
+  REQUIRE(s.has_value());
+  REQUIRE(target.stats().n_evicted_blocks == 1);
+  require_holds(target, *s, t);
+  target.commit(*s);  // token ids unknown: nothing is published
+  REQUIRE(target.stats().n_cached_blocks == 2);
+  REQUIRE(target.match(concat(t, {1})) == 0);
+  // It grows like any sequence (evicting one more block); its later tokens
+  // are not published either.
+  REQUIRE(target.grow(*s, std::span<const std::int32_t>(iota_tokens(7, B))));
+  REQUIRE(target.stats().n_evicted_blocks == 2);
+  target.commit(*s);
+  REQUIRE(target.stats().n_cached_blocks == 1);
+
+  // Another one does not fit even with eviction (5 + 4 > 6): nullopt, nothing evicted.
+  REQUIRE_FALSE(target.import_sequence(bytes).has_value());
+  REQUIRE(target.stats().n_evicted_blocks == 2);
+  target.free(*s);
+  REQUIRE(target.pool().n_free() + target.stats().n_cached_blocks == 6);
+
+  // max_sequences live: nullopt before any eviction (2 free blocks, 3 evictable).
+  prefix_cache<float, B> full(shape, {.n_blocks = 6, .max_sequences = 1});
+  const auto f = *full.add_sequence(p);
+  REQUIRE(prefill(full, f.seq, p));
+  full.commit(f.seq);
+  full.free(f.seq);
+  const auto live = *full.add_sequence(tokens_t{1});
+  REQUIRE(prefill(full, live.seq, tokens_t{1}));
+  REQUIRE(full.pool().n_free() == 2);
+  REQUIRE_FALSE(full.import_sequence(bytes).has_value());
+  REQUIRE(full.stats().n_evicted_blocks == 0);
+  const auto head = std::span<const std::byte>(bytes).first(10);
+  using paged_t = paged_cache<float, B>;
+  REQUIRE_THROWS_WITH(paged_t::exported_tokens(head), Catch::Contains("shorter than the 56-byte header"));
+}

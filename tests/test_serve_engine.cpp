@@ -3,8 +3,10 @@
 // determinism alone / under load / on its own thread / on 2 executor
 // threads, stop strings across token boundaries, cancellation from other
 // threads, exactly one finish per request, prefix reuse, preemption under a
-// tiny block pool, admission limits; and the incremental text stream.
+// tiny block pool, admission limits, requests prefilled elsewhere (KV
+// imported from a staging area); and the incremental text stream.
 #include <llmkit/core/executor.hpp>
+#include <llmkit/kv/paged_cache.hpp>
 #include <llmkit/kv/prefix_cache.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/tokenizer.hpp>
@@ -698,4 +700,283 @@ TEST_CASE("engine: the example of docs/serving.md runs (kept in step with the do
   REQUIRE(text.find(" tokens]\n") != std::string::npos);  // the finish line, once, at the end
   REQUIRE(text.find(" tokens]\n") == text.size() - 9);
   REQUIRE(text.find("\n\n") == std::string::npos);  // the stop string is never shown
+}
+
+namespace {
+
+using paged_t = kv::paged_cache<float, 16>;
+static_assert(serve::importing_cache<paged_t>);
+static_assert(serve::importing_cache<cache_t>);
+
+/// What a prefill worker hands over: `r`'s prompt prefilled in a cache of
+/// its own, then `n_given` tokens drawn as the engine draws them (the first
+/// from the prompt's logits, the others decoded one by one), and the KV of
+/// the context before the last of them, exported.
+serve::prefilled_request prefill_elsewhere(serve::generation_request r, std::size_t n_given) {
+  auto& s = loaded();
+  paged_t cache(s.model.kv_shape(), {.n_blocks = 32});
+  const auto seq = *cache.add_sequence();
+  const auto chain = sampling::runtime_chain::parse(r.sampling);
+  sampling::candidates ws;
+  std::vector<token_id> ctx = r.prompt;
+  model::batch_builder b;
+  std::size_t done = 0;
+  while (ctx.size() < r.prompt.size() + n_given) {
+    b.clear();
+    b.add(seq, std::span<const token_id>(ctx).subspan(done), static_cast<std::int32_t>(done));
+    done = ctx.size();
+    const auto logits = s.model.forward(b.view(), cache).row(0);
+    ctx.push_back(done == r.prompt.size() ? serve::sample_first_token(r, logits)
+                                          : serve::sample_token(chain, r, ctx, logits, ws).token);
+  }
+  serve::prefilled_request p;
+  p.generated.assign(ctx.begin() + static_cast<std::ptrdiff_t>(r.prompt.size()), ctx.end());
+  p.kv = cache.export_sequence(seq);
+  p.request = std::move(r);
+  return p;
+}
+
+/// A mix of greedy and seeded-sampling requests over the test prompts.
+std::vector<serve::generation_request> mixed_requests(std::size_t n, std::size_t max_new) {
+  recorder unused;
+  std::vector<serve::generation_request> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto r = sampled_request(prompts[i % prompts.size()], 70 + i, max_new, unused);
+    if (i % 3 == 0) r.sampling = "greedy";
+    if (i % 3 == 2) r.sampling = "penalties(repeat=1.3,last_n=16);top_k(20);temperature(0.7);sample";
+    r.stream = i;
+    r.on_event = {};
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engine: prefilled requests continue as if run whole, under staging back-pressure, mixed with others") {
+  auto& s = loaded();
+  const auto requests = mixed_requests(9, 24);
+  serial_executor serial;
+  const auto whole = run_all(requests, serial, small_steps());
+
+  thread_pool pool(2);
+  // On a paged cache and on a prefix cache (which imports without publishing).
+  auto run = [&](auto& cache, std::size_t n_blocks) {
+    serve::engine_options o = small_steps();
+    o.max_context = 96;                 // 6 blocks
+    o.staging_blocks = 6;               // one context: back-pressure
+    serve::engine eng(s.model, cache, pool, o, &s.tok);
+    recorder rec;
+    // Requests 1, 2, 4, 5, 7, 8 come prefilled with 1-3 given tokens; 0, 3, 6 whole.
+    std::vector<serve::request_handle> handles(requests.size());
+    std::vector<std::pair<std::size_t, serve::prefilled_request>> pending;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      auto r = requests[i];
+      r.on_event = rec.sink();
+      if (i % 3 == 0) {
+        const auto res = eng.submit(std::move(r));
+        REQUIRE(res.accepted());
+        handles[i] = res.handle;
+      } else {
+        pending.emplace_back(i, prefill_elsewhere(std::move(r), 1 + i % 3));
+      }
+    }
+    std::size_t n_staging_full = 0, n_steps = 0;
+    while (!pending.empty() || !eng.idle()) {
+      for (auto it = pending.begin(); it != pending.end();) {
+        const std::size_t kv_bytes = it->second.kv.size();
+        const auto res = eng.submit_prefilled(it->second);
+        if (res.status == serve::submit_status::staging_full) {
+          REQUIRE(res.handle == 0);
+          REQUIRE(it->second.kv.size() == kv_bytes);  // left with the caller
+          ++n_staging_full;
+          break;  // first come, first served
+        }
+        REQUIRE(res.accepted());
+        handles[it->first] = res.handle;
+        it = pending.erase(it);
+      }
+      eng.step();
+      REQUIRE(++n_steps < 10'000);
+    }
+    REQUIRE(n_staging_full > 0);
+    const auto st = eng.stats();
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      const record r = rec.get(handles[i]);
+      REQUIRE(r.n_finish == 1);
+      REQUIRE(r.finish_last);
+      REQUIRE(r.finish.finish == serve::finish_kind::length);
+      REQUIRE(r.tokens == whole[i]);
+      REQUIRE(r.text == s.tok.decode(whole[i]));
+      REQUIRE(r.finish.usage.n_generated_tokens == 24);
+      const std::size_t n_given = i % 3 == 0 ? 0 : 1 + i % 3;
+      for (std::size_t k = 0; k < r.events.size(); ++k) REQUIRE(r.events[k].prefilled == (k < n_given));
+    }
+    REQUIRE(st.n_imported == 6);
+    REQUIRE(st.n_rejected_staging_full == n_staging_full);
+    REQUIRE(st.n_generated_tokens == 9 * 24 - (2 + 3 + 2 + 3 + 2 + 3));  // the given ones were not sampled here
+    if (n_blocks == 8) REQUIRE(st.n_preemptions > 0);
+    REQUIRE(st.kv_blocks_used == 0);
+    REQUIRE(st.staging_blocks_used == 0);
+    REQUIRE(cache.n_sequences() == 0);
+    REQUIRE(cache.pool().n_free() + st.kv_blocks_cached == n_blocks);
+  };
+  for (const std::size_t n_blocks : {std::size_t{512}, std::size_t{8}}) {  // 8: preempts imported requests
+    INFO(n_blocks << " blocks");
+    paged_t paged(s.model.kv_shape(), {.n_blocks = n_blocks});
+    run(paged, n_blocks);
+    cache_t prefix(s.model.kv_shape(), {.n_blocks = n_blocks});
+    run(prefix, n_blocks);
+  }
+
+  // The engine's own thread, prefilled requests arriving from this one and
+  // retried while the staging area is full.
+  paged_t cache(s.model.kv_shape(), {.n_blocks = 64});
+  serve::engine_options o = small_steps();
+  o.max_context = 96;
+  o.staging_blocks = 6;
+  serve::engine eng(s.model, cache, pool, o, &s.tok);
+  recorder rec;
+  std::vector<serve::prefilled_request> ready;  // prefilled first: the model's forward is not reentrant
+  for (auto r : requests) {
+    r.on_event = rec.sink();
+    ready.push_back(prefill_elsewhere(std::move(r), 1));
+  }
+  eng.start();
+  std::vector<serve::request_handle> handles;
+  for (auto& p : ready) {
+    serve::submit_result res;
+    for (int tries = 0; (res = eng.submit_prefilled(p)).status == serve::submit_status::staging_full; ++tries) {
+      REQUIRE(tries < 100'000);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    REQUIRE(res.accepted());
+    handles.push_back(res.handle);
+  }
+  REQUIRE(eng.wait_idle(std::chrono::seconds(60)));
+  eng.stop();
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    REQUIRE(rec.get(handles[i]).n_finish == 1);
+    REQUIRE(rec.get(handles[i]).tokens == whole[i]);
+  }
+  REQUIRE(eng.stats().kv_blocks_used == 0);
+  REQUIRE(eng.stats().staging_blocks_used == 0);
+}
+
+TEST_CASE("engine: a corrupt KV buffer ends only its request; staged requests cancel; bad submissions are refused") {
+  auto& s = loaded();
+  serial_executor serial;
+  const auto requests = mixed_requests(3, 12);
+  const auto whole = run_all(requests, serial, small_steps());
+  paged_t cache(s.model.kv_shape(), {.n_blocks = 128});
+  serve::engine_options o = small_steps();
+  o.staging_blocks = 64;
+  serve::engine eng(s.model, cache, serial, o, &s.tok);
+  recorder rec;
+  auto with_sink = [&](serve::generation_request r) {
+    r.on_event = rec.sink();
+    return r;
+  };
+  auto good = prefill_elsewhere(with_sink(requests[1]), 2);
+  auto flipped = prefill_elsewhere(with_sink(requests[1]), 2);
+  flipped.kv[flipped.kv.size() / 2] ^= std::byte{0x10};  // the checksum catches it
+  auto truncated = prefill_elsewhere(with_sink(requests[2]), 1);
+  truncated.kv.resize(truncated.kv.size() - 8);
+  auto too_short = prefill_elsewhere(with_sink(requests[2]), 1);  // KV of one token less than the context
+  too_short.generated.push_back(too_short.generated.back());
+  auto empty = prefill_elsewhere(with_sink(requests[2]), 1);
+  empty.kv.clear();
+  std::vector<serve::request_handle> bad;
+  for (auto* p : {&flipped, &truncated, &too_short, &empty}) {
+    const auto res = eng.submit_prefilled(*p);
+    REQUIRE(res.accepted());
+    bad.push_back(res.handle);
+  }
+  const auto h_good = eng.submit_prefilled(good).handle;
+  const auto h_whole = eng.submit(with_sink(requests[0])).handle;
+  eng.run_until_idle();
+  for (const auto h : bad) {
+    const record r = rec.get(h);
+    INFO(r.finish.error);
+    REQUIRE(r.n_finish == 1);
+    REQUIRE(r.finish.finish == serve::finish_kind::error);
+    REQUIRE(r.finish.error.find("importing the KV buffer: ") == 0);
+  }
+  REQUIRE(rec.get(bad[0]).finish.error.find("checksum") != std::string::npos);
+  REQUIRE(rec.get(bad[2]).finish.error.find("the request's context needs") != std::string::npos);
+  REQUIRE(rec.get(h_good).tokens == whole[1]);
+  REQUIRE(rec.get(h_good).n_finish == 1);
+  REQUIRE(rec.get(h_whole).tokens == whole[0]);
+  auto st = eng.stats();
+  REQUIRE(st.n_imported == 1);
+  REQUIRE(st.finished(serve::finish_kind::error) == 4);
+  REQUIRE(st.kv_blocks_used == 0);
+  REQUIRE(st.staging_blocks_used == 0);
+  REQUIRE(cache.n_sequences() == 0);
+
+  // Given tokens that already end the request: it finishes at once, its KV
+  // never imported.
+  auto budget = prefill_elsewhere(with_sink(requests[0]), 2);
+  budget.request.stop.max_new_tokens = 2;
+  auto eos = prefill_elsewhere(with_sink(requests[0]), 3);
+  eos.request.stop.eos_tokens = {eos.generated[1]};
+  const auto h_budget = eng.submit_prefilled(budget).handle;
+  const auto h_eos = eng.submit_prefilled(eos).handle;
+  eng.run_until_idle();
+  REQUIRE(rec.get(h_budget).tokens == std::vector<token_id>(whole[0].begin(), whole[0].begin() + 2));
+  REQUIRE(rec.get(h_budget).finish.reason == finish_reason::max_tokens);
+  REQUIRE(rec.get(h_eos).tokens == std::vector<token_id>(whole[0].begin(), whole[0].begin() + 2));
+  REQUIRE(rec.get(h_eos).finish.reason == finish_reason::eos);
+  REQUIRE(rec.get(h_eos).n_finish == 1);
+  REQUIRE(eng.stats().n_imported == 1);
+
+  // Cancelled while staged (cancellations come after the step's
+  // submissions): one cancelled finish, the staging blocks back.
+  auto staged = prefill_elsewhere(with_sink(requests[2]), 1);
+  const auto h_staged = eng.submit_prefilled(staged).handle;
+  REQUIRE(eng.stats().staging_blocks_used > 0);
+  eng.cancel(h_staged);
+  eng.step();
+  REQUIRE(rec.get(h_staged).n_finish == 1);
+  REQUIRE(rec.get(h_staged).finish.finish == serve::finish_kind::cancelled);
+  REQUIRE(rec.get(h_staged).tokens.size() == 1);  // the given token
+  REQUIRE(eng.stats().staging_blocks_used == 0);
+  REQUIRE(eng.stats().n_imported == 1);
+
+  // Refused at submit, with one error finish each.
+  auto two = prefill_elsewhere(with_sink(requests[0]), 1);
+  two.request.n = 2;
+  const auto r_two = eng.submit_prefilled(two);
+  REQUIRE(r_two.status == serve::submit_status::invalid);
+  REQUIRE(rec.get(r_two.handle).n_finish == 1);
+  auto outside = prefill_elsewhere(with_sink(requests[0]), 1);
+  outside.generated[0] = 100000;
+  REQUIRE(eng.submit_prefilled(outside).message.find("generated[0] = 100000 is outside the vocabulary") !=
+          std::string::npos);
+  auto none = prefill_elsewhere(with_sink(requests[0]), 1);
+  none.generated.clear();
+  REQUIRE(eng.submit_prefilled(none).status == serve::submit_status::invalid);
+
+  // Shutdown cancels a staged request too.
+  auto left = prefill_elsewhere(with_sink(requests[1]), 1);
+  const auto h_left = eng.submit_prefilled(left).handle;
+  eng.stop();
+  REQUIRE(rec.get(h_left).n_finish == 1);
+  REQUIRE(rec.get(h_left).finish.finish == serve::finish_kind::cancelled);
+  REQUIRE(eng.stats().staging_blocks_used == 0);
+  REQUIRE(eng.stats().kv_blocks_used == 0);
+  REQUIRE(cache.n_sequences() == 0);
+
+  serve::engine_options small = small_steps();
+  small.staging_blocks = 1;  // less than any of these contexts
+  serve::engine tiny(s.model, cache, serial, small, &s.tok);
+  auto big = prefill_elsewhere(requests[1], 1);
+  REQUIRE(tiny.submit_prefilled(big).message.find("the staging area holds 1") != std::string::npos);
+  serve::engine no_staging(s.model, cache, serial, small_steps(), &s.tok);
+  REQUIRE(no_staging.submit_prefilled(big).message.find("no staging area") != std::string::npos);
+  // Request-level batching cannot stage (it never swaps a request in).
+  small.policy.mode = sched::batching::request_level;
+  small.policy.max_step_tokens = 256;
+  REQUIRE_THROWS_WITH(serve::engine(s.model, cache, serial, small), Catch::Contains("needs continuous batching"));
 }

@@ -6,19 +6,23 @@
 // Rank 0 is the prefill worker: it prepacks the prompts into rows (first-fit
 // decreasing, llmkit/pack), prefills each row with the reference Llama
 // forward pass into a paged KV cache, samples every request's first token
-// (greedy) and ships the request -- prompt, first token, and the sequence's
+// (greedy by default; --sampling sets a chain, drawn with serve::sample_token
+// as the engine draws) and ships the request -- prompt, first token, and the sequence's
 // KV as the paged cache's versioned, checksummed export buffer
 // (kv::paged_cache::export_sequence) -- to rank 1 as soon as its row is done.
 //
-// Rank 1 is the decode worker: a sched::scheduler with continuous batching
-// takes each request with submit_prefilled (the buffer waits in the staging
-// area, with back-pressure when it is full), imports the KV when the plan
-// lists the request in swapped_in, and decodes greedily in ragged batches
-// until every request has its tokens; then it sends the outputs back.
+// Rank 1 is the decode worker: the serving engine (llmkit::serve::engine,
+// continuous batching, stepped from this program's loop) on a paged KV cache
+// takes each request with submit_prefilled (the buffer waits in the engine's
+// staging area; `staging_full` is the back-pressure, and the request is
+// offered again after the next step), imports the KV when the scheduler
+// swaps the request in, and decodes with each request's chain until every
+// request has its tokens; then it sends the outputs back.
 //
 // Meanwhile rank 0 runs every request alone in one process (prefill, then
-// greedy decoding, its own cache) and compares: the program exits with 1
-// when any request's tokens differ, 0 when all equal.
+// token-by-token decoding with the same chain, seed and stream, its own
+// cache) and compares: the program exits with 1 when any request's tokens
+// differ, 0 when all equal.
 //
 // With one rank (`mpirun -np 1`, or run directly) both workers run in the
 // same process, handing the buffers over in memory: the same check without
@@ -32,11 +36,10 @@
 #include <llmkit/pack/packed_batch.hpp>
 #include <llmkit/pack/packers.hpp>
 #include <llmkit/pack/prefill.hpp>
-#include <llmkit/sched/policy.hpp>
-#include <llmkit/sched/scheduler.hpp>
+#include <llmkit/sched/request.hpp>
+#include <llmkit/serve/serve.hpp>
 
 #include "../example_cli.hpp"
-
 
 #include <algorithm>
 #include <chrono>
@@ -53,6 +56,7 @@
 
 namespace sched = llmkit::sched;
 namespace model = llmkit::model;
+namespace serve = llmkit::serve;
 
 namespace {
 
@@ -69,6 +73,7 @@ struct options {
   std::int64_t decode_blocks = 0;  // 0 = max_batch full contexts
   bool wait_all = false;           // decode worker: receive everything before the first step
   std::uint64_t seed = 7;
+  std::string sampling = "greedy";
   bool verbose = false;
   bool fault = false;
 };
@@ -80,8 +85,15 @@ struct handoff {
   std::vector<std::byte> kv;
 };
 
-std::int32_t argmax(std::span<const float> row) {
-  return static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+/// `r` as the engine takes it: request i draws from stream i of the seed.
+serve::generation_request as_generation(const sched::request& r) {
+  serve::generation_request g;
+  g.prompt = r.prompt;
+  g.sampling = r.sampling;
+  g.seed = r.seed;
+  g.stream = static_cast<std::uint64_t>(r.id);
+  g.stop = r.stop;
+  return g;
 }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -92,7 +104,7 @@ std::vector<sched::request> make_requests(const options& o, std::size_t vocab) {
   std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(vocab) - 1);
   std::vector<sched::request> out;
   for (std::int64_t i = 0; i < o.n_requests; ++i) {
-    sched::request r{.id = i, .prompt = {}, .sampling = "greedy", .seed = 0,
+    sched::request r{.id = i, .prompt = {}, .sampling = o.sampling, .seed = o.seed,
                      .stop = {.max_new_tokens = static_cast<std::size_t>(o.max_new_tokens)}};
     const std::int64_t n = len(rng);
     for (std::int64_t t = 0; t < n; ++t) r.prompt.push_back(tok(rng));
@@ -127,7 +139,8 @@ void prefill_worker(model::llama_model& m, llmkit::serial_executor& exec, const 
     const auto logits = m.forward(model::batch{row.token_ids, row.positions, row.seq_ids, row.logit_rows}, cache, exec);
     for (std::size_t k = 0; k < row.logit_requests.size(); ++k) {
       const auto q = static_cast<std::size_t>(row.logit_requests[k]);
-      handoff h{reqs[q], argmax(logits.row(k)), cache.export_sequence(seqs[q])};
+      handoff h{reqs[q], serve::sample_first_token(as_generation(reqs[q]), logits.row(k)),
+                cache.export_sequence(seqs[q])};
       cache.free(seqs[q]);
       ship(std::move(h));
     }
@@ -136,109 +149,86 @@ void prefill_worker(model::llama_model& m, llmkit::serial_executor& exec, const 
 
 // ---- decode worker --------------------------------------------------------
 
-/// Continuous-batching greedy decoder over imported sequences.
+/// The serving engine on a paged cache with a staging area for received
+/// KV buffers. Collects every request's tokens (the given first one
+/// included) from its events.
 class decode_worker {
  public:
   decode_worker(model::llama_model& m, llmkit::serial_executor& exec, const options& o)
-      : model_(m),
-        exec_(exec),
-        limits_{.max_context = o.prompt_max + o.max_new_tokens,
-                .block_size = static_cast<std::int64_t>(block_size),
-                .n_blocks = o.decode_blocks > 0
-                                ? o.decode_blocks
-                                : o.max_batch * sched::blocks_for(o.prompt_max + o.max_new_tokens,
-                                                                  static_cast<std::int64_t>(block_size)),
-                .n_swap_blocks = o.staging_seqs * sched::blocks_for(o.prompt_max + o.max_new_tokens, static_cast<std::int64_t>(block_size))},
-        sched_(limits_, sched::policy{.max_batch_seqs = o.max_batch,
-                                      .max_step_tokens = std::max<std::int64_t>(o.max_batch, limits_.max_context)}),
-        cache_(m.kv_shape(), {.n_blocks = static_cast<std::size_t>(limits_.n_blocks)}) {}
+      : cache_(m.kv_shape(), {.n_blocks = static_cast<std::size_t>(n_blocks(o))}),
+        engine_(m, cache_, exec, options_of(o)) {}
 
-  /// Offers a received request; false (nothing taken) when staging is full.
-  bool offer(handoff& h) {
-    if (h.req.stop.max_new_tokens == 1) {  // done on the prefill worker
-      done_[h.req.id] = {h.first_token};
-      return true;
-    }
+  /// A received request as the engine takes it.
+  serve::prefilled_request prefilled(handoff&& h) {
     const llmkit::request_id id = h.req.id;
-    if (!sched_.submit_prefilled(h.req, {h.first_token})) return false;
-    host_[id] = std::move(h.kv);
+    serve::generation_request r = as_generation(h.req);
+    r.on_event = [this, id](const serve::stream_event& e) { on_event(id, e); };
+    return {.request = std::move(r), .generated = {h.first_token}, .kv = std::move(h.kv)};
+  }
+
+  /// Offers a received request; false (`p` left as it was) when the
+  /// staging area is full.
+  bool offer(serve::prefilled_request& p) {
+    const serve::submit_result r = engine_.submit_prefilled(p);
+    if (r.status == serve::submit_status::staging_full) return false;
+    LLMKIT_CHECK(r.accepted(), "decode worker: the engine refused a request: ", r.message);
     return true;
   }
-  bool idle() const { return sched_.idle(); }
+  bool idle() const { return engine_.idle(); }
+  void step() { engine_.step(); }
 
-  /// One engine step.
-  void step() {
-    const sched::step_plan& plan = sched_.next_step();
-    n_preempted_ += static_cast<std::int64_t>(plan.preempted.size() + plan.swapped_out.size());
-    for (const auto& mv : plan.preempted) drop(mv.id);
-    for (const auto& mv : plan.swapped_out) {
-      host_[mv.id] = cache_.export_sequence(seq_.at(mv.id));
-      drop(mv.id);
-    }
-    for (const auto& mv : plan.swapped_in) {
-      const auto s = cache_.import_sequence(host_.at(mv.id));
-      LLMKIT_CHECK(s.has_value(), "decode worker: no room to import request ", mv.id);
-      seq_[mv.id] = *s;
-      host_.erase(mv.id);
-    }
-    batch_.clear();
-    ctx_.clear();
-    for (const sched::step_item& it : plan.items) {
-      if (!seq_.contains(it.id)) seq_[it.id] = *cache_.add_sequence();  // recompute after preemption
-      const sched::request& r = sched_.get(it.id);
-      const auto out = sched_.output(it.id);
-      std::vector<std::int32_t>& tokens = ctx_.emplace_back();
-      for (std::int64_t p = it.first_pos; p < it.first_pos + it.n_tokens; ++p) {
-        const auto n_prompt = static_cast<std::int64_t>(r.prompt.size());
-        tokens.push_back(p < n_prompt ? r.prompt[static_cast<std::size_t>(p)]
-                                      : out[static_cast<std::size_t>(p - n_prompt)]);
-      }
-      batch_.add(seq_.at(it.id), tokens, static_cast<std::int32_t>(it.first_pos),
-                 it.samples ? model::last_logits::keep : model::last_logits::skip);
-    }
-    std::vector<llmkit::token_id> sampled;
-    if (!plan.items.empty()) {
-      const auto logits = model_.forward(batch_.view(), cache_, exec_);
-      for (std::size_t k = 0; k < logits.rows(); ++k) sampled.push_back(argmax(logits.row(k)));
-    }
-    n_tokens_ += static_cast<std::int64_t>(sampled.size());
-    for (auto& f : sched_.complete_step(sampled)) {
-      drop(f.id);
-      done_[f.id] = std::move(f.output);
-    }
-  }
-
+  /// Tokens of every finished request; a request that ended with an error
+  /// has none (and its error is on stderr).
   const std::map<llmkit::request_id, std::vector<std::int32_t>>& outputs() const { return done_; }
-  std::int64_t n_decoded() const { return n_tokens_; }
-  std::int64_t n_preempted() const { return n_preempted_; }
+  std::int64_t n_decoded() const { return static_cast<std::int64_t>(engine_.stats().n_generated_tokens); }
+  std::int64_t n_preempted() const { return static_cast<std::int64_t>(engine_.stats().n_preemptions); }
+  /// Offers refused because the staging area was full (retried after a step).
+  std::int64_t n_staging_full() const { return static_cast<std::int64_t>(engine_.stats().n_rejected_staging_full); }
 
  private:
-  void drop(llmkit::request_id id) {
-    if (auto it = seq_.find(id); it != seq_.end()) {
-      cache_.free(it->second);
-      seq_.erase(it);
-    }
+  static std::int64_t max_context(const options& o) { return o.prompt_max + o.max_new_tokens; }
+  static std::int64_t n_blocks(const options& o) {
+    return o.decode_blocks > 0 ? o.decode_blocks
+                               : o.max_batch * sched::blocks_for(max_context(o), static_cast<std::int64_t>(block_size));
   }
-  model::llama_model& model_;
-  llmkit::serial_executor& exec_;
-  sched::engine_limits limits_;
-  sched::scheduler sched_;
+  static serve::engine_options options_of(const options& o) {
+    const std::int64_t ctx = max_context(o);
+    return {.max_context = ctx,
+            .policy = {.max_batch_seqs = o.max_batch, .max_step_tokens = std::max<std::int64_t>(o.max_batch, ctx)},
+            .max_queued = static_cast<std::size_t>(o.n_requests),
+            .staging_blocks = o.staging_seqs * sched::blocks_for(ctx, static_cast<std::int64_t>(block_size))};
+  }
+
+  void on_event(llmkit::request_id id, const serve::stream_event& e) {
+    if (e.type == serve::event_type::token) {
+      tokens_[id].push_back(e.token);
+      return;
+    }
+    if (e.finish == serve::finish_kind::error)
+      std::fprintf(stderr, "llmkit-disaggregated: request %lld failed on the decode worker: %s\n",
+                   static_cast<long long>(id), e.error.c_str());
+    else
+      done_[id] = std::move(tokens_[id]);
+    tokens_.erase(id);
+  }
+
   cache_t cache_;
-  model::batch_builder batch_;
-  std::deque<std::vector<std::int32_t>> ctx_;  // token storage of the batch (stable addresses)
-  std::map<llmkit::request_id, llmkit::kv::seq_id> seq_;
-  std::map<llmkit::request_id, std::vector<std::byte>> host_;
+  serve::engine<model::llama_model, cache_t, llmkit::serial_executor> engine_;
+  std::map<llmkit::request_id, std::vector<std::int32_t>> tokens_;  // of running requests
   std::map<llmkit::request_id, std::vector<std::int32_t>> done_;
-  std::int64_t n_tokens_ = 0, n_preempted_ = 0;
 };
 
 // ---- the single-process reference ------------------------------------------
 
-/// Runs `r` alone: prefill, then greedy decoding, in its own cache.
+/// Runs `r` alone: prefill, then one token at a time, in its own cache,
+/// each drawn with r's chain at step t of its stream.
 std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& exec, const sched::request& r) {
   const std::size_t n = r.prompt.size() + r.stop.max_new_tokens;
   cache_t cache(m.kv_shape(), {.n_blocks = n / block_size + 2});
   const auto s = *cache.add_sequence();
+  const serve::generation_request g = as_generation(r);
+  const auto chain = llmkit::sampling::runtime_chain::parse(g.sampling);
+  llmkit::sampling::candidates ws;
   model::batch_builder b;
   std::vector<std::int32_t> ctx = r.prompt, out;
   std::size_t done = 0;
@@ -246,7 +236,7 @@ std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& e
     b.clear();
     b.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done));
     done = ctx.size();
-    out.push_back(argmax(m.forward(b.view(), cache, exec).row(0)));
+    out.push_back(serve::sample_token(chain, g, ctx, m.forward(b.view(), cache, exec).row(0), ws).token);
     ctx.push_back(out.back());
   }
   return out;
@@ -265,12 +255,12 @@ void send_handoff(const handoff& h) {
   MPI_Send(h.kv.data(), static_cast<int>(h.kv.size()), MPI_BYTE, 1, tag_kv, MPI_COMM_WORLD);
 }
 
-handoff recv_handoff() {
+handoff recv_handoff(const options& o) {
   std::int64_t header[5];
   MPI_Recv(header, 5, MPI_INT64_T, 0, tag_header, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   handoff h;
   h.req = {.id = header[0], .prompt = std::vector<std::int32_t>(static_cast<std::size_t>(header[1])),
-           .sampling = "greedy", .seed = 0, .stop = {.max_new_tokens = static_cast<std::size_t>(header[2])}};
+           .sampling = o.sampling, .seed = o.seed, .stop = {.max_new_tokens = static_cast<std::size_t>(header[2])}};
   h.first_token = static_cast<std::int32_t>(header[3]);
   h.kv.resize(static_cast<std::size_t>(header[4]));
   MPI_Recv(h.req.prompt.data(), static_cast<int>(header[1]), MPI_INT32_T, 0, tag_prompt, MPI_COMM_WORLD,
@@ -283,14 +273,14 @@ handoff recv_handoff() {
 /// with `wait_all`, receives all of them before the first step.
 template <class Poll>
 void decode_all(decode_worker& d, std::int64_t n, bool wait_all, Poll&& poll) {
-  std::deque<handoff> pending;  // received, waiting for staging room
+  std::deque<serve::prefilled_request> pending;  // received, waiting for staging room
   std::int64_t received = 0;
   while (received < n || !pending.empty() || !d.idle()) {
     // Take what has arrived; block only when there is nothing else to do.
     while (received < n) {
       auto h = poll(wait_all || (d.idle() && pending.empty()));
       if (!h) break;
-      pending.push_back(std::move(*h));
+      pending.push_back(d.prefilled(std::move(*h)));
       ++received;
     }
     while (!pending.empty() && d.offer(pending.front())) pending.pop_front();
@@ -325,7 +315,9 @@ int main(int argc, char** argv) {
                  "decode worker: KV blocks of 16 tokens (0 = max-batch full contexts; fewer forces preemption)");
   cli.add_flag("--wait-all", o.wait_all,
                "decode worker: receive every request before the first step (the same batches whatever the timing)");
-  cli.add_option("--seed", o.seed, "prompt seed");
+  cli.add_option("--seed", o.seed, "seed of the prompts and of every request's draws (request i: stream i)");
+  cli.add_option("--sampling", o.sampling,
+                 "sampling chain of every request (see docs/sampling.md), e.g. \"top_k(40);temperature(0.8);sample\"");
   cli.add_flag("--fault", o.fault, "change one decoded token of request 0 (shows that the comparison catches it)");
   cli.add_flag("-v,--verbose", o.verbose, "print every request's tokens");
   // Rank 0 alone prints help and errors, and returns their exit code.
@@ -338,6 +330,7 @@ int main(int argc, char** argv) {
   try {
     LLMKIT_CHECK(size <= 2, "run with 1 or 2 MPI ranks (prefill, decode), got ", size);
     LLMKIT_CHECK(o.prompt_min <= o.prompt_max, "--prompt-min ", o.prompt_min, " exceeds --prompt-max ", o.prompt_max);
+    (void)llmkit::sampling::runtime_chain::parse(o.sampling);  // a bad --sampling fails here, on every rank
     auto m = model::llama_model::load(o.model_path);
     LLMKIT_CHECK(static_cast<std::size_t>(o.prompt_max + o.max_new_tokens) <= m.config().context_length,
                  "--prompt-max + --tokens = ", o.prompt_max + o.max_new_tokens, " exceed the model's context of ",
@@ -348,7 +341,11 @@ int main(int argc, char** argv) {
     std::int64_t kv_bytes = 0;
     const double t0 = now();
     double t_prefill = 0, t_decode = 0;
-    std::int64_t n_decoded = 0, n_preempted = 0;
+    std::int64_t n_decoded = 0, n_preempted = 0, n_staging_full = 0;
+    // Changes the last token of request 0 (--fault), when it has one.
+    auto inject_fault = [&](std::map<llmkit::request_id, std::vector<std::int32_t>>& out) {
+      if (const auto it = out.find(0); o.fault && it != out.end() && !it->second.empty()) it->second.back() ^= 1;
+    };
 
     if (size == 1) {  // both workers here, buffers handed over in memory
       std::deque<handoff> link;
@@ -366,9 +363,10 @@ int main(int argc, char** argv) {
       });
       t_decode = now() - t0 - t_prefill;
       outputs = d.outputs();
-      if (o.fault) outputs.at(0).back() ^= 1;
+      inject_fault(outputs);
       n_decoded = d.n_decoded();
       n_preempted = d.n_preempted();
+      n_staging_full = d.n_staging_full();
     } else if (rank == 0) {
       prefill_worker(m, exec, reqs, [&](handoff&& h) {
         kv_bytes += static_cast<std::int64_t>(h.kv.size());
@@ -384,18 +382,21 @@ int main(int argc, char** argv) {
         else
           MPI_Iprobe(0, tag_header, MPI_COMM_WORLD, &ready, MPI_STATUS_IGNORE);
         if (!ready) return std::nullopt;
-        return recv_handoff();
+        return recv_handoff(o);
       });
       t_decode = now() - t0;
       auto decoded = d.outputs();
-      if (o.fault) decoded.at(0).back() ^= 1;
-      for (const auto& [id, out] : decoded) {
-        std::vector<std::int64_t> msg{id, static_cast<std::int64_t>(out.size())};
-        msg.insert(msg.end(), out.begin(), out.end());
+      inject_fault(decoded);
+      // One answer per request; one that failed here has no tokens (rank 0 reports it).
+      for (std::int64_t id = 0; id < o.n_requests; ++id) {
+        const auto it = decoded.find(id);
+        std::vector<std::int64_t> msg{id, it == decoded.end() ? 0 : static_cast<std::int64_t>(it->second.size())};
+        if (it != decoded.end()) msg.insert(msg.end(), it->second.begin(), it->second.end());
         MPI_Send(msg.data(), static_cast<int>(msg.size()), MPI_INT64_T, 0, tag_result, MPI_COMM_WORLD);
       }
-      const double stats[3] = {t_decode, static_cast<double>(d.n_decoded()), static_cast<double>(d.n_preempted())};
-      MPI_Send(stats, 3, MPI_DOUBLE, 0, tag_result + 1, MPI_COMM_WORLD);
+      const double stats[4] = {t_decode, static_cast<double>(d.n_decoded()), static_cast<double>(d.n_preempted()),
+                               static_cast<double>(d.n_staging_full())};
+      MPI_Send(stats, 4, MPI_DOUBLE, 0, tag_result + 1, MPI_COMM_WORLD);
     }
 
     if (rank == 0) {
@@ -412,11 +413,12 @@ int main(int argc, char** argv) {
           MPI_Recv(msg.data(), count, MPI_INT64_T, 1, tag_result, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
           outputs[msg[0]] = std::vector<std::int32_t>(msg.begin() + 2, msg.end());
         }
-        double stats[3];
-        MPI_Recv(stats, 3, MPI_DOUBLE, 1, tag_result + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        double stats[4];
+        MPI_Recv(stats, 4, MPI_DOUBLE, 1, tag_result + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         t_decode = stats[0];
         n_decoded = static_cast<std::int64_t>(stats[1]);
         n_preempted = static_cast<std::int64_t>(stats[2]);
+        n_staging_full = static_cast<std::int64_t>(stats[3]);
       }
       std::int64_t n_prompt = 0, n_equal = 0;
       for (const auto& r : reqs) {
@@ -435,9 +437,11 @@ int main(int argc, char** argv) {
         }
       }
       std::printf("%d rank(s): %lld requests, %lld prompt tokens prefilled (prepacked) in %.3f s on rank 0, "
-                  "%lld KV bytes shipped, %lld tokens decoded in %.3f s on rank %d (%lld preemptions)\n",
+                  "%lld KV bytes shipped, %lld tokens decoded in %.3f s on rank %d (%lld offers refused while the "
+                  "staging area was full, %lld preemptions)\n",
                   size, static_cast<long long>(o.n_requests), static_cast<long long>(n_prompt), t_prefill,
-                  static_cast<long long>(kv_bytes), static_cast<long long>(n_decoded), t_decode, size - 1, static_cast<long long>(n_preempted));
+                  static_cast<long long>(kv_bytes), static_cast<long long>(n_decoded), t_decode, size - 1,
+                  static_cast<long long>(n_staging_full), static_cast<long long>(n_preempted));
       std::printf("%lld of %lld requests equal their single-process run: %s\n", static_cast<long long>(n_equal),
                   static_cast<long long>(o.n_requests), n_equal == o.n_requests ? "OK" : "MISMATCH");
       status = n_equal == o.n_requests ? 0 : 1;

@@ -285,7 +285,7 @@ class paged_cache {
   /// @throws llmkit::error when the buffer is truncated, corrupt (magic,
   /// version, byte order, checksum) or made for another shape or dtype.
   std::optional<seq_id> import_sequence(std::span<const std::byte> buffer) {
-    const std::size_t header_bytes = kv_export_magic.size() + 4 * sizeof(std::uint32_t) + 4 * sizeof(std::uint64_t);
+    constexpr std::size_t header_bytes = export_header_bytes;
     LLMKIT_CHECK(buffer.size() >= header_bytes + sizeof(std::uint64_t), "import_sequence: buffer of ", buffer.size(),
                  " bytes is shorter than the ", header_bytes + sizeof(std::uint64_t), "-byte header");
     const std::byte* p = buffer.data();
@@ -342,8 +342,25 @@ class paged_cache {
     return s;
   }
 
+  /// The token count in the header of a buffer made by export_sequence,
+  /// for sizing a pool before import_sequence (which checks the rest).
+  /// @throws llmkit::error when the buffer is shorter than the header or
+  /// does not start with the magic.
+  static std::uint64_t exported_tokens(std::span<const std::byte> buffer) {
+    LLMKIT_CHECK(buffer.size() >= export_header_bytes, "exported_tokens: buffer of ", buffer.size(),
+                 " bytes is shorter than the ", export_header_bytes, "-byte header");
+    LLMKIT_CHECK(std::memcmp(buffer.data(), kv_export_magic.data(), kv_export_magic.size()) == 0,
+                 "exported_tokens: buffer does not start with the magic \"LLMKITKV\"");
+    std::uint64_t n;
+    std::memcpy(&n, buffer.data() + export_header_bytes - sizeof n, sizeof n);
+    return n;
+  }
+
  private:
   static constexpr std::uint32_t byte_order_mark = 0x01020304u;
+  // magic, 4 u32 (version, byte order, dtype, block size), 4 u64 (shape, n_tokens).
+  static constexpr std::size_t export_header_bytes =
+      kv_export_magic.size() + 4 * sizeof(std::uint32_t) + 4 * sizeof(std::uint64_t);
 
   struct sequence {
     std::size_t n_tokens = 0;

@@ -96,7 +96,9 @@ class prefix_cache {
 
   /// @throws llmkit::error when a shape field, n_blocks or max_sequences is 0.
   prefix_cache(kv_shape shape, prefix_cache_options options, BlockHash hash = {})
-      : paged_(shape, {.n_blocks = options.n_blocks, .max_sequences = options.max_sequences}), hash_(std::move(hash)) {}
+      : paged_(shape, {.n_blocks = options.n_blocks, .max_sequences = options.max_sequences}),
+        hash_(std::move(hash)),
+        max_sequences_(options.max_sequences) {}
 
   kv_shape shape() const noexcept { return paged_.shape(); }
   const block_pool& pool() const noexcept { return paged_.pool(); }
@@ -158,6 +160,29 @@ class prefix_cache {
     for (auto it = st.keys.rbegin(); it != st.keys.rend(); ++it) touch(*it);
     paged_.free(s);
     states_.erase(s);
+  }
+
+  /// Adds a sequence holding the K/V of a buffer made by
+  /// `paged_cache::export_sequence` (see `paged_cache::import_sequence`),
+  /// evicting unreferenced published blocks (LRU) when the free list is
+  /// short. Its blocks are never published: their K/V were computed
+  /// elsewhere, and the cache shares only what its own sequences stored.
+  /// nullopt, with nothing evicted, when max_sequences are live; nullopt
+  /// when even eviction cannot free enough blocks.
+  /// @throws llmkit::error as `paged_cache::import_sequence` (truncated,
+  /// corrupt or foreign buffer), with nothing changed.
+  std::optional<seq_id> import_sequence(std::span<const std::byte> buffer) {
+    auto s = paged_.import_sequence(buffer);  // validates the buffer first
+    if (!s && paged_.n_sequences() < max_sequences_) {
+      const std::uint64_t n = paged_cache<T, BlockSize>::exported_tokens(buffer);
+      if (make_room(static_cast<std::size_t>((n + BlockSize - 1) / BlockSize))) s = paged_.import_sequence(buffer);
+    }
+    if (s) {
+      state st;
+      st.tracking = false;  // token ids unknown, from the first token on
+      states_[*s] = std::move(st);
+    }
+    return s;
   }
 
   /// A new sequence sharing all of s's blocks (and its token ids); nullopt
@@ -352,6 +377,7 @@ class prefix_cache {
 
   paged_cache<T, BlockSize> paged_;
   BlockHash hash_;
+  std::size_t max_sequences_;
   std::unordered_map<seq_id, state> states_;
   std::unordered_map<std::uint64_t, entry> entries_;  // key -> published block
   std::unordered_map<block_id, std::uint64_t> by_block_;

@@ -23,6 +23,12 @@
 /// eng.stop();                                   // cancels what is left, joins
 /// ```
 ///
+/// A request whose prompt another worker prefilled (prefill/decode
+/// disaggregation) comes in with `submit_prefilled`: its tokens so far and
+/// its KV as an exported buffer, which waits in the staging area
+/// (`engine_options::staging_blocks`) until the scheduler swaps it in, when
+/// it is imported into the cache.
+///
 /// Guarantees:
 /// - every submitted request receives exactly one finish event (stop,
 ///   length, cancelled or error), the last of its events; a request rejected
@@ -30,7 +36,8 @@
 /// - a request's tokens depend only on its prompt, chain, seed and stream,
 ///   not on what else runs, on chunking, preemption, prefix reuse, streaming
 ///   or the executor's threads (the model's products are batch invariant and
-///   the draws counter-based);
+///   the draws counter-based), nor on whether its prompt was prefilled
+///   elsewhere when its given tokens were drawn the same way (`sample_token`);
 /// - a cancelled or finished request's KV blocks are free at the end of the
 ///   step that ends it.
 
@@ -64,6 +71,7 @@
 #include "llmkit/serve/engine_cache.hpp"
 #include "llmkit/serve/options.hpp"
 #include "llmkit/serve/request.hpp"
+#include "llmkit/serve/sample.hpp"
 #include "llmkit/serve/stats.hpp"
 #include "llmkit/serve/text_stream.hpp"
 
@@ -90,7 +98,8 @@ class engine {
   /// @param tokenizer  optional; without it events carry no text and stop
   ///   strings are rejected. Must outlive the engine.
   /// @throws llmkit::error for options the cache cannot serve (a context of
-  ///   `max_context` tokens must fit the pool) or an invalid policy.
+  ///   `max_context` tokens must fit the pool; a staging area needs an
+  ///   `importing_cache` and continuous batching) or an invalid policy.
   engine(Model& model, Cache& cache, Exec& exec, engine_options options = {},
          const model::tokenizer* tokenizer = nullptr)
       : model_(model),
@@ -101,6 +110,15 @@ class engine {
         limits_(limits_of(cache, options_)),
         sched_(limits_, policy_of(options_)) {
     LLMKIT_CHECK(options_.max_queued >= 1, "engine_options: max_queued must be >= 1, got ", options_.max_queued);
+    LLMKIT_CHECK(options_.staging_blocks >= 0, "engine_options: staging_blocks must be >= 0, got ",
+                 options_.staging_blocks);
+    if (options_.staging_blocks > 0) {
+      LLMKIT_CHECK(importing_cache<Cache>, "engine_options: staging_blocks = ", options_.staging_blocks,
+                   " needs a cache that imports KV buffers (serve::importing_cache); this one does not");
+      // Request-level batching never swaps a request in: staged ones would wait forever.
+      LLMKIT_CHECK(options_.policy.mode == sched::batching::continuous, "engine_options: staging_blocks = ",
+                   options_.staging_blocks, " needs continuous batching (policy.mode)");
+    }
     publish_stats();
   }
 
@@ -148,25 +166,97 @@ class engine {
         n_rejected_ += n;
       }
     }
-    if (out.status == submit_status::accepted) {
+    if (out.status == submit_status::accepted)
       wake_.notify_all();
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        stream_event e;
-        e.handle = out.handle + static_cast<request_handle>(i);
-        e.index = i;
-        e.type = event_type::finish;
-        e.finish = finish_kind::error;
-        e.error = out.message;
-        e.usage.n_prompt_tokens = request.prompt.size();
-        if (request.on_event) {
-          try {
-            request.on_event(e);
-          } catch (...) {  // the request is over either way
-          }
+    else
+      send_rejection(request, out, n);
+    return out;
+  }
+
+  /// Hands over a request prefilled by another worker (prefill/decode
+  /// disaggregation); callable from any thread. `p.generated` are its
+  /// tokens so far and `p.kv` the K/V of its context (prompt and all given
+  /// tokens but the last) as exported by `kv::paged_cache::export_sequence`.
+  ///
+  /// The given tokens are streamed first, as token events with `prefilled`
+  /// set, and checked against the stop rules as if sampled here: when one
+  /// fires (EOS, a stop sequence or string, or `max_new_tokens` reached) the
+  /// request finishes there, later given tokens are dropped and its KV is
+  /// never imported. Otherwise the buffer waits in the staging area until
+  /// the scheduler has blocks for it (first come, first served, before new
+  /// requests), is imported into the cache and the request decodes on,
+  /// drawing token i with its chain at step i of its own Philox stream: a
+  /// seeded request whose given tokens were drawn that way too
+  /// (`sample_token`) gets the tokens it would get submitted whole.
+  ///
+  /// Answers as `submit` does, plus `staging_full` when the buffer does not
+  /// fit the staging area's free blocks now: then `p` is left untouched, no
+  /// event is sent and the caller submits it again later (after a step).
+  /// Otherwise `p` is moved from. `invalid` also covers an engine without a
+  /// staging area, `n != 1`, given tokens outside the vocabulary, and a
+  /// buffer larger than the whole staging area. A buffer that fails to
+  /// import (corrupt, another shape or dtype, a token count that does not
+  /// match the context) ends its request with an `error` finish; the others
+  /// go on.
+  submit_result submit_prefilled(prefilled_request& p)
+    requires importing_cache<Cache>
+  {
+    submit_result out;
+    std::optional<sampling::runtime_chain> chain;
+    std::int64_t blocks = 0;
+    try {
+      LLMKIT_CHECK(limits_.n_swap_blocks > 0,
+                   "submit_prefilled: the engine has no staging area (engine_options::staging_blocks = 0)");
+      validate(p.request);
+      LLMKIT_CHECK(p.request.n == 1, "submit_prefilled: n = ", p.request.n, " (a prefilled request is one sample)");
+      LLMKIT_CHECK(!p.generated.empty(), "submit_prefilled: no generated token (the first one comes with the request)");
+      const std::size_t vocab = model_.vocab_size();
+      for (std::size_t i = 0; i < p.generated.size(); ++i)
+        LLMKIT_CHECK(p.generated[i] >= 0 && static_cast<std::size_t>(p.generated[i]) < vocab, "generated[", i,
+                     "] = ", p.generated[i], " is outside the vocabulary of ", vocab, " tokens");
+      blocks = staged_blocks(p.request, p.generated);
+      LLMKIT_CHECK(blocks <= limits_.n_swap_blocks, "submit_prefilled: the KV of ",
+                   p.request.prompt.size() + p.generated.size() - 1, " tokens needs ", blocks,
+                   " staging blocks, the staging area holds ", limits_.n_swap_blocks);
+      chain = sampling::runtime_chain::parse(p.request.sampling);
+    } catch (const std::exception& e) {
+      out.status = submit_status::invalid;
+      out.message = e.what();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (out.status == submit_status::accepted && accepting_ && staging_used_ + blocks > limits_.n_swap_blocks) {
+        ++n_rejected_staging_full_;
+        out.status = submit_status::staging_full;
+        out.message = "the staging area is full (" + std::to_string(staging_used_) + " of " +
+                      std::to_string(limits_.n_swap_blocks) + " blocks held; " + std::to_string(blocks) + " needed)";
+        return out;
+      }
+      out.handle = next_handle_++;
+      ++n_submitted_;
+      if (out.status == submit_status::accepted) {
+        if (!accepting_) {
+          out.status = submit_status::shutting_down;
+          out.message = "the engine is shutting down";
+        } else if (inbox_requests_ + published_.n_queued + 1 > options_.max_queued) {
+          out.status = submit_status::queue_full;
+          out.message = "the queue is full (" + std::to_string(options_.max_queued) + " requests waiting)";
+          ++n_rejected_queue_full_;
         }
       }
+      if (out.status == submit_status::accepted) {
+        staging_used_ += blocks;
+        ++inbox_requests_;
+        inbox_.push_back({out.handle, std::move(p.request), std::move(*chain), std::move(p.generated),
+                          std::move(p.kv), blocks});
+      } else {
+        ++n_rejected_;
+      }
     }
+    if (out.status == submit_status::accepted)
+      wake_.notify_all();
+    else
+      send_rejection(p.request, out, 1);
     return out;
   }
 
@@ -254,6 +344,8 @@ class engine {
     s.n_queued += inbox_requests_;
     s.n_submitted = n_submitted_;
     s.n_rejected_queue_full = n_rejected_queue_full_;
+    s.n_rejected_staging_full = n_rejected_staging_full_;
+    s.staging_blocks_used = static_cast<std::size_t>(staging_used_);
     s.n_finished[static_cast<std::size_t>(finish_kind::error)] += n_rejected_;
     return s;
   }
@@ -281,6 +373,10 @@ class engine {
     request_handle handle;
     generation_request request;
     sampling::runtime_chain chain;
+    // A prefilled request's given tokens, KV buffer and staging blocks.
+    std::vector<token_id> given = {};
+    std::vector<std::byte> kv = {};
+    std::int64_t staged_blocks = 0;
   };
   // A request the scheduler owns, with what the engine keeps beside it.
   struct live_request {
@@ -295,6 +391,8 @@ class engine {
     std::size_t index = 0;                      // sample index of an n > 1 request
     std::vector<request_handle> pending_forks;  // samples to fork when the prompt's logits are sampled
     bool awaiting_fork = false;                 // a sample not yet in the scheduler
+    std::vector<std::byte> kv;                  // a prefilled request's buffer until imported
+    std::int64_t staged_blocks = 0;             // staging blocks it holds until then
   };
 
   // The sampled row of one item.
@@ -314,12 +412,42 @@ class engine {
     return {.max_context = o.max_context,
             .block_size = static_cast<std::int64_t>(Cache::block_size),
             .n_blocks = static_cast<std::int64_t>(cache.pool().n_total()),
-            .n_swap_blocks = 0};
+            .n_swap_blocks = std::max<std::int64_t>(o.staging_blocks, 0)};
   }
+  // Recompute only: the scheduler never plans a swap-out, so its swap space
+  // holds nothing but staged buffers.
   static sched::policy policy_of(const engine_options& o) {
     sched::policy p = o.policy;
     p.preempt = sched::preemption::recompute;
     return p;
+  }
+
+  // Staging blocks of a prefilled request's buffer: the context before its
+  // last given token, or 0 when a token rule ends it within the given
+  // tokens (it never reaches the scheduler).
+  std::int64_t staged_blocks(const generation_request& r, std::span<const token_id> given) const {
+    for (std::size_t i = 1; i <= given.size(); ++i)
+      if (r.stop.check(given.first(i))) return 0;
+    return sched::blocks_for(static_cast<std::int64_t>(r.prompt.size() + given.size() - 1), limits_.block_size);
+  }
+
+  // The finish events of a request rejected by submit (n samples).
+  static void send_rejection(const generation_request& request, const submit_result& out, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      stream_event e;
+      e.handle = out.handle + static_cast<request_handle>(i);
+      e.index = i;
+      e.type = event_type::finish;
+      e.finish = finish_kind::error;
+      e.error = out.message;
+      e.usage.n_prompt_tokens = request.prompt.size();
+      if (request.on_event) {
+        try {
+          request.on_event(e);
+        } catch (...) {  // the request is over either way
+        }
+      }
+    }
   }
 
   void validate(const generation_request& r) const {
@@ -396,6 +524,7 @@ class engine {
   // Hands sample 0 of a submission to the scheduler; samples 1 .. n - 1
   // wait beside it to be forked from its prompt.
   void enqueue(submission s) {
+    if (!s.given.empty()) return enqueue_prefilled(std::move(s));
     const std::size_t n = std::max<std::size_t>(s.request.n, 1);
     for (std::size_t i = 0; i < n; ++i) {
       const request_handle h = s.handle + static_cast<request_handle>(i);
@@ -424,6 +553,79 @@ class engine {
       }
       live_.emplace(h, std::move(l));
     }
+  }
+
+  // Streams a prefilled request's given tokens (stop rules applied), then
+  // hands it to the scheduler's staging area, where its buffer waits to be
+  // swapped in.
+  void enqueue_prefilled(submission s) {
+    live_request l;
+    l.n_prompt = s.request.prompt.size();
+    l.context = s.request.prompt;
+    l.usage.n_prompt_tokens = l.n_prompt;
+    l.chain = std::move(s.chain);
+    l.request = std::move(s.request);
+    l.kv = std::move(s.kv);
+    l.staged_blocks = s.staged_blocks;
+    const request_handle h = s.handle;
+    const auto it = live_.emplace(h, std::move(l)).first;
+    for (std::size_t i = 0; i < s.given.size(); ++i) {
+      row_result r;
+      r.sample.token = s.given[i];
+      const auto by_tokens = it->second.request.stop.check(std::span<const token_id>(s.given).first(i + 1));
+      if (!accept_token(it, r, by_tokens, scheduled::no, origin::given)) return;
+    }
+    live_request& staged = it->second;
+    try {
+      std::vector<token_id> generated(staged.context.begin() + static_cast<std::ptrdiff_t>(staged.n_prompt),
+                                      staged.context.end());
+      LLMKIT_CHECK(sched_.submit_prefilled(scheduler_request(h, staged), std::move(generated)),
+                   "engine: the scheduler's staging area has no room for a request the engine staged");
+    } catch (const std::exception& e) {  // validated at submit; kept for safety
+      finish(it, finish_kind::error, std::nullopt, e.what());
+    }
+  }
+
+  // Imports the KV buffer of staged request `id`, which the plan swaps in.
+  // False (the request ended with an error, and left the scheduler) when
+  // the buffer is corrupt, foreign or of the wrong length.
+  bool import_staged(request_id id) {
+    const auto it = live_.find(id);
+    LLMKIT_ASSERT(it != live_.end());
+    live_request& l = it->second;
+    try {
+      if constexpr (importing_cache<Cache>) {
+        const std::optional<kv::seq_id> seq = cache_.import_sequence(l.kv);
+        LLMKIT_CHECK(seq.has_value(), "the cache has no room for the buffer (or holds its maximum of sequences)");
+        const std::size_t expected = l.context.size() - 1;
+        if (cache_.n_tokens(*seq) != expected) {
+          const std::size_t got = cache_.n_tokens(*seq);
+          cache_.free(*seq);
+          LLMKIT_CHECK(false, "the buffer holds ", got, " tokens, the request's context needs ", expected,
+                       " (prompt + given tokens - 1)");
+        }
+        l.seq = seq;
+      } else {
+        LLMKIT_CHECK(false, "the cache cannot import KV buffers");
+      }
+    } catch (const std::exception& e) {
+      sched_.cancel(id);
+      finish(it, finish_kind::error, std::nullopt, std::string("importing the KV buffer: ") + e.what());
+      return false;
+    }
+    l.admitted = true;
+    l.kv = {};
+    unstage(l);
+    ++stats_.n_imported;
+    return true;
+  }
+
+  // Gives back the staging blocks of a request whose buffer left staging.
+  void unstage(live_request& l) {
+    if (l.staged_blocks == 0) return;
+    std::lock_guard lock(mutex_);
+    staging_used_ -= l.staged_blocks;
+    l.staged_blocks = 0;
   }
 
   static sched::request scheduler_request(request_handle h, const live_request& l) {
@@ -512,6 +714,8 @@ class engine {
   void run_step() {
     plan_prefix_reuse();
     const sched::step_plan& plan = sched_.next_step();
+    LLMKIT_CHECK(plan.swapped_out.empty(),
+                 "engine: the scheduler planned a swap-out; the engine preempts by recompute");
     for (const sched::block_move& m : plan.preempted) {
       live_request& l = live_.at(m.id);
       if (l.seq) cache_.free(*l.seq);
@@ -519,9 +723,13 @@ class engine {
       ++l.usage.n_preemptions;
       ++stats_.n_preemptions;
     }
+    // A request whose import failed has ended (and left the scheduler); its
+    // items are skipped and its sampled slot filled with a dummy token.
+    for (const sched::block_move& m : plan.swapped_in) import_staged(m.id);
     batch_.clear();
     std::vector<request_id> rows;  // the request of each logits row
     for (const sched::step_item& it : plan.items) {
+      if (!live_.contains(it.id)) continue;
       live_request& l = live_.at(it.id);
       const kv::seq_id seq = l.seq ? *l.seq : open_sequence(l, it.first_pos);
       LLMKIT_ASSERT(cache_.n_tokens(seq) == static_cast<std::size_t>(it.first_pos));
@@ -533,10 +741,16 @@ class engine {
       if (it.is_prefill) stats_.n_prompt_tokens_prefilled += static_cast<std::uint64_t>(it.n_tokens);
       if (it.samples) rows.push_back(it.id);
     }
-    const matrix_view<const float> logits = model_.forward(batch_.view(), cache_, exec_);
-    ++stats_.n_steps;
+    // Empty only when every item's request failed its import.
+    const bool forward = batch_.n_tokens() > 0;
+    matrix_view<const float> logits;
+    if (forward) {
+      logits = model_.forward(batch_.view(), cache_, exec_);
+      ++stats_.n_steps;
+    }
     if constexpr (prefix_reusing_cache<Cache>) {
-      for (const sched::step_item& it : plan.items) cache_.commit(*live_.at(it.id).seq);
+      for (const sched::step_item& it : plan.items)
+        if (const auto l = live_.find(it.id); l != live_.end()) cache_.commit(*l->second.seq);
     }
     const std::size_t kv_used = kv_blocks_used();
     // The plan is invalidated by complete_step; the report needs it after.
@@ -567,8 +781,16 @@ class engine {
       l.pending_forks.clear();
     }
 
-    std::vector<token_id> sampled(rows.size());
-    for (std::size_t k = 0; k < rows.size(); ++k) sampled[k] = results_[k].error.empty() ? results_[k].sample.token : 0;
+    std::vector<token_id> sampled;  // one per sampling item of the plan, in order
+    for (std::size_t k = 0; const sched::step_item& it : plan.items) {
+      if (!it.samples) continue;
+      if (k < rows.size() && rows[k] == it.id) {
+        sampled.push_back(results_[k].error.empty() ? results_[k].sample.token : 0);
+        ++k;
+      } else {
+        sampled.push_back(0);  // a request that ended before the forward pass
+      }
+    }
     std::unordered_map<request_id, finish_reason> ended;
     for (const sched::finished_request& f : sched_.complete_step(sampled)) ended.emplace(f.id, f.reason);
 
@@ -576,9 +798,9 @@ class engine {
       const request_id id = rows[k];
       const auto it = ended.find(id);
       if (it == ended.end())
-        accept_token(live_.find(id), results_[k], std::nullopt, scheduled::yes);
+        accept_token(live_.find(id), results_[k], std::nullopt, scheduled::yes, origin::sampled);
       else
-        accept_token(live_.find(id), results_[k], it->second, scheduled::no);
+        accept_token(live_.find(id), results_[k], it->second, scheduled::no, origin::sampled);
     }
 
     for (fork_job& job : forks) {
@@ -589,7 +811,7 @@ class engine {
       c.seq = job.seq;  // freed by finish() if the sample ends at once
       std::optional<finish_reason> by_tokens;
       if (job.row.error.empty()) by_tokens = c.request.stop.check(std::span<const token_id>(&job.row.sample.token, 1));
-      if (!accept_token(it, job.row, by_tokens, scheduled::no)) continue;
+      if (!accept_token(it, job.row, by_tokens, scheduled::no, origin::sampled)) continue;
       const bool running = sched_.submit_forked(scheduler_request(job.handle, c), {c.context.back()},
                                                 c.seq ? static_cast<std::int64_t>(c.n_prompt) : 0);
       if (running) {
@@ -601,7 +823,7 @@ class engine {
         c.seq.reset();
       }
     }
-    if (options_.on_step) options_.on_step(step_report{.plan = plan_copy_, .kv_blocks_used = kv_used});
+    if (options_.on_step && forward) options_.on_step(step_report{.plan = plan_copy_, .kv_blocks_used = kv_used});
   }
 
   // Processes `[vocab] row` with l's chain and draws its next token.
@@ -610,18 +832,10 @@ class engine {
     out.error.clear();
     out.top.clear();
     try {
-      const sampling::sampling_context ctx{.seed = l.request.seed,
-                                           .request_id = l.request.stream,
-                                           .step = l.context.size() - l.n_prompt,
-                                           .history = l.context,
-                                           .n_prompt = l.n_prompt};
-      ws.reset_copy(row);
-      l.chain.apply(ws, ctx);
-      if (l.request.top_logprobs > 0) {
-        out.top.resize(l.request.top_logprobs);
-        out.top.resize(sampling::top_logprobs(ws, out.top));
-      }
-      out.sample = l.chain.sample(ws, ctx);
+      out.top.resize(l.request.top_logprobs);
+      std::size_t n_top = 0;
+      out.sample = sample_token(l.chain, l.request, l.context, row, ws, out.top, &n_top);
+      out.top.resize(n_top);
     } catch (const std::exception& e) {
       out.error = e.what();
       out.sample = {};
@@ -629,6 +843,8 @@ class engine {
   }
 
   enum class scheduled : bool { no, yes };
+  // Whether a token was sampled by the engine or given with a prefilled request.
+  enum class origin : bool { sampled, given };
 
   // Appends the token drawn in `r` to request `it`, streams its event, and
   // ends the request when a stop rule fired (`by_tokens`: the token rule the
@@ -636,7 +852,7 @@ class engine {
   // row failed. `in_scheduler`: the scheduler still holds the request (it is
   // cancelled there when it ends). Returns true when the request goes on.
   bool accept_token(typename std::unordered_map<request_handle, live_request>::iterator it, row_result& r,
-                    std::optional<finish_reason> by_tokens, scheduled in_scheduler) {
+                    std::optional<finish_reason> by_tokens, scheduled in_scheduler, origin from) {
     LLMKIT_ASSERT(it != live_.end());
     const request_handle id = it->first;
     live_request& l = it->second;
@@ -649,11 +865,12 @@ class engine {
     const token_id token = r.sample.token;
     l.context.push_back(token);
     ++l.usage.n_generated_tokens;
-    ++stats_.n_generated_tokens;
+    if (from == origin::sampled) ++stats_.n_generated_tokens;
     stream_event e;
     e.handle = id;
     e.index = l.index;
     e.type = event_type::token;
+    e.prefilled = from == origin::given;
     e.token = token;
     e.logprob = r.sample.logprob;
     e.top_logprobs = std::move(r.top);
@@ -714,13 +931,14 @@ class engine {
     release_forks(l);
     if (l.seq) cache_.free(*l.seq);
     l.seq.reset();
+    unstage(l);
     deliver_finish(h, l, kind, reason, std::move(error));
   }
 
   void publish_stats() {
     engine_stats s = stats_;
     const auto& st = sched_.state();
-    s.n_queued = st.waiting.size();
+    s.n_queued = st.waiting.size() + st.swapped.size();
     for (const auto& [h, l] : live_) s.n_queued += l.awaiting_fork ? 1 : 0;
     s.n_running = st.running.size();
     const kv::block_pool& pool = cache_.pool();
@@ -763,7 +981,8 @@ class engine {
   bool accepting_ = true;
   bool stop_requested_ = false;
   request_handle next_handle_ = 1;
-  std::uint64_t n_submitted_ = 0, n_rejected_ = 0, n_rejected_queue_full_ = 0;
+  std::uint64_t n_submitted_ = 0, n_rejected_ = 0, n_rejected_queue_full_ = 0, n_rejected_staging_full_ = 0;
+  std::int64_t staging_used_ = 0;  // staging blocks of accepted prefilled requests not imported yet
   engine_stats published_;
   bool published_busy_ = false;
 

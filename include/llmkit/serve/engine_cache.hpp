@@ -4,7 +4,8 @@
 /// @file llmkit/serve/engine_cache.hpp
 /// What a serving engine needs from its KV cache: a block-paged cache
 /// (sequences added and freed, a block pool the scheduler's accounting
-/// mirrors), and optionally prefix reuse (`kv::prefix_cache`).
+/// mirrors), optionally prefix reuse (`kv::prefix_cache`), and optionally
+/// sequences imported from another cache (both).
 
 #include <concepts>
 #include <cstddef>
@@ -44,5 +45,15 @@ concept prefix_reusing_cache =
       c.truncate(s, n);
       { cc.stats() } -> std::convertible_to<kv::prefix_cache_stats>;
     };
+
+/// An engine cache that adds a sequence from a byte buffer exported by
+/// another cache of the same shape (`kv::paged_cache::import_sequence`,
+/// `kv::prefix_cache::import_sequence`): nullopt when it has no room,
+/// `llmkit::error` for a corrupt or foreign buffer. `engine::submit_prefilled`
+/// needs it.
+template <class C>
+concept importing_cache = engine_cache<C> && requires(C& c, std::span<const std::byte> buffer) {
+  { c.import_sequence(buffer) } -> std::same_as<std::optional<kv::seq_id>>;
+};
 
 }  // namespace llmkit::serve

@@ -3,7 +3,7 @@
 
 /// @file llmkit/serve/options.hpp
 /// The knobs of a serving engine: context length, scheduling policy,
-/// admission limits, prefix reuse.
+/// admission limits, prefix reuse, the staging area of prefilled requests.
 
 #include <cstddef>
 #include <cstdint>
@@ -39,13 +39,22 @@ struct engine_options {
   /// is rejected at submit.
   std::int64_t max_context = 2048;
   /// How steps are formed. `policy.max_batch_seqs` is the most requests
-  /// running at once; `preempt` is always recompute (the engine has no swap
-  /// space).
+  /// running at once; `preempt` is always recompute (the engine never swaps
+  /// a running request out: its swap space is only the staging area below).
   sched::policy policy{.max_batch_seqs = 32, .max_step_tokens = 512, .chunked_prefill = true};
   /// Most requests waiting for admission (submitted, not yet running);
   /// `submit` answers `submit_status::queue_full` beyond it.
   std::size_t max_queued = 1024;
   prefix_reuse reuse = prefix_reuse::enabled;
+  /// KV blocks (of the cache's block size) that the buffers of requests
+  /// handed in with `engine::submit_prefilled` may take while they wait to be
+  /// imported: the scheduler's swap space. A buffer of n tokens takes
+  /// ceil(n / block_size) blocks; `submit_prefilled` answers
+  /// `submit_status::staging_full` when they are taken. 0 = no staging:
+  /// `submit_prefilled` is refused (`invalid`). Needs a cache that imports
+  /// (`importing_cache`: `kv::paged_cache`, `kv::prefix_cache`) and
+  /// continuous batching.
+  std::int64_t staging_blocks = 0;
   /// Called on the step thread at the end of every step that ran a forward
   /// pass, after that step's events (empty = nothing).
   std::function<void(const step_report&)> on_step = {};

@@ -4,7 +4,8 @@
 /// @file llmkit/serve/request.hpp
 /// What a client hands a serving engine (`generation_request`) and what the
 /// engine streams back (`stream_event`): token pieces while the request
-/// runs, then exactly one finish event.
+/// runs, then exactly one finish event. `prefilled_request` is a request
+/// whose prompt another worker prefilled (prefill/decode disaggregation).
 
 #include <cstddef>
 #include <cstdint>
@@ -91,11 +92,16 @@ struct stream_event {
   // Token events.
   token_id token = -1;
   /// Log-probability of `token` under the request's processed distribution
-  /// (after its chain's processors, before the draw).
+  /// (after its chain's processors, before the draw); 0 for a `prefilled`
+  /// token.
   float logprob = 0.0f;
   /// `[min(top_logprobs, candidates)]` most probable tokens of that
-  /// distribution, most probable first (`generation_request::top_logprobs`).
+  /// distribution, most probable first (`generation_request::top_logprobs`);
+  /// empty for a `prefilled` token.
   std::vector<sampling::token_logprob> top_logprobs;
+  /// True for a token handed in with `engine::submit_prefilled` (sampled by
+  /// the prefill worker, whose distribution the engine never saw).
+  bool prefilled = false;
 
   // Finish events.
   finish_kind finish = finish_kind::stop;
@@ -139,18 +145,42 @@ struct generation_request {
   std::function<void(const stream_event&)> on_event;
 };
 
+/// A request whose prompt another worker prefilled (prefill/decode
+/// disaggregation), for `engine::submit_prefilled`: the request, the tokens
+/// that worker sampled, and the K/V of its context as one exported buffer.
+struct prefilled_request {
+  /// The request as it would be submitted whole (`n` must be 1).
+  generation_request request;
+  /// `[n_given]` tokens sampled so far by the prefill worker (at least the
+  /// first), each inside the vocabulary. For the engine to continue a
+  /// seeded request exactly, token i must be drawn as the engine would:
+  /// the request's chain with `sampling_context{.seed, .request_id =
+  /// stream, .step = i}` (`serve::sample_token` does that).
+  std::vector<token_id> generated;
+  /// K/V of the prompt and of all given tokens but the last (n_prompt +
+  /// n_given - 1 tokens): a buffer of `kv::paged_cache::export_sequence`
+  /// made with the engine cache's shape and storage type.
+  std::vector<std::byte> kv;
+};
+
 /// What `submit` did with a request.
 enum class submit_status : std::uint8_t {
   accepted,       ///< queued; events follow on `on_event`
   queue_full,     ///< `engine_options::max_queued` requests wait already (HTTP 429)
   invalid,        ///< bad prompt, stop rules, sampling chain or length (HTTP 400)
   shutting_down,  ///< `stop` was called (HTTP 503)
+  /// `submit_prefilled` only: the staging area has no room for the KV buffer
+  /// yet. Nothing was taken and no event is sent: submit the same request
+  /// again after the engine has stepped (back-pressure).
+  staging_full,
 };
 
 /// The answer of `submit`. A rejected request has received its finish event
-/// (kind `error`; one per sample) before `submit` returns.
+/// (kind `error`; one per sample) before `submit` returns, except after
+/// `staging_full`, which leaves the request with the caller.
 struct submit_result {
-  /// Handle of sample 0; sample i of `n` has `handle + i`.
+  /// Handle of sample 0; sample i of `n` has `handle + i` (0 after
+  /// `staging_full`: no handle was given).
   request_handle handle = 0;
   submit_status status = submit_status::accepted;
   /// Why it was rejected (empty when accepted).

@@ -3,11 +3,12 @@
 
 /// @file llmkit/serve/serve.hpp
 /// The serving engine: requests, events, options, statistics, the
-/// incremental text stream, and the engine itself.
+/// incremental text stream, the engine's token draw, and the engine itself.
 
 #include "llmkit/serve/engine.hpp"
 #include "llmkit/serve/engine_cache.hpp"
 #include "llmkit/serve/options.hpp"
 #include "llmkit/serve/request.hpp"
+#include "llmkit/serve/sample.hpp"
 #include "llmkit/serve/stats.hpp"
 #include "llmkit/serve/text_stream.hpp"

@@ -23,6 +23,9 @@ struct engine_stats {
   std::size_t kv_blocks_used = 0;    ///< blocks held by live sequences (shared blocks once)
   std::size_t kv_blocks_cached = 0;  ///< published prefix blocks no sequence holds (evicted on demand)
   std::size_t kv_blocks_free = 0;    ///< blocks on the free list
+  /// Staging blocks held by prefilled requests not imported yet
+  /// (`engine_options::staging_blocks` in all).
+  std::size_t staging_blocks_used = 0;
 
   // Counters.
   std::uint64_t n_submitted = 0;  ///< submit calls, rejected ones included
@@ -30,8 +33,14 @@ struct engine_stats {
   /// rejected requests count as errors.
   std::array<std::uint64_t, 4> n_finished{};
   std::uint64_t n_rejected_queue_full = 0;
+  /// `submit_prefilled` calls answered `staging_full` (not submitted: the
+  /// caller retries).
+  std::uint64_t n_rejected_staging_full = 0;
+  /// Prefilled requests whose KV buffer was imported into the cache.
+  std::uint64_t n_imported = 0;
   std::uint64_t n_steps = 0;        ///< steps that ran a forward pass
   std::uint64_t n_preemptions = 0;  ///< requests preempted (recompute)
+  /// Tokens sampled by the engine (not the tokens given with prefilled requests).
   std::uint64_t n_generated_tokens = 0;
   /// Context tokens admitted from the prefix cache instead of being
   /// prefilled (first admissions and readmissions after preemption).
