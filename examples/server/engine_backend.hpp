@@ -114,7 +114,8 @@ class engine_backend final : public backend {
     submit_result out{.handle = s.handle, .message = s.message};
     switch (s.status) {
       case serve::submit_status::accepted: out.status = submit_status::accepted; break;
-      case serve::submit_status::queue_full: out.status = submit_status::queue_full; break;
+      case serve::submit_status::queue_full:
+      case serve::submit_status::staging_full: out.status = submit_status::queue_full; break;
       case serve::submit_status::invalid: out.status = submit_status::invalid; break;
       case serve::submit_status::shutting_down: out.status = submit_status::shutting_down; break;
     }
