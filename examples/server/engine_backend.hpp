@@ -9,17 +9,12 @@
 
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/prefix_cache.hpp>
-#include <llmkit/model/chat_template.hpp>
-#include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama.hpp>
-#include <llmkit/model/tokenizer.hpp>
 #include <llmkit/serve/engine.hpp>
 
 #include <algorithm>
-#include <filesystem>
-#include <optional>
 
-#include "backend.hpp"
+#include "gguf_backend.hpp"
 
 namespace llmkit_server {
 
@@ -35,18 +30,17 @@ struct engine_backend_options {
 };
 
 /// See the file comment.
-class engine_backend final : public backend {
+class engine_backend final : public gguf_backend {
  public:
   static constexpr std::size_t block_tokens = 16;
   using cache_type = llmkit::kv::prefix_cache<float, block_tokens>;
   using engine_type = llmkit::serve::engine<llmkit::model::llama_model, cache_type, llmkit::thread_pool>;
 
   explicit engine_backend(const engine_backend_options& o)
-      : file_(llmkit::model::gguf_file::open(o.model_path)),
-        tok_(llmkit::model::tokenizer::from_gguf(file_)),
+      : gguf_backend(o.model_path, o.chat_template),
         model_(file_),
         pool_(std::max<std::size_t>(o.threads, 1)),
-        info_(model_info(o)),
+        info_(describe(o.model_path, o.n_ctx, model_.config())),
         cache_(model_.kv_shape(),
                {.n_blocks = o.kv_blocks != 0 ? o.kv_blocks
                                              : std::max<std::size_t>(o.max_batch, 1) *
@@ -58,32 +52,11 @@ class engine_backend final : public backend {
                             .chunked_prefill = true},
                  .max_queued = o.max_queue},
                 &tok_) {
-    if (!o.chat_template.empty() || file_.contains("tokenizer.chat_template"))
-      template_.emplace(llmkit::model::chat_template::from_gguf(file_, o.chat_template));
     engine_.start();
   }
   ~engine_backend() override { engine_.stop(llmkit::serve::shutdown_mode::cancel); }
 
   const backend_model_info& info() const override { return info_; }
-
-  std::vector<token_id> tokenize(std::string_view text, text_kind kind) const override {
-    return tok_.encode(text, {.add_bos = tok_.add_bos_token(), .parse_special = kind == text_kind::chat});
-  }
-
-  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const override {
-    if (!template_) return std::nullopt;
-    std::vector<llmkit::model::chat_message> m;
-    for (const auto& x : messages) m.push_back({x.role, x.content});
-    chat_prompt p{.text = template_->format(m)};
-    if (const auto eot = tok_.find(template_->end_of_turn_text())) p.end_of_turn.push_back(*eot);
-    return p;
-  }
-
-  std::string token_text(token_id token) const override {
-    std::string out;
-    if (token >= 0 && static_cast<std::size_t>(token) < info_.n_vocab) tok_.decode_token(token, out);
-    return out;
-  }
 
   submit_result submit(backend_request r) override {
     namespace serve = llmkit::serve;
@@ -134,22 +107,9 @@ class engine_backend final : public backend {
   }
 
  private:
-  backend_model_info model_info(const engine_backend_options& o) const {
-    const auto& c = model_.config();
-    backend_model_info i;
-    i.id = std::filesystem::path(o.model_path).stem().string();
-    i.n_ctx = o.n_ctx == 0 ? c.context_length : std::min(o.n_ctx, c.context_length);
-    i.n_vocab = c.n_vocab;
-    i.eos_tokens = {tok_.eos()};
-    return i;
-  }
-
-  llmkit::model::gguf_file file_;
-  llmkit::model::tokenizer tok_;
   llmkit::model::llama_model model_;
   llmkit::thread_pool pool_;
   backend_model_info info_;
-  std::optional<llmkit::model::chat_template> template_;
   cache_type cache_;
   engine_type engine_;
 };

@@ -13,10 +13,7 @@
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
 #include <llmkit/model/batch.hpp>
-#include <llmkit/model/chat_template.hpp>
-#include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama.hpp>
-#include <llmkit/model/tokenizer.hpp>
 #include <llmkit/sampling/candidates.hpp>
 #include <llmkit/sampling/context.hpp>
 #include <llmkit/sampling/logprobs.hpp>
@@ -27,12 +24,11 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
 
-#include "backend.hpp"
+#include "gguf_backend.hpp"
 
 namespace llmkit_server {
 
@@ -59,21 +55,14 @@ struct serial_backend_options {
 };
 
 /// See the file comment.
-class serial_backend final : public backend {
+class serial_backend final : public gguf_backend {
  public:
   explicit serial_backend(const serial_backend_options& o)
-      : options_(o),
-        file_(llmkit::model::gguf_file::open(o.model_path)),
-        tok_(llmkit::model::tokenizer::from_gguf(file_)),
+      : gguf_backend(o.model_path, o.chat_template),
+        options_(o),
         model_(file_),
-        pool_(std::max<std::size_t>(o.threads, 1)) {
-    const auto& c = model_.config();
-    info_.id = std::filesystem::path(o.model_path).stem().string();
-    info_.n_ctx = o.n_ctx == 0 ? c.context_length : std::min(o.n_ctx, c.context_length);
-    info_.n_vocab = c.n_vocab;
-    info_.eos_tokens = {tok_.eos()};
-    if (!o.chat_template.empty() || file_.contains("tokenizer.chat_template"))
-      template_.emplace(llmkit::model::chat_template::from_gguf(file_, o.chat_template));
+        pool_(std::max<std::size_t>(o.threads, 1)),
+        info_(describe(o.model_path, o.n_ctx, model_.config())) {
     worker_ = std::thread([this] { loop(); });
   }
   ~serial_backend() override {
@@ -87,25 +76,6 @@ class serial_backend final : public backend {
   }
 
   const backend_model_info& info() const override { return info_; }
-
-  std::vector<token_id> tokenize(std::string_view text, text_kind kind) const override {
-    return tok_.encode(text, {.add_bos = tok_.add_bos_token(), .parse_special = kind == text_kind::chat});
-  }
-
-  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const override {
-    if (!template_) return std::nullopt;
-    std::vector<llmkit::model::chat_message> m;
-    for (const auto& x : messages) m.push_back({x.role, x.content});
-    chat_prompt p{.text = template_->format(m)};
-    if (const auto eot = tok_.find(template_->end_of_turn_text())) p.end_of_turn.push_back(*eot);
-    return p;
-  }
-
-  std::string token_text(token_id token) const override {
-    std::string out;
-    if (token >= 0 && static_cast<std::size_t>(token) < info_.n_vocab) tok_.decode_token(token, out);
-    return out;
-  }
 
   submit_result submit(backend_request r) override {
     job j;
@@ -321,11 +291,8 @@ class serial_backend final : public backend {
   }
 
   serial_backend_options options_;
-  llmkit::model::gguf_file file_;
-  llmkit::model::tokenizer tok_;
   llmkit::model::llama_model model_;
   llmkit::thread_pool pool_;
-  std::optional<llmkit::model::chat_template> template_;
   backend_model_info info_;
 
   mutable std::mutex mutex_;

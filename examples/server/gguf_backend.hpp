@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file examples/server/gguf_backend.hpp
+/// What every llmkit-server backend over a GGUF model shares: the file, its
+/// tokenizer and chat template, behind `backend`'s tokenize, format_chat and
+/// token_text. A backend derives from it and adds how the model runs.
+
+#include <llmkit/model/chat_template.hpp>
+#include <llmkit/model/gguf.hpp>
+#include <llmkit/model/llama_config.hpp>
+#include <llmkit/model/tokenizer.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "backend.hpp"
+
+namespace llmkit_server {
+
+/// See the file comment.
+class gguf_backend : public backend {
+ public:
+  std::vector<token_id> tokenize(std::string_view text, text_kind kind) const override {
+    return tok_.encode(text, {.add_bos = tok_.add_bos_token(), .parse_special = kind == text_kind::chat});
+  }
+
+  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const override {
+    if (!template_) return std::nullopt;
+    std::vector<llmkit::model::chat_message> m;
+    for (const auto& x : messages) m.push_back({x.role, x.content});
+    chat_prompt p{.text = template_->format(m)};
+    if (const auto eot = tok_.find(template_->end_of_turn_text())) p.end_of_turn.push_back(*eot);
+    return p;
+  }
+
+  std::string token_text(token_id token) const override {
+    std::string out;
+    if (token >= 0 && static_cast<std::size_t>(token) < tok_.vocab_size()) tok_.decode_token(token, out);
+    return out;
+  }
+
+ protected:
+  /// Opens `model_path`; `chat_template` names a built-in template, or is
+  /// empty for the model's own (none if the file has none).
+  /// @throws llmkit::error for an unreadable file, tokenizer or template
+  gguf_backend(const std::string& model_path, const std::string& chat_template)
+      : file_(llmkit::model::gguf_file::open(model_path)), tok_(llmkit::model::tokenizer::from_gguf(file_)) {
+    if (!chat_template.empty() || file_.contains("tokenizer.chat_template"))
+      template_.emplace(llmkit::model::chat_template::from_gguf(file_, chat_template));
+  }
+
+  /// The model as /v1/models and the request checks see it: `n_ctx` tokens
+  /// per request (0: the model's context length, never more).
+  backend_model_info describe(const std::string& model_path, std::size_t n_ctx,
+                              const llmkit::model::llama_config& c) const {
+    backend_model_info i;
+    i.id = std::filesystem::path(model_path).stem().string();
+    i.n_ctx = n_ctx == 0 ? c.context_length : std::min(n_ctx, c.context_length);
+    i.n_vocab = c.n_vocab;
+    i.eos_tokens = {tok_.eos()};
+    return i;
+  }
+
+  llmkit::model::gguf_file file_;
+  llmkit::model::tokenizer tok_;
+  std::optional<llmkit::model::chat_template> template_;
+};
+
+}  // namespace llmkit_server
