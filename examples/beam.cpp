@@ -59,7 +59,7 @@ double now_seconds(bool cpu) {
 
 /// Puts the prompt's K/V into a new sequence of `cache` (one packed forward).
 template <class Model, class Cache>
-kv::seq_id prefill(Model& m, Cache& cache, const std::vector<std::int32_t>& prompt, thread_pool& pool) {
+kv::seq_id prefill(Model& m, Cache& cache, const std::vector<token_id>& prompt, thread_pool& pool) {
   const auto s = cache.add_sequence();
   LLMKIT_CHECK(s.has_value(), "llmkit-beam: no sequence slot for the prompt");
   model::batch_builder b;

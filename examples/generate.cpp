@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     const auto file = llmkit::model::gguf_file::open(model_path);
     const auto tok = llmkit::model::tokenizer::from_gguf(file);
     // Generation stops at EOS and, in a chat, at the template's end-of-turn token when the vocabulary has it.
-    std::vector<std::int32_t> stop_ids{tok.eos()};
+    std::vector<llmkit::token_id> stop_ids{tok.eos()};
     std::string chat_note;
     if (chat) {
       if (chat_template_name.empty() && !file.contains("tokenizer.chat_template")) {
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     // The one place text becomes tokens. A chat prompt holds special-token texts ("<|eot_id|>", "</s>", ...)
     // that must become their control ids; a plain prompt stays plain text. BOS is added here, once, when the
     // model asks for it (chat_template::format leaves the leading BOS text out).
-    const std::vector<std::int32_t> prompt_ids =
+    const std::vector<llmkit::token_id> prompt_ids =
         tok.encode(prompt, {.add_bos = tok.add_bos_token(), .parse_special = chat});
     const std::size_t capacity = std::min(c.context_length, prompt_ids.size() + n_tokens);
     if (prompt_ids.size() >= capacity) {
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
       cands.reset(row);
       const auto ctx = state.context();
       chain.apply(cands, ctx);
-      const std::int32_t t = chain.sample(cands, ctx).token;
+      const llmkit::token_id t = chain.sample(cands, ctx).token;
       state.accept(t);
       return t;
     };
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
     auto logits = model.forward(b.view(), cache, pool);
     const auto t1 = clock::now();
     const double c1 = cpu_seconds();
-    std::int32_t token = sample(logits);
+    llmkit::token_id token = sample(logits);
 
     std::string piece;
     std::size_t generated = 0;

@@ -368,12 +368,12 @@ int main(int argc, char** argv) {
       if (shape == pack::length_shape::mixed) capped.max_length = opt.long_length > 0 ? std::min(opt.long_length, context) : context;
       const auto lengths = pack::sample_lengths(capped, opt.n_prompts, opt.seed);
       std::mt19937_64 rng(opt.seed + 1);
-      std::vector<std::vector<std::int32_t>> prompts(lengths.size());
+      std::vector<std::vector<llmkit::token_id>> prompts(lengths.size());
       for (std::size_t q = 0; q < prompts.size(); ++q) {
         prompts[q].resize(lengths[q]);
         prompts[q][0] = 1;
         for (std::size_t t = 1; t < lengths[q]; ++t)
-          prompts[q][t] = static_cast<std::int32_t>(3 + rng() % (config.n_vocab - 3));
+          prompts[q][t] = static_cast<llmkit::token_id>(3 + rng() % (config.n_vocab - 3));
       }
       std::size_t real = 0, longest = 0;
       for (std::size_t l : lengths) {

@@ -203,8 +203,8 @@ class replay {
         cpu_clock_(cpu_clock),
         reuse_(reuse) {
     std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(model.vocab_size()) - 1);
-    std::vector<std::int32_t> shared(shared_prefix);
+    std::uniform_int_distribution<llmkit::token_id> tok(3, static_cast<llmkit::token_id>(model.vocab_size()) - 1);
+    std::vector<llmkit::token_id> shared(shared_prefix);
     for (auto& t : shared) t = tok(rng);
     for (const auto& r : trace_) {
       auto& prompt = prompt_[r.id];
@@ -218,7 +218,7 @@ class replay {
     engine_cache cache(model_.kv_shape(), {.n_blocks = static_cast<std::size_t>(limits_.n_blocks)});
     std::optional<sched::step_plan> plan;
     std::int64_t kv_used = 0;
-    std::map<llmkit::serve::request_handle, llmkit::request_id> trace_id;  // engine handle -> trace id
+    std::map<llmkit::request_id, llmkit::request_id> trace_id;  // engine handle -> trace id
     serve_engine eng(model_, cache, pool_,
                      {.max_context = limits_.max_context,
                       .policy = policy_,
@@ -326,22 +326,22 @@ class replay {
   double decode_tokens_per_s() const { return decode_s_ > 0 ? static_cast<double>(decode_tokens_) / decode_s_ : 0.0; }
 
   /// Generated tokens of request `id`.
-  const std::vector<std::int32_t>& output(llmkit::request_id id) const { return output_.at(id); }
+  const std::vector<llmkit::token_id>& output(llmkit::request_id id) const { return output_.at(id); }
   /// Runs request `id`'s prompt alone, greedily, for as many tokens.
-  std::vector<std::int32_t> solo(llmkit::request_id id) {
+  std::vector<llmkit::token_id> solo(llmkit::request_id id) {
     engine_cache cache(model_.kv_shape(), {.n_blocks = static_cast<std::size_t>(limits_.n_blocks)});
     const auto s = *cache.add_sequence();
-    std::vector<std::int32_t> ctx = prompt_.at(id);
-    std::vector<std::int32_t> out;
+    std::vector<llmkit::token_id> ctx = prompt_.at(id);
+    std::vector<llmkit::token_id> out;
     const std::size_t n = output_.at(id).size();
     std::size_t done = 0;
     llmkit::model::batch_builder b;
     while (out.size() < n) {
       b.clear();
-      b.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done));
+      b.add(s, std::span<const llmkit::token_id>(ctx).subspan(done), static_cast<std::int32_t>(done));
       done = ctx.size();
       const auto row = model_.forward(b.view(), cache, pool_).row(0);
-      out.push_back(static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+      out.push_back(static_cast<llmkit::token_id>(std::max_element(row.begin(), row.end()) - row.begin()));
       ctx.push_back(out.back());
     }
     return out;
@@ -357,7 +357,7 @@ class replay {
   bool cpu_clock_;
   llmkit::serve::prefix_reuse reuse_;
   std::uint64_t reused_tokens_ = 0;
-  std::map<llmkit::request_id, std::vector<std::int32_t>> prompt_, output_;
+  std::map<llmkit::request_id, std::vector<llmkit::token_id>> prompt_, output_;
   std::vector<sched::step_sample> samples_;
   double decode_s_ = 0;
   std::int64_t decode_tokens_ = 0;

@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
               << " thread(s), verify " << verify << ", target weights " << target_weights << " ("
               << target.weight_bytes_per_step() / 1e6 << " MB per pass), " << clock_name << " time\n";
 
-    std::vector<std::vector<std::int32_t>> prompt_ids;
+    std::vector<std::vector<token_id>> prompt_ids;
     for (const auto& p : prompts) prompt_ids.push_back(tok.encode(p, {.add_bos = true}));
     const std::size_t max_len = [&] {
       std::size_t m = 0;
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
     const llmkit::stop_criteria stop{.max_new_tokens = n_tokens};
 
     // Plain decoding of every prompt: the baseline (timed twice, the faster run kept).
-    std::vector<std::vector<std::int32_t>> plain;
+    std::vector<std::vector<token_id>> plain;
     double plain_seconds = 1e300;
     std::size_t plain_tokens = 0;
     double plain_step = 1e300;

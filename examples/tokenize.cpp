@@ -21,8 +21,8 @@
 namespace {
 
 // Ids from "[1, 2, 3]" or "1,2,3" (brackets, commas and white space separate).
-std::vector<std::int32_t> parse_ids(const std::string& text) {
-  std::vector<std::int32_t> ids;
+std::vector<llmkit::token_id> parse_ids(const std::string& text) {
+  std::vector<llmkit::token_id> ids;
   for (std::size_t at = 0; at < text.size();) {
     const char c = text[at];
     if (c == '[' || c == ']' || c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
@@ -38,7 +38,7 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
     }
     if (used == 0 || v < INT32_MIN || v > INT32_MAX)
       throw std::invalid_argument("--decode: '" + text.substr(at, 16) + "' is not a token id");
-    ids.push_back(static_cast<std::int32_t>(v));
+    ids.push_back(static_cast<llmkit::token_id>(v));
     at += used;
   }
   return ids;

@@ -86,19 +86,19 @@ class recorder {
       r.finish = e;
     }
   }
-  record get(serve::request_handle h) const {
+  record get(request_id h) const {
     std::lock_guard lock(mutex_);
     const auto it = records_.find(h);
     return it == records_.end() ? record{} : it->second;
   }
-  std::map<serve::request_handle, record> all() const {
+  std::map<request_id, record> all() const {
     std::lock_guard lock(mutex_);
     return records_;
   }
 
  private:
   mutable std::mutex mutex_;
-  std::map<serve::request_handle, record> records_;
+  std::map<request_id, record> records_;
 };
 
 serve::engine_options small_steps(std::int64_t max_step_tokens = 48) {
@@ -132,7 +132,7 @@ std::vector<std::vector<token_id>> run_all(std::vector<serve::generation_request
   };
   serve::engine eng(s.model, cache, exec, options, &s.tok);
   recorder rec;
-  std::vector<serve::request_handle> handles;
+  std::vector<request_id> handles;
   for (auto& r : requests) {
     r.on_event = rec.sink();
     const auto res = eng.submit(std::move(r));
@@ -218,7 +218,7 @@ TEST_CASE("engine: a seeded request gives the same tokens alone, under load, on 
   serve::engine eng(s.model, cache, pool, small_steps(), &s.tok);
   recorder rec;
   eng.start();
-  std::vector<serve::request_handle> handles;
+  std::vector<request_id> handles;
   for (int i = 0; i < 16; ++i) {
     auto r = sampled_request(prompts[static_cast<std::size_t>(i) % prompts.size()], 200 + i, 20, rec);
     handles.push_back(eng.submit(std::move(r)).handle);
@@ -349,7 +349,7 @@ TEST_CASE("engine: cancelling from another thread frees every KV block") {
   recorder rec;
   std::atomic<int> tokens_seen{0};
   eng.start();
-  std::vector<serve::request_handle> handles;
+  std::vector<request_id> handles;
   for (int i = 0; i < 8; ++i)
     handles.push_back(eng.submit({.prompt = encode(prompts[static_cast<std::size_t>(i)]),
                                   .sampling = "temperature(1.0);sample",
@@ -402,7 +402,7 @@ TEST_CASE("engine: every request ends with exactly one finish under concurrent s
   std::vector<serve::submit_result> results;
   auto client = [&](unsigned seed) {
     std::mt19937 rng(seed);
-    std::vector<serve::request_handle> mine;
+    std::vector<request_id> mine;
     for (int i = 0; i < 30; ++i) {
       serve::generation_request r{.prompt = encode(prompts[rng() % prompts.size()]),
                                   .sampling = rng() % 2 ? "greedy" : "top_k(20);sample",
@@ -423,7 +423,7 @@ TEST_CASE("engine: every request ends with exactly one finish under concurrent s
         std::lock_guard lock(handles_mutex);
         for (std::size_t k = 0; k < n; ++k) {  // one result per sample
           auto one = res;
-          one.handle += static_cast<serve::request_handle>(k);
+          one.handle += static_cast<request_id>(k);
           results.push_back(one);
           mine.push_back(one.handle);
         }
@@ -603,7 +603,7 @@ TEST_CASE("engine: n samples of one prompt prefill it once, fork its blocks, and
       eng.run_until_idle();
       const auto st = eng.stats();
       for (std::size_t i = 0; i < 4; ++i) {
-        const record got = rec.get(res.handle + static_cast<serve::request_handle>(i));
+        const record got = rec.get(res.handle + static_cast<request_id>(i));
         REQUIRE(got.n_finish == 1);
         REQUIRE(got.finish_last);
         REQUIRE(got.finish.index == i);
@@ -629,7 +629,7 @@ TEST_CASE("engine: a failing step ends its requests with an error; a throwing ca
   cache_t cache(s.model.kv_shape(), {.n_blocks = 128, .max_sequences = 2});
   serve::engine eng(s.model, cache, serial, small_steps(), &s.tok);
   recorder rec;
-  std::vector<serve::request_handle> handles;
+  std::vector<request_id> handles;
   for (int i = 0; i < 4; ++i)
     handles.push_back(eng.submit({.prompt = encode(prompts[static_cast<std::size_t>(i)]), .stop = {.max_new_tokens = 8},
                                   .on_event = rec.sink()}).handle);
@@ -768,7 +768,7 @@ TEST_CASE("engine: prefilled requests continue as if run whole, under staging ba
     serve::engine eng(s.model, cache, pool, o, &s.tok);
     recorder rec;
     // Requests 1, 2, 4, 5, 7, 8 come prefilled with 1-3 given tokens; 0, 3, 6 whole.
-    std::vector<serve::request_handle> handles(requests.size());
+    std::vector<request_id> handles(requests.size());
     std::vector<std::pair<std::size_t, serve::prefilled_request>> pending;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       auto r = requests[i];
@@ -844,7 +844,7 @@ TEST_CASE("engine: prefilled requests continue as if run whole, under staging ba
     ready.push_back(prefill_elsewhere(std::move(r), 1));
   }
   eng.start();
-  std::vector<serve::request_handle> handles;
+  std::vector<request_id> handles;
   for (auto& p : ready) {
     serve::submit_result res;
     for (int tries = 0; (res = eng.submit_prefilled(p)).status == serve::submit_status::staging_full; ++tries) {
@@ -887,7 +887,7 @@ TEST_CASE("engine: a corrupt KV buffer ends only its request; staged requests ca
   too_short.generated.push_back(too_short.generated.back());
   auto empty = prefill_elsewhere(with_sink(requests[2]), 1);
   empty.kv.clear();
-  std::vector<serve::request_handle> bad;
+  std::vector<request_id> bad;
   for (auto* p : {&flipped, &truncated, &too_short, &empty}) {
     const auto res = eng.submit_prefilled(*p);
     REQUIRE(res.accepted());

@@ -81,7 +81,7 @@ struct options {
 /// One request with its first token and KV, as rank 0 ships it.
 struct handoff {
   sched::request req;
-  std::int32_t first_token = 0;
+  llmkit::token_id first_token = 0;
   std::vector<std::byte> kv;
 };
 
@@ -101,7 +101,7 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 std::vector<sched::request> make_requests(const options& o, std::size_t vocab) {
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<std::int64_t> len(o.prompt_min, o.prompt_max);
-  std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(vocab) - 1);
+  std::uniform_int_distribution<llmkit::token_id> tok(3, static_cast<llmkit::token_id>(vocab) - 1);
   std::vector<sched::request> out;
   for (std::int64_t i = 0; i < o.n_requests; ++i) {
     sched::request r{.id = i, .prompt = {}, .sampling = o.sampling, .seed = o.seed,
@@ -120,7 +120,7 @@ std::vector<sched::request> make_requests(const options& o, std::size_t vocab) {
 template <class Ship>
 void prefill_worker(model::llama_model& m, llmkit::serial_executor& exec, const std::vector<sched::request>& reqs,
                     Ship&& ship) {
-  std::vector<std::span<const std::int32_t>> prompts;
+  std::vector<std::span<const llmkit::token_id>> prompts;
   std::size_t total = 0, longest = 0;
   for (const auto& r : reqs) {
     prompts.emplace_back(r.prompt);
@@ -179,7 +179,7 @@ class decode_worker {
 
   /// Tokens of every finished request; a request that ended with an error
   /// has none (and its error is on stderr).
-  const std::map<llmkit::request_id, std::vector<std::int32_t>>& outputs() const { return done_; }
+  const std::map<llmkit::request_id, std::vector<llmkit::token_id>>& outputs() const { return done_; }
   std::int64_t n_decoded() const { return static_cast<std::int64_t>(engine_.stats().n_generated_tokens); }
   std::int64_t n_preempted() const { return static_cast<std::int64_t>(engine_.stats().n_preemptions); }
   /// Offers refused because the staging area was full (retried after a step).
@@ -214,15 +214,15 @@ class decode_worker {
 
   cache_t cache_;
   serve::engine<model::llama_model, cache_t, llmkit::serial_executor> engine_;
-  std::map<llmkit::request_id, std::vector<std::int32_t>> tokens_;  // of running requests
-  std::map<llmkit::request_id, std::vector<std::int32_t>> done_;
+  std::map<llmkit::request_id, std::vector<llmkit::token_id>> tokens_;  // of running requests
+  std::map<llmkit::request_id, std::vector<llmkit::token_id>> done_;
 };
 
 // ---- the single-process reference ------------------------------------------
 
 /// Runs `r` alone: prefill, then one token at a time, in its own cache,
 /// each drawn with r's chain at step t of its stream.
-std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& exec, const sched::request& r) {
+std::vector<llmkit::token_id> solo(model::llama_model& m, llmkit::serial_executor& exec, const sched::request& r) {
   const std::size_t n = r.prompt.size() + r.stop.max_new_tokens;
   cache_t cache(m.kv_shape(), {.n_blocks = n / block_size + 2});
   const auto s = *cache.add_sequence();
@@ -230,11 +230,11 @@ std::vector<std::int32_t> solo(model::llama_model& m, llmkit::serial_executor& e
   const auto chain = llmkit::sampling::runtime_chain::parse(g.sampling);
   llmkit::sampling::candidates ws;
   model::batch_builder b;
-  std::vector<std::int32_t> ctx = r.prompt, out;
+  std::vector<llmkit::token_id> ctx = r.prompt, out;
   std::size_t done = 0;
   while (out.size() < r.stop.max_new_tokens) {
     b.clear();
-    b.add(s, std::span<const std::int32_t>(ctx).subspan(done), static_cast<std::int32_t>(done));
+    b.add(s, std::span<const llmkit::token_id>(ctx).subspan(done), static_cast<std::int32_t>(done));
     done = ctx.size();
     out.push_back(serve::sample_token(chain, g, ctx, m.forward(b.view(), cache, exec).row(0), ws).token);
     ctx.push_back(out.back());
@@ -259,9 +259,9 @@ handoff recv_handoff(const options& o) {
   std::int64_t header[5];
   MPI_Recv(header, 5, MPI_INT64_T, 0, tag_header, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   handoff h;
-  h.req = {.id = header[0], .prompt = std::vector<std::int32_t>(static_cast<std::size_t>(header[1])),
+  h.req = {.id = header[0], .prompt = std::vector<llmkit::token_id>(static_cast<std::size_t>(header[1])),
            .sampling = o.sampling, .seed = o.seed, .stop = {.max_new_tokens = static_cast<std::size_t>(header[2])}};
-  h.first_token = static_cast<std::int32_t>(header[3]);
+  h.first_token = static_cast<llmkit::token_id>(header[3]);
   h.kv.resize(static_cast<std::size_t>(header[4]));
   MPI_Recv(h.req.prompt.data(), static_cast<int>(header[1]), MPI_INT32_T, 0, tag_prompt, MPI_COMM_WORLD,
            MPI_STATUS_IGNORE);
@@ -337,13 +337,13 @@ int main(int argc, char** argv) {
                  m.config().context_length);
     llmkit::serial_executor exec;
     const auto reqs = make_requests(o, m.vocab_size());
-    std::map<llmkit::request_id, std::vector<std::int32_t>> outputs;
+    std::map<llmkit::request_id, std::vector<llmkit::token_id>> outputs;
     std::int64_t kv_bytes = 0;
     const double t0 = now();
     double t_prefill = 0, t_decode = 0;
     std::int64_t n_decoded = 0, n_preempted = 0, n_staging_full = 0;
     // Changes the last token of request 0 (--fault), when it has one.
-    auto inject_fault = [&](std::map<llmkit::request_id, std::vector<std::int32_t>>& out) {
+    auto inject_fault = [&](std::map<llmkit::request_id, std::vector<llmkit::token_id>>& out) {
       if (const auto it = out.find(0); o.fault && it != out.end() && !it->second.empty()) it->second.back() ^= 1;
     };
 
@@ -401,7 +401,7 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
       // The single-process reference, while rank 1 decodes.
-      std::vector<std::vector<std::int32_t>> expected;
+      std::vector<std::vector<llmkit::token_id>> expected;
       for (const auto& r : reqs) expected.push_back(solo(m, exec, r));
       if (size == 2) {
         for (std::int64_t i = 0; i < o.n_requests; ++i) {
@@ -411,7 +411,7 @@ int main(int argc, char** argv) {
           MPI_Get_count(&st, MPI_INT64_T, &count);
           std::vector<std::int64_t> msg(static_cast<std::size_t>(count));
           MPI_Recv(msg.data(), count, MPI_INT64_T, 1, tag_result, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-          outputs[msg[0]] = std::vector<std::int32_t>(msg.begin() + 2, msg.end());
+          outputs[msg[0]] = std::vector<llmkit::token_id>(msg.begin() + 2, msg.end());
         }
         double stats[4];
         MPI_Recv(stats, 4, MPI_DOUBLE, 1, tag_result + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);

@@ -25,7 +25,7 @@
 namespace llmkit_server {
 
 /// Identifies a submitted request (unique per backend).
-using request_handle = std::int64_t;
+using llmkit::request_id;
 
 /// One event of a request's stream: for each of its `n` samples, tokens,
 /// then exactly one finish.
@@ -75,7 +75,7 @@ enum class submit_status : std::uint8_t {
 /// The answer of `submit`. A rejected request has received its finish events
 /// (finish_kind::error, one per sample) before `submit` returns.
 struct submit_result {
-  request_handle handle = 0;  ///< of sample 0; sample i has handle + i
+  request_id handle = 0;  ///< of sample 0; sample i has handle + i
   submit_status status = submit_status::accepted;
   std::string message{};
 };
@@ -121,7 +121,7 @@ class backend {
   virtual submit_result submit(backend_request request) = 0;
   /// Ends the request at the next step with finish_kind::cancelled (no-op
   /// when it has finished).
-  virtual void cancel(request_handle handle) = 0;
+  virtual void cancel(request_id handle) = 0;
   /// Cancels every request, queued or running.
   virtual void cancel_all() = 0;
   virtual backend_stats stats() const = 0;

@@ -95,7 +95,7 @@ class engine_backend final : public gguf_backend {
     return out;
   }
 
-  void cancel(request_handle handle) override { engine_.cancel(handle); }
+  void cancel(request_id handle) override { engine_.cancel(handle); }
   void cancel_all() override { engine_.cancel_all(); }
 
   backend_stats stats() const override {

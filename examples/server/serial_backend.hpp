@@ -98,7 +98,7 @@ class serial_backend final : public gguf_backend {
     {
       std::lock_guard lock(mutex_);
       out.handle = last_handle_ + 1;
-      last_handle_ += static_cast<request_handle>(n);
+      last_handle_ += static_cast<request_id>(n);
       if (out.status == submit_status::accepted && stopping_) out.status = submit_status::shutting_down;
       if (out.status == submit_status::accepted && n_queued_ + n > options_.max_queue)
         out.status = submit_status::queue_full;
@@ -118,7 +118,7 @@ class serial_backend final : public gguf_backend {
     return out;
   }
 
-  void cancel(request_handle handle) override {
+  void cancel(request_id handle) override {
     std::unique_lock lock(mutex_);
     const auto it = std::find_if(queue_.begin(), queue_.end(), [&](const job& j) { return j.contains(handle); });
     if (it == queue_.end()) {
@@ -128,11 +128,11 @@ class serial_backend final : public gguf_backend {
     cancelled_.insert(handle);
     // A queued request whose samples are all cancelled ends now.
     for (std::size_t i = 0; i < it->n(); ++i)
-      if (!cancelled_.contains(it->handle + static_cast<request_handle>(i))) return;
+      if (!cancelled_.contains(it->handle + static_cast<request_id>(i))) return;
     job j = std::move(*it);
     queue_.erase(it);
     n_queued_ -= j.n();
-    for (std::size_t i = 0; i < j.n(); ++i) cancelled_.erase(j.handle + static_cast<request_handle>(i));
+    for (std::size_t i = 0; i < j.n(); ++i) cancelled_.erase(j.handle + static_cast<request_id>(i));
     lock.unlock();
     for (std::size_t i = 0; i < j.n(); ++i) finish(j, i, finish_kind::cancelled, 0);
   }
@@ -144,8 +144,8 @@ class serial_backend final : public gguf_backend {
       dropped.swap(queue_);
       n_queued_ = 0;
       for (const auto& j : dropped)
-        for (std::size_t i = 0; i < j.n(); ++i) cancelled_.erase(j.handle + static_cast<request_handle>(i));
-      for (std::size_t i = 0; i < running_.n(); ++i) cancelled_.insert(running_.handle + static_cast<request_handle>(i));
+        for (std::size_t i = 0; i < j.n(); ++i) cancelled_.erase(j.handle + static_cast<request_id>(i));
+      for (std::size_t i = 0; i < running_.n(); ++i) cancelled_.insert(running_.handle + static_cast<request_id>(i));
     }
     for (auto& j : dropped)
       for (std::size_t i = 0; i < j.n(); ++i) finish(j, i, finish_kind::cancelled, 0);
@@ -164,22 +164,22 @@ class serial_backend final : public gguf_backend {
   static constexpr std::size_t block_tokens = 16;
 
   struct job {
-    request_handle handle = 0;  // of sample 0
+    request_id handle = 0;  // of sample 0
     backend_request request;
     llmkit::sampling::runtime_chain chain;
     std::size_t n() const { return std::max<std::size_t>(request.n, 1); }
-    bool contains(request_handle h) const {
-      return handle != 0 && h >= handle && h < handle + static_cast<request_handle>(n());
+    bool contains(request_id h) const {
+      return handle != 0 && h >= handle && h < handle + static_cast<request_id>(n());
     }
   };
 
   /// Handles of the job on the worker (handle 0: none).
   struct running_span {
-    request_handle handle = 0;
+    request_id handle = 0;
     std::size_t count = 0;
     std::size_t n() const { return count; }
-    bool contains(request_handle h) const {
-      return handle != 0 && h >= handle && h < handle + static_cast<request_handle>(count);
+    bool contains(request_id h) const {
+      return handle != 0 && h >= handle && h < handle + static_cast<request_id>(count);
     }
   };
 
@@ -212,7 +212,7 @@ class serial_backend final : public gguf_backend {
         }
         run(j, i);
         std::lock_guard lock(mutex_);
-        cancelled_.erase(j.handle + static_cast<request_handle>(i));
+        cancelled_.erase(j.handle + static_cast<request_id>(i));
         kv_blocks_used_ = 0;
       }
       std::lock_guard lock(mutex_);
@@ -225,14 +225,14 @@ class serial_backend final : public gguf_backend {
     kv_blocks_used_ = (n_tokens + block_tokens - 1) / block_tokens;
   }
 
-  bool cancelled(request_handle h) {
+  bool cancelled(request_id h) {
     std::lock_guard lock(mutex_);
     return cancelled_.contains(h);
   }
 
   void run(const job& j, std::size_t index) {
     const backend_request& r = j.request;
-    const request_handle handle = j.handle + static_cast<request_handle>(index);
+    const request_id handle = j.handle + static_cast<request_id>(index);
     std::size_t n_generated = 0;
     if (cancelled(handle)) return finish(j, index, finish_kind::cancelled, 0);
     try {
@@ -300,9 +300,9 @@ class serial_backend final : public gguf_backend {
   std::deque<job> queue_;
   std::size_t n_queued_ = 0;        // samples in queue_
   std::size_t running_waiting_ = 0; // samples of the running job not started yet
-  request_handle last_handle_ = 0;
+  request_id last_handle_ = 0;
   running_span running_;
-  std::set<request_handle> cancelled_;  // cancelled samples not finished yet
+  std::set<request_id> cancelled_;  // cancelled samples not finished yet
   bool stopping_ = false;
   std::size_t kv_blocks_used_ = 0;
   std::thread worker_;

@@ -106,7 +106,7 @@ struct generation {
 
   std::mutex mutex;
   std::condition_variable changed;
-  std::vector<request_handle> handles;
+  std::vector<request_id> handles;
   std::vector<choice_result> choices;
   std::vector<bool> started;
   std::vector<steady::time_point> last_token;
@@ -121,13 +121,13 @@ struct generation {
   bool finished() const { return n_finished == choices.size(); }
 
   void cancel_all() {
-    std::vector<request_handle> hs;
+    std::vector<request_id> hs;
     {
       std::lock_guard lock(mutex);
       if (finished()) return;
       hs = handles;
     }
-    for (const request_handle h : hs) state.model.cancel(h);
+    for (const request_id h : hs) state.model.cancel(h);
   }
 
   // On the backend's thread.
@@ -226,7 +226,7 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
   }
   {
     std::lock_guard lock(gen->mutex);
-    for (std::size_t i = 0; i < r.n; ++i) gen->handles.push_back(sub.handle + static_cast<request_handle>(i));
+    for (std::size_t i = 0; i < r.n; ++i) gen->handles.push_back(sub.handle + static_cast<request_id>(i));
   }
   s.metrics.record_prompt(n_prompt);
 

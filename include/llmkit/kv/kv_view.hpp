@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <span>
 
+#include "llmkit/core/ids.hpp"
+
 namespace llmkit::kv {
 
 /// Identifies a sequence inside a cache.
@@ -75,7 +77,7 @@ concept kv_cache = kv_readable<C> && requires(C& c, seq_id s, std::size_t layer,
 /// `grow(s, [n] tokens)`: `prefix_cache` needs them to publish full blocks by
 /// content. Its plain `grow(s, n)` reserves slots of unknown ids instead.
 template <class C>
-concept token_tracking_cache = kv_cache<C> && requires(C& c, seq_id s, std::span<const std::int32_t> tokens) {
+concept token_tracking_cache = kv_cache<C> && requires(C& c, seq_id s, std::span<const token_id> tokens) {
   { c.grow(s, tokens) } -> std::same_as<bool>;
 };
 
@@ -84,7 +86,7 @@ concept token_tracking_cache = kv_cache<C> && requires(C& c, seq_id s, std::span
 /// `grow(s, n)` otherwise. Models call this rather than `grow(s, n)`.
 /// Returns false, with nothing changed, when the cache has no room.
 template <kv_cache C>
-bool grow_with_tokens(C& c, seq_id s, std::span<const std::int32_t> tokens) {
+bool grow_with_tokens(C& c, seq_id s, std::span<const token_id> tokens) {
   if constexpr (token_tracking_cache<C>)
     return c.grow(s, tokens);
   else

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
 #include "llmkit/kv/block_pool.hpp"
 #include "llmkit/kv/cache_usage.hpp"
 #include "llmkit/kv/kv_view.hpp"
@@ -49,9 +50,9 @@ namespace llmkit::kv {
 /// The default block key: 64-bit mix of the parent key and the token ids.
 struct token_block_hash {
   /// `[BlockSize] tokens`
-  std::uint64_t operator()(std::uint64_t parent, std::span<const std::int32_t> tokens) const noexcept {
+  std::uint64_t operator()(std::uint64_t parent, std::span<const token_id> tokens) const noexcept {
     std::uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
-    for (std::int32_t t : tokens) {
+    for (token_id t : tokens) {
       h ^= static_cast<std::uint32_t>(t);
       h *= 0xbf58476d1ce4e5b9ull;
       h ^= h >> 31;
@@ -121,7 +122,7 @@ class prefix_cache {
   /// blocks are reused. The new sequence holds n_cached_tokens tokens; the
   /// caller grows it by prompt[n_cached_tokens:] and prefills those.
   /// nullopt when max_sequences are live.
-  std::optional<prefix_hit> add_sequence(std::span<const std::int32_t> prompt) {
+  std::optional<prefix_hit> add_sequence(std::span<const token_id> prompt) {
     ++stats_.n_lookups;
     std::vector<block_id> blocks;
     std::vector<std::uint64_t> keys;
@@ -145,7 +146,7 @@ class prefix_cache {
   /// of BlockSize, at most `[n] prompt`'s n - 1), without adding a sequence
   /// or touching the LRU order: a scheduler asks it before admitting a
   /// request, to plan only the prefill of the rest.
-  std::size_t match(std::span<const std::int32_t> prompt) const {
+  std::size_t match(std::span<const token_id> prompt) const {
     std::size_t n_blocks = 0;
     walk(prompt, [&](std::uint64_t, block_id) { ++n_blocks; });
     return n_blocks * BlockSize;
@@ -215,7 +216,7 @@ class prefix_cache {
   /// publish blocks). Evicts unreferenced published blocks (LRU) when the
   /// free list is short. Returns false, with no sequence changed and nothing
   /// evicted, when even eviction cannot free enough blocks.
-  bool grow(seq_id s, std::span<const std::int32_t> tokens) {
+  bool grow(seq_id s, std::span<const token_id> tokens) {
     state& st = state_of(s, "grow");
     if (!make_room(paged_.blocks_needed(s, tokens.size()))) return false;
     const bool grown = paged_.grow(s, tokens.size());
@@ -254,7 +255,7 @@ class prefix_cache {
     while (st.keys.size() < n_full) {
       const std::size_t i = st.keys.size();
       const std::uint64_t parent = i == 0 ? root_key : st.keys.back();
-      const auto tokens = std::span<const std::int32_t>(st.tokens).subspan(i * BlockSize, BlockSize);
+      const auto tokens = std::span<const token_id>(st.tokens).subspan(i * BlockSize, BlockSize);
       const std::uint64_t key = hash_(parent, tokens);
       const auto it = entries_.find(key);
       if (it != entries_.end()) {
@@ -263,7 +264,7 @@ class prefix_cache {
         if (it->second.parent != parent || !std::equal(tokens.begin(), tokens.end(), it->second.tokens.begin()))
           return;
       } else if (!by_block_.contains(table[i])) {
-        entry e{table[i], parent, std::vector<std::int32_t>(tokens.begin(), tokens.end()), 0};
+        entry e{table[i], parent, std::vector<token_id>(tokens.begin(), tokens.end()), 0};
         paged_.retain_block(e.block);
         by_block_.emplace(e.block, key);
         entries_.emplace(key, std::move(e));
@@ -302,11 +303,11 @@ class prefix_cache {
   struct entry {
     block_id block;
     std::uint64_t parent;
-    std::vector<std::int32_t> tokens;
+    std::vector<token_id> tokens;
     std::uint64_t last_use;
   };
   struct state {
-    std::vector<std::int32_t> tokens;  // ids of the first tokens.size() tokens (a prefix of the sequence)
+    std::vector<token_id> tokens;  // ids of the first tokens.size() tokens (a prefix of the sequence)
     std::vector<std::uint64_t> keys;   // keys of the first keys.size() full blocks (published or found)
     bool tracking = true;              // new token ids are recorded
   };
@@ -318,7 +319,7 @@ class prefix_cache {
   }
 
   typename std::unordered_map<std::uint64_t, entry>::const_iterator find(std::uint64_t parent,
-                                                                        std::span<const std::int32_t> tokens) const {
+                                                                        std::span<const token_id> tokens) const {
     const auto it = entries_.find(hash_(parent, tokens));
     if (it == entries_.end() || it->second.parent != parent ||
         !std::equal(tokens.begin(), tokens.end(), it->second.tokens.begin()))
@@ -329,7 +330,7 @@ class prefix_cache {
   // Calls on_block(key, block) for each block of the longest published
   // prefix of `prompt`, leaving at least one token unmatched.
   template <class OnBlock>
-  void walk(std::span<const std::int32_t> prompt, OnBlock&& on_block) const {
+  void walk(std::span<const token_id> prompt, OnBlock&& on_block) const {
     const std::size_t max_blocks = prompt.empty() ? 0 : (prompt.size() - 1) / BlockSize;
     std::uint64_t parent = root_key;
     for (std::size_t i = 0; i < max_blocks; ++i) {

@@ -147,7 +147,7 @@ class engine {
     {
       std::lock_guard lock(mutex_);
       out.handle = next_handle_;
-      next_handle_ += static_cast<request_handle>(n);
+      next_handle_ += static_cast<request_id>(n);
       n_submitted_ += n;
       if (out.status == submit_status::accepted) {
         if (!accepting_) {
@@ -263,7 +263,7 @@ class engine {
   /// Cancels request `handle` at the next step (its finish event, kind
   /// cancelled, carries the text so far; its KV blocks are freed then).
   /// Callable from any thread; a finished or unknown handle is ignored.
-  void cancel(request_handle handle) {
+  void cancel(request_id handle) {
     {
       std::lock_guard lock(mutex_);
       cancels_.push_back(handle);
@@ -370,7 +370,7 @@ class engine {
 
  private:
   struct submission {
-    request_handle handle;
+    request_id handle;
     generation_request request;
     sampling::runtime_chain chain;
     // A prefilled request's given tokens, KV buffer and staging blocks.
@@ -389,7 +389,7 @@ class engine {
     request_usage usage;
     bool admitted = false;
     std::size_t index = 0;                      // sample index of an n > 1 request
-    std::vector<request_handle> pending_forks;  // samples to fork when the prompt's logits are sampled
+    std::vector<request_id> pending_forks;  // samples to fork when the prompt's logits are sampled
     bool awaiting_fork = false;                 // a sample not yet in the scheduler
     std::vector<std::byte> kv;                  // a prefilled request's buffer until imported
     std::int64_t staged_blocks = 0;             // staging blocks it holds until then
@@ -403,7 +403,7 @@ class engine {
   };
   // A sample forked from its prompt's row in this step.
   struct fork_job {
-    request_handle handle;
+    request_id handle;
     std::optional<kv::seq_id> seq;
     row_result row;
   };
@@ -435,7 +435,7 @@ class engine {
   static void send_rejection(const generation_request& request, const submit_result& out, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       stream_event e;
-      e.handle = out.handle + static_cast<request_handle>(i);
+      e.handle = out.handle + static_cast<request_id>(i);
       e.index = i;
       e.type = event_type::finish;
       e.finish = finish_kind::error;
@@ -490,7 +490,7 @@ class engine {
 
   bool step_once() {
     std::vector<submission> incoming;
-    std::vector<request_handle> cancels;
+    std::vector<request_id> cancels;
     bool cancel_everything = false;
     {
       std::lock_guard lock(mutex_);
@@ -501,12 +501,12 @@ class engine {
       cancel_all_ = false;
     }
     for (submission& s : incoming) enqueue(std::move(s));
-    for (request_handle h : cancels) cancel_now(h);
+    for (request_id h : cancels) cancel_now(h);
     if (cancel_everything) {
-      std::vector<request_handle> all;
+      std::vector<request_id> all;
       for (const auto& [h, r] : live_) all.push_back(h);
       std::sort(all.begin(), all.end());
-      for (request_handle h : all) cancel_now(h);
+      for (request_id h : all) cancel_now(h);
     }
     bool worked = false;
     if (!sched_.idle()) {
@@ -527,7 +527,7 @@ class engine {
     if (!s.given.empty()) return enqueue_prefilled(std::move(s));
     const std::size_t n = std::max<std::size_t>(s.request.n, 1);
     for (std::size_t i = 0; i < n; ++i) {
-      const request_handle h = s.handle + static_cast<request_handle>(i);
+      const request_id h = s.handle + static_cast<request_id>(i);
       live_request l;
       l.n_prompt = s.request.prompt.size();
       l.context = s.request.prompt;
@@ -538,13 +538,13 @@ class engine {
       l.request.stream = s.request.stream + i;
       l.index = i;
       if (i == 0) {
-        for (std::size_t j = 1; j < n; ++j) l.pending_forks.push_back(s.handle + static_cast<request_handle>(j));
+        for (std::size_t j = 1; j < n; ++j) l.pending_forks.push_back(s.handle + static_cast<request_id>(j));
         try {
           sched_.submit(scheduler_request(h, l));
         } catch (const std::exception& e) {  // validated at submit; kept for safety
           for (std::size_t j = 0; j < n; ++j) {
             l.index = j;
-            deliver_finish(s.handle + static_cast<request_handle>(j), l, finish_kind::error, std::nullopt, e.what());
+            deliver_finish(s.handle + static_cast<request_id>(j), l, finish_kind::error, std::nullopt, e.what());
           }
           return;
         }
@@ -567,7 +567,7 @@ class engine {
     l.request = std::move(s.request);
     l.kv = std::move(s.kv);
     l.staged_blocks = s.staged_blocks;
-    const request_handle h = s.handle;
+    const request_id h = s.handle;
     const auto it = live_.emplace(h, std::move(l)).first;
     for (std::size_t i = 0; i < s.given.size(); ++i) {
       row_result r;
@@ -628,7 +628,7 @@ class engine {
     l.staged_blocks = 0;
   }
 
-  static sched::request scheduler_request(request_handle h, const live_request& l) {
+  static sched::request scheduler_request(request_id h, const live_request& l) {
     sched::request r;
     r.id = h;
     r.prompt = l.request.prompt;
@@ -639,7 +639,7 @@ class engine {
   // Sample 0 ended before its prompt's logits were sampled: its samples run
   // as requests of their own (prefix reuse still shares the prompt).
   void release_forks(live_request& l) {
-    for (request_handle h : l.pending_forks) {
+    for (request_id h : l.pending_forks) {
       const auto it = live_.find(h);
       if (it == live_.end()) continue;
       it->second.awaiting_fork = false;
@@ -648,7 +648,7 @@ class engine {
     l.pending_forks.clear();
   }
 
-  void cancel_now(request_handle h) {
+  void cancel_now(request_id h) {
     const auto it = live_.find(h);
     if (it == live_.end()) return;
     sched_.cancel(h);
@@ -656,10 +656,10 @@ class engine {
   }
 
   void fail_all(const std::string& message) {
-    std::vector<request_handle> all;
+    std::vector<request_id> all;
     for (const auto& [h, r] : live_) all.push_back(h);
     std::sort(all.begin(), all.end());
-    for (request_handle h : all) {
+    for (request_id h : all) {
       sched_.cancel(h);
       finish(live_.find(h), finish_kind::error, std::nullopt, message);
     }
@@ -691,7 +691,7 @@ class engine {
     const auto n_reused = static_cast<std::size_t>(first_pos);
     if constexpr (prefix_reusing_cache<Cache>) {
       if (options_.reuse == prefix_reuse::enabled) {
-        const auto hit = cache_.add_sequence(std::span<const std::int32_t>(l.context));
+        const auto hit = cache_.add_sequence(std::span<const token_id>(l.context));
         LLMKIT_CHECK(hit.has_value(), "engine: the cache holds its maximum number of sequences");
         seq = hit->seq;
         LLMKIT_CHECK(hit->n_cached_tokens >= n_reused, "engine: the prefix cache found ", hit->n_cached_tokens,
@@ -770,7 +770,7 @@ class engine {
     for (std::size_t k = 0; k < rows.size(); ++k) {
       live_request& l = live_.at(rows[k]);
       if (l.pending_forks.empty() || l.context.size() != l.n_prompt) continue;
-      for (request_handle h : l.pending_forks) {
+      for (request_id h : l.pending_forks) {
         const auto c = live_.find(h);
         if (c == live_.end()) continue;
         fork_job job{h, cache_.fork(*l.seq), {}};
@@ -851,10 +851,10 @@ class engine {
   // scheduler or the caller checked; stop strings are checked here) or the
   // row failed. `in_scheduler`: the scheduler still holds the request (it is
   // cancelled there when it ends). Returns true when the request goes on.
-  bool accept_token(typename std::unordered_map<request_handle, live_request>::iterator it, row_result& r,
+  bool accept_token(typename std::unordered_map<request_id, live_request>::iterator it, row_result& r,
                     std::optional<finish_reason> by_tokens, scheduled in_scheduler, origin from) {
     LLMKIT_ASSERT(it != live_.end());
-    const request_handle id = it->first;
+    const request_id id = it->first;
     live_request& l = it->second;
     auto end = [&](finish_kind kind, std::optional<finish_reason> reason, std::string error = {}) {
       if (in_scheduler == scheduled::yes) sched_.cancel(id);
@@ -907,7 +907,7 @@ class engine {
     }
   }
 
-  void deliver_finish(request_handle h, live_request& l, finish_kind kind, std::optional<finish_reason> reason,
+  void deliver_finish(request_id h, live_request& l, finish_kind kind, std::optional<finish_reason> reason,
                       std::string error = {}) {
     stream_event e;
     e.handle = h;
@@ -923,10 +923,10 @@ class engine {
   }
 
   // Ends a live request: frees its sequence, sends its finish event.
-  void finish(typename std::unordered_map<request_handle, live_request>::iterator it, finish_kind kind,
+  void finish(typename std::unordered_map<request_id, live_request>::iterator it, finish_kind kind,
               std::optional<finish_reason> reason, std::string error = {}) {
     live_request l = std::move(it->second);
-    const request_handle h = it->first;
+    const request_id h = it->first;
     live_.erase(it);
     release_forks(l);
     if (l.seq) cache_.free(*l.seq);
@@ -963,7 +963,7 @@ class engine {
 
   // Step thread only.
   sched::scheduler sched_;
-  std::unordered_map<request_handle, live_request> live_;
+  std::unordered_map<request_id, live_request> live_;
   model::batch_builder batch_;
   std::vector<sampling::candidates> workspaces_;
   std::vector<row_result> results_;
@@ -976,11 +976,11 @@ class engine {
   mutable std::condition_variable idle_cv_;
   std::vector<submission> inbox_;
   std::size_t inbox_requests_ = 0;  // samples in inbox_
-  std::vector<request_handle> cancels_;
+  std::vector<request_id> cancels_;
   bool cancel_all_ = false;
   bool accepting_ = true;
   bool stop_requested_ = false;
-  request_handle next_handle_ = 1;
+  request_id next_handle_ = 1;
   std::uint64_t n_submitted_ = 0, n_rejected_ = 0, n_rejected_queue_full_ = 0, n_rejected_staging_full_ = 0;
   std::int64_t staging_used_ = 0;  // staging blocks of accepted prefilled requests not imported yet
   engine_stats published_;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 
+#include "llmkit/core/ids.hpp"
 #include "llmkit/kv/block_pool.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/kv/prefix_cache.hpp"
@@ -38,7 +39,7 @@ concept engine_cache = kv::kv_cache<C> && requires(C& c, const C& cc, kv::seq_id
 template <class C>
 concept prefix_reusing_cache =
     engine_cache<C> && kv::token_tracking_cache<C> &&
-    requires(C& c, const C& cc, kv::seq_id s, std::size_t n, std::span<const std::int32_t> tokens) {
+    requires(C& c, const C& cc, kv::seq_id s, std::size_t n, std::span<const token_id> tokens) {
       { c.add_sequence(tokens) } -> std::same_as<std::optional<kv::prefix_hit>>;
       { cc.match(tokens) } -> std::convertible_to<std::size_t>;
       c.commit(s);

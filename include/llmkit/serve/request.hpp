@@ -21,10 +21,6 @@
 
 namespace llmkit::serve {
 
-/// Identifies a submitted request for its whole life (never reused by one
-/// engine).
-using request_handle = std::int64_t;
-
 /// How a request ended, in OpenAI's terms.
 enum class finish_kind : std::uint8_t {
   stop,       ///< EOS, a stop sequence or a stop string
@@ -82,7 +78,8 @@ struct request_usage {
 /// the next tokens decide it (so a token event's text may be empty, and the
 /// finish event may carry the rest).
 struct stream_event {
-  request_handle handle = 0;
+  /// The request's id (sample 0's handle + index); never reused by one engine.
+  request_id handle = 0;
   /// Which of the request's `n` samples (0 for n = 1).
   std::size_t index = 0;
   event_type type = event_type::token;
@@ -181,7 +178,7 @@ enum class submit_status : std::uint8_t {
 struct submit_result {
   /// Handle of sample 0; sample i of `n` has `handle + i` (0 after
   /// `staging_full`: no handle was given).
-  request_handle handle = 0;
+  request_id handle = 0;
   submit_status status = submit_status::accepted;
   /// Why it was rejected (empty when accepted).
   std::string message;
