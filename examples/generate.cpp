@@ -23,6 +23,7 @@
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/tokenizer.hpp>
 #include <llmkit/sampling/candidates.hpp>
+#include <llmkit/sampling/chain.hpp>
 #include <llmkit/sampling/context.hpp>
 #include <llmkit/sampling/runtime_chain.hpp>
 #include <llmkit/simd/arch.hpp>
@@ -169,13 +170,9 @@ int main(int argc, char** argv) {
     const auto chain = llmkit::sampling::runtime_chain::parse(chain_text.empty() ? chain_config(so) : chain_text);
     llmkit::sampling::sampling_state state(seed, 0, prompt_ids);
     llmkit::sampling::candidates cands;
-    std::vector<float> row(c.n_vocab);
     auto sample = [&](llmkit::matrix_view<const float> logits) {
-      std::copy(logits.row(0).begin(), logits.row(0).end(), row.begin());
-      cands.reset(row);
-      const auto ctx = state.context();
-      chain.apply(cands, ctx);
-      const llmkit::token_id t = chain.sample(cands, ctx).token;
+      // The runtime chain is both the processors and the sampler.
+      const llmkit::token_id t = llmkit::sampling::sample_row(logits.row(0), state.context(), chain, chain, cands).token;
       state.accept(t);
       return t;
     };

@@ -241,7 +241,6 @@ class serial_backend final : public gguf_backend {
       const llmkit::kv::seq_id seq = *cache.add_sequence();
       llmkit::sampling::sampling_state state(r.seed, r.stream + index, r.prompt);
       llmkit::sampling::candidates cands;
-      std::vector<float> row(info_.n_vocab);
       std::vector<llmkit::sampling::token_logprob> top(r.top_logprobs);
       std::vector<token_id> generated;
       std::string text;            // decoded output so far (cut at a stop string)
@@ -252,8 +251,7 @@ class serial_backend final : public gguf_backend {
       auto logits = model_.forward(b.view(), cache, pool_);
       while (true) {
         set_kv_tokens(cache.n_tokens(seq));
-        std::copy(logits.row(0).begin(), logits.row(0).end(), row.begin());
-        cands.reset(row);
+        cands.reset_copy(logits.row(0));
         const auto ctx = state.context();
         j.chain.apply(cands, ctx);
         backend_event e{.index = index};
