@@ -342,15 +342,18 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
   return r;
 }
 
-const char* object_name(api_kind kind, bool chunk) {
+// Whether a response is sent whole or as one chunk of a stream.
+enum class response_part : bool { whole, chunk };
+
+const char* object_name(api_kind kind, response_part part) {
   if (kind == api_kind::completions) return "text_completion";
-  return chunk ? "chat.completion.chunk" : "chat.completion";
+  return part == response_part::chunk ? "chat.completion.chunk" : "chat.completion";
 }
 
 ordered_json chunk_head(api_kind kind, const response_header& h) {
   ordered_json j;
   j["id"] = h.id;
-  j["object"] = object_name(kind, true);
+  j["object"] = object_name(kind, response_part::chunk);
   j["created"] = h.created;
   j["model"] = h.model;
   return j;
@@ -594,7 +597,7 @@ std::string completion_response(api_kind kind, const response_header& h, const s
                                 const usage_counts& usage, bool with_logprobs) {
   ordered_json j;
   j["id"] = h.id;
-  j["object"] = object_name(kind, false);
+  j["object"] = object_name(kind, response_part::whole);
   j["created"] = h.created;
   j["model"] = h.model;
   ordered_json list = ordered_json::array();

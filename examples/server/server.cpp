@@ -120,6 +120,9 @@ struct generation {
 
   bool finished() const { return n_finished == choices.size(); }
 
+  /// What add_piece puts in the answer: the piece's text, or its token and logprobs too.
+  enum class piece_content : bool { text, text_and_logprobs };
+
   void cancel_all() {
     std::vector<request_id> hs;
     {
@@ -153,9 +156,9 @@ struct generation {
         piece.logprob = e.logprob;
         for (const auto& [t, lp] : e.top_logprobs) piece.top.push_back({t, state.model.token_text(t), lp});
       }
-      add_piece(index, piece, with_logprobs);
+      add_piece(index, piece, with_logprobs ? piece_content::text_and_logprobs : piece_content::text);
     } else {
-      if (!e.text.empty()) add_piece(index, piece, false);
+      if (!e.text.empty()) add_piece(index, piece, piece_content::text);
       choices[index].finish = e.finish;
       state.metrics.record_finish(e.finish);
       if (e.finish == finish_kind::error && !failure) failure = internal_error("generation failed: " + e.error);
@@ -173,7 +176,8 @@ struct generation {
     changed.notify_all();
   }
 
-  void add_piece(std::size_t index, const token_piece& piece, bool keep_token) {
+  void add_piece(std::size_t index, const token_piece& piece, piece_content content) {
+    const bool keep_token = content == piece_content::text_and_logprobs;
     if (stream) {
       if (!piece.text.empty() || keep_token) out.push_back(sse_event(piece_chunk(kind, header, index, piece, keep_token)));
       return;

@@ -629,7 +629,7 @@ void truncate_by_mass(candidates& c, const Score& score, double fraction, std::s
   grow(s.keys, n);
   for (std::size_t i = 0; i < n; ++i) s.keys[i] = score.key(values[i]);
   const selection sel = weighted_select({s.keys.data(), n}, weights, [&](std::size_t i) { return c.token(i); },
-                                        fraction, true, s);
+                                        fraction, select_target::fraction_of_total, s);
   if (sel.keep_all_) return;
   keep_up_to<Arch>(c, score,
                    mass_boundary{.score_ = score.score_of_key(sel.key_),

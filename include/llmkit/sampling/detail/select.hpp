@@ -52,12 +52,18 @@ inline void descending_keys(std::span<const float> values, std::span<std::uint32
   for (std::size_t i = 0; i < values.size(); ++i) keys[i] = descending_key(values[i]);
 }
 
+/// How weighted_select reads its target.
+enum class select_target : std::uint8_t {
+  absolute,           ///< a summed weight (a count with unit weights)
+  fraction_of_total,  ///< a fraction of the total weight
+};
+
 /// Shortest prefix of (key asc, token asc) with summed weight >= target
-/// (target * total weight when `relative`). `[n] keys`, `[n] weights` (empty
-/// for unit weights), token(i) the token of entry i.
+/// (target * total weight for `fraction_of_total`). `[n] keys`, `[n] weights`
+/// (empty for unit weights), token(i) the token of entry i.
 template <class TokenFn>
 selection weighted_select(std::span<const std::uint32_t> keys, std::span<const float> weights, TokenFn&& token,
-                          double target, bool relative, scratch_buffers& scratch) {
+                          double target, select_target target_kind, scratch_buffers& scratch) {
   const std::size_t n = keys.size();
   const bool unit = weights.empty();
   auto weight = [&](std::size_t i) -> double { return unit ? 1.0 : static_cast<double>(weights[i]); };
@@ -88,7 +94,7 @@ selection weighted_select(std::span<const std::uint32_t> keys, std::span<const f
   }
   double total = 0.0;
   for (double w : hist_w) total += w;
-  double goal = relative ? target * total : target;
+  double goal = target_kind == select_target::fraction_of_total ? target * total : target;
   if (goal >= total) {
     result.keep_all_ = true;
     result.n_keep_ = n;
@@ -244,7 +250,7 @@ inline std::span<const std::uint32_t> top_k_indices(candidates& c, std::size_t k
     descending_keys(values, std::span<std::uint32_t>(out.data(), n));
     const selection sel = weighted_select(std::span<const std::uint32_t>(out.data(), n), {},
                                           [&](std::size_t i) { return c.token(i); }, static_cast<double>(k),
-                                          false, s);
+                                          select_target::absolute, s);
     std::size_t w = 0;
     for (std::size_t i = 0; i < n; ++i)
       if (sel.keeps(out[i], c.token(i))) out[w++] = static_cast<std::uint32_t>(i);
