@@ -22,6 +22,7 @@
 #include "llmkit/core/executor.hpp"
 #include "llmkit/model/detail/matmul_kernels.hpp"
 #include "llmkit/model/llama.hpp"
+#include "llmkit/model/tuning.hpp"
 #include "llmkit/simd/exp.hpp"
 #include "llmkit/simd/rmsnorm.hpp"
 #include "llmkit/simd/rope.hpp"

@@ -35,6 +35,7 @@
 #include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/core/dtype.hpp"
+#include "llmkit/model/tuning.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/convert.hpp"
 #include "llmkit/simd/detail/hadd16.hpp"
@@ -45,32 +46,17 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-/// Products below this many multiply-adds run on the calling thread: waking
-/// a worker (~5-20 us) costs more than they do. 2^16 multiply-adds of f32
-/// weights is 256 KiB of W, ~25 us at one core's DRAM bandwidth.
-inline constexpr double matmul_parallel_min_work = 1 << 16;
-
 /// Tokens and output rows per register tile of a compute-bound product
 /// (prefill, and streaming products of more than 8 tokens): 4 x 6 = 24
 /// accumulators + 4 token registers + 1 weight register of the 32 AVX-512
-/// registers, 2.4 FMAs per load (a 4 x 4 tile reaches only 2).
+/// registers, 2.4 FMAs per load (a 4 x 4 tile reaches only 2). Set by the
+/// register file and the tail cases below, so not in model/tuning.hpp.
 inline constexpr std::size_t matmul_tile_tokens = 4;
 inline constexpr std::size_t matmul_tile_rows = 6;
 /// Output rows per tile of a streaming product of at most 4 tokens.
 inline constexpr std::size_t matmul_stream_rows = 4;
-
-/// Products of at most this many tokens (decode, speculative verification,
-/// a continuous batch's decode rows) stream W from memory exactly once: for
-/// each strip of output rows, every token tile passes over it while it is in
-/// L1. Larger products (prefill) are compute-bound and block W in L2 instead.
-inline constexpr std::size_t matmul_stream_max_tokens = 32;
-
-/// How far ahead of its loads a streaming product asks for W in L2
-/// (PREFETCHT1), in bytes of W's storage. The hardware streamer alone keeps
-/// only ~8-12 GB/s in flight once a product does several FMAs per W load:
-/// bench_search's BM_synth_verify_pass on the ~100M model went from 1.67 to
-/// ~1.1 decode steps at 8 rows. 12-96 KiB all work; 32 KiB is the middle.
-inline constexpr std::size_t matmul_prefetch_bytes = 32 * 1024;
+static_assert(matmul_tile_tokens == 4 && matmul_tile_rows == 6 && matmul_stream_rows == 4,
+              "the tail cases of matmul_rows, matmul_strip and matmul_stream are written for these tiles");
 
 /// Asks for the cache line `bytes_ahead` past p in L2. A hint: it never
 /// faults, so it may point past the end of W (the address is formed as an
@@ -261,15 +247,11 @@ inline void matmul_stream(const float* x, std::size_t n, std::size_t in, const W
   }
 }
 
-/// Output rows (one dense product's row range for every token): a
-/// streaming product (n <= matmul_stream_max_tokens) reads W once, strip by
-/// strip; a larger one runs matmul_dense_block_rows rows at a time, which
-/// stay in L2 while every token tile passes over them.
-inline constexpr std::size_t matmul_dense_block_rows = 96;
-
 /// Rows [row_first, row_last) of `[n, out] y (row stride y_stride) (+)=
 /// [n, in] x * ([out, in] w)^T`; row_first a multiple of
-/// matmul_dense_block_rows.
+/// matmul_dense_block_rows. A streaming product (n <=
+/// matmul_stream_max_tokens) reads W once, strip by strip; a larger one runs
+/// matmul_dense_block_rows rows at a time.
 template <class Arch, class W>
 void matmul_dense_rows(const float* x, std::size_t n, std::size_t in, const W& w, float* y, std::size_t y_stride,
                        bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {

@@ -21,6 +21,7 @@
 #include "llmkit/model/detail/matmul.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/quants.hpp"
+#include "llmkit/model/tuning.hpp"
 #include "llmkit/simd/arch.hpp"
 
 #include "llmkit/simd/detail/diagnostics.hpp"
@@ -52,13 +53,6 @@ struct f32_strip {
   float at(std::size_t o, std::size_t k) const noexcept { return w[(o - o_base) * in + k]; }
   void prefetch(std::size_t, std::size_t) const noexcept {}
 };
-
-/// Bytes of decoded f32 weights per strip: 32 KiB keeps a streaming
-/// product's strip (decode: at most matmul_stream_max_tokens tokens) in L1
-/// while its token tiles pass over it; a prefill's 256 KiB strip stays in
-/// L2 and is decoded once for all its token tiles.
-inline constexpr std::size_t matmul_strip_bytes_streaming = 32 * 1024;
-inline constexpr std::size_t matmul_strip_bytes_prefill = 256 * 1024;
 
 /// Rows [row_first, row_last) of `[n, out] y (+)= [n, in] x * W^T`.
 template <class Arch, class Block>

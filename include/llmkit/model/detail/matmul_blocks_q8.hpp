@@ -47,6 +47,7 @@
 #include "llmkit/model/detail/matmul_blocks.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
 #include "llmkit/model/quants.hpp"
+#include "llmkit/model/tuning.hpp"
 
 #include "llmkit/simd/detail/diagnostics.hpp"
 
@@ -296,12 +297,6 @@ void for_each_int8_tile(std::size_t n, std::size_t row_first, std::size_t row_la
   for (; o + Wide <= row_last; o += Wide) tokens.template operator()<Wide>(o);
   for (; o < row_last; ++o) tokens.template operator()<1>(o);
 }
-
-/// Bytes of decoded integer weights per strip: a streaming product's strip
-/// stays in L1 while its token tiles pass over it; a prefill's stays in L2
-/// and is decoded once for all its token tiles.
-inline constexpr std::size_t int8_strip_bytes_streaming = 16 * 1024;
-inline constexpr std::size_t int8_strip_bytes_prefill = 128 * 1024;
 
 /// Rows [row_first, row_last) of `[n, out] y (+)= xa * W^T`.
 /// @pre xa.assign_sums(int8_form<Block>::offset) was called

@@ -34,6 +34,7 @@
 #include "llmkit/simd/detail/intrinsics.hpp"
 
 #include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/tuning.hpp"
 #include "llmkit/simd/arch.hpp"
 
 #include "llmkit/simd/detail/diagnostics.hpp"
@@ -42,7 +43,8 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-/// Output rows per panel.
+/// Output rows per panel: the f32 weights' storage layout (four AVX-512
+/// registers per step k), so not in model/tuning.hpp.
 inline constexpr std::size_t matmul_panel_rows = 64;
 
 /// Floats a panel-packed [rows, cols] matrix occupies (rows rounded up to

@@ -39,6 +39,7 @@
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/model/detail/matmul.hpp"
+#include "llmkit/model/tuning.hpp"
 #include "llmkit/simd/arch.hpp"
 #include "llmkit/simd/convert.hpp"
 
@@ -235,9 +236,6 @@ inline void matmul_q8_strip(const q8_activations& xa, const q8_weights& w, float
 #else
 inline constexpr bool matmul_q8_vnni = false;
 #endif
-
-/// Output rows per block a Q8_0 x int8 product is split in.
-inline constexpr std::size_t matmul_q8_block_rows = 64;
 
 /// Rows [row_first, row_last) of y for every token of xa.
 inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
