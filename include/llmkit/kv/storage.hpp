@@ -74,13 +74,6 @@ inline float encode_row(const float* src, T* dst, std::size_t n) {
   }
 }
 
-/// Tokens ahead of the one being stored whose rows `store` prefetches for
-/// writing (`prefetch_for_write`; 0: none). A token's store writes
-/// 2 x n_kv_heads rows to as many places, more write streams than the
-/// hardware prefetchers follow; bf16 stores appended faster without it.
-template <kv_storage T>
-inline constexpr std::size_t store_prefetch_tokens = std::is_same_v<T, bf16> ? 0 : 2;
-
 /// Prefetches the `[n]` storage row at `row` for writing, every cache line.
 template <kv_storage T>
 inline void prefetch_for_write(const T* row, std::size_t n) noexcept {

@@ -14,6 +14,7 @@
 #include "llmkit/kv/cache_usage.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/kv/storage.hpp"
+#include "llmkit/kv/tuning.hpp"
 
 namespace llmkit::kv::detail {
 
