@@ -5,9 +5,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <vector>
 #include <xsimd/xsimd.hpp>
 
+#include <llmkit/attention/head_dims.hpp>
 #include <llmkit/core/dtype.hpp>
 
 #include "reference/attention_reference.hpp"
@@ -20,6 +24,15 @@ inline bool avx2_fma_available() {
   if (xsimd::available_architectures().fma3_avx2 != 0) return true;
   WARN("this CPU has no AVX2 + FMA: skipped");
   return false;
+}
+
+/// The head dims of `wanted` this build compiles kernels for (all of them,
+/// unless LLMKIT_ATTENTION_HEAD_DIMS lists fewer, as the sanitizer build does).
+inline std::vector<std::size_t> compiled_head_dims(std::initializer_list<std::size_t> wanted) {
+  std::vector<std::size_t> dims;
+  for (const std::size_t d : wanted)
+    if (attention::supports_head_dim(d)) dims.push_back(d);
+  return dims;
 }
 
 /// Runs one case on f32, f16, bf16 and int8 caches (`run(T{})` runs it with

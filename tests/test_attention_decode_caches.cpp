@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_checks.hpp"
 #include "reference/attention_reference.hpp"
 
 using namespace llmkit;
@@ -68,7 +69,7 @@ double decode_error(std::size_t head_dim, std::size_t group, const std::vector<s
 template <class T>
 void every_shape(std::uint32_t seed) {
   std::mt19937 rng(seed);
-  for (const std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
+  for (const std::size_t head_dim : llmkit::test::compiled_head_dims({64, 80, 96, 128, 256}))
     for (std::size_t group = 1; group <= 8; ++group) {
       INFO("head_dim = " << head_dim << ", group = " << group);
       // Block boundaries (16, and 32 for int8 with VNNI) +- 1, a single row,

@@ -123,7 +123,7 @@ TEST_CASE("prefill: chunked prefill against long caches (up to 4097 keys)") {
 
 TEST_CASE("prefill: random packed batches, every head_dim and GQA ratio") {
   std::mt19937 rng(12);
-  for (std::size_t head_dim : {8u, 16u, 32u, 64u, 80u, 96u, 112u, 128u, 256u}) {
+  for (std::size_t head_dim : attention::supported_head_dims) {
     for (std::size_t group : {1u, 2u, 3u, 4u, 5u, 8u}) {
       INFO("head_dim = " << head_dim << ", group = " << group);
       prefill_case c;
@@ -152,7 +152,7 @@ TEST_CASE("prefill: register-tile edges, every GQA ratio 1..8 and head_dim 64..2
   // and one above those edges, with every remainder of rows mod 3.
   std::mt19937 rng(17);
   const std::size_t lengths[] = {1, 11, 12, 13, 23, 24, 25, 31, 33, 35, 36, 37, 63, 65};
-  for (std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
+  for (std::size_t head_dim : llmkit::test::compiled_head_dims({64, 80, 96, 128, 256}))
     for (std::size_t group = 1; group <= 8; ++group) {
       prefill_case c;
       c.head_dim = head_dim;
@@ -285,7 +285,7 @@ TEST_CASE("prefill: the AVX2 kernels on every storage type, head_dim and GQA rat
   using avx2 = xsimd::fma3<xsimd::avx2>;
   if (!llmkit::test::avx2_fma_available()) return;
   std::mt19937 rng(42);
-  for (std::size_t head_dim : {64u, 80u, 96u, 128u, 256u})
+  for (std::size_t head_dim : llmkit::test::compiled_head_dims({64, 80, 96, 128, 256}))
     for (std::size_t group : {1u, 3u, 4u, 8u}) {
       INFO("head_dim = " << head_dim << ", group = " << group);
       prefill_case c;
@@ -409,7 +409,7 @@ TEST_CASE("prefill: bad input raises llmkit::error naming the argument") {
   std::vector<float> q48(48), o48(48);
   REQUIRE_THROWS_WITH(
       prefill({.q = q48, .out = o48, .cu_seqlens = cu1, .seq_ids = id0, .layer = 0, .n_heads = 1}, odd),
-      "dispatch: unsupported head_dim (supported: 8 16 32 64 80 96 112 128 256) 48");
+      "dispatch: unsupported head_dim (supported: " + attention::supported_head_dims_text() + ") 48");
   // Nothing was written by a rejected call.
   std::vector<float> untouched(q.size(), 7.0f);
   bad = p;

@@ -149,7 +149,7 @@ TEST_CASE("synthetic: bad options raise llmkit::error") {
   REQUIRE_THROWS_WITH(synthetic_llama(o), "llama_config: n_heads = 3 is not a positive multiple of n_kv_heads = 2");
   o.config = small_config(48, 4, 4, 80, 64);  // head_dim 12
   REQUIRE_THROWS_WITH(synthetic_llama(o), "llama_config: head_dim = 12 is not supported by the attention kernels "
-                                          "(supported: 8 16 32 64 80 96 112 128 256)");
+                                          "(supported: " + attention::supported_head_dims_text() + ")");
   o.config.dim = 64;
   o.config.head_dim = 16;
   REQUIRE_NOTHROW(synthetic_llama(o));
