@@ -39,6 +39,17 @@ using default_arch = xsimd::default_arch;
 template <class Arch>
 inline constexpr bool is_scalar_v = std::is_same_v<Arch, scalar>;
 
+/// A kernel's overload for one instruction set, as xsimd's kernels take it
+/// (`f(..., requires_arch<xsimd::avx2>)`): an arch calls the overload of its
+/// most derived tag, `xsimd::generic` is the fallback.
+template <class A>
+using requires_arch = xsimd::kernel::requires_arch<A>;
+
+/// The xsimd tag that picks Arch's overload of such a kernel: Arch itself,
+/// `xsimd::generic` for `scalar` (call `f(..., kernel_arch<Arch>{})`).
+template <class Arch>
+using kernel_arch = std::conditional_t<std::is_same_v<Arch, scalar>, xsimd::generic, Arch>;
+
 /// Lanes of float per register of Arch (1 for scalar).
 template <class Arch>
 inline constexpr std::size_t float_lanes = [] {

@@ -36,7 +36,6 @@ inline constexpr bool is_block32 = std::is_same_v<Block, block_q4_0> || std::is_
                                    std::is_same_v<Block, block_q5_0> || std::is_same_v<Block, block_q5_1>;
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-inline constexpr bool matmul_blocks32_vnni = true;
 
 /// The 4-bit values of blocks a and b (b null: zeros) in natural order:
 /// a's values 0-31 (low nibbles, then high), then b's.
@@ -192,12 +191,16 @@ void matmul_blocks32_rows(const q8_activations& xa, const block_weights& w, floa
   });
 }
 
-#else
-inline constexpr bool matmul_blocks32_vnni = false;
-// Declared for the branches that test matmul_blocks32_vnni; never instantiated.
+/// int8_block_rows for the 32-value formats on AVX-512 VNNI (xsimd has no VNNI tag:
+/// avx512bw stands for it where the build enables VNNI; without, avx512bw
+/// falls back to the avx512f overload).
 template <class Block>
-void matmul_blocks32_rows(const q8_activations&, const block_weights&, float*, std::size_t, bool, std::size_t,
-                          std::size_t) noexcept;
+  requires is_block32<Block>
+void int8_block_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                     bool accumulate, std::size_t row_first, std::size_t row_last,
+                     simd::requires_arch<xsimd::avx512bw>) noexcept {
+  matmul_blocks32_rows<Block>(xa, w, y, y_stride, accumulate, row_first, row_last);
+}
 #endif
 
 }  // namespace llmkit::model::detail

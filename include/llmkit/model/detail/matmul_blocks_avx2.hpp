@@ -27,9 +27,7 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-#if defined(__AVX2__) && defined(__FMA__) && \
-    !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__))
-inline constexpr bool matmul_blocks_avx2 = true;
+#if defined(__AVX2__) && defined(__FMA__)
 
 /// 32 bits as 32 bytes: 0x10 where bit j of `bits` is set (Q5's fifth bits).
 inline __m256i avx2_bits_to_16s(std::uint32_t bits) noexcept {
@@ -267,12 +265,25 @@ void matmul_blocks_avx2_rows(const q8_activations& xa, const block_weights& w, f
   for (; o < row_last; ++o)
     for (std::size_t t = 0; t < xa.n; ++t) tile.template operator()<1, 1>(t, o);
 }
-#else
-inline constexpr bool matmul_blocks_avx2 = false;
-// Declared for the branches that test matmul_blocks_avx2; never instantiated.
+
+/// int8_block_rows on AVX2 (xsimd::avx2 and fma3<avx2>).
 template <class Block>
-void matmul_blocks_avx2_rows(const q8_activations&, const block_weights&, float*, std::size_t, bool, std::size_t,
-                             std::size_t) noexcept;
+void int8_block_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                     bool accumulate, std::size_t row_first, std::size_t row_last,
+                     simd::requires_arch<xsimd::avx2>) noexcept {
+  matmul_blocks_avx2_rows<Block>(xa, w, y, y_stride, accumulate, row_first, row_last);
+}
+
+#if defined(__AVX512F__)
+/// AVX-512 without VNNI (and the formats VNNI has no kernel for) runs the
+/// AVX2 kernel: xsimd's avx512f does not derive from avx2, so it forwards.
+template <class Block>
+void int8_block_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                     bool accumulate, std::size_t row_first, std::size_t row_last,
+                     simd::requires_arch<xsimd::avx512f>) noexcept {
+  int8_block_rows<Block>(xa, w, y, y_stride, accumulate, row_first, row_last, xsimd::avx2{});
+}
+#endif
 #endif
 
 }  // namespace llmkit::model::detail

@@ -313,6 +313,17 @@ void matmul_blocks_q8_rows(const q8_activations& xa, const block_weights& w, flo
   }
 }
 
+/// Rows [row_first, row_last) of the int8 product on an arch: one overload
+/// per xsimd tag, each next to its kernel (matmul_blocks_avx2.hpp,
+/// matmul_blocks32_vnni.hpp, matmul_kquants_vnni.hpp); this strip kernel is
+/// the fallback. @pre xa.assign_sums(int8_form<Block>::offset) was called
+template <class Block>
+void int8_block_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                     bool accumulate, std::size_t row_first, std::size_t row_last,
+                     simd::requires_arch<xsimd::generic>) {
+  matmul_blocks_q8_rows<Block>(xa, w, y, y_stride, accumulate, row_first, row_last);
+}
+
 }  // namespace llmkit::model::detail
 
 LLMKIT_SIMD_DIAGNOSTICS_END

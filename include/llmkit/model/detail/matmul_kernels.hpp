@@ -119,14 +119,9 @@ void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w
                                 bool accumulate, std::size_t row_first, std::size_t row_last) {
   visit_block(w.type, [&](auto block) {
     using B = decltype(block);
-    if constexpr (matmul_kquants_vnni && is_kquant_block<B>)
-      matmul_kquant_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
-    else if constexpr (matmul_blocks32_vnni && is_block32<B>)
-      matmul_blocks32_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
-    else if constexpr (matmul_blocks_avx2 && !std::is_same_v<B, block_q8_0>)
-      matmul_blocks_avx2_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
-    else if constexpr (!std::is_same_v<B, block_q8_0>)
-      matmul_blocks_q8_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last);
+    // Q8_0 weights take the overload above (matmul_q8.hpp).
+    if constexpr (!std::is_same_v<B, block_q8_0>)
+      int8_block_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last, simd::kernel_arch<Arch>{});
   });
 }
 

@@ -36,7 +36,6 @@ inline constexpr bool is_kquant_block =
     std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-inline constexpr bool matmul_kquants_vnni = true;
 
 /// Group g of a K-quant's 4-bit values: low nibbles of qs[32g..] (values
 /// 0-31), then their high nibbles (values 32-63).
@@ -228,12 +227,16 @@ void matmul_kquant_rows(const q8_activations& xa, const block_weights& w, float*
   });
 }
 
-#else
-inline constexpr bool matmul_kquants_vnni = false;
-// Declared for the branches that test matmul_kquants_vnni; never instantiated.
+/// int8_block_rows for the K-quants on AVX-512 VNNI (xsimd has no VNNI tag:
+/// avx512bw stands for it where the build enables VNNI; without, avx512bw
+/// falls back to the avx512f overload).
 template <class Block>
-void matmul_kquant_rows(const q8_activations&, const block_weights&, float*, std::size_t, bool, std::size_t,
-                        std::size_t) noexcept;
+  requires is_kquant_block<Block>
+void int8_block_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                     bool accumulate, std::size_t row_first, std::size_t row_last,
+                     simd::requires_arch<xsimd::avx512bw>) noexcept {
+  matmul_kquant_rows<Block>(xa, w, y, y_stride, accumulate, row_first, row_last);
+}
 #endif
 
 }  // namespace llmkit::model::detail
