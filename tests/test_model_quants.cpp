@@ -19,6 +19,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,63 @@ void require_same_decoding(ggml_type t, const std::vector<std::byte>& bytes) {
     INFO(type_name(t) << " value " << i << " got " << got[i] << " want " << want);
     REQUIRE(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want));
   }
+}
+
+// The int8-activation product of one token row `[cols] x` by w in block
+// format gt, in double: per output row, the product over the activations as
+// the kernels round them (e), its f32 summation bound, the product over the
+// exact activations and how far their rounding can move it.
+struct int8_oracle {
+  std::vector<double> e, bound, exact, moved;
+
+  int8_oracle(ggml_type gt, const weight_matrix& w, const float* x) {
+    const std::size_t rows = w.rows(), cols = w.cols();
+    // The activations as the product rounds them: per 32 values (per 256
+    // for the K-quants, ggml's Q8_K), scale amax / 127, round to nearest
+    // (ties away from zero).
+    const std::size_t ab = ggml_block_elements(gt) == 256 ? 256 : 32;
+    std::vector<double> xq(cols);
+    double x_abs = 0.0;
+    for (std::size_t b = 0; b < cols / ab; ++b) {
+      float amax = 0.0f;
+      for (std::size_t j = 0; j < ab; ++j) amax = std::max(amax, std::abs(x[ab * b + j]));
+      const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+      for (std::size_t j = 0; j < ab; ++j) {
+        xq[ab * b + j] = double(d) * std::round(x[ab * b + j] * inv);
+        x_abs += std::abs(xq[ab * b + j]);
+      }
+    }
+    for (std::size_t o = 0; o < rows; ++o) {
+      double eo = 0.0, mag = 0.0, ex = 0.0, mv = 0.0, wmax = 0.0;
+      for (std::size_t i = 0; i < cols; ++i) {
+        const double wi = reference::quant_value(gt, w.block_data() + o * w.row_bytes(), i);
+        wmax = std::max(wmax, std::abs(wi));
+        eo += wi * xq[i];
+        mag += std::abs(wi * xq[i]);
+        ex += wi * double(x[i]);
+        mv += std::abs(wi) * std::abs(xq[i] - double(x[i]));
+      }
+      e.push_back(eo);
+      // f32 sums over cols / 4 lane terms whose scaled parts (and the
+      // minimums they cancel) are at most ~2 max|w| per value.
+      bound.push_back(1e-6 + double(cols / 4 + 16) * 1.2e-7 * (mag + 2.0 * wmax * x_abs));
+      exact.push_back(ex);
+      moved.push_back(mv);
+    }
+  }
+};
+
+// `[n, rows] y = quantise([n, cols] x) * w^T` on Arch's int8 kernel, through
+// the entry linear() uses for block formats.
+template <class Arch>
+std::vector<float> int8_product(const weight_matrix& w, const std::vector<float>& x, std::size_t n) {
+  serial_executor serial;
+  model::detail::q8_activations xa;
+  std::vector<float> y(n * w.rows(), 7.0f);
+  model::detail::matmul_blocks_q8<Arch>(serial, x.data(), n,
+                                 model::detail::block_weights{stored_block_type(w.type()), w.block_data(), w.cols()},
+                                 w.rows(), y.data(), w.rows(), false, xa);
+  return y;
 }
 
 }  // namespace
@@ -248,12 +306,6 @@ TEST_CASE("quants: int8-activation products of every block format match the doub
         if (r == 1) std::fill(values.begin(), values.end(), 0.0f);  // all-zero blocks (scale 0)
         w.set_row(r, values);
       }
-      std::vector<double> wd(rows * cols), wmax(rows, 0.0);
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t i = 0; i < cols; ++i) {
-          wd[r * cols + i] = reference::quant_value(gt, w.block_data() + r * w.row_bytes(), i);
-          wmax[r] = std::max(wmax[r], std::abs(wd[r * cols + i]));
-        }
       for (const std::size_t n : {1u, 2u, 3u, 5u, 9u, 33u}) {
         INFO(weight_type_name(wt) << " rows " << rows << " cols " << cols << " n " << n);
         std::vector<float> x(n * cols);
@@ -265,38 +317,14 @@ TEST_CASE("quants: int8-activation products of every block format match the doub
         linear(pool, x, n, w, yp, stride, output_mode::overwrite, activation_type::q8_0);
         linear(serial, x, n, w, acc, stride, output_mode::accumulate, activation_type::q8_0);
         for (std::size_t t = 0; t < n; ++t) {
-          // The activations as the product rounds them: per 32 values (per
-          // 256 for the K-quants, ggml's Q8_K), scale amax / 127, round to
-          // nearest (ties away from zero).
-          const std::size_t ab = k == 256 ? 256 : 32;
-          std::vector<double> xq(cols);
-          double x_abs = 0.0;
-          for (std::size_t b = 0; b < cols / ab; ++b) {
-            float amax = 0.0f;
-            for (std::size_t j = 0; j < ab; ++j) amax = std::max(amax, std::abs(x[t * cols + ab * b + j]));
-            const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
-            for (std::size_t j = 0; j < ab; ++j) {
-              xq[ab * b + j] = double(d) * std::round(x[t * cols + ab * b + j] * inv);
-              x_abs += std::abs(xq[ab * b + j]);
-            }
-          }
+          const int8_oracle expected(gt, w, &x[t * cols]);
           for (std::size_t o = 0; o < rows; ++o) {
-            double e = 0.0, mag = 0.0, exact = 0.0, moved = 0.0;
-            for (std::size_t i = 0; i < cols; ++i) {
-              e += wd[o * cols + i] * xq[i];
-              mag += std::abs(wd[o * cols + i] * xq[i]);
-              exact += wd[o * cols + i] * double(x[t * cols + i]);
-              moved += std::abs(wd[o * cols + i]) * std::abs(xq[i] - double(x[t * cols + i]));
-            }
-            // f32 sums over cols / 4 lane terms whose scaled parts (and the
-            // minimums they cancel) are at most ~2 max|w| per value.
-            const double bound = 1e-6 + double(cols / 4 + 16) * 1.2e-7 * (mag + 2.0 * wmax[o] * x_abs);
             const float got = y[t * stride + o];
-            REQUIRE(std::abs(double(got) - e) <= bound);
+            REQUIRE(std::abs(double(got) - expected.e[o]) <= expected.bound[o]);
             REQUIRE(yp[t * stride + o] == got);  // threads do not change the result
             REQUIRE(std::abs(double(acc[t * stride + o]) - (double(got) + 0.5)) <= 1e-6 * (1.0 + std::abs(got)));
             // Against the exact activations: only their rounding moves the result.
-            REQUIRE(std::abs(double(got) - exact) <= moved + bound);
+            REQUIRE(std::abs(double(got) - expected.exact[o]) <= expected.moved[o] + expected.bound[o]);
           }
           for (std::size_t o = rows; o < stride; ++o) REQUIRE(y[t * stride + o] == 7.0f);  // padding untouched
           std::vector<float> one(rows);  // batch invariance: each token alone gives the same bits
@@ -312,4 +340,68 @@ TEST_CASE("quants: int8-activation products of every block format match the doub
       for (float v : yn) REQUIRE(std::isnan(v));
     }
   }
+}
+
+TEST_CASE("quants: int8-activation products pick their kernel by the arch tag, every arch within the oracle") {
+  // matmul_kernels<Arch> overloads each int8 kernel on the xsimd arch tag:
+  // scalar runs the strip kernel (matmul_blocks_q8.hpp), fma3<avx2> the AVX2
+  // kernel, the default arch its best one (AVX-512 VNNI where the build has
+  // it), whatever flags the build was compiled with.
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const bool avx2 = xsimd::available_architectures().fma3_avx2;
+  std::size_t scalar_differs = 0, avx2_differs = 0, avx2_scalar_differs = 0;
+  for (const weight_type wt : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
+                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k}) {
+    const ggml_type gt = stored_block_type(wt);
+    const std::size_t k = ggml_block_elements(gt);
+    for (const auto& [rows, blocks, n] : {std::tuple<std::size_t, std::size_t, std::size_t>{5, 1, 1}, {7, 3, 2},
+                                          {9, 2, 5}}) {
+      const std::size_t cols = blocks * k;
+      INFO(weight_type_name(wt) << " rows " << rows << " cols " << cols << " n " << n);
+      weight_matrix w(wt, rows, cols);
+      std::vector<float> values(cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (auto& v : values) v = normal(rng) * (r % 3 == 0 ? 0.02f : 1.5f) + (r % 2 == 0 ? 0.3f : 0.0f);
+        w.set_row(r, values);
+      }
+      std::vector<float> x(n * cols);
+      for (auto& v : x) v = normal(rng) * 2.0f;
+      const std::vector<float> scalar = int8_product<simd::scalar>(w, x, n);
+      const std::vector<float> best = int8_product<simd::default_arch>(w, x, n);
+      std::vector<float> fma_avx2 = scalar;
+#if defined(__AVX2__) && defined(__FMA__)
+      if (avx2) fma_avx2 = int8_product<xsimd::fma3<xsimd::avx2>>(w, x, n);
+#endif
+      for (std::size_t t = 0; t < n; ++t) {
+        const int8_oracle expected(gt, w, &x[t * cols]);
+        for (std::size_t o = 0; o < rows; ++o) {
+          const std::size_t i = t * rows + o;
+          REQUIRE(std::abs(double(scalar[i]) - expected.e[o]) <= expected.bound[o]);
+          REQUIRE(std::abs(double(fma_avx2[i]) - expected.e[o]) <= expected.bound[o]);
+          REQUIRE(std::abs(double(best[i]) - expected.e[o]) <= expected.bound[o]);
+        }
+      }
+      for (std::size_t i = 0; i < n * rows; ++i) {
+        scalar_differs += scalar[i] != best[i];
+        avx2_differs += fma_avx2[i] != best[i];
+        avx2_scalar_differs += fma_avx2[i] != scalar[i];
+      }
+    }
+  }
+  // The kernels are not bit-identical to each other (the strip kernel sums
+  // the lanes in sequence, the AVX2 and VNNI kernels in vector lanes and a
+  // tree): each is held to the oracle's bound above, and some outputs
+  // differ where the arch tag reached a different kernel (with the build's
+  // flags choosing the kernel, they would not).
+#if defined(__AVX2__) && defined(__FMA__)
+  CHECK(scalar_differs > 0);
+  if (avx2) CHECK(avx2_scalar_differs > 0);
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  if (avx2) CHECK(avx2_differs > 0);
+#endif
+  (void)avx2;
+  (void)avx2_differs;
+  (void)avx2_scalar_differs;
 }
