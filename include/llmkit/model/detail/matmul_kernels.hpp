@@ -111,7 +111,7 @@ void matmul_kernels<Arch>::rows(const product_args<f32_panels>& p, std::size_t r
 template <class Arch>
 void matmul_kernels<Arch>::rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
                                 bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
-  matmul_q8_rows(xa, w, y, y_stride, accumulate, row_first, row_last);
+  matmul_q8_rows(xa, w, y, y_stride, accumulate, row_first, row_last, simd::kernel_arch<Arch>{});
 }
 
 template <class Arch>

@@ -158,7 +158,6 @@ struct q8_activations {
 };
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-inline constexpr bool matmul_q8_vnni = true;
 
 /// Folds pair p (blocks 2p, 2p + 1; only 2p when !Full) of tokens
 /// [t0, t0 + TN) x rows [o0, o0 + ON) into acc.
@@ -233,14 +232,12 @@ inline void matmul_q8_strip(const q8_activations& xa, const q8_weights& w, float
     default: break;
   }
 }
-#else
-inline constexpr bool matmul_q8_vnni = false;
-#endif
 
-/// Rows [row_first, row_last) of y for every token of xa.
+/// matmul_q8_rows on AVX-512 VNNI (xsimd has no VNNI tag: avx512bw stands
+/// for it where the build enables VNNI; without, it takes the fallback).
 inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
-                           bool accumulate, std::size_t row_first, std::size_t row_last) noexcept {
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+                           bool accumulate, std::size_t row_first, std::size_t row_last,
+                           simd::requires_arch<xsimd::avx512bw>) noexcept {
   std::size_t o = row_first;
   for (; o + 4 <= row_last; o += 4) matmul_q8_strip<4>(xa, w, y, y_stride, accumulate, o);
   switch (row_last - o) {
@@ -249,7 +246,14 @@ inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float*
     case 1: matmul_q8_strip<1>(xa, w, y, y_stride, accumulate, o); break;
     default: break;
   }
-#else
+}
+#endif
+
+/// Rows [row_first, row_last) of y for every token of xa on an arch, one
+/// overload per xsimd tag; this scalar loop is the fallback.
+inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
+                           bool accumulate, std::size_t row_first, std::size_t row_last,
+                           simd::requires_arch<xsimd::generic>) noexcept {
   const std::size_t in = xa.in, blocks = in / q8_block_size;
   for (std::size_t t = 0; t < xa.n; ++t)
     for (std::size_t o = row_first; o < row_last; ++o) {
@@ -263,7 +267,6 @@ inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float*
       float& out = y[t * y_stride + o];
       out = accumulate ? out + s : s;
     }
-#endif
 }
 
 }  // namespace llmkit::model::detail
