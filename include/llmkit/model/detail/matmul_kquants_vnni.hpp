@@ -37,11 +37,26 @@ inline constexpr bool is_kquant_block =
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 inline constexpr bool matmul_kquants_vnni = true;
 
+#if defined(__GFNI__)
+/// VGF2P8AFFINEQB bit matrices (byte 7 - i selects the input bits of output
+/// bit i): a byte's low nibble, and its high nibble shifted down.
+inline constexpr long long k_gf2_low_4 = 0x0102040800000000;
+inline constexpr long long k_gf2_shift_right_4 = 0x1020408000000000;
+#endif
+
 /// Group g of a K-quant's 4-bit values: low nibbles of qs[32g..] (values
 /// 0-31), then their high nibbles (values 32-63).
 inline __m512i k_nibbles(const std::uint8_t* qs, std::size_t g) noexcept {
   const __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g)));
+#if defined(__GFNI__)
+  // One GF(2) affine map per byte instead of a shift and a mask: bit matrix
+  // x & 0x0F on the low 256 bits, x >> 4 on the high.
+  const __m512i split = _mm512_set_epi64(k_gf2_shift_right_4, k_gf2_shift_right_4, k_gf2_shift_right_4,
+                                         k_gf2_shift_right_4, k_gf2_low_4, k_gf2_low_4, k_gf2_low_4, k_gf2_low_4);
+  return _mm512_gf2p8affine_epi64_epi8(z, split, 0);
+#else
   return _mm512_and_si512(_mm512_mask_srli_epi16(z, __mmask32(0xFFFF0000u), z, 4), _mm512_set1_epi8(0x0F));
+#endif
 }
 
 /// A super-block's scales for the ON rows of a tile: `sc` the sub-block
