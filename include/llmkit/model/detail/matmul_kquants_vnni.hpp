@@ -19,7 +19,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
@@ -37,79 +36,164 @@ inline constexpr bool is_kquant_block =
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
+#if defined(__GFNI__)
+/// The VGF2P8AFFINEQB bit matrix that moves bits [from, from + n) of each
+/// byte to [to, to + n) and clears the others (the matrix's byte 7 - i
+/// selects the input bits of output bit i).
+constexpr long long k_gf2_move_bits(std::size_t from, std::size_t to, std::size_t n) noexcept {
+  unsigned long long m = 0;
+  for (std::size_t j = 0; j < n; ++j) m |= (1ull << (from + j)) << (8 * (7 - (to + j)));
+  return static_cast<long long>(m);
+}
+/// Each byte of x mapped by bit matrix `low` in the low 256 bits, by `high`
+/// in the high 256 bits: one instruction for a per-byte shift and mask.
+inline __m512i k_gf2_map(__m512i x, long long low, long long high) noexcept {
+  return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set_epi64(high, high, high, high, low, low, low, low), 0);
+}
+#endif
+
 /// Group g of a K-quant's 4-bit values: low nibbles of qs[32g..] (values
 /// 0-31), then their high nibbles (values 32-63).
 inline __m512i k_nibbles(const std::uint8_t* qs, std::size_t g) noexcept {
   const __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g)));
+#if defined(__GFNI__)
+  return k_gf2_map(z, k_gf2_move_bits(0, 0, 4), k_gf2_move_bits(4, 0, 4));
+#else
   return _mm512_and_si512(_mm512_mask_srli_epi16(z, __mmask32(0xFFFF0000u), z, 4), _mm512_set1_epi8(0x0F));
+#endif
 }
 
-/// A super-block's scales: `sc` the sub-block scales as int16 words (8 for
-/// Q4_K / Q5_K, 16 for Q6_K, the rest 0), `d` the super-block scale,
-/// `mins` dmin * m_s (Q4_K / Q5_K).
-struct k_scale_words {
-  __m512i sc;
-  float d;
-  __m256 mins;
+/// A super-block's scales for the ON rows of a tile: `sc` the sub-block
+/// scales as int16 words (Q6_K: row b's 16 in sc[b]; Q4_K / Q5_K: every
+/// row's 8 in sc[0], row b's from word 8b), `d[b]` row b's super-block
+/// scale, `mins[b]` its dmin * m_s (Q4_K / Q5_K).
+template <std::size_t ON>
+struct k_tile_scales {
+  __m512i sc[ON];
+  float d[ON];
+  __m256 mins[ON];
 };
 
-/// K-quant register decoders: `scales(p)`, `values(p, g)` (group g's
-/// unsigned values in natural order) and `group_scales(sc, g)` (the scale of
-/// each of group g's 32 VPMADDUBSW pair sums, as int16 words).
+/// K-quant register decoders: `scales<ON>(rows, i)` (super-block i of each
+/// row), `values(p, g)` (group g's unsigned values in natural order) and
+/// `group_scales(sc, b, g)` (the scale of each of group g's 32 VPMADDUBSW
+/// pair sums of row b, as int16 words).
 template <class Block>
 struct kquant_block;
 
-/// Q4_K / Q5_K: the 6-bit scales and mins unpacked four at a time (the bit
-/// layout of k_scale_min).
-inline k_scale_words k_affine_scales(f16 d, f16 dmin, const std::uint8_t (&scales)[12]) noexcept {
-  std::uint32_t w0, w1, w2;
-  std::memcpy(&w0, scales, 4);
-  std::memcpy(&w1, scales + 4, 4);
-  std::memcpy(&w2, scales + 8, 4);
-  const std::uint32_t sc_lo = w0 & 0x3F3F3F3Fu, m_lo = w1 & 0x3F3F3F3Fu;
-  const std::uint32_t sc_hi = (w2 & 0x0F0F0F0Fu) | (((w0 >> 6) & 0x03030303u) << 4);
-  const std::uint32_t m_hi = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
-  const __m128i sc = _mm_cvtepu8_epi16(_mm_setr_epi32(int(sc_lo), int(sc_hi), 0, 0));
-  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(int(m_lo), int(m_hi), 0, 0)));
-  return {_mm512_zextsi128_si512(sc), scale_f32(d), _mm256_mul_ps(_mm256_set1_ps(scale_f32(dmin)), m)};
+/// Q4_K / Q5_K: super-block i's scales of ON (<= 4) rows at once. Row b's
+/// 16-byte head (d, dmin, then the 6-bit scales and mins in the bit layout
+/// of k_scale_min) goes to 128-bit lane b, where one pass of shuffles,
+/// shifts and masks unpacks every row's scales and mins: a fraction of the
+/// instructions of a scalar unpacking per row.
+template <std::size_t ON, class Block>
+inline k_tile_scales<ON> k_affine_scales(const Block* const (&rows)[ON], std::size_t i) noexcept {
+  static_assert(ON <= 4, "k_affine_scales: one 128-bit lane per row");
+  __m512i head = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < ON; ++b)
+    head = _mm512_mask_broadcast_i32x4(head, __mmask16(0xFu << (4 * b)),
+                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[b] + i)));
+  // With w0, w1, w2 the head's dwords 1-3: scales 0-3 = w0 & 0x3F, scales
+  // 4-7 = (w2 & 0x0F) | (w0 >> 6) << 4, mins 0-3 = w1 & 0x3F, mins 4-7 =
+  // (w2 >> 4 & 0x0F) | (w1 >> 6) << 4, as dwords 0-3 of each lane.
+  const __m512i w_low = _mm512_shuffle_epi8(  // w0, w2, w1, w2
+      head, _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)));
+  constexpr char zero = char(0x80);  // a shuffle index that clears the byte
+  const __m512i w_top = _mm512_shuffle_epi8(  // 0, w0, 0, w1
+      head,
+      _mm512_broadcast_i32x4(_mm_setr_epi8(zero, zero, zero, zero, 4, 5, 6, 7, zero, zero, zero, zero, 8, 9, 10, 11)));
+  const __m512i low_bits = _mm512_broadcast_i32x4(_mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+  const __m512i shifts = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 0, 4));
+  const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(w_low, shifts), low_bits);
+  // low | (w_top >> 2 & 0x30): each byte's bits 6-7 to bits 4-5.
+  const __m512i unpacked = _mm512_ternarylogic_epi32(low, _mm512_srli_epi32(w_top, 2), _mm512_set1_epi8(0x30), 0xF8);
+  // Lane b holds row b's 8 scales then its 8 mins: every row's scales to
+  // the low 256 bits, the mins to the high.
+  const __m512i by_kind = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), unpacked);
+  k_tile_scales<ON> out;
+  out.sc[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(by_kind));
+  // Every row's d and dmin (the head's dword 0) as f32: d_b at 2b, dmin_b at 2b + 1.
+  const __m512i d_dmin =
+      _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), head);
+  const __m512 scale = _mm512_cvtph_ps(_mm512_castsi512_si256(d_dmin));
+  alignas(64) float scale_f[16];
+  _mm512_store_ps(scale_f, scale);
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < ON; ++b) out.d[b] = scale_f[2 * b];
+  const __m256i min_bytes = _mm512_extracti64x4_epi64(by_kind, 1);
+#pragma GCC unroll 2
+  for (std::size_t b = 0; b < ON; b += 2) {  // rows b and b + 1 in the low and high 8 lanes
+    const __m128i m = b == 0 ? _mm256_castsi256_si128(min_bytes) : _mm256_extracti128_si256(min_bytes, 1);
+    const __m512i pick = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m512 dmin = _mm512_permutexvar_ps(_mm512_add_epi32(pick, _mm512_set1_epi32(int(2 * b))), scale);
+    const __m512 mins = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
+    out.mins[b] = _mm512_castps512_ps256(mins);
+    if (b + 1 < ON) out.mins[b + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins), 1));
+  }
+  return out;
 }
-/// Words 0-15 (values 0-31) get sub-block 2g, words 16-31 sub-block 2g + 1.
-inline __m512i k_affine_group_scales(const k_scale_words& sc, std::size_t g) noexcept {
+/// Words 0-15 (values 0-31) get sub-block 2g of row b, words 16-31 sub-block 2g + 1.
+template <std::size_t ON>
+inline __m512i k_affine_group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
   const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001,
                                                          0x0001000100010001, 0, 0, 0, 0),
-                                        _mm512_set1_epi16(short(2 * g)));
-  return _mm512_permutexvar_epi16(pick, sc.sc);
+                                        _mm512_set1_epi16(short(8 * b + 2 * g)));
+  return _mm512_permutexvar_epi16(pick, sc.sc[0]);
 }
 
 template <>
 struct kquant_block<block_q4_k> {
   static constexpr bool has_mins = true;
-  static k_scale_words scales(const block_q4_k* p) noexcept { return k_affine_scales(p->d, p->dmin, p->scales); }
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_q4_k* const (&rows)[ON], std::size_t i) noexcept {
+    return k_affine_scales(rows, i);
+  }
   static __m512i values(const block_q4_k* p, std::size_t g) noexcept { return k_nibbles(p->qs, g); }
-  static __m512i group_scales(const k_scale_words& sc, std::size_t g) noexcept { return k_affine_group_scales(sc, g); }
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
+    return k_affine_group_scales(sc, b, g);
+  }
 };
 
 template <>
 struct kquant_block<block_q5_k> {
   static constexpr bool has_mins = true;
-  static k_scale_words scales(const block_q5_k* p) noexcept { return k_affine_scales(p->d, p->dmin, p->scales); }
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_q5_k* const (&rows)[ON], std::size_t i) noexcept {
+    return k_affine_scales(rows, i);
+  }
   static __m512i values(const block_q5_k* p, std::size_t g) noexcept {
     // Fifth bits: bit 2g of qh[l] for values 0-31, bit 2g + 1 for 32-63.
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh)));
+#if defined(__GFNI__)
+    const __m512i fifth = k_gf2_map(h, k_gf2_move_bits(2 * g, 4, 1), k_gf2_move_bits(2 * g + 1, 4, 1));
+#else
     __m512i t = _mm512_srl_epi16(h, _mm_cvtsi32_si128(int(2 * g)));
     t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 1);
     const __m512i fifth = _mm512_and_si512(_mm512_slli_epi16(t, 4), _mm512_set1_epi8(0x10));
+#endif
     return _mm512_or_si512(k_nibbles(p->qs, g), fifth);
   }
-  static __m512i group_scales(const k_scale_words& sc, std::size_t g) noexcept { return k_affine_group_scales(sc, g); }
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
+    return k_affine_group_scales(sc, b, g);
+  }
 };
 
 template <>
 struct kquant_block<block_q6_k> {
   static constexpr bool has_mins = false;
-  static k_scale_words scales(const block_q6_k* p) noexcept {
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales));
-    return {_mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc)), scale_f32(p->d), _mm256_setzero_ps()};
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_q6_k* const (&rows)[ON], std::size_t i) noexcept {
+    k_tile_scales<ON> out;
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) {
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[b][i].scales));
+      out.sc[b] = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc));
+      out.d[b] = scale_f32(rows[b][i].d);
+    }
+    return out;
   }
   static __m512i values(const block_q6_k* p, std::size_t g) noexcept {
     // Half h = g / 2; even g: low nibbles of ql[64h..] with qh bits 0-1
@@ -118,19 +202,24 @@ struct kquant_block<block_q6_k> {
     __m512i lo = _mm512_loadu_si512(p->ql + 64 * h);
     if (odd) lo = _mm512_srli_epi16(lo, 4);
     const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh + 32 * h)));
+#if defined(__GFNI__)
+    const __m512i high = k_gf2_map(q, k_gf2_move_bits(4 * odd, 4, 2), k_gf2_move_bits(4 * odd + 2, 4, 2));
+#else
     __m512i t = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(4 * odd)));
     t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 2);
     const __m512i high = _mm512_slli_epi16(_mm512_and_si512(t, _mm512_set1_epi8(0x03)), 4);
+#endif
     // (lo & 0x0F) | high in one ternary-logic instruction: (A & C) | B.
     return _mm512_ternarylogic_epi32(lo, high, _mm512_set1_epi8(0x0F), 0xEC);
   }
-  static __m512i group_scales(const k_scale_words& sc, std::size_t g) noexcept {
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
     // Word w of group g (values 2w, 2w + 1): sub-block 4g + w / 8.
     const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
                                                            0x0002000200020002, 0x0001000100010001, 0x0001000100010001,
                                                            0, 0),
                                           _mm512_set1_epi16(short(4 * g)));
-    return _mm512_permutexvar_epi16(pick, sc.sc);
+    return _mm512_permutexvar_epi16(pick, sc.sc[b]);
   }
 };
 
@@ -158,22 +247,20 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
   const std::size_t step_bytes = ON * row_bytes / units;
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(rows[0]) + matmul_prefetch_bytes;
   for (std::size_t i = 0; i < units; ++i) {
-    k_scale_words sc[ON];
     __m512i iacc[TN][ON];
     prefetch_lines_l2(ahead + i * step_bytes, step_bytes);
+    const k_tile_scales<ON> sc = F::scales(rows, i);
 #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) {
-      sc[b] = F::scales(rows[b] + i);
+    for (std::size_t a = 0; a < TN; ++a)
 #pragma GCC unroll 16
-      for (std::size_t a = 0; a < TN; ++a) iacc[a][b] = _mm512_setzero_si512();
-    }
+      for (std::size_t b = 0; b < ON; ++b) iacc[a][b] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (std::size_t g = 0; g < 4; ++g) {
       __m512i u[ON], ws[ON];
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b) {
         u[b] = F::values(rows[b] + i, g);
-        ws[b] = F::group_scales(sc[b], g);
+        ws[b] = F::group_scales(sc, b, g);
       }
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < TN; ++a) {
@@ -191,17 +278,17 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
         const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
 #pragma GCC unroll 16
         for (std::size_t b = 0; b < ON; ++b) {
-          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(_mm512_castsi512_si256(sc[b].sc), s16), 5);
+          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(_mm512_castsi512_si256(sc.sc[b]), s16), 5);
           iacc[a][b] = _mm512_sub_epi32(iacc[a][b], _mm512_zextsi256_si512(offset));
         }
       }
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b)
-        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[a][b]), _mm512_set1_ps(sc[b].d * dk), acc[a][b]);
+        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[a][b]), _mm512_set1_ps(sc.d[b] * dk), acc[a][b]);
       if constexpr (F::has_mins) {
         const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + t * stride / 32 + 8 * i);
 #pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc[b].mins, xs, macc[a][b]);
+        for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc.mins[b], xs, macc[a][b]);
       }
     }
   }
