@@ -47,6 +47,12 @@ inline constexpr std::size_t matmul_dense_block_rows = 96;
 /// executor (chosen on a 2-vCPU Sapphire Rapids VM, 2026-11-30).
 inline constexpr std::size_t matmul_q8_block_rows = 64;
 
+/// Tasks per executor thread a compute-bound product (prefill) is split in,
+/// so uneven shares balance; a streaming product takes one contiguous share
+/// per thread, one stream over W each (chosen on a 2-vCPU Sapphire Rapids
+/// VM, 2026-11-30).
+inline constexpr std::size_t matmul_prefill_tasks_per_thread = 4;
+
 /// Bytes of decoded f32 weights per strip of a block-format product: a
 /// streaming product's 32 KiB strip stays in L1 while its token tiles pass
 /// over it; a prefill's 256 KiB strip stays in L2 and is decoded once for

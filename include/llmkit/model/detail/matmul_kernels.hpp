@@ -24,6 +24,7 @@
 #include "llmkit/model/detail/matmul_kquants_vnni.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
+#include "llmkit/model/tuning.hpp"
 #include "llmkit/simd/arch.hpp"
 
 #include "llmkit/simd/detail/diagnostics.hpp"
@@ -145,7 +146,7 @@ void split_rows(Exec& exec, std::size_t out, std::size_t block_rows, bool stream
   const std::size_t n_blocks = (out + block_rows - 1) / block_rows;
   auto blocks = [&](std::size_t b0, std::size_t b1) { run(b0 * block_rows, std::min(out, b1 * block_rows)); };
   if (serial || exec.concurrency() <= 1 || n_blocks <= 1) return blocks(0, n_blocks);
-  const std::size_t n_tasks = std::min(n_blocks, exec.concurrency() * (streaming ? 1 : 4));
+  const std::size_t n_tasks = std::min(n_blocks, exec.concurrency() * (streaming ? 1 : matmul_prefill_tasks_per_thread));
   exec.parallel_for(n_tasks, [&](std::size_t task) { blocks(n_blocks * task / n_tasks, n_blocks * (task + 1) / n_tasks); });
 }
 
