@@ -37,19 +37,10 @@ inline constexpr bool is_kquant_block =
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
 #if defined(__GFNI__)
-/// The VGF2P8AFFINEQB bit matrix that moves bits [from, from + n) of each
-/// byte to [to, to + n) and clears the others (the matrix's byte 7 - i
-/// selects the input bits of output bit i).
-constexpr long long k_gf2_move_bits(std::size_t from, std::size_t to, std::size_t n) noexcept {
-  unsigned long long m = 0;
-  for (std::size_t j = 0; j < n; ++j) m |= (1ull << (from + j)) << (8 * (7 - (to + j)));
-  return static_cast<long long>(m);
-}
-/// Each byte of x mapped by bit matrix `low` in the low 256 bits, by `high`
-/// in the high 256 bits: one instruction for a per-byte shift and mask.
-inline __m512i k_gf2_map(__m512i x, long long low, long long high) noexcept {
-  return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set_epi64(high, high, high, high, low, low, low, low), 0);
-}
+/// VGF2P8AFFINEQB bit matrices (byte 7 - i selects the input bits of output
+/// bit i): a byte's low nibble, and its high nibble shifted down.
+inline constexpr long long k_gf2_low_4 = 0x0102040800000000;
+inline constexpr long long k_gf2_shift_right_4 = 0x1020408000000000;
 #endif
 
 /// Group g of a K-quant's 4-bit values: low nibbles of qs[32g..] (values
@@ -57,7 +48,11 @@ inline __m512i k_gf2_map(__m512i x, long long low, long long high) noexcept {
 inline __m512i k_nibbles(const std::uint8_t* qs, std::size_t g) noexcept {
   const __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g)));
 #if defined(__GFNI__)
-  return k_gf2_map(z, k_gf2_move_bits(0, 0, 4), k_gf2_move_bits(4, 0, 4));
+  // One GF(2) affine map per byte instead of a shift and a mask: bit matrix
+  // x & 0x0F on the low 256 bits, x >> 4 on the high.
+  const __m512i split = _mm512_set_epi64(k_gf2_shift_right_4, k_gf2_shift_right_4, k_gf2_shift_right_4,
+                                         k_gf2_shift_right_4, k_gf2_low_4, k_gf2_low_4, k_gf2_low_4, k_gf2_low_4);
+  return _mm512_gf2p8affine_epi64_epi8(z, split, 0);
 #else
   return _mm512_and_si512(_mm512_mask_srli_epi16(z, __mmask32(0xFFFF0000u), z, 4), _mm512_set1_epi8(0x0F));
 #endif
@@ -166,13 +161,9 @@ struct kquant_block<block_q5_k> {
   static __m512i values(const block_q5_k* p, std::size_t g) noexcept {
     // Fifth bits: bit 2g of qh[l] for values 0-31, bit 2g + 1 for 32-63.
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh)));
-#if defined(__GFNI__)
-    const __m512i fifth = k_gf2_map(h, k_gf2_move_bits(2 * g, 4, 1), k_gf2_move_bits(2 * g + 1, 4, 1));
-#else
     __m512i t = _mm512_srl_epi16(h, _mm_cvtsi32_si128(int(2 * g)));
     t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 1);
     const __m512i fifth = _mm512_and_si512(_mm512_slli_epi16(t, 4), _mm512_set1_epi8(0x10));
-#endif
     return _mm512_or_si512(k_nibbles(p->qs, g), fifth);
   }
   template <std::size_t ON>
@@ -202,13 +193,9 @@ struct kquant_block<block_q6_k> {
     __m512i lo = _mm512_loadu_si512(p->ql + 64 * h);
     if (odd) lo = _mm512_srli_epi16(lo, 4);
     const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh + 32 * h)));
-#if defined(__GFNI__)
-    const __m512i high = k_gf2_map(q, k_gf2_move_bits(4 * odd, 4, 2), k_gf2_move_bits(4 * odd + 2, 4, 2));
-#else
     __m512i t = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(4 * odd)));
     t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 2);
     const __m512i high = _mm512_slli_epi16(_mm512_and_si512(t, _mm512_set1_epi8(0x03)), 4);
-#endif
     // (lo & 0x0F) | high in one ternary-logic instruction: (A & C) | B.
     return _mm512_ternarylogic_epi32(lo, high, _mm512_set1_epi8(0x0F), 0xEC);
   }
