@@ -127,10 +127,7 @@ inline R in_register(R x) noexcept {
 
 #endif
 
-/// A kernel's overload for one instruction set, as xsimd's kernels take it:
-/// an arch overloaded on its most derived tag, `xsimd::generic` the fallback.
-template <class A>
-using requires_arch = xsimd::kernel::requires_arch<A>;
+using simd::requires_arch;
 
 template <class Arch>
 inline vec<Arch> vheld(vec<Arch> x, requires_arch<xsimd::generic>) noexcept {
