@@ -18,6 +18,7 @@
 #include <set>
 #include <utility>
 #include <vector>
+#include "statistics.hpp"
 
 namespace llmkit::sampling::reference {
 
@@ -171,65 +172,8 @@ inline std::set<std::size_t> support(const row& logits) {
 /// Arg-max, lowest index on ties.
 inline std::size_t argmax(const row& logits) { return order_desc(logits)[0]; }
 
-/// Regularised upper incomplete gamma Q(a, x) (Numerical Recipes gser/gcf).
-inline double gamma_q(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double gln = std::lgamma(a);
-  if (x < a + 1) {
-    double ap = a, sum = 1.0 / a, del = sum;
-    for (int n = 0; n < 10000; ++n) {
-      ap += 1;
-      del *= x / ap;
-      sum += del;
-      if (std::fabs(del) < std::fabs(sum) * 1e-15) break;
-    }
-    return 1.0 - sum * std::exp(-x + a * std::log(x) - gln);
-  }
-  double b = x + 1 - a, c = 1.0 / 1e-300, d = 1.0 / b, h = d;
-  for (int i = 1; i < 10000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    if (std::fabs(d) < 1e-300) d = 1e-300;
-    c = b + an / c;
-    if (std::fabs(c) < 1e-300) c = 1e-300;
-    d = 1.0 / d;
-    const double del = d * c;
-    h *= del;
-    if (std::fabs(del - 1.0) < 1e-15) break;
-  }
-  return std::exp(-x + a * std::log(x) - gln) * h;
-}
-
-/// Pearson chi-square p-value of `counts` against probabilities `prob`
-/// (same length). Categories with expected count < 5 are pooled into one.
-/// Returns 0 if a category of probability 0 was observed.
-inline double chi_square_p_value(const std::vector<std::size_t>& counts, const std::vector<double>& prob) {
-  std::size_t n = 0;
-  for (auto c : counts) n += c;
-  double stat = 0, pooled_e = 0, pooled_o = 0;
-  std::size_t cells = 0;
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    const double e = prob[i] * static_cast<double>(n);
-    if (prob[i] == 0) {
-      if (counts[i] > 0) return 0.0;
-      continue;
-    }
-    if (e < 5) {
-      pooled_e += e;
-      pooled_o += static_cast<double>(counts[i]);
-      continue;
-    }
-    stat += (counts[i] - e) * (counts[i] - e) / e;
-    ++cells;
-  }
-  if (pooled_e > 0) {
-    stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-    ++cells;
-  }
-  if (cells < 2) return 1.0;
-  return gamma_q(0.5 * static_cast<double>(cells - 1), 0.5 * stat);
-}
+using llmkit::test::chi_square_p_value;
+using llmkit::test::gamma_q;
 
 }  // namespace llmkit::sampling::reference
 

@@ -9,7 +9,7 @@
 //   broken fork / copy-on-write / rollback (a stale or foreign row visible to
 //   "attention") changes its logits or raises an error.
 // - exact double-precision distributions, an independent reference beam
-//   search, exhaustive search, and the chi-square survival function.
+//   search and exhaustive search (the chi-square test is in statistics.hpp).
 
 #include <llmkit/core/error.hpp>
 #include <llmkit/core/executor.hpp>
@@ -26,6 +26,7 @@
 #include <random>
 #include <span>
 #include <vector>
+#include "statistics.hpp"
 
 namespace search_reference {
 
@@ -280,65 +281,7 @@ inline std::vector<ref_hypothesis> reference_beam_search(const distribution_fn& 
   return done;
 }
 
-/// Regularised upper incomplete gamma Q(a, x) (Numerical Recipes' gammq).
-inline double gamma_q(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double gln = std::lgamma(a);
-  if (x < a + 1) {  // series for P
-    double ap = a, sum = 1.0 / a, del = sum;
-    for (int n = 0; n < 10000; ++n) {
-      ap += 1;
-      del *= x / ap;
-      sum += del;
-      if (std::fabs(del) < std::fabs(sum) * 1e-15) break;
-    }
-    return 1.0 - sum * std::exp(-x + a * std::log(x) - gln);
-  }
-  // Continued fraction for Q (modified Lentz).
-  double b = x + 1 - a, c = 1.0 / 1e-300, d = 1.0 / b, h = d;
-  for (int i = 1; i < 10000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    if (std::fabs(d) < 1e-300) d = 1e-300;
-    c = b + an / c;
-    if (std::fabs(c) < 1e-300) c = 1e-300;
-    d = 1.0 / d;
-    const double del = d * c;
-    h *= del;
-    if (std::fabs(del - 1.0) < 1e-15) break;
-  }
-  return std::exp(-x + a * std::log(x) - gln) * h;
-}
-
-/// Chi-square goodness of fit of `[n] counts` against `[n] expected`
-/// probabilities (summing to 1) with `total` draws: cells with expected
-/// count < 5 are pooled into one bin; a draw in a cell of probability 0
-/// gives p-value 0. Returns the p-value P(X^2 >= observed).
-inline double chi_square_p_value(const std::vector<std::size_t>& counts, const std::vector<double>& expected,
-                                 std::size_t total) {
-  double x2 = 0, pooled_e = 0, pooled_o = 0;
-  std::size_t bins = 0;
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    const double e = expected[i] * static_cast<double>(total);
-    if (expected[i] <= 0) {
-      if (counts[i] > 0) return 0.0;
-      continue;
-    }
-    if (e < 5) {
-      pooled_e += e;
-      pooled_o += static_cast<double>(counts[i]);
-      continue;
-    }
-    x2 += (static_cast<double>(counts[i]) - e) * (static_cast<double>(counts[i]) - e) / e;
-    ++bins;
-  }
-  if (pooled_e > 0) {
-    x2 += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-    ++bins;
-  }
-  if (bins < 2) return 1.0;
-  return gamma_q(static_cast<double>(bins - 1) / 2.0, x2 / 2.0);
-}
+using llmkit::test::chi_square_p_value;
+using llmkit::test::gamma_q;
 
 }  // namespace search_reference
