@@ -7,7 +7,7 @@
 #               measures the machine into build/roofline.json first, a few
 #               seconds, unless a file is already there)
 #   make bench  run every benchmark at full length (release build)
-PACKAGES := cmake make g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
+PACKAGES := cmake make ninja-build g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
             libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev \
             libcpp-httplib-dev pkg-config
 # Open MPI: the disaggregated prefill/decode example and its test (two ranks);
