@@ -100,11 +100,6 @@ inline constexpr bool has_avx512 = [] {
   if constexpr (simd::is_scalar_v<Arch>) return false;
   else return std::is_base_of_v<xsimd::avx512f, Arch>;
 }();
-template <class Arch>
-inline constexpr bool has_avx2 = [] {
-  if constexpr (simd::is_scalar_v<Arch>) return false;
-  else return std::is_base_of_v<xsimd::avx2, Arch>;
-}();
 
 #if defined(__AVX512F__)
 /// Keeps `x` in a register for every instruction that reads it. GCC 12
