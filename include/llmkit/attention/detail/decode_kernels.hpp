@@ -59,11 +59,11 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention::detail {
 
-/// The int8 kernels of `Arch`: AVX-512's, or AVX2's (whose flags are all
-/// false on an arch without AVX2).
+/// The int8 kernels of `Arch`: the class its tag's `decode_int8_kernels_of`
+/// overload names (AVX-512's, or AVX2's, whose flags are all false on an
+/// arch without AVX2).
 template <class Arch, std::size_t D, class T, std::size_t GB>
-using decode_int8_kernels =
-    std::conditional_t<has_avx512<Arch>, decode_int8_avx512<Arch, D, T, GB>, decode_int8_avx2<Arch, D, T, GB>>;
+using decode_int8_kernels = decltype(decode_int8_kernels_of<Arch, D, T, GB>(simd::kernel_arch<Arch>{}));
 
 /// Kernels for head dim D over storage type T, GB query heads per pass.
 template <class Arch, std::size_t D, class T, std::size_t GB>
