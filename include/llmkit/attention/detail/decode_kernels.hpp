@@ -164,8 +164,7 @@ struct decode_kernels : decode_int8_kernels<Arch, D, T, GB> {
     // Per head: the max over its R lanes (and the running max), written
     // back to all of them.
     alignas(64) float m_new[width];
-    if constexpr (simd::is_scalar_v<Arch>) running_max(st.m, mx, m_new, xsimd::generic{});
-    else running_max(st.m, mx, m_new, Arch{});
+    running_max(st.m, mx, m_new, simd::kernel_arch<Arch>{});
     alignas(64) float a_lane[width];
     V shift[regs], sum[regs];
     for (std::size_t b = 0; b < regs; ++b) {

@@ -214,8 +214,7 @@ struct decode_layout {
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
   /// layout: lane a gets x[p * R + a % R].
   static V row_lanes(const float* x, std::size_t p, std::size_t b) noexcept {
-    if constexpr (simd::is_scalar_v<Arch>) return row_lanes(x, p, b, xsimd::generic{});
-    else return row_lanes(x, p, b, Arch{});
+    return row_lanes(x, p, b, simd::kernel_arch<Arch>{});
   }
 
   static V row_lanes(const float* x, std::size_t p, std::size_t b, requires_arch<xsimd::generic>) noexcept {
