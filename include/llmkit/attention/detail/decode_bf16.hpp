@@ -23,13 +23,25 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention::detail {
 
+/// Whether bf16 keys of head dim D are dotted in VDPBF16PS on an arch
+/// (`decode_bf16_kernels::bf16_dot`): AVX-512 with BF16, which has no xsimd
+/// tag of its own (hence the #if).
+template <class T, std::size_t D>
+constexpr bool bf16_dot_on(requires_arch<xsimd::generic>) noexcept {
+  return false;
+}
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+template <class T, std::size_t D>
+constexpr bool bf16_dot_on(requires_arch<xsimd::avx512f>) noexcept {
+  return std::is_same_v<T, bf16> && D % 32 == 0;
+}
+#endif
+
 /// decode_layout plus the bf16 kernels (where the arch has them).
 template <class Arch, std::size_t D, class T, std::size_t GB>
 struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
   using layout = decode_layout<Arch, D, T, GB>;
   using layout::block, layout::passes, layout::width, layout::R;
-  using layout::row_group, layout::in_column_order;
 
   /// bf16 queries (`decode_params::bf16_queries`) against bf16 keys:
   /// VDPBF16PS multiplies a whole 64-byte key register (32 values) with a
@@ -39,7 +51,17 @@ struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
   /// 2 GB + 4 instructions. The products of two
   /// bf16 values are exact in f32, so only the sums' order differs from
   /// scores() given the same rounded queries.
-  static constexpr bool bf16_dot = std::is_same_v<T, bf16> && has_avx512<Arch> && D % 32 == 0;
+  static constexpr bool bf16_dot = bf16_dot_on<T, D>(simd::kernel_arch<Arch>{});
+
+  /// bf16 probabilities (`decode_params::bf16_probabilities`) and bf16
+  /// values: P.V in VDPBF16PS like accumulate_i16 in VPDPWSSD, two rows
+  /// interleaved per instruction (rows j and j + 1 per column) against the
+  /// pair (p_j, p_j+1) of each head, so no value is converted to f32. The
+  /// f32 sums are added to the output once per block.
+  static constexpr bool bf16_pv = bf16_dot && D % 64 == 0 && block % 2 == 0;
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  using layout::row_group, layout::in_column_order;
 
   /// s (lane layout) = q[g] . k[j] for g < GB, j < block, like scores().
   /// @param q [GB] pointers to [D] bf16 query rows
@@ -70,13 +92,6 @@ struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
       _mm512_storeu_ps(s + p * width, simd::detail::haddp16(acc));
     }
   }
-
-  /// bf16 probabilities (`decode_params::bf16_probabilities`) and bf16
-  /// values: P.V in VDPBF16PS like accumulate_i16 in VPDPWSSD, two rows
-  /// interleaved per instruction (rows j and j + 1 per column) against the
-  /// pair (p_j, p_j+1) of each head, so no value is converted to f32. The
-  /// f32 sums are added to the output once per block.
-  static constexpr bool bf16_pv = bf16_dot && D % 64 == 0 && block % 2 == 0;
 
   /// o[g] = alpha[g] * o[g] + sum_j pb(g, j) * v[j] for g < GB.
   /// @param pb [block * GB] bf16 probabilities, lane layout
@@ -127,9 +142,6 @@ struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
       }
     }
   }
-#else
-  static constexpr bool bf16_dot = false;
-  static constexpr bool bf16_pv = false;
 #endif
 };
 

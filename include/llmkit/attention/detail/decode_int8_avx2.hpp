@@ -292,6 +292,12 @@ struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB> {
 #endif
 };
 
+/// The int8 kernels of an arch, for `decode_int8_kernels`
+/// (decode_kernels.hpp; declared only, named in decltype): AVX2's for every
+/// arch whose tag has no overload of its own.
+template <class Arch, std::size_t D, class T, std::size_t GB>
+decode_int8_avx2<Arch, D, T, GB> decode_int8_kernels_of(requires_arch<xsimd::generic>) noexcept;
+
 }  // namespace llmkit::attention::detail
 
 LLMKIT_SIMD_DIAGNOSTICS_END

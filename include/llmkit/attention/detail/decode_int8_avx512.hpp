@@ -29,7 +29,7 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 namespace llmkit::attention::detail {
 
 /// decode_bf16_kernels plus the int8 kernels of AVX-512 (the `Arch` of an
-/// AVX-512 build; decode_kernels.hpp picks this or decode_int8_avx2).
+/// AVX-512 build; `decode_int8_kernels_of` picks this or decode_int8_avx2).
 template <class Arch, std::size_t D, class T, std::size_t GB>
 struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB> {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -393,6 +393,10 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB> {
   static constexpr bool int8_queries = false;
 #endif
 };
+
+/// decode_int8_kernels_of (decode_int8_avx2.hpp) on AVX-512's tags.
+template <class Arch, std::size_t D, class T, std::size_t GB>
+decode_int8_avx512<Arch, D, T, GB> decode_int8_kernels_of(requires_arch<xsimd::avx512f>) noexcept;
 
 }  // namespace llmkit::attention::detail
 

@@ -59,11 +59,11 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention::detail {
 
-/// The int8 kernels of `Arch`: AVX-512's, or AVX2's (whose flags are all
-/// false on an arch without AVX2).
+/// The int8 kernels of `Arch`: the class its tag's `decode_int8_kernels_of`
+/// overload names (AVX-512's, or AVX2's, whose flags are all false on an
+/// arch without AVX2).
 template <class Arch, std::size_t D, class T, std::size_t GB>
-using decode_int8_kernels =
-    std::conditional_t<has_avx512<Arch>, decode_int8_avx512<Arch, D, T, GB>, decode_int8_avx2<Arch, D, T, GB>>;
+using decode_int8_kernels = decltype(decode_int8_kernels_of<Arch, D, T, GB>(simd::kernel_arch<Arch>{}));
 
 /// Kernels for head dim D over storage type T, GB query heads per pass.
 template <class Arch, std::size_t D, class T, std::size_t GB>
@@ -164,8 +164,7 @@ struct decode_kernels : decode_int8_kernels<Arch, D, T, GB> {
     // Per head: the max over its R lanes (and the running max), written
     // back to all of them.
     alignas(64) float m_new[width];
-    if constexpr (simd::is_scalar_v<Arch>) running_max(st.m, mx, m_new, xsimd::generic{});
-    else running_max(st.m, mx, m_new, Arch{});
+    running_max(st.m, mx, m_new, simd::kernel_arch<Arch>{});
     alignas(64) float a_lane[width];
     V shift[regs], sum[regs];
     for (std::size_t b = 0; b < regs; ++b) {

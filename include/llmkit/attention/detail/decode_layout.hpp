@@ -42,6 +42,34 @@ constexpr std::size_t largest_divisor_at_most(std::size_t n, std::size_t limit) 
   return 1;
 }
 
+/// Whether int8 keys of head dim D are dotted with int16 queries in 512-bit
+/// VPDPWSSD on an arch (`decode_layout::vnni_int16`): AVX-512 with BW and
+/// VNNI, which have no xsimd tag of their own (hence the #if).
+template <class T, std::size_t D>
+constexpr bool vnni_int16_on(requires_arch<xsimd::generic>) noexcept {
+  return false;
+}
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+template <class T, std::size_t D>
+constexpr bool vnni_int16_on(requires_arch<xsimd::avx512f>) noexcept {
+  return std::is_same_v<T, std::int8_t> && D % 32 == 0;
+}
+#endif
+
+/// Whether they are dotted in 256-bit registers (`decode_layout::avx2_int16`):
+/// AVX2's tags only, so not AVX-512's (xsimd's avx512f does not derive from
+/// avx2), which take vnni_int16_on's path or the f32 one.
+template <class T, std::size_t D>
+constexpr bool avx2_int16_on(requires_arch<xsimd::generic>) noexcept {
+  return false;
+}
+#if defined(__AVX2__)
+template <class T, std::size_t D>
+constexpr bool avx2_int16_on(requires_arch<xsimd::avx2>) noexcept {
+  return std::is_same_v<T, std::int8_t> && D % 16 == 0;
+}
+#endif
+
 /// The shapes and shared helpers of the decode kernels for head dim D over
 /// storage type T, GB query heads per pass.
 template <class Arch, std::size_t D, class T, std::size_t GB>
@@ -54,23 +82,13 @@ struct decode_layout {
   /// keys' own rounding): each key register is sign-extended once (32
   /// values) and multiply-added for every head of the batch, with no int ->
   /// f32 conversion per key value.
-  static constexpr bool vnni_int16 =
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-      std::is_same_v<T, std::int8_t> && has_avx512<Arch> && D % 32 == 0;
-#else
-      false;
-#endif
+  static constexpr bool vnni_int16 = vnni_int16_on<T, D>(simd::kernel_arch<Arch>{});
   /// AVX2 has no VNNI: VPMADDWD multiplies 16 int16 pairs and sums each
   /// pair, and VPADDD adds them to the int32 accumulators (`scores_int`'s
   /// AVX2 overload): two instructions per 16 key values and head, where the
   /// f32 path spends two conversions per 8 values and an FMA per 8 values
   /// and head.
-  static constexpr bool avx2_int16 =
-#if defined(__AVX2__)
-      std::is_same_v<T, std::int8_t> && has_avx2<Arch> && !has_avx512<Arch> && D % 16 == 0;
-#else
-      false;
-#endif
+  static constexpr bool avx2_int16 = avx2_int16_on<T, D>(simd::kernel_arch<Arch>{});
   /// int8 keys dotted with int16 queries, on either path (decode.hpp rounds
   /// the queries and calls scores_int).
   static constexpr bool int16_queries = vnni_int16 || avx2_int16;
@@ -196,8 +214,7 @@ struct decode_layout {
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
   /// layout: lane a gets x[p * R + a % R].
   static V row_lanes(const float* x, std::size_t p, std::size_t b) noexcept {
-    if constexpr (simd::is_scalar_v<Arch>) return row_lanes(x, p, b, xsimd::generic{});
-    else return row_lanes(x, p, b, Arch{});
+    return row_lanes(x, p, b, simd::kernel_arch<Arch>{});
   }
 
   static V row_lanes(const float* x, std::size_t p, std::size_t b, requires_arch<xsimd::generic>) noexcept {

@@ -147,8 +147,7 @@ inline vec<Arch> vload_f32(const T* src) noexcept {
 /// and int8 storage types).
 template <class Arch, class T>
 inline void row_to_f32_converted(const T* src, float scale, float* dst, std::size_t n) noexcept {
-  if constexpr (simd::is_scalar_v<Arch>) row_to_f32_tail(src, scale, dst, 0, n);
-  else row_to_f32_converted<Arch>(src, scale, dst, n, Arch{});
+  row_to_f32_converted<Arch>(src, scale, dst, n, simd::kernel_arch<Arch>{});
 }
 
 }  // namespace llmkit::attention::detail

@@ -45,8 +45,7 @@ struct prefill_kernels {
   /// returns the address of query row r (D floats).
   template <class RowFn>
   static void load_q(RowFn&& row, std::size_t n_rows, float scale, float* qt, std::size_t qld) noexcept {
-    if constexpr (simd::is_scalar_v<Arch>) load_q(row, n_rows, scale, qt, qld, xsimd::generic{});
-    else load_q(row, n_rows, scale, qt, qld, Arch{});
+    load_q(row, n_rows, scale, qt, qld, simd::kernel_arch<Arch>{});
   }
 
   template <class RowFn>

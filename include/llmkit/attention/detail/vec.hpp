@@ -100,11 +100,6 @@ inline constexpr bool has_avx512 = [] {
   if constexpr (simd::is_scalar_v<Arch>) return false;
   else return std::is_base_of_v<xsimd::avx512f, Arch>;
 }();
-template <class Arch>
-inline constexpr bool has_avx2 = [] {
-  if constexpr (simd::is_scalar_v<Arch>) return false;
-  else return std::is_base_of_v<xsimd::avx2, Arch>;
-}();
 
 #if defined(__AVX512F__)
 /// Keeps `x` in a register for every instruction that reads it. GCC 12
@@ -156,8 +151,7 @@ inline vec<Arch> vhaddp(const vec<Arch>* rows, requires_arch<xsimd::avx512f>) no
 /// `x` held in a register (`in_register`) on AVX-512; `x` itself elsewhere.
 template <class Arch>
 inline vec<Arch> vheld(vec<Arch> x) noexcept {
-  if constexpr (simd::is_scalar_v<Arch>) return x;
-  else return vheld<Arch>(x, Arch{});
+  return vheld<Arch>(x, simd::kernel_arch<Arch>{});
 }
 
 /// result[i] = sum of the lanes of rows[i], for i < lanes<Arch>.
