@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/src.hpp
+/// The definitions of llmkit's non-template functions, for programs built
+/// with LLMKIT_SEPARATE_COMPILATION (see core/config.hpp): include this
+/// header in exactly one source file of the program.
+
+#if !defined(LLMKIT_SEPARATE_COMPILATION)
+#error "<llmkit/src.hpp> is for programs that define LLMKIT_SEPARATE_COMPILATION in every file; without it the headers define everything inline"
+#endif
+
+#include "llmkit/model/impl/gguf.ipp"
