@@ -11,3 +11,6 @@
 #endif
 
 #include "llmkit/model/impl/gguf.ipp"
+#include "llmkit/model/impl/gguf_writer.ipp"
+#include "llmkit/model/impl/quants.ipp"
+#include "llmkit/model/impl/weights.ipp"
