@@ -12,5 +12,9 @@
 
 #include "llmkit/model/impl/gguf.ipp"
 #include "llmkit/model/impl/gguf_writer.ipp"
+#include "llmkit/model/impl/llama.ipp"
+#include "llmkit/model/impl/llama_config.ipp"
 #include "llmkit/model/impl/quants.ipp"
+#include "llmkit/model/impl/synthetic.ipp"
 #include "llmkit/model/impl/weights.ipp"
+#include "llmkit/search/impl/self_draft.ipp"
