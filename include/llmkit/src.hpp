@@ -10,11 +10,14 @@
 #error "<llmkit/src.hpp> is for programs that define LLMKIT_SEPARATE_COMPILATION in every file; without it the headers define everything inline"
 #endif
 
+#include "llmkit/model/impl/bpe_tokenizer.ipp"
 #include "llmkit/model/impl/gguf.ipp"
 #include "llmkit/model/impl/gguf_writer.ipp"
 #include "llmkit/model/impl/llama.ipp"
 #include "llmkit/model/impl/llama_config.ipp"
 #include "llmkit/model/impl/quants.ipp"
+#include "llmkit/model/impl/sentencepiece_tokenizer.ipp"
 #include "llmkit/model/impl/synthetic.ipp"
+#include "llmkit/model/impl/tokenizer.ipp"
 #include "llmkit/model/impl/weights.ipp"
 #include "llmkit/search/impl/self_draft.ipp"
