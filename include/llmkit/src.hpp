@@ -11,6 +11,7 @@
 #endif
 
 #include "llmkit/model/impl/bpe_tokenizer.ipp"
+#include "llmkit/model/impl/chat_template.ipp"
 #include "llmkit/model/impl/gguf.ipp"
 #include "llmkit/model/impl/gguf_writer.ipp"
 #include "llmkit/model/impl/llama.ipp"
