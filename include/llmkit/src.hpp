@@ -21,4 +21,5 @@
 #include "llmkit/model/impl/synthetic.ipp"
 #include "llmkit/model/impl/tokenizer.ipp"
 #include "llmkit/model/impl/weights.ipp"
+#include "llmkit/sampling/impl/runtime_chain.ipp"
 #include "llmkit/search/impl/self_draft.ipp"
