@@ -3,6 +3,7 @@
 // its reference Jinja template renders; detection on the real templates;
 // names, GGUF, BOS handling and bad input.
 #include <llmkit/model/chat_template.hpp>
+#include <llmkit/model/detail/python_strip.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/gguf_writer.hpp>
 

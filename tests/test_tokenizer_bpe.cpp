@@ -4,6 +4,7 @@
 // scripts/tokenizer-oracle/generate.mjs), the pre-tokenizers on hand-made
 // cases, special tokens, round trips and bad input.
 #include <llmkit/model/bpe_tokenizer.hpp>
+#include <llmkit/model/detail/bpe_pretokenizer.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/gguf_writer.hpp>
 #include <llmkit/model/tokenizer.hpp>

@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -26,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "llmkit/core/config.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/model/gguf.hpp"
 
@@ -37,13 +37,7 @@ class gguf_writer {
   /// @param version 2 or 3 (same layout on little-endian hosts)
   /// @param alignment tensor data alignment, a power of two; a value other
   /// than 32 is recorded as `general.alignment`
-  explicit gguf_writer(std::uint32_t version = 3, std::uint32_t alignment = gguf_default_alignment)
-      : version_(version), alignment_(alignment) {
-    LLMKIT_CHECK(version == 2 || version == 3, "gguf_writer: version must be 2 or 3, got ", version);
-    LLMKIT_CHECK(alignment != 0 && (alignment & (alignment - 1)) == 0,
-                 "gguf_writer: alignment must be a power of two, got ", alignment);
-    if (alignment != gguf_default_alignment) add("general.alignment", alignment);
-  }
+  explicit gguf_writer(std::uint32_t version = 3, std::uint32_t alignment = gguf_default_alignment);
 
   /// Adds a scalar (any of the 11 numeric types or bool) or a string.
   template <class T>
@@ -75,12 +69,7 @@ class gguf_writer {
   }
   /// Adds a value whose encoding (everything after the type code) the caller
   /// built: nested arrays, or deliberately malformed values in tests.
-  void add_raw(std::string_view key, std::uint32_t type_code, std::span<const std::byte> encoded) {
-    put_string(meta_, key);
-    put<std::uint32_t>(meta_, type_code);
-    meta_.insert(meta_.end(), encoded.begin(), encoded.end());
-    ++n_kv_;
-  }
+  void add_raw(std::string_view key, std::uint32_t type_code, std::span<const std::byte> encoded);
 
   /// Adds a tensor. `dims[0]` is the innermost dimension (ggml order);
   /// `data` holds exactly the tensor's bytes.
@@ -89,43 +78,13 @@ class gguf_writer {
     add_tensor(name, type, std::span<const std::uint64_t>(dims.begin(), dims.size()), data);
   }
   void add_tensor(std::string_view name, ggml_type type, std::span<const std::uint64_t> dims,
-                  std::span<const std::byte> data) {
-    LLMKIT_CHECK(!dims.empty() && dims.size() <= gguf_max_dims, "gguf_writer: tensor '", name, "' has ",
-                 dims.size(), " dims (must be 1..", gguf_max_dims, ")");
-    std::uint64_t n = 1;
-    for (auto d : dims) n *= d;
-    const std::size_t block = ggml_block_elements(type);
-    LLMKIT_CHECK(dims[0] % block == 0, "gguf_writer: tensor '", name, "' row length ", dims[0],
-                 " is not a multiple of the block size ", block);
-    const std::uint64_t expected = n / block * ggml_block_bytes(type);
-    LLMKIT_CHECK(data.size() == expected, "gguf_writer: tensor '", name, "' needs ", expected, " bytes, got ",
-                 data.size());
-    while (data_.size() % alignment_) data_.push_back(std::byte{0});
-    put_string(infos_, name);
-    put<std::uint32_t>(infos_, static_cast<std::uint32_t>(dims.size()));
-    for (auto d : dims) put<std::uint64_t>(infos_, d);
-    put<std::uint32_t>(infos_, std::uint32_t(type));
-    put<std::uint64_t>(infos_, data_.size());
-    data_.insert(data_.end(), data.begin(), data.end());
-    ++n_tensors_;
-  }
+                  std::span<const std::byte> data);
 
   /// The complete file image.
-  std::vector<std::byte> bytes() const {
-    std::vector<std::byte> out = head();
-    out.insert(out.end(), data_.begin(), data_.end());
-    return out;
-  }
+  std::vector<std::byte> bytes() const;
 
   /// Writes the image to `path` (replacing it), streaming the tensor data.
-  void write(const std::string& path) const {
-    const auto h = head();
-    std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    LLMKIT_CHECK(f.good(), "gguf_writer: cannot open '", path, "' for writing");
-    f.write(reinterpret_cast<const char*>(h.data()), static_cast<std::streamsize>(h.size()));
-    f.write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(data_.size()));
-    LLMKIT_CHECK(f.good(), "gguf_writer: writing '", path, "' failed");
-  }
+  void write(const std::string& path) const;
 
   /// Little-endian encoders, public so tests can build raw values.
   template <class V>
@@ -160,18 +119,7 @@ class gguf_writer {
 
  private:
   // Header, metadata, tensor infos and the padding before the data section.
-  std::vector<std::byte> head() const {
-    std::vector<std::byte> out;
-    put<std::uint32_t>(out, 0x46554747u);
-    put<std::uint32_t>(out, version_);
-    put<std::uint64_t>(out, n_tensors_);
-    put<std::uint64_t>(out, n_kv_);
-    out.insert(out.end(), meta_.begin(), meta_.end());
-    out.insert(out.end(), infos_.begin(), infos_.end());
-    if (n_tensors_ > 0)
-      while (out.size() % alignment_) out.push_back(std::byte{0});
-    return out;
-  }
+  std::vector<std::byte> head() const;
 
   template <class T>
   static void put_scalar(std::vector<std::byte>& out, T v) {
@@ -199,3 +147,7 @@ class gguf_writer {
 };
 
 }  // namespace llmkit::model
+
+#if !defined(LLMKIT_SEPARATE_COMPILATION)
+#include "llmkit/model/impl/gguf_writer.ipp"
+#endif

@@ -27,8 +27,10 @@
 /// each a contiguous run of tokens continuing its sequence in the cache, and
 /// returns the logits of the rows asked for.
 ///
-/// The hyper-parameters are in llama_config.hpp; the loader and the forward
-/// pass are defined in detail/llama_forward.hpp, included at the end.
+/// The hyper-parameters are in llama_config.hpp; the forward pass is
+/// defined in detail/llama_forward.hpp and the loader in impl/llama.ipp,
+/// both included at the end (the loader only without
+/// LLMKIT_SEPARATE_COMPILATION, see core/config.hpp).
 
 #include <array>
 #include <cstddef>
@@ -39,6 +41,7 @@
 
 #include "llmkit/attention/decode.hpp"
 #include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/config.hpp"
 #include "llmkit/core/executor.hpp"
 #include "llmkit/core/views.hpp"
 #include "llmkit/kv/kv_view.hpp"
@@ -208,3 +211,7 @@ class llama_model {
 }  // namespace llmkit::model
 
 #include "llmkit/model/detail/llama_forward.hpp"
+
+#if !defined(LLMKIT_SEPARATE_COMPILATION)
+#include "llmkit/model/impl/llama.ipp"
+#endif

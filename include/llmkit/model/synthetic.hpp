@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "llmkit/core/config.hpp"
 #include "llmkit/core/dtype.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/model/architecture.hpp"
@@ -68,19 +69,7 @@ struct synthetic_options {
 /// token_embd.weight when options.tied_output, as the embedding is the
 /// output) and on attn_v / ffn_down of the layers that "use more bits": the
 /// first and last eighth of the layers and every third one in between.
-inline tensor_type_rule q4_k_m_types(const synthetic_options& options) {
-  const std::size_t n_layers = options.config.n_layers;
-  const std::string_view output = options.tied_output ? "token_embd.weight" : "output.weight";
-  return [n_layers, output](std::string_view name) {
-    if (name == output) return ggml_type::q6_k;
-    const auto n = static_cast<long>(n_layers);
-    auto more_bits = [n](long l) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; };
-    long layer = -1;
-    if (name.starts_with("blk.")) layer = std::strtol(std::string(name.substr(4)).c_str(), nullptr, 10);
-    const bool sensitive = name.ends_with(".attn_v.weight") || name.ends_with(".ffn_down.weight");
-    return layer >= 0 && sensitive && more_bits(layer) ? ggml_type::q6_k : ggml_type::q4_k;
-  };
-}
+tensor_type_rule q4_k_m_types(const synthetic_options& options);
 
 /// A Llama config of roughly `dim`-wide GPT-2-small shape: the synthetic
 /// ~100M model of the benchmarks (dim 768, 12 layers, 12 heads, 4 KV heads,
@@ -101,168 +90,17 @@ inline llama_config synthetic_100m_config() {
   return c;
 }
 
-namespace detail {
-/// Encodes `[n] values` as `type` bytes.
-inline std::vector<std::byte> encode_weights(std::span<const float> values, ggml_type type) {
-  std::vector<std::byte> out(values.size() / ggml_block_elements(type) * ggml_block_bytes(type));
-  quantize_row(type, values.data(), out.data(), values.size());
-  return out;
-}
-
-/// `wanted` for a matrix `name` of rows `cols` long, or llama-quantize's
-/// fallback when the K-quants' 256-value blocks do not divide `cols`.
-/// @throws llmkit::error naming the tensor when neither fits.
-inline ggml_type fitting_type(ggml_type wanted, const std::string& name, std::size_t cols) {
-  if (cols % ggml_block_elements(wanted) == 0) return wanted;
-  ggml_type fallback = wanted;
-  switch (wanted) {
-    case ggml_type::q4_k: fallback = ggml_type::q5_0; break;
-    case ggml_type::q5_k: fallback = ggml_type::q5_1; break;
-    case ggml_type::q6_k: fallback = ggml_type::q8_0; break;
-    default: break;
-  }
-  LLMKIT_CHECK(cols % ggml_block_elements(fallback) == 0, "synthetic_llama: tensor '", name, "' has rows of ", cols,
-               " values, not a multiple of the ", ggml_block_elements(fallback), "-value blocks of ",
-               ggml_type_name(std::uint32_t(fallback)),
-               fallback == wanted ? "" : std::string(" (the fallback of ") + std::string(ggml_type_name(std::uint32_t(wanted))) + ")");
-  return fallback;
-}
-
-/// Distinct vocabulary pieces: "▁", then a..z, aa..zz, ... with and without
-/// the "▁" prefix, alternately.
-inline std::string synthetic_piece(std::size_t i) {
-  const bool word_start = i % 2 == 0;
-  std::size_t k = i / 2;
-  std::string s;
-  do {
-    s.insert(s.begin(), static_cast<char>('a' + k % 26));
-    k /= 26;
-  } while (k-- > 0);
-  return word_start ? "\xe2\x96\x81" + s : s;
-}
-}  // namespace detail
-
 /// Builds the synthetic GGUF image.
 /// @throws llmkit::error for an invalid config, a weight_type whose block
 /// does not divide a matrix row length (dim, ffn_dim, n_heads * head_dim),
 /// or a tensor_types choice that does not fit even after its fallback.
-inline gguf_writer synthetic_llama(const synthetic_options& options) {
-  llama_config c = options.config;
-  c.tied_output = options.tied_output;
-  if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
-  if (c.rope.rotary_dim == 0) c.rope.rotary_dim = c.head_dim;
-  c.validate();
-  LLMKIT_CHECK(c.dim == c.n_heads * c.head_dim, "synthetic_llama: dim = ", c.dim, " is not n_heads * head_dim = ",
-               c.n_heads * c.head_dim);
-  LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
-  if (!options.tensor_types) {
-    const std::size_t block = ggml_block_elements(options.weight_type);
-    LLMKIT_CHECK(c.dim % block == 0 && c.ffn_dim % block == 0 && (c.n_heads * c.head_dim) % block == 0,
-                 "synthetic_llama: weight type ", ggml_type_name(std::uint32_t(options.weight_type)), " needs dim (",
-                 c.dim, "), ffn_dim (", c.ffn_dim, ") and n_heads * head_dim (", c.n_heads * c.head_dim,
-                 ") to be multiples of ", block);
-  }
-
-  const architecture_traits& arch = traits(c.arch);
-  const std::string p = std::string(arch.name) + ".";
-  gguf_writer w;
-  w.add("general.architecture", arch.name);
-  w.add("general.name", std::string_view("llmkit-synthetic"));
-  w.add(p + "context_length", std::uint32_t(c.context_length));
-  w.add(p + "embedding_length", std::uint32_t(c.dim));
-  w.add(p + "feed_forward_length", std::uint32_t(c.ffn_dim));
-  w.add(p + "block_count", std::uint32_t(c.n_layers));
-  w.add(p + "attention.head_count", std::uint32_t(c.n_heads));
-  w.add(p + "attention.head_count_kv", std::uint32_t(c.n_kv_heads));
-  w.add(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.add(p + "rope.freq_base", c.rope.theta);
-  w.add(p + "rope.dimension_count", std::uint32_t(c.rope.rotary_dim));
-  if (c.rope.freq_scale != 1.0f) {
-    w.add(p + "rope.scaling.type", std::string_view("linear"));
-    w.add(p + "rope.scaling.factor", 1.0f / c.rope.freq_scale);
-  }
-
-  // Tokenizer: <unk>, <s>, </s>, byte tokens if there is room, then pieces.
-  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
-  std::vector<float> scores{0.0f, 0.0f, 0.0f};
-  std::vector<std::int32_t> types{2, 3, 3};
-  if (c.n_vocab >= 3 + 256 + 27) {
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof name, "<0x%02X>", b);
-      tokens.emplace_back(name);
-      scores.push_back(0.0f);
-      types.push_back(6);
-    }
-  }
-  for (std::size_t i = 0; tokens.size() < c.n_vocab; ++i) {
-    tokens.push_back(i == 0 ? std::string("\xe2\x96\x81") : detail::synthetic_piece(i - 1));
-    scores.push_back(-static_cast<float>(i));
-    types.push_back(1);
-  }
-  w.add("tokenizer.ggml.model", std::string_view("llama"));
-  w.add_string_array("tokenizer.ggml.tokens", std::span<const std::string>(tokens));
-  w.add_array("tokenizer.ggml.scores", std::span<const float>(scores));
-  w.add_array("tokenizer.ggml.token_type", std::span<const std::int32_t>(types));
-  w.add("tokenizer.ggml.unknown_token_id", std::uint32_t{0});
-  w.add("tokenizer.ggml.bos_token_id", std::uint32_t{1});
-  w.add("tokenizer.ggml.eos_token_id", std::uint32_t{2});
-
-  std::mt19937_64 rng(options.seed);
-  std::vector<float> buffer;
-  auto uniform = [&](std::size_t n, float center, float half_width) {
-    buffer.resize(n);
-    // 24 random bits per value: uniform in [center - half_width, center +
-    // half_width). The offset is exact and std::fma rounds once, so the bytes
-    // do not depend on whether the compiler contracts a multiply-add.
-    for (auto& v : buffer)
-      v = std::fma(half_width, static_cast<float>(rng() >> 40) * 0x1p-23f - 1.0f, center);
-    return std::span<const float>(buffer);
-  };
-  auto matrix = [&](const std::string& name, std::size_t rows, std::size_t cols, float half_width) {
-    const ggml_type type =
-        options.tensor_types ? detail::fitting_type(options.tensor_types(name), name, cols) : options.weight_type;
-    const auto values = uniform(rows * cols, 0.0f, half_width);
-    const auto bytes = detail::encode_weights(values, type);
-    w.add_tensor(name, type, {cols, rows}, bytes);
-  };
-  auto vector = [&](const std::string& name, std::size_t n, float center, float half_width) {
-    const auto values = uniform(n, center, half_width);
-    w.add_tensor(name, ggml_type::f32, {n}, std::as_bytes(values));
-  };
-  auto norm = [&](const std::string& name, std::size_t n) { vector(name, n, 1.0f, 0.1f); };
-  if (!c.rope.freq_factors.empty())
-    w.add_tensor("rope_freqs.weight", ggml_type::f32, {c.rope.freq_factors.size()},
-                 std::as_bytes(std::span<const float>(c.rope.freq_factors)));
-  const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-  const float in_dim = std::sqrt(3.0f / float(c.dim)), in_q = std::sqrt(3.0f / float(qd)),
-              in_ffn = std::sqrt(3.0f / float(c.ffn_dim));
-  matrix("token_embd.weight", c.n_vocab, c.dim, 1.0f);
-  norm("output_norm.weight", c.dim);
-  if (!c.tied_output) matrix("output.weight", c.n_vocab, c.dim, in_dim);
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    matrix(b + "attn_q.weight", qd, c.dim, in_dim);
-    matrix(b + "attn_k.weight", kvd, c.dim, in_dim);
-    matrix(b + "attn_v.weight", kvd, c.dim, in_dim);
-    if (arch.qkv_bias) {
-      vector(b + "attn_q.bias", qd, 0.0f, 0.5f);
-      vector(b + "attn_k.bias", kvd, 0.0f, 0.5f);
-      vector(b + "attn_v.bias", kvd, 0.0f, 0.5f);
-    }
-    matrix(b + "attn_output.weight", c.dim, qd, in_q);
-    norm(b + "attn_norm.weight", c.dim);
-    matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
-    matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, in_ffn);
-    matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, in_dim);
-    norm(b + "ffn_norm.weight", c.dim);
-  }
-  return w;
-}
+gguf_writer synthetic_llama(const synthetic_options& options);
 
 /// Writes the synthetic model to `path`.
-inline void write_synthetic_llama(const std::string& path, const synthetic_options& options) {
-  synthetic_llama(options).write(path);
-}
+void write_synthetic_llama(const std::string& path, const synthetic_options& options);
 
 }  // namespace llmkit::model
+
+#if !defined(LLMKIT_SEPARATE_COMPILATION)
+#include "llmkit/model/impl/synthetic.ipp"
+#endif

@@ -30,6 +30,7 @@
 #include <variant>
 #include <vector>
 
+#include "llmkit/core/config.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/ids.hpp"
 #include "llmkit/model/bpe_tokenizer.hpp"
@@ -84,13 +85,7 @@ class tokenizer {
   /// Reads `tokenizer.ggml.*` from a GGUF file; `tokenizer.ggml.model`
   /// picks the algorithm ("llama" or "gpt2"; anything else raises
   /// `llmkit::error` naming it).
-  static tokenizer from_gguf(const gguf_file& file) {
-    const auto model = file.get<std::string_view>("tokenizer.ggml.model");
-    if (model == "llama") return sentencepiece_tokenizer::from_gguf(file);
-    if (model == "gpt2") return bpe_tokenizer::from_gguf(file);
-    ::llmkit::detail::throw_error("tokenizer: tokenizer.ggml.model is '", model,
-                                  "'; supported: 'llama' (SentencePiece BPE), 'gpt2' (byte-level BPE)");
-  }
+  static tokenizer from_gguf(const gguf_file& file);
 
   tokenizer_kind kind() const noexcept {
     return impl_.index() == 0 ? tokenizer_kind::sentencepiece : tokenizer_kind::byte_level_bpe;
@@ -147,3 +142,7 @@ static_assert(text_tokenizer<bpe_tokenizer>);
 static_assert(text_tokenizer<tokenizer>);
 
 }  // namespace llmkit::model
+
+#if !defined(LLMKIT_SEPARATE_COMPILATION)
+#include "llmkit/model/impl/tokenizer.ipp"
+#endif

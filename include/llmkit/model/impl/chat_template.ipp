@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/impl/chat_template.ipp
+/// chat_template's detection and formatters (model/chat_template.hpp):
+/// compiled inline by the header, or once by <llmkit/src.hpp> with
+/// LLMKIT_SEPARATE_COMPILATION.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "llmkit/core/config.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/model/chat_template.hpp"
+#include "llmkit/model/detail/python_strip.hpp"
+#include "llmkit/model/gguf.hpp"
+
+namespace llmkit::model {
+
+LLMKIT_DECL std::string chat_template::names_list() {
+  std::string out;
+  for (auto n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+LLMKIT_DECL chat_template chat_template::by_name(std::string_view name) {
+  const auto it = std::find(names.begin(), names.end(), name);
+  LLMKIT_CHECK(it != names.end(), "chat_template: no built-in template named '", name, "'; the built-in ones are ",
+               names_list());
+  return chat_template(static_cast<chat_family>(it - names.begin()));
+}
+
+LLMKIT_DECL chat_template chat_template::detect(std::string_view jinja) {
+  const auto family = detect_family(jinja);
+  LLMKIT_CHECK(family.has_value(), "chat_template: tokenizer.chat_template '", excerpt(jinja),
+               "' is not one of the built-in families (", names_list(),
+               "); choose one of them by name to format chats for this model");
+  return chat_template(*family);
+}
+
+LLMKIT_DECL chat_template chat_template::from_gguf(const gguf_file& file, std::string_view name) {
+  std::optional<chat_template> t;
+  if (!name.empty()) {
+    t = by_name(name);
+  } else {
+    const auto jinja = file.get_optional<std::string_view>("tokenizer.chat_template");
+    LLMKIT_CHECK(jinja.has_value(), "chat_template: the model has no tokenizer.chat_template; choose a built-in "
+                 "template by name (", names_list(), ")");
+    t = detect(*jinja);
+  }
+  if (!file.contains("tokenizer.ggml.tokens")) return *t;
+  const auto tokens = file.get_array("tokenizer.ggml.tokens").strings();
+  auto text_of = [&](const char* key) -> std::optional<std::string> {
+    const auto id = file.get_optional<std::int64_t>(key);
+    if (!id) return std::nullopt;
+    LLMKIT_CHECK(*id >= 0 && static_cast<std::uint64_t>(*id) < tokens.size(), "chat_template: ", key, " = ", *id,
+                 " is outside the vocabulary of ", tokens.size(), " tokens");
+    return std::string(tokens[static_cast<std::size_t>(*id)]);
+  };
+  auto bos = text_of("tokenizer.ggml.bos_token_id");
+  auto eos = text_of("tokenizer.ggml.eos_token_id");
+  return t->with_special_texts(bos ? std::move(*bos) : t->bos_, eos ? std::move(*eos) : t->eos_);
+}
+
+LLMKIT_DECL std::string chat_template::format(std::span<const chat_message> messages,
+                                          const chat_format_options& options) const {
+  LLMKIT_CHECK(!messages.empty(), "chat_template ", name(), ": no messages to format");
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const auto& r = messages[i].role;
+    LLMKIT_CHECK(r == "system" || r == "user" || r == "assistant", "chat_template ", name(), ": message ", i,
+                 " has role '", r, "'; the roles are system, user and assistant");
+  }
+  std::string out;
+  switch (family_) {
+    case chat_family::llama3: format_llama3(messages, options, out); break;
+    case chat_family::llama3_1: format_llama3_1(messages, options, out); break;
+    case chat_family::chatml: format_chatml(messages, options, {}, out); break;
+    case chat_family::qwen2: format_chatml(messages, options, "You are a helpful assistant.", out); break;
+    case chat_family::qwen2_5:
+      format_chatml(messages, options, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", out);
+      break;
+    case chat_family::llama2:
+    case chat_family::mistral:
+    case chat_family::mistral_v1:
+    case chat_family::mistral_v3: format_inst(messages, options, out); break;
+    case chat_family::zephyr: format_zephyr(messages, options, out); break;
+  }
+  return out;
+}
+
+LLMKIT_DECL std::optional<chat_family> chat_template::detect_family(std::string_view t) {
+  auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  if (has("<|im_start|>")) {
+    if (has("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")) return chat_family::qwen2_5;
+    if (has("You are a helpful assistant.")) return chat_family::qwen2;
+    return chat_family::chatml;
+  }
+  if (has("<|start_header_id|>") && has("<|end_header_id|>"))
+    return has("Cutting Knowledge Date") ? chat_family::llama3_1 : chat_family::llama3;
+  if (has("[INST]")) {
+    if (has("<<SYS>>")) return chat_family::llama2;
+    // Mistral's v3 template (tools, system in the last turn, "[INST] " then content then "[/INST]").
+    if (has("[AVAILABLE_TOOLS]")) return has("\"[INST] \"") ? std::optional(chat_family::mistral_v3) : std::nullopt;
+    if (has("' [INST] '")) return chat_family::mistral_v1;
+    if (has("'[INST] ' + message['content'] + ' [/INST]'")) return chat_family::mistral;
+    return std::nullopt;
+  }
+  // Zephyr writes each turn as '<|role|>\n' + content + eos_token; Phi-3 (<|end|>) differs.
+  if (has("<|user|>") && has("<|assistant|>") && has("eos_token") && !has("<|end|>")) return chat_family::zephyr;
+  return std::nullopt;
+}
+
+LLMKIT_DECL std::string chat_template::excerpt(std::string_view t) {
+  std::size_t n = std::min<std::size_t>(t.size(), 60);
+  while (n > 0 && n < t.size() && (static_cast<unsigned char>(t[n]) & 0xC0) == 0x80) --n;
+  std::string out;
+  for (char c : t.substr(0, n)) out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  return n < t.size() ? out + "..." : out;
+}
+
+LLMKIT_DECL std::string chat_template::strip(std::string_view s) { return std::string(detail::python_strip(s)); }
+
+LLMKIT_DECL void chat_template::write_leading_bos(const chat_format_options& o, std::string& out) const {
+  if (o.bos == leading_bos::write) out += bos_;
+}
+
+LLMKIT_DECL void chat_template::format_llama3(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const {
+  write_leading_bos(o, out);
+  for (const auto& msg : m)
+    out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + strip(msg.content) + "<|eot_id|>";
+  if (o.prompt == generation_prompt::add) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+}
+
+LLMKIT_DECL void chat_template::format_llama3_1(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const {
+  write_leading_bos(o, out);
+  std::string system;
+  if (m.front().role == "system") {
+    system = strip(m.front().content);
+    m = m.subspan(1);
+  }
+  out += "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ";
+  out += o.date;
+  out += "\n\n" + system + "<|eot_id|>";
+  for (const auto& msg : m)
+    out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + strip(msg.content) + "<|eot_id|>";
+  if (o.prompt == generation_prompt::add) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+}
+
+LLMKIT_DECL void chat_template::format_chatml(std::span<const chat_message> m, const chat_format_options& o,
+                                              std::string_view default_system, std::string& out) {
+  if (!default_system.empty() && m.front().role != "system")
+    out += "<|im_start|>system\n" + std::string(default_system) + "<|im_end|>\n";
+  for (const auto& msg : m) out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+  if (o.prompt == generation_prompt::add) out += "<|im_start|>assistant\n";
+}
+
+LLMKIT_DECL void chat_template::format_zephyr(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const {
+  for (const auto& msg : m) out += "<|" + msg.role + "|>\n" + msg.content + eos_ + "\n";
+  if (o.prompt == generation_prompt::add) out += "<|assistant|>\n";
+}
+
+LLMKIT_DECL void chat_template::format_inst(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const {
+  std::optional<std::string_view> system;
+  if (m.front().role == "system") {
+    system = m.front().content;
+    m = m.subspan(1);
+  }
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    LLMKIT_CHECK(m[i].role != "system", "chat_template ", name(), ": message ", i + (system ? 1 : 0),
+                 " is a system message; only the first message may be one");
+    const bool user = m[i].role == "user";
+    LLMKIT_CHECK(user == (i % 2 == 0), "chat_template ", name(), ": after the optional system message the roles must "
+                 "alternate user / assistant / user / ..., but message ", i + (system ? 1 : 0), " is '", m[i].role,
+                 "'");
+  }
+  const std::string sys = system ? std::string(*system) : std::string();
+  if (family_ != chat_family::llama2) write_leading_bos(o, out);
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const std::string& content = m[i].content;
+    const bool user = m[i].role == "user";
+    switch (family_) {
+      case chat_family::llama2:
+        if (user) {
+          if (i > 0 || o.bos == leading_bos::write) out += bos_;
+          const std::string c = i == 0 && system ? "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + content : content;
+          out += "[INST] " + strip(c) + " [/INST]";
+        } else {
+          out += " " + strip(content) + " " + eos_;
+        }
+        break;
+      case chat_family::mistral:
+        if (user) out += "[INST] " + (i == 0 && system ? sys + "\n\n" : std::string()) + content + " [/INST]";
+        else out += content + eos_;
+        break;
+      case chat_family::mistral_v1:
+        if (user) out += " [INST] " + (i == 0 && system ? sys + "\n\n" : std::string()) + content + " [/INST]";
+        else out += " " + content + eos_;
+        break;
+      default:  // mistral_v3: the system message joins the last turn, when that is a user turn
+        if (user) out += "[INST] " + (i + 1 == m.size() && system ? sys + "\n\n" : std::string()) + content + "[/INST]";
+        else out += " " + strip(content) + eos_;
+        break;
+    }
+  }
+}
+
+}  // namespace llmkit::model

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/model/impl/llama.ipp
+/// llama_model's loader and workspace (model/llama.hpp): compiled inline by
+/// the header, or once by <llmkit/src.hpp> with LLMKIT_SEPARATE_COMPILATION.
+
+#include <algorithm>
+#include <cstddef>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "llmkit/core/aligned_buffer.hpp"
+#include "llmkit/core/config.hpp"
+#include "llmkit/core/error.hpp"
+#include "llmkit/model/architecture.hpp"
+#include "llmkit/model/gguf.hpp"
+#include "llmkit/model/llama.hpp"
+#include "llmkit/model/llama_config.hpp"
+#include "llmkit/model/weights.hpp"
+
+namespace llmkit::model {
+
+namespace detail {
+/// Checks that a GGUF tensor has shape `[rows, cols]` (ggml dims {cols,
+/// rows}; rows == 1 also accepts a 1-D tensor).
+inline const gguf_tensor& check_tensor(const gguf_file& file, const std::string& name, std::size_t rows,
+                                       std::size_t cols) {
+  const gguf_tensor& t = file.tensor(name);
+  const bool shape_ok = t.dims[0] == cols && t.rows() == rows && (t.n_dims == 2 || (t.n_dims == 1 && rows == 1));
+  LLMKIT_CHECK(shape_ok, "llama_model: tensor '", name, "' has dims [", t.dims[0], ", ", t.dims[1], ", ", t.dims[2],
+               ", ", t.dims[3], "], expected [", cols, ", ", rows, "]");
+  return t;
+}
+}  // namespace detail
+
+LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options& options)
+    : config_(llama_config::from_gguf(file)),
+      options_(options),
+      rope_table_(config_.rope, config_.head_dim, std::min<std::size_t>(config_.context_length, rope_table_max_positions)) {
+  const auto& c = config_;
+  const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  // Every shape is checked against the file before anything is allocated,
+  // so sizes in the metadata cannot make the loader allocate more than the
+  // file's tensors hold.
+  detail::check_tensor(file, "token_embd.weight", c.n_vocab, c.dim);
+  detail::check_tensor(file, "output_norm.weight", 1, c.dim);
+  if (!c.tied_output) detail::check_tensor(file, "output.weight", c.n_vocab, c.dim);
+  const bool qkv_bias = traits(c.arch).qkv_bias;
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    detail::check_tensor(file, b + "attn_norm.weight", 1, c.dim);
+    detail::check_tensor(file, b + "attn_q.weight", qd, c.dim);
+    detail::check_tensor(file, b + "attn_k.weight", kvd, c.dim);
+    detail::check_tensor(file, b + "attn_v.weight", kvd, c.dim);
+    if (qkv_bias) {
+      detail::check_tensor(file, b + "attn_q.bias", 1, qd);
+      detail::check_tensor(file, b + "attn_k.bias", 1, kvd);
+      detail::check_tensor(file, b + "attn_v.bias", 1, kvd);
+    }
+    detail::check_tensor(file, b + "attn_output.weight", c.dim, qd);
+    detail::check_tensor(file, b + "ffn_norm.weight", 1, c.dim);
+    detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
+    detail::check_tensor(file, b + "ffn_up.weight", c.ffn_dim, c.dim);
+    detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
+  }
+  auto load_matrix = [&](const std::string& name, std::size_t rows, std::size_t cols) {
+    const gguf_tensor& t = file.tensor(name);
+    weight_matrix m(resolve_weight_type(options_.weight_type, t.type, cols), rows, cols);
+    m.copy_from(t, 0);
+    return m;
+  };
+  // Tensors multiplied by the same input: fused into one matrix when they
+  // resolve to one storage, else kept apart (see stacked_matrix).
+  auto load_stacked = [&](std::initializer_list<std::string> names, std::size_t cols) {
+    const weight_type type = resolve_weight_type(options_.weight_type, file.tensor(*names.begin()).type, cols);
+    bool same = true;
+    std::size_t rows = 0;
+    for (const std::string& name : names) {
+      const gguf_tensor& t = file.tensor(name);
+      same = same && resolve_weight_type(options_.weight_type, t.type, cols) == type;
+      rows += static_cast<std::size_t>(t.rows());
+    }
+    stacked_matrix m;
+    if (!same) {
+      for (const std::string& name : names)
+        m.parts.push_back(load_matrix(name, static_cast<std::size_t>(file.tensor(name).rows()), cols));
+      return m;
+    }
+    weight_matrix fused(type, rows, cols);
+    std::size_t row = 0;
+    for (const std::string& name : names) {
+      const gguf_tensor& t = file.tensor(name);
+      fused.copy_from(t, row);
+      row += static_cast<std::size_t>(t.rows());
+    }
+    m.parts.push_back(std::move(fused));
+    return m;
+  };
+  // Norm weights and biases: f32 vectors, concatenated when several.
+  auto load_vector = [&](std::initializer_list<std::string> names, std::size_t n) {
+    aligned_vector<float> v(n);
+    std::size_t at = 0;
+    for (const std::string& name : names) {
+      const gguf_tensor& t = file.tensor(name);
+      const std::size_t len = static_cast<std::size_t>(t.dims[0]);
+      weight_matrix m(weight_type::f32, 1, len);
+      m.copy_from(t, 0);
+      m.row(0, std::span(v.data() + at, len));
+      at += len;
+    }
+    return v;
+  };
+  auto load_norm = [&](const std::string& name) { return load_vector({name}, c.dim); };
+  token_embd_ = load_matrix("token_embd.weight", c.n_vocab, c.dim);
+  output_norm_ = load_norm("output_norm.weight");
+  if (!c.tied_output) output_ = load_matrix("output.weight", c.n_vocab, c.dim);
+  layers_.resize(c.n_layers);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    layer& w = layers_[l];
+    w.attn_norm = load_norm(b + "attn_norm.weight");
+    w.wqkv = load_stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, c.dim);
+    if (qkv_bias) w.bqkv = load_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, qd + 2 * kvd);
+    w.wo = load_matrix(b + "attn_output.weight", c.dim, qd);
+    w.ffn_norm = load_norm(b + "ffn_norm.weight");
+    w.w_gate_up = load_stacked({b + "ffn_gate.weight", b + "ffn_up.weight"}, c.dim);
+    w.w_down = load_matrix(b + "ffn_down.weight", c.dim, c.ffn_dim);
+  }
+}
+
+LLMKIT_DECL void llama_model::reserve(std::size_t n, std::size_t n_out) {
+  const auto& c = config_;
+  const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  // Exact growth: release the old buffer, then allocate `size` (a plain
+  // resize would double the capacity, up to 2x the largest forward's
+  // activations kept for the model's lifetime).
+  auto ensure = [](aligned_vector<float>& v, std::size_t size) {
+    if (v.size() >= size) return;
+    v.clear();
+    v.shrink_to_fit();
+    v.resize(size);
+  };
+  ensure(x_, n * c.dim);
+  ensure(xn_, std::max(n, n_out) * c.dim);
+  ensure(qkv_, n * (qd + 2 * kvd));
+  ensure(k_, n * kvd);
+  ensure(v_, n * kvd);
+  ensure(q_, n * qd);
+  ensure(att_, n * qd);
+  ensure(ffn_, n * 2 * c.ffn_dim);
+  ensure(hidden_, n * c.ffn_dim);
+  ensure(logits_, n_out * c.n_vocab);
+}
+
+}  // namespace llmkit::model
