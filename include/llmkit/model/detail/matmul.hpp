@@ -84,7 +84,7 @@ struct f16_weights {
   std::size_t in;
   template <class Arch>
   xsimd::batch<float, Arch> load(std::size_t o, std::size_t k) const noexcept {
-    return simd::detail::load_f16_as_f32<Arch>(w + o * in + k);
+    return simd::detail::load_f16_as_f32<Arch>(w + o * in + k, Arch{});
   }
   float at(std::size_t o, std::size_t k) const noexcept { return f16_bits_to_f32(w[o * in + k]); }
   void prefetch(std::size_t o, std::size_t k) const noexcept { prefetch_l2(w + o * in + k, matmul_prefetch_bytes); }
@@ -101,7 +101,7 @@ struct q8_weights {
   xsimd::batch<float, Arch> load(std::size_t o, std::size_t k) const noexcept {
     using batch = xsimd::batch<float, Arch>;
     const batch scale(s[(o * in + k) / q8_block_size]);
-    return xsimd::batch_cast<float>(simd::detail::load_i8_as_i32<Arch>(q + o * in + k)) * scale;
+    return xsimd::batch_cast<float>(simd::detail::load_i8_as_i32<Arch>(q + o * in + k, Arch{})) * scale;
   }
   float at(std::size_t o, std::size_t k) const noexcept {
     return s[(o * in + k) / q8_block_size] * static_cast<float>(q[o * in + k]);
