@@ -311,6 +311,43 @@ void threshold_sums(const float* v, const float* e, std::size_t k, const Score& 
   }
 }
 
+/// compress_range's loop over whole registers, one overload per instruction
+/// set (`compress_range_lanes<Arch>(..., w, n_below, kernel_arch<Arch>{})`):
+/// returns the entry it stopped at, having advanced w and n_below. The
+/// fallback has no such loop.
+template <class Arch, class Score>
+std::size_t compress_range_lanes(const float*, const float*, const std::uint32_t*, std::size_t, const Score&, float,
+                                 float, float*, float*, std::uint32_t*, std::size_t&, std::size_t&,
+                                 simd::requires_arch<xsimd::generic>) {
+  return 0;
+}
+
+#if defined(__AVX512F__)
+/// In-register compression, no branch per lane.
+template <class Arch, class Score>
+std::size_t compress_range_lanes(const float* v, const float* e, const std::uint32_t* idx, std::size_t k,
+                                 const Score& score, float lo, float hi, float* ov, float* oe, std::uint32_t* oi,
+                                 std::size_t& w, std::size_t& n_below, simd::requires_arch<xsimd::avx512f>) {
+  using fb = xsimd::batch<float, Arch>;
+  const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi);
+  std::size_t i = 0;
+  // In place, the 16-lane store at w <= i only covers entries already loaded.
+  for (; i + 16 <= k; i += 16) {
+    const __m512 x = _mm512_loadu_ps(v + i), ex = _mm512_loadu_ps(e + i);
+    const __m512i ix = _mm512_loadu_si512(idx + i);
+    const __m512 s = score(fb(x));
+    const __mmask16 below = _mm512_cmp_ps_mask(s, lo_v, _CMP_LT_OQ);
+    const __mmask16 keep = _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~below), s, hi_v, _CMP_LT_OQ);
+    _mm512_storeu_ps(ov + w, _mm512_maskz_compress_ps(keep, x));
+    _mm512_storeu_ps(oe + w, _mm512_maskz_compress_ps(keep, ex));
+    _mm512_storeu_si512(oi + w, _mm512_maskz_compress_epi32(keep, ix));
+    w += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(keep)));
+    n_below += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(below)));
+  }
+  return i;
+}
+#endif
+
 /// Keeps the entries with lo <= score < hi of `[k] (v, e, idx)`, in order,
 /// writing them to (ov, oe, oi) (which may be the inputs); adds the count of
 /// score < lo to n_below; returns how many were kept.
@@ -318,26 +355,9 @@ template <class Arch, class Score>
 std::size_t compress_range(const float* v, const float* e, const std::uint32_t* idx, std::size_t k,
                            const Score& score, float lo, float hi, float* ov, float* oe, std::uint32_t* oi,
                            std::size_t& n_below) {
-  std::size_t i = 0, w = 0;
-#if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    using fb = xsimd::batch<float, Arch>;
-    const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi);
-    // In place, the 16-lane store at w <= i only covers entries already loaded.
-    for (; i + 16 <= k; i += 16) {
-      const __m512 x = _mm512_loadu_ps(v + i), ex = _mm512_loadu_ps(e + i);
-      const __m512i ix = _mm512_loadu_si512(idx + i);
-      const __m512 s = score(fb(x));
-      const __mmask16 below = _mm512_cmp_ps_mask(s, lo_v, _CMP_LT_OQ);
-      const __mmask16 keep = _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~below), s, hi_v, _CMP_LT_OQ);
-      _mm512_storeu_ps(ov + w, _mm512_maskz_compress_ps(keep, x));
-      _mm512_storeu_ps(oe + w, _mm512_maskz_compress_ps(keep, ex));
-      _mm512_storeu_si512(oi + w, _mm512_maskz_compress_epi32(keep, ix));
-      w += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(keep)));
-      n_below += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(below)));
-    }
-  }
-#endif
+  std::size_t w = 0;
+  std::size_t i =
+      compress_range_lanes<Arch>(v, e, idx, k, score, lo, hi, ov, oe, oi, w, n_below, simd::kernel_arch<Arch>{});
   for (; i < k; ++i) {
     const float s = score(v[i]);
     const float x = v[i], ex = e[i];
@@ -385,6 +405,41 @@ void sort_sample(std::array<std::uint64_t, N>& items) noexcept {
   std::copy(from, from + N, items.data());
 }
 
+/// gather_kept's loop over whole registers, one overload per instruction set
+/// (`gather_kept_lanes<Arch>(..., w, kernel_arch<Arch>{})`): returns the
+/// entry it stopped at, having advanced w. The fallback has no such loop.
+template <class Arch, class Score>
+std::size_t gather_kept_lanes(const candidates&, const Score&, const mass_boundary&, std::span<const float>,
+                              const std::uint32_t*, std::int32_t*, float*, std::size_t&,
+                              simd::requires_arch<xsimd::generic>) {
+  return 0;
+}
+
+#if defined(__AVX512F__)
+/// In-register compression where the tokens are the indices (a dense row)
+/// and no tie is split.
+template <class Arch, class Score>
+std::size_t gather_kept_lanes(const candidates& c, const Score& score, const mass_boundary& b,
+                              std::span<const float> values, const std::uint32_t* index, std::int32_t* out_tokens,
+                              float* out_values, std::size_t& w, simd::requires_arch<xsimd::avx512f>) {
+  const std::size_t k = values.size();
+  const float* v = values.data();
+  std::size_t i = 0;
+  if (c.is_dense() && !b.partial_ties_) {
+    using fb = xsimd::batch<float, Arch>;
+    const __m512 s_b = _mm512_set1_ps(b.score_);
+    for (; i + 16 <= k; i += 16) {
+      const __m512 x = _mm512_loadu_ps(v + i);
+      const __mmask16 keep = _mm512_cmp_ps_mask(score(fb(x)), s_b, _CMP_LE_OQ);
+      _mm512_storeu_ps(out_values + w, _mm512_maskz_compress_ps(keep, x));
+      _mm512_storeu_si512(out_tokens + w, _mm512_maskz_compress_epi32(keep, _mm512_loadu_si512(index + i)));
+      w += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(keep)));
+    }
+  }
+  return i;
+}
+#endif
+
 /// Writes the tokens and values of the entries of `[k] (values, index)` the
 /// boundary keeps to out_tokens / out_values (capacity k + 16), in order;
 /// returns how many. `index` are indices into c.values().
@@ -394,22 +449,9 @@ std::size_t gather_kept(const candidates& c, const Score& score, const mass_boun
                         float* out_values) {
   const std::size_t k = values.size();
   const float* v = values.data();
-  std::size_t i = 0, w = 0;
-#if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    if (c.is_dense() && !b.partial_ties_) {
-      using fb = xsimd::batch<float, Arch>;
-      const __m512 s_b = _mm512_set1_ps(b.score_);
-      for (; i + 16 <= k; i += 16) {
-        const __m512 x = _mm512_loadu_ps(v + i);
-        const __mmask16 keep = _mm512_cmp_ps_mask(score(fb(x)), s_b, _CMP_LE_OQ);
-        _mm512_storeu_ps(out_values + w, _mm512_maskz_compress_ps(keep, x));
-        _mm512_storeu_si512(out_tokens + w, _mm512_maskz_compress_epi32(keep, _mm512_loadu_si512(index + i)));
-        w += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(keep)));
-      }
-    }
-  }
-#endif
+  std::size_t w = 0;
+  std::size_t i = gather_kept_lanes<Arch>(c, score, b, values, index, out_tokens, out_values, w,
+                                          simd::kernel_arch<Arch>{});
   for (; i < k; ++i) {
     const float s = score(v[i]);
     const std::int32_t token = c.token(index[i]);
