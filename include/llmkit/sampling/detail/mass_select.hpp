@@ -40,7 +40,6 @@
 #include <cstdint>
 #include <limits>
 #include <span>
-#include <type_traits>
 #include <utility>
 
 #include "llmkit/core/error.hpp"
@@ -141,61 +140,48 @@ struct bracket_result {
   bool overflow = false;  ///< more than `cap` entries inside
 };
 
+/// bracket_pass from entry i on, one entry at a time, with n_in entries
+/// written inside so far: the tail every overload ends with.
+template <bool LoadWeights, class Score>
+bracket_result bracket_tail(std::span<const float> values, const float* weights, float m, const Score& score,
+                            float lo, float hi, float* out_v, std::uint32_t* out_i, std::size_t cap, std::size_t i,
+                            std::size_t n_in, bracket_result r) {
+  const std::size_t n = values.size();
+  const float* v = values.data();
+  auto weight = [&](std::size_t j) { return LoadWeights ? weights[j] : exp_canonical(v[j] - m); };
+  for (; i < n; ++i) {
+    const float e = weight(i);
+    const float s = score(v[i]);
+    r.total += e;
+    if (s < lo) {
+      r.below += e;
+      ++r.n_below;
+    } else if (s < hi) {
+      out_v[n_in] = v[i];
+      out_i[n_in] = static_cast<std::uint32_t>(i);
+      ++n_in;
+    }
+  }
+  r.n_inside = n_in;
+  r.overflow = n_in > cap;
+  return r;
+}
+
 /// One pass over `[n] values`: with weights e = `weights[i]` (LoadWeights)
 /// or exp(v - m), sums all e, sums and counts e over score < lo, and writes
 /// the entries with lo <= score < hi, in order, to `out_v` / `out_i` (their
 /// values and indices; capacity cap + 272: the check runs every 256
-/// entries). Stops with overflow past `cap`.
+/// entries). Stops with overflow past `cap`. One overload per instruction
+/// set (`bracket_pass<Arch, LoadWeights>(..., kernel_arch<Arch>{})`): here
+/// xsimd registers, where a lane inside is written one by one.
 template <class Arch, bool LoadWeights, class Score>
 bracket_result bracket_pass(std::span<const float> values, const float* weights, float m, const Score& score,
-                            float lo, float hi, float* out_v, std::uint32_t* out_i, std::size_t cap) {
+                            float lo, float hi, float* out_v, std::uint32_t* out_i, std::size_t cap,
+                            simd::requires_arch<xsimd::generic>) {
   const std::size_t n = values.size();
   const float* v = values.data();
   bracket_result r;
   std::size_t i = 0, n_in = 0;
-  auto weight = [&](std::size_t j) { return LoadWeights ? weights[j] : exp_canonical(v[j] - m); };
-#if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    using fb = xsimd::batch<float, Arch>;
-    const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi), m_v = _mm512_set1_ps(m);
-    __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i step = _mm512_set1_epi32(16);
-    __m512d total_d = _mm512_setzero_pd(), below_d = _mm512_setzero_pd();
-    const std::size_t n16 = n - n % 16;
-    while (i < n16) {
-      __m512 tot = _mm512_setzero_ps(), bel = _mm512_setzero_ps();
-      const std::size_t end = std::min(n16, i + sum_block);
-      for (; i < end; i += 16) {
-        const __m512 x = _mm512_loadu_ps(v + i);
-        __m512 e;
-        if constexpr (LoadWeights) e = _mm512_loadu_ps(weights + i);
-        else e = exp_canonical<Arch>(fb(_mm512_sub_ps(x, m_v)));
-        if constexpr (!LoadWeights) tot = _mm512_add_ps(tot, e);
-        const __m512 s = score(fb(x));
-        const __mmask16 below = _mm512_cmp_ps_mask(s, lo_v, _CMP_LT_OQ);
-        const __mmask16 inside =
-            _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~below), s, hi_v, _CMP_LT_OQ);
-        bel = _mm512_mask_add_ps(bel, below, bel, e);
-        r.n_below += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(below)));
-        // Unconditional compressed stores: cheaper than a mispredicted branch per vector.
-        _mm512_storeu_ps(out_v + n_in, _mm512_maskz_compress_ps(inside, x));
-        _mm512_storeu_si512(out_i + n_in, _mm512_maskz_compress_epi32(inside, index));
-        n_in += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(inside)));
-        index = _mm512_add_epi32(index, step);
-      }
-      if (n_in > cap) {
-        r.overflow = true;
-        return r;
-      }
-      total_d = _mm512_add_pd(total_d, _mm512_cvtps_pd(_mm512_castps512_ps256(tot)));
-      total_d = _mm512_add_pd(total_d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(tot), 1))));
-      below_d = _mm512_add_pd(below_d, _mm512_cvtps_pd(_mm512_castps512_ps256(bel)));
-      below_d = _mm512_add_pd(below_d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(bel), 1))));
-    }
-    r.total = _mm512_reduce_add_pd(total_d);
-    r.below = _mm512_reduce_add_pd(below_d);
-  } else
-#endif
   if constexpr (!simd::is_scalar_v<Arch>) {
     using fb = xsimd::batch<float, Arch>;
     constexpr std::size_t L = fb::size;
@@ -232,23 +218,60 @@ bracket_result bracket_pass(std::span<const float> values, const float* weights,
       r.n_below += static_cast<std::size_t>(xsimd::hadd(cnt));
     }
   }
-  for (; i < n; ++i) {
-    const float e = weight(i);
-    const float s = score(v[i]);
-    r.total += e;
-    if (s < lo) {
-      r.below += e;
-      ++r.n_below;
-    } else if (s < hi) {
-      out_v[n_in] = v[i];
-      out_i[n_in] = static_cast<std::uint32_t>(i);
-      ++n_in;
-    }
-  }
-  r.n_inside = n_in;
-  r.overflow = n_in > cap;
-  return r;
+  return bracket_tail<LoadWeights>(values, weights, m, score, lo, hi, out_v, out_i, cap, i, n_in, r);
 }
+
+#if defined(__AVX512F__)
+/// The entries inside compressed in registers (no branch per lane), the
+/// sums kept in double lanes.
+template <class Arch, bool LoadWeights, class Score>
+bracket_result bracket_pass(std::span<const float> values, const float* weights, float m, const Score& score,
+                            float lo, float hi, float* out_v, std::uint32_t* out_i, std::size_t cap,
+                            simd::requires_arch<xsimd::avx512f>) {
+  using fb = xsimd::batch<float, Arch>;
+  const std::size_t n = values.size();
+  const float* v = values.data();
+  bracket_result r;
+  std::size_t i = 0, n_in = 0;
+  const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi), m_v = _mm512_set1_ps(m);
+  __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  __m512d total_d = _mm512_setzero_pd(), below_d = _mm512_setzero_pd();
+  const std::size_t n16 = n - n % 16;
+  while (i < n16) {
+    __m512 tot = _mm512_setzero_ps(), bel = _mm512_setzero_ps();
+    const std::size_t end = std::min(n16, i + sum_block);
+    for (; i < end; i += 16) {
+      const __m512 x = _mm512_loadu_ps(v + i);
+      __m512 e;
+      if constexpr (LoadWeights) e = _mm512_loadu_ps(weights + i);
+      else e = exp_canonical<Arch>(fb(_mm512_sub_ps(x, m_v)));
+      if constexpr (!LoadWeights) tot = _mm512_add_ps(tot, e);
+      const __m512 s = score(fb(x));
+      const __mmask16 below = _mm512_cmp_ps_mask(s, lo_v, _CMP_LT_OQ);
+      const __mmask16 inside = _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~below), s, hi_v, _CMP_LT_OQ);
+      bel = _mm512_mask_add_ps(bel, below, bel, e);
+      r.n_below += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(below)));
+      // Unconditional compressed stores: cheaper than a mispredicted branch per vector.
+      _mm512_storeu_ps(out_v + n_in, _mm512_maskz_compress_ps(inside, x));
+      _mm512_storeu_si512(out_i + n_in, _mm512_maskz_compress_epi32(inside, index));
+      n_in += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(inside)));
+      index = _mm512_add_epi32(index, step);
+    }
+    if (n_in > cap) {
+      r.overflow = true;
+      return r;
+    }
+    total_d = _mm512_add_pd(total_d, _mm512_cvtps_pd(_mm512_castps512_ps256(tot)));
+    total_d = _mm512_add_pd(total_d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(tot), 1))));
+    below_d = _mm512_add_pd(below_d, _mm512_cvtps_pd(_mm512_castps512_ps256(bel)));
+    below_d = _mm512_add_pd(below_d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(bel), 1))));
+  }
+  r.total = _mm512_reduce_add_pd(total_d);
+  r.below = _mm512_reduce_add_pd(below_d);
+  return bracket_tail<LoadWeights>(values, weights, m, score, lo, hi, out_v, out_i, cap, i, n_in, r);
+}
+#endif
 
 /// exp(v - m) of `[k] v` into `[k] out`; returns their sum (float lanes
 /// over at most 1024 entries, then double).
@@ -539,9 +562,9 @@ bool truncate_by_mass_fast(candidates& c, const Score& score, double fraction, c
   double goal = 0.0;
   for (int attempt = 0;; ++attempt) {
     r = weights != nullptr ? bracket_pass<Arch, true>(values, weights, m, score, lo, hi, s.compact_values.data(),
-                                                      s.compact_index.data(), cap)
+                                                      s.compact_index.data(), cap, simd::kernel_arch<Arch>{})
                            : bracket_pass<Arch, false>(values, nullptr, m, score, lo, hi, s.compact_values.data(),
-                                                       s.compact_index.data(), cap);
+                                                       s.compact_index.data(), cap, simd::kernel_arch<Arch>{});
     if (r.overflow) return false;
     if (weights == nullptr) total = r.total;
     goal = fraction * total;
