@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <limits>
 #include <span>
-#include <type_traits>
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/core/error.hpp"
@@ -197,23 +196,7 @@ class candidates {
       detail::grow(ids_, n_ + 64);
       detail::grow(values_, n_ + 64);
       std::size_t w = 0;
-#if XSIMD_WITH_AVX512F
-      if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-        using fb = xsimd::batch<float, Arch>;
-        __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512i step = _mm512_set1_epi32(16);
-        for (; i + 16 <= n_; i += 16) {
-          const __m512 x = _mm512_loadu_ps(v + i);
-          const __mmask16 keep = static_cast<__mmask16>(keep_batch(fb(x)));
-          if (keep != 0) {
-            _mm512_storeu_si512(ids_.data() + w, _mm512_maskz_compress_epi32(keep, index));
-            _mm512_storeu_ps(values_.data() + w, _mm512_maskz_compress_ps(keep, x));
-            w += static_cast<std::size_t>(__builtin_popcount(keep));
-          }
-          index = _mm512_add_epi32(index, step);
-        }
-      }
-#endif
+      i = gather_lanes<Arch>(v, keep_batch, w, simd::kernel_arch<Arch>{});
       for (; i < n_; ++i) {
         if (keep_value(v[i])) {
           ids_[w] = static_cast<token_id>(i);
@@ -290,6 +273,38 @@ class candidates {
   detail::scratch_buffers& scratch() noexcept { return scratch_; }
 
  private:
+  /// retain_values' sparse gather over whole registers of `[n_] v`, one
+  /// overload per instruction set (`gather_lanes<Arch>(v, keep_batch, w,
+  /// kernel_arch<Arch>{})`): writes the kept entries to ids_ / values_ from w
+  /// on and returns the entry it stopped at. The fallback has no such loop.
+  template <class Arch, class KeepBatch>
+  std::size_t gather_lanes(const float*, KeepBatch&, std::size_t&, simd::requires_arch<xsimd::generic>) {
+    return 0;
+  }
+
+#if defined(__AVX512F__)
+  /// In-register compression (ids_ and values_ hold n_ + 16).
+  template <class Arch, class KeepBatch>
+  std::size_t gather_lanes(const float* v, KeepBatch& keep_batch, std::size_t& w,
+                           simd::requires_arch<xsimd::avx512f>) {
+    using fb = xsimd::batch<float, Arch>;
+    __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i step = _mm512_set1_epi32(16);
+    std::size_t i = 0;
+    for (; i + 16 <= n_; i += 16) {
+      const __m512 x = _mm512_loadu_ps(v + i);
+      const __mmask16 keep = static_cast<__mmask16>(keep_batch(fb(x)));
+      if (keep != 0) {
+        _mm512_storeu_si512(ids_.data() + w, _mm512_maskz_compress_epi32(keep, index));
+        _mm512_storeu_ps(values_.data() + w, _mm512_maskz_compress_ps(keep, x));
+        w += static_cast<std::size_t>(__builtin_popcount(keep));
+      }
+      index = _mm512_add_epi32(index, step);
+    }
+    return i;
+  }
+#endif
+
   std::span<float> dense_{};
   bool sparse_ = false;
   bool sorted_ = false;

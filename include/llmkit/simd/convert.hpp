@@ -77,28 +77,33 @@ inline xsimd::batch<float, Arch> f16_lanes_to_f32(const xsimd::batch<std::int32_
   return xsimd::bitwise_cast<batch>(o | sign);
 }
 
-/// f32 -> bf16 bit patterns (in int32 lanes), round to nearest even, NaN quieted.
+/// f32 -> bf16 bit patterns (in int32 lanes), round to nearest even, NaN
+/// quieted; one overload per instruction set (`f32_to_bf16_lanes<Arch>(v, Arch{})`).
 template <class Arch>
-inline xsimd::batch<std::int32_t, Arch> f32_to_bf16_lanes(const xsimd::batch<float, Arch>& v) noexcept {
-#if defined(LLMKIT_SIMD_X86)
-  // The same operations in AVX-512 intrinsics: logical shifts need no mask
-  // and the NaN lanes are one masked move, where xsimd 8.1 emulates both.
-  if constexpr (is_avx512_v<Arch>) {
-    const __m512i x = _mm512_castps_si512(v);
-    const __m512i hi = _mm512_srli_epi32(x, 16);
-    const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
-                                         _mm512_and_si512(hi, _mm512_set1_epi32(1)));
-    const __mmask16 nan =
-        _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_mov_epi32(_mm512_srli_epi32(sum, 16), nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-  }
-#endif
+inline xsimd::batch<std::int32_t, Arch> f32_to_bf16_lanes(const xsimd::batch<float, Arch>& v,
+                                                          requires_arch<xsimd::generic>) noexcept {
   using ibatch = xsimd::batch<std::int32_t, Arch>;
   const ibatch x = xsimd::bitwise_cast<ibatch>(v);
   const ibatch hi = (x >> 16) & ibatch(0xffff);
   const ibatch rounded = ((x + ibatch(0x7fff) + (hi & ibatch(1))) >> 16) & ibatch(0xffff);
   return xsimd::select((x & ibatch(0x7fffffff)) > ibatch(0x7f800000), hi | ibatch(0x40), rounded);
 }
+
+#if defined(__AVX512F__)
+/// The same operations in AVX-512 intrinsics: logical shifts need no mask
+/// and the NaN lanes are one masked move, where xsimd 8.1 emulates both.
+template <class Arch>
+inline xsimd::batch<std::int32_t, Arch> f32_to_bf16_lanes(const xsimd::batch<float, Arch>& v,
+                                                          requires_arch<xsimd::avx512f>) noexcept {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
+                                       _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  const __mmask16 nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_mov_epi32(_mm512_srli_epi32(sum, 16), nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+}
+#endif
 
 /// Largest |x[i]| of n values; sets `finite` false if any value is inf or
 /// NaN (the value returned then is not to be used). The magnitudes are
@@ -125,7 +130,7 @@ inline float abs_max(const float* x, std::size_t n, bool& finite) noexcept {
       m0 = xsimd::max(m0, mag(i));
       i += lanes;
     }
-    bits = hmax<Arch>(xsimd::max(m0, m1));
+    bits = hmax<Arch>(xsimd::max(m0, m1), Arch{});
   }
   for (; i < n; ++i) bits = std::max(bits, std::bit_cast<std::int32_t>(x[i]) & magnitude);
   finite = bits < inf_bits;
@@ -162,7 +167,7 @@ inline void quantize_round(const float* x, std::size_t n, float inv_scale, std::
     constexpr std::size_t lanes = batch::size;
     const batch vs(inv_scale);
     for (; i + lanes <= n; i += lanes)
-      store_i32_as_i8<Arch>(round_half_away_small<Arch>(batch::load_unaligned(x + i) * vs), out + i);
+      store_i32_as_i8<Arch>(round_half_away_small<Arch>(batch::load_unaligned(x + i) * vs), out + i, Arch{});
   }
   for (; i < n; ++i) out[i] = static_cast<std::int8_t>(std::round(x[i] * inv_scale));
 }
@@ -176,47 +181,56 @@ inline void dequantize_scaled(const std::int8_t* q, std::size_t n, float scale, 
     constexpr std::size_t lanes = batch::size;
     const batch vs(scale);
     for (; i + lanes <= n; i += lanes)
-      (xsimd::batch_cast<float>(load_i8_as_i32<Arch>(q + i)) * vs).store_unaligned(out + i);
+      (xsimd::batch_cast<float>(load_i8_as_i32<Arch>(q + i, Arch{})) * vs).store_unaligned(out + i);
   }
   for (; i < n; ++i) out[i] = scale * static_cast<float>(q[i]);
 }
 
-/// 16 lanes of f32 -> f16 with the hardware instruction where the arch has
-/// one (AVX-512F; F16C next to AVX2), else the integer emulation.
+/// v's lanes as f16 at p, one overload per instruction set
+/// (`store_f32_as_f16<Arch>(v, p, Arch{})`): the hardware instruction where
+/// the arch has one (AVX-512F; F16C next to AVX2), else this integer
+/// emulation. As an overload of its own the emulation is not even
+/// instantiated where the instruction exists (xsimd 8.1's integer select on
+/// avx512bw does not compile under strict -std=c++20, only gnu++20).
 template <class Arch>
-inline void store_f32_as_f16(const xsimd::batch<float, Arch>& v, std::uint16_t* p) noexcept {
-  // The emulation sits in the last else branch so that it is not even
-  // instantiated where the instruction exists (xsimd 8.1's integer select on
-  // avx512bw does not compile under strict -std=c++20, only gnu++20).
-#if defined(LLMKIT_SIMD_X86)
-  if constexpr (is_avx512_v<Arch>) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  } else
-#if defined(__F16C__)
-  if constexpr (is_avx2_v<Arch>) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  } else
-#endif
-#endif
-  {
-    store_i32_as_u16<Arch>(f32_to_f16_lanes<Arch>(v), p);
-  }
+inline void store_f32_as_f16(const xsimd::batch<float, Arch>& v, std::uint16_t* p,
+                             requires_arch<xsimd::generic>) noexcept {
+  store_i32_as_u16<Arch>(f32_to_f16_lanes<Arch>(v), p, Arch{});
+}
+
+/// batch::size f16 values at p as f32, exact (the hardware instruction may
+/// quiet a signalling NaN); one overload per instruction set, as
+/// store_f32_as_f16.
+template <class Arch>
+inline xsimd::batch<float, Arch> load_f16_as_f32(const std::uint16_t* p, requires_arch<xsimd::generic>) noexcept {
+  return f16_lanes_to_f32<Arch>(load_u16_as_i32<Arch>(p, Arch{}));
+}
+
+#if defined(__AVX2__) && defined(__F16C__)
+template <class Arch>
+inline void store_f32_as_f16(const xsimd::batch<float, Arch>& v, std::uint16_t* p,
+                             requires_arch<xsimd::avx2>) noexcept {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 template <class Arch>
-inline xsimd::batch<float, Arch> load_f16_as_f32(const std::uint16_t* p) noexcept {
-#if defined(LLMKIT_SIMD_X86)
-  if constexpr (is_avx512_v<Arch>) {
-    return xsimd::batch<float, Arch>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
-  }
-#if defined(__F16C__)
-  if constexpr (is_avx2_v<Arch>) {
-    return xsimd::batch<float, Arch>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-  }
-#endif
-#endif
-  return f16_lanes_to_f32<Arch>(load_u16_as_i32<Arch>(p));
+inline xsimd::batch<float, Arch> load_f16_as_f32(const std::uint16_t* p, requires_arch<xsimd::avx2>) noexcept {
+  return xsimd::batch<float, Arch>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
+#endif
+
+#if defined(__AVX512F__)
+template <class Arch>
+inline void store_f32_as_f16(const xsimd::batch<float, Arch>& v, std::uint16_t* p,
+                             requires_arch<xsimd::avx512f>) noexcept {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+template <class Arch>
+inline xsimd::batch<float, Arch> load_f16_as_f32(const std::uint16_t* p, requires_arch<xsimd::avx512f>) noexcept {
+  return xsimd::batch<float, Arch>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+#endif
 
 /// Q8_0 block kernels: exactly 32 values, so the vector loops need no tail.
 template <class Arch>
@@ -234,7 +248,7 @@ inline void block_quantize(const float* x, float inv_scale, std::int8_t* out) no
     using batch = xsimd::batch<float, Arch>;
     const batch vs(inv_scale);
     for (std::size_t i = 0; i < q8_block_size; i += batch::size)
-      store_i32_as_i8<Arch>(round_half_away_small<Arch>(batch::load_unaligned(x + i) * vs), out + i);
+      store_i32_as_i8<Arch>(round_half_away_small<Arch>(batch::load_unaligned(x + i) * vs), out + i, Arch{});
   }
 }
 
@@ -246,7 +260,7 @@ inline void block_dequantize(const std::int8_t* q, float scale, float* out) noex
     using batch = xsimd::batch<float, Arch>;
     const batch vs(scale);
     for (std::size_t i = 0; i < q8_block_size; i += batch::size)
-      (xsimd::batch_cast<float>(load_i8_as_i32<Arch>(q + i)) * vs).store_unaligned(out + i);
+      (xsimd::batch_cast<float>(load_i8_as_i32<Arch>(q + i, Arch{})) * vs).store_unaligned(out + i);
   }
 }
 
@@ -283,7 +297,7 @@ void convert(std::span<const float> in, std::span<f16> out) {
       in, out,
       [](auto arch, const float* x, f16* y) {
         using A = decltype(arch);
-        detail::store_f32_as_f16<A>(xsimd::batch<float, A>::load_unaligned(x), &y->bits);
+        detail::store_f32_as_f16<A>(xsimd::batch<float, A>::load_unaligned(x), &y->bits, arch);
       },
       [](float x) { return to_f16(x); });
 }
@@ -295,7 +309,8 @@ void convert(std::span<const float> in, std::span<bf16> out) {
       in, out,
       [](auto arch, const float* x, bf16* y) {
         using A = decltype(arch);
-        detail::store_i32_as_u16<A>(detail::f32_to_bf16_lanes<A>(xsimd::batch<float, A>::load_unaligned(x)), &y->bits);
+        detail::store_i32_as_u16<A>(detail::f32_to_bf16_lanes<A>(xsimd::batch<float, A>::load_unaligned(x), arch),
+                                    &y->bits, arch);
       },
       [](float x) { return to_bf16(x); });
 }
@@ -307,7 +322,7 @@ void convert(std::span<const f16> in, std::span<float> out) {
       in, out,
       [](auto arch, const f16* x, float* y) {
         using A = decltype(arch);
-        detail::load_f16_as_f32<A>(&x->bits).store_unaligned(y);
+        detail::load_f16_as_f32<A>(&x->bits, arch).store_unaligned(y);
       },
       [](f16 x) { return to_f32(x); });
 }
@@ -319,7 +334,8 @@ void convert(std::span<const bf16> in, std::span<float> out) {
       in, out,
       [](auto arch, const bf16* x, float* y) {
         using A = decltype(arch);
-        xsimd::bitwise_cast<xsimd::batch<float, A>>(detail::load_u16_as_i32<A>(&x->bits) << 16).store_unaligned(y);
+        const auto bits = detail::load_u16_as_i32<A>(&x->bits, arch) << 16;
+        xsimd::bitwise_cast<xsimd::batch<float, A>>(bits).store_unaligned(y);
       },
       [](bf16 x) { return to_f32(x); });
 }

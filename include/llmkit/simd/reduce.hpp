@@ -74,7 +74,7 @@ float max(std::span<const float> x) {
     });
     if (xsimd::any(nan_seen)) return std::numeric_limits<float>::quiet_NaN();
     float m = detail::hmax<Arch>(
-        detail::combine_pairwise<Arch>(accs, [](const batch& x, const batch& y) { return xsimd::max(x, y); }));
+        detail::combine_pairwise<Arch>(accs, [](const batch& x, const batch& y) { return xsimd::max(x, y); }), Arch{});
     for (; i < n; ++i) {
       if (std::isnan(p[i])) return p[i];
       m = p[i] > m ? p[i] : m;

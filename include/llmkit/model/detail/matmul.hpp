@@ -84,7 +84,7 @@ struct f16_weights {
   std::size_t in;
   template <class Arch>
   xsimd::batch<float, Arch> load(std::size_t o, std::size_t k) const noexcept {
-    return simd::detail::load_f16_as_f32<Arch>(w + o * in + k);
+    return simd::detail::load_f16_as_f32<Arch>(w + o * in + k, Arch{});
   }
   float at(std::size_t o, std::size_t k) const noexcept { return f16_bits_to_f32(w[o * in + k]); }
   void prefetch(std::size_t o, std::size_t k) const noexcept { prefetch_l2(w + o * in + k, matmul_prefetch_bytes); }
@@ -101,7 +101,7 @@ struct q8_weights {
   xsimd::batch<float, Arch> load(std::size_t o, std::size_t k) const noexcept {
     using batch = xsimd::batch<float, Arch>;
     const batch scale(s[(o * in + k) / q8_block_size]);
-    return xsimd::batch_cast<float>(simd::detail::load_i8_as_i32<Arch>(q + o * in + k)) * scale;
+    return xsimd::batch_cast<float>(simd::detail::load_i8_as_i32<Arch>(q + o * in + k, Arch{})) * scale;
   }
   float at(std::size_t o, std::size_t k) const noexcept {
     return s[(o * in + k) / q8_block_size] * static_cast<float>(q[o * in + k]);
@@ -111,6 +111,16 @@ struct q8_weights {
     if ((o * in + k) % (16 * q8_block_size) == 0) prefetch_l2(s + (o * in + k) / q8_block_size, matmul_prefetch_bytes / 8);
   }
 };
+
+/// sums[a][b] = the horizontal sum of matmul_tile's register acc[a][b], one
+/// overload per instruction set (`reduce_tile(acc, sums, Arch{})`): xsimd's
+/// hadd per register, or on AVX-512 reduce_tile16's one tree for all.
+template <class Arch, std::size_t TN, std::size_t ON>
+inline void reduce_tile(const xsimd::batch<float, Arch> (&acc)[TN][ON], float (&sums)[TN][ON],
+                        simd::requires_arch<xsimd::generic>) noexcept {
+  for (std::size_t a = 0; a < TN; ++a)
+    for (std::size_t b = 0; b < ON; ++b) sums[a][b] = xsimd::hadd(acc[a][b]);
+}
 
 #if defined(__AVX512F__)
 /// sums[a][b] = the horizontal sum of the 16-lane register acc[a][b], all
@@ -129,6 +139,12 @@ inline void reduce_tile16(const V (&acc)[TN][ON], float (&sums)[TN][ON]) noexcep
   for (std::size_t g = 0; g < G; ++g) _mm512_store_ps(s16[g], simd::detail::haddp16(r[g]));
   for (std::size_t a = 0; a < TN; ++a)
     for (std::size_t b = 0; b < ON; ++b) sums[a][b] = s16[(a * ON + b) / 16][(a * ON + b) % 16];
+}
+
+template <class Arch, std::size_t TN, std::size_t ON>
+inline void reduce_tile(const xsimd::batch<float, Arch> (&acc)[TN][ON], float (&sums)[TN][ON],
+                        simd::requires_arch<xsimd::avx512f>) noexcept {
+  reduce_tile16(acc, sums);
 }
 #endif
 
@@ -157,15 +173,7 @@ inline void matmul_tile(const float* x, std::size_t in, const W& w, float* y, st
         for (std::size_t a = 0; a < TN; ++a) acc[a][b] = xsimd::fma(xv[a], wv, acc[a][b]);
       }
     }
-#if defined(__AVX512F__)
-    if constexpr (batch::size == 16) {
-      reduce_tile16(acc, sums);
-    } else
-#endif
-    {
-      for (std::size_t a = 0; a < TN; ++a)
-        for (std::size_t b = 0; b < ON; ++b) sums[a][b] = xsimd::hadd(acc[a][b]);
-    }
+    reduce_tile(acc, sums, Arch{});
   }
   for (std::size_t a = 0; a < TN; ++a) {
     const float* xr = x + (t0 + a) * in;

@@ -227,10 +227,19 @@ inline float reduce8(__m256 v) noexcept {
 }
 #endif
 
-/// sum_b m[b] * block_sums[b] over a row's blocks, in a fixed order (8
-/// lanes over chunks of 8 blocks, then reduce8).
-inline float int8_min_dot(const float* m, const float* block_sums, std::size_t n_blocks) noexcept {
+/// sum_b m[b] * block_sums[b] over a row's blocks, in a fixed order, one
+/// overload per instruction set: here blocks ascending.
+inline float int8_min_dot(const float* m, const float* block_sums, std::size_t n_blocks,
+                          simd::requires_arch<xsimd::generic>) noexcept {
+  float sum = 0.0f;
+  for (std::size_t b = 0; b < n_blocks; ++b) sum = std::fma(m[b], block_sums[b], sum);
+  return sum;
+}
+
 #if defined(__AVX512F__) && defined(__AVX512VL__)
+/// 8 lanes over chunks of 8 blocks (the last one masked), then reduce8.
+inline float int8_min_dot(const float* m, const float* block_sums, std::size_t n_blocks,
+                          simd::requires_arch<xsimd::avx512f>) noexcept {
   __m256 acc = _mm256_setzero_ps();
   std::size_t b = 0;
   for (; b + 8 <= n_blocks; b += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(m + b), _mm256_loadu_ps(block_sums + b), acc);
@@ -239,15 +248,13 @@ inline float int8_min_dot(const float* m, const float* block_sums, std::size_t n
     acc = _mm256_fmadd_ps(_mm256_maskz_loadu_ps(k, m + b), _mm256_maskz_loadu_ps(k, block_sums + b), acc);
   }
   return reduce8(acc);
-#else
-  float sum = 0.0f;
-  for (std::size_t b = 0; b < n_blocks; ++b) sum = std::fma(m[b], block_sums[b], sum);
-  return sum;
-#endif
 }
+#endif
 
 /// Every strip row for every token, lanes ascending (the scalar form of the
-/// lane arithmetic the VNNI kernels run).
+/// lane arithmetic the VNNI kernels run). It serves every arch without a
+/// kernel of its own and is not told which, so the minimums' sum takes the
+/// build's best instruction set (xsimd::default_arch).
 inline void int8_strip_product(const q8_activations& xa, const int8_strip& w, std::size_t rows, float* y,
                                std::size_t y_stride, bool accumulate) noexcept {
   const std::size_t stride = w.stride;
@@ -262,7 +269,9 @@ inline void int8_strip_product(const q8_activations& xa, const int8_strip& w, st
         for (std::size_t i = 4 * l; i < 4 * l + 4; ++i) dot += (int(u[i]) - w.offset) * int(q[i]);
         v = std::fma(float(dot), s[l] * xa.pair_scales(t, l / 16)[l % 16], v);
       }
-      if (w.has_mins) v -= int8_min_dot(w.m + r * stride / 32, xa.block_sums.data() + t * stride / 32, stride / 32);
+      if (w.has_mins)
+        v -= int8_min_dot(w.m + r * stride / 32, xa.block_sums.data() + t * stride / 32, stride / 32,
+                          xsimd::default_arch{});
       float& out = y[t * y_stride + w.o_base + r];
       out = accumulate ? out + v : v;
     }

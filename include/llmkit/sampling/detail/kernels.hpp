@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <limits>
 #include <span>
-#include <type_traits>
 
 #include "llmkit/core/error.hpp"
 #include "llmkit/sampling/detail/inverse_cdf.hpp"
@@ -62,19 +61,25 @@ inline float exp_canonical(float x) noexcept {
   return std::bit_cast<float>(bits);
 }
 
-/// A fused multiply-add with one rounding on every arch. (xsimd 8.1 has no
-/// AVX-512 overload of fma: its generic x * y + z is fused or not depending
-/// on the optimiser, which would break bit-identity with std::fma.)
+/// A fused multiply-add with one rounding on every arch, one overload per
+/// instruction set (`fused_fma<Arch>(x, y, z, Arch{})`).
 template <class Arch>
 inline xsimd::batch<float, Arch> fused_fma(const xsimd::batch<float, Arch>& x, const xsimd::batch<float, Arch>& y,
-                                           const xsimd::batch<float, Arch>& z) noexcept {
-#if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>)
-    return xsimd::batch<float, Arch>(_mm512_fmadd_ps(x, y, z));
-  else
-#endif
-    return xsimd::fma(x, y, z);
+                                           const xsimd::batch<float, Arch>& z,
+                                           simd::requires_arch<xsimd::generic>) noexcept {
+  return xsimd::fma(x, y, z);
 }
+
+#if defined(__AVX512F__)
+/// xsimd 8.1 has no AVX-512 overload of fma: its generic x * y + z is fused
+/// or not depending on the optimiser, which would break bit-identity with std::fma.
+template <class Arch>
+inline xsimd::batch<float, Arch> fused_fma(const xsimd::batch<float, Arch>& x, const xsimd::batch<float, Arch>& y,
+                                           const xsimd::batch<float, Arch>& z,
+                                           simd::requires_arch<xsimd::avx512f>) noexcept {
+  return xsimd::batch<float, Arch>(_mm512_fmadd_ps(x, y, z));
+}
+#endif
 
 /// Vector version of `exp_canonical`.
 template <class Arch>
@@ -84,16 +89,16 @@ inline xsimd::batch<float, Arch> exp_canonical(const xsimd::batch<float, Arch>& 
   const auto valid = x >= fb(exp_cutoff);
   const fb xc = xsimd::select(valid, x, fb(0.0f));
   const fb n = xsimd::nearbyint(xc * fb(exp_log2e));
-  fb r = fused_fma<Arch>(n, fb(-exp_c1), xc);
-  r = fused_fma<Arch>(n, fb(-exp_c2), r);
+  fb r = fused_fma<Arch>(n, fb(-exp_c1), xc, Arch{});
+  r = fused_fma<Arch>(n, fb(-exp_c2), r, Arch{});
   fb p(exp_p0);
-  p = fused_fma<Arch>(p, r, fb(exp_p1));
-  p = fused_fma<Arch>(p, r, fb(exp_p2));
-  p = fused_fma<Arch>(p, r, fb(exp_p3));
-  p = fused_fma<Arch>(p, r, fb(exp_p4));
-  p = fused_fma<Arch>(p, r, fb(exp_p5));
+  p = fused_fma<Arch>(p, r, fb(exp_p1), Arch{});
+  p = fused_fma<Arch>(p, r, fb(exp_p2), Arch{});
+  p = fused_fma<Arch>(p, r, fb(exp_p3), Arch{});
+  p = fused_fma<Arch>(p, r, fb(exp_p4), Arch{});
+  p = fused_fma<Arch>(p, r, fb(exp_p5), Arch{});
   const fb z = r * r;
-  const fb y = fused_fma<Arch>(p, z, r) + fb(1.0f);
+  const fb y = fused_fma<Arch>(p, z, r, Arch{}) + fb(1.0f);
   const ib bits = xsimd::bitwise_cast<ib>(y) + (xsimd::to_int(n) << 23);
   return xsimd::select(valid, xsimd::bitwise_cast<fb>(bits), fb(0.0f));
 }

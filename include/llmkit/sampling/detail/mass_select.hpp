@@ -40,7 +40,6 @@
 #include <cstdint>
 #include <limits>
 #include <span>
-#include <type_traits>
 #include <utility>
 
 #include "llmkit/core/error.hpp"
@@ -141,61 +140,48 @@ struct bracket_result {
   bool overflow = false;  ///< more than `cap` entries inside
 };
 
+/// bracket_pass from entry i on, one entry at a time, with n_in entries
+/// written inside so far: the tail every overload ends with.
+template <bool LoadWeights, class Score>
+bracket_result bracket_tail(std::span<const float> values, const float* weights, float m, const Score& score,
+                            float lo, float hi, float* out_v, std::uint32_t* out_i, std::size_t cap, std::size_t i,
+                            std::size_t n_in, bracket_result r) {
+  const std::size_t n = values.size();
+  const float* v = values.data();
+  auto weight = [&](std::size_t j) { return LoadWeights ? weights[j] : exp_canonical(v[j] - m); };
+  for (; i < n; ++i) {
+    const float e = weight(i);
+    const float s = score(v[i]);
+    r.total += e;
+    if (s < lo) {
+      r.below += e;
+      ++r.n_below;
+    } else if (s < hi) {
+      out_v[n_in] = v[i];
+      out_i[n_in] = static_cast<std::uint32_t>(i);
+      ++n_in;
+    }
+  }
+  r.n_inside = n_in;
+  r.overflow = n_in > cap;
+  return r;
+}
+
 /// One pass over `[n] values`: with weights e = `weights[i]` (LoadWeights)
 /// or exp(v - m), sums all e, sums and counts e over score < lo, and writes
 /// the entries with lo <= score < hi, in order, to `out_v` / `out_i` (their
 /// values and indices; capacity cap + 272: the check runs every 256
-/// entries). Stops with overflow past `cap`.
+/// entries). Stops with overflow past `cap`. One overload per instruction
+/// set (`bracket_pass<Arch, LoadWeights>(..., kernel_arch<Arch>{})`): here
+/// xsimd registers, where a lane inside is written one by one.
 template <class Arch, bool LoadWeights, class Score>
 bracket_result bracket_pass(std::span<const float> values, const float* weights, float m, const Score& score,
-                            float lo, float hi, float* out_v, std::uint32_t* out_i, std::size_t cap) {
+                            float lo, float hi, float* out_v, std::uint32_t* out_i, std::size_t cap,
+                            simd::requires_arch<xsimd::generic>) {
   const std::size_t n = values.size();
   const float* v = values.data();
   bracket_result r;
   std::size_t i = 0, n_in = 0;
-  auto weight = [&](std::size_t j) { return LoadWeights ? weights[j] : exp_canonical(v[j] - m); };
-#if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    using fb = xsimd::batch<float, Arch>;
-    const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi), m_v = _mm512_set1_ps(m);
-    __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i step = _mm512_set1_epi32(16);
-    __m512d total_d = _mm512_setzero_pd(), below_d = _mm512_setzero_pd();
-    const std::size_t n16 = n - n % 16;
-    while (i < n16) {
-      __m512 tot = _mm512_setzero_ps(), bel = _mm512_setzero_ps();
-      const std::size_t end = std::min(n16, i + sum_block);
-      for (; i < end; i += 16) {
-        const __m512 x = _mm512_loadu_ps(v + i);
-        __m512 e;
-        if constexpr (LoadWeights) e = _mm512_loadu_ps(weights + i);
-        else e = exp_canonical<Arch>(fb(_mm512_sub_ps(x, m_v)));
-        if constexpr (!LoadWeights) tot = _mm512_add_ps(tot, e);
-        const __m512 s = score(fb(x));
-        const __mmask16 below = _mm512_cmp_ps_mask(s, lo_v, _CMP_LT_OQ);
-        const __mmask16 inside =
-            _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~below), s, hi_v, _CMP_LT_OQ);
-        bel = _mm512_mask_add_ps(bel, below, bel, e);
-        r.n_below += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(below)));
-        // Unconditional compressed stores: cheaper than a mispredicted branch per vector.
-        _mm512_storeu_ps(out_v + n_in, _mm512_maskz_compress_ps(inside, x));
-        _mm512_storeu_si512(out_i + n_in, _mm512_maskz_compress_epi32(inside, index));
-        n_in += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(inside)));
-        index = _mm512_add_epi32(index, step);
-      }
-      if (n_in > cap) {
-        r.overflow = true;
-        return r;
-      }
-      total_d = _mm512_add_pd(total_d, _mm512_cvtps_pd(_mm512_castps512_ps256(tot)));
-      total_d = _mm512_add_pd(total_d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(tot), 1))));
-      below_d = _mm512_add_pd(below_d, _mm512_cvtps_pd(_mm512_castps512_ps256(bel)));
-      below_d = _mm512_add_pd(below_d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(bel), 1))));
-    }
-    r.total = _mm512_reduce_add_pd(total_d);
-    r.below = _mm512_reduce_add_pd(below_d);
-  } else
-#endif
   if constexpr (!simd::is_scalar_v<Arch>) {
     using fb = xsimd::batch<float, Arch>;
     constexpr std::size_t L = fb::size;
@@ -232,23 +218,60 @@ bracket_result bracket_pass(std::span<const float> values, const float* weights,
       r.n_below += static_cast<std::size_t>(xsimd::hadd(cnt));
     }
   }
-  for (; i < n; ++i) {
-    const float e = weight(i);
-    const float s = score(v[i]);
-    r.total += e;
-    if (s < lo) {
-      r.below += e;
-      ++r.n_below;
-    } else if (s < hi) {
-      out_v[n_in] = v[i];
-      out_i[n_in] = static_cast<std::uint32_t>(i);
-      ++n_in;
-    }
-  }
-  r.n_inside = n_in;
-  r.overflow = n_in > cap;
-  return r;
+  return bracket_tail<LoadWeights>(values, weights, m, score, lo, hi, out_v, out_i, cap, i, n_in, r);
 }
+
+#if defined(__AVX512F__)
+/// The entries inside compressed in registers (no branch per lane), the
+/// sums kept in double lanes.
+template <class Arch, bool LoadWeights, class Score>
+bracket_result bracket_pass(std::span<const float> values, const float* weights, float m, const Score& score,
+                            float lo, float hi, float* out_v, std::uint32_t* out_i, std::size_t cap,
+                            simd::requires_arch<xsimd::avx512f>) {
+  using fb = xsimd::batch<float, Arch>;
+  const std::size_t n = values.size();
+  const float* v = values.data();
+  bracket_result r;
+  std::size_t i = 0, n_in = 0;
+  const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi), m_v = _mm512_set1_ps(m);
+  __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  __m512d total_d = _mm512_setzero_pd(), below_d = _mm512_setzero_pd();
+  const std::size_t n16 = n - n % 16;
+  while (i < n16) {
+    __m512 tot = _mm512_setzero_ps(), bel = _mm512_setzero_ps();
+    const std::size_t end = std::min(n16, i + sum_block);
+    for (; i < end; i += 16) {
+      const __m512 x = _mm512_loadu_ps(v + i);
+      __m512 e;
+      if constexpr (LoadWeights) e = _mm512_loadu_ps(weights + i);
+      else e = exp_canonical<Arch>(fb(_mm512_sub_ps(x, m_v)));
+      if constexpr (!LoadWeights) tot = _mm512_add_ps(tot, e);
+      const __m512 s = score(fb(x));
+      const __mmask16 below = _mm512_cmp_ps_mask(s, lo_v, _CMP_LT_OQ);
+      const __mmask16 inside = _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~below), s, hi_v, _CMP_LT_OQ);
+      bel = _mm512_mask_add_ps(bel, below, bel, e);
+      r.n_below += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(below)));
+      // Unconditional compressed stores: cheaper than a mispredicted branch per vector.
+      _mm512_storeu_ps(out_v + n_in, _mm512_maskz_compress_ps(inside, x));
+      _mm512_storeu_si512(out_i + n_in, _mm512_maskz_compress_epi32(inside, index));
+      n_in += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(inside)));
+      index = _mm512_add_epi32(index, step);
+    }
+    if (n_in > cap) {
+      r.overflow = true;
+      return r;
+    }
+    total_d = _mm512_add_pd(total_d, _mm512_cvtps_pd(_mm512_castps512_ps256(tot)));
+    total_d = _mm512_add_pd(total_d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(tot), 1))));
+    below_d = _mm512_add_pd(below_d, _mm512_cvtps_pd(_mm512_castps512_ps256(bel)));
+    below_d = _mm512_add_pd(below_d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(bel), 1))));
+  }
+  r.total = _mm512_reduce_add_pd(total_d);
+  r.below = _mm512_reduce_add_pd(below_d);
+  return bracket_tail<LoadWeights>(values, weights, m, score, lo, hi, out_v, out_i, cap, i, n_in, r);
+}
+#endif
 
 /// exp(v - m) of `[k] v` into `[k] out`; returns their sum (float lanes
 /// over at most 1024 entries, then double).
@@ -311,6 +334,43 @@ void threshold_sums(const float* v, const float* e, std::size_t k, const Score& 
   }
 }
 
+/// compress_range's loop over whole registers, one overload per instruction
+/// set (`compress_range_lanes<Arch>(..., w, n_below, kernel_arch<Arch>{})`):
+/// returns the entry it stopped at, having advanced w and n_below. The
+/// fallback has no such loop.
+template <class Arch, class Score>
+std::size_t compress_range_lanes(const float*, const float*, const std::uint32_t*, std::size_t, const Score&, float,
+                                 float, float*, float*, std::uint32_t*, std::size_t&, std::size_t&,
+                                 simd::requires_arch<xsimd::generic>) {
+  return 0;
+}
+
+#if defined(__AVX512F__)
+/// In-register compression, no branch per lane.
+template <class Arch, class Score>
+std::size_t compress_range_lanes(const float* v, const float* e, const std::uint32_t* idx, std::size_t k,
+                                 const Score& score, float lo, float hi, float* ov, float* oe, std::uint32_t* oi,
+                                 std::size_t& w, std::size_t& n_below, simd::requires_arch<xsimd::avx512f>) {
+  using fb = xsimd::batch<float, Arch>;
+  const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi);
+  std::size_t i = 0;
+  // In place, the 16-lane store at w <= i only covers entries already loaded.
+  for (; i + 16 <= k; i += 16) {
+    const __m512 x = _mm512_loadu_ps(v + i), ex = _mm512_loadu_ps(e + i);
+    const __m512i ix = _mm512_loadu_si512(idx + i);
+    const __m512 s = score(fb(x));
+    const __mmask16 below = _mm512_cmp_ps_mask(s, lo_v, _CMP_LT_OQ);
+    const __mmask16 keep = _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~below), s, hi_v, _CMP_LT_OQ);
+    _mm512_storeu_ps(ov + w, _mm512_maskz_compress_ps(keep, x));
+    _mm512_storeu_ps(oe + w, _mm512_maskz_compress_ps(keep, ex));
+    _mm512_storeu_si512(oi + w, _mm512_maskz_compress_epi32(keep, ix));
+    w += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(keep)));
+    n_below += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(below)));
+  }
+  return i;
+}
+#endif
+
 /// Keeps the entries with lo <= score < hi of `[k] (v, e, idx)`, in order,
 /// writing them to (ov, oe, oi) (which may be the inputs); adds the count of
 /// score < lo to n_below; returns how many were kept.
@@ -318,26 +378,9 @@ template <class Arch, class Score>
 std::size_t compress_range(const float* v, const float* e, const std::uint32_t* idx, std::size_t k,
                            const Score& score, float lo, float hi, float* ov, float* oe, std::uint32_t* oi,
                            std::size_t& n_below) {
-  std::size_t i = 0, w = 0;
-#if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    using fb = xsimd::batch<float, Arch>;
-    const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi);
-    // In place, the 16-lane store at w <= i only covers entries already loaded.
-    for (; i + 16 <= k; i += 16) {
-      const __m512 x = _mm512_loadu_ps(v + i), ex = _mm512_loadu_ps(e + i);
-      const __m512i ix = _mm512_loadu_si512(idx + i);
-      const __m512 s = score(fb(x));
-      const __mmask16 below = _mm512_cmp_ps_mask(s, lo_v, _CMP_LT_OQ);
-      const __mmask16 keep = _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~below), s, hi_v, _CMP_LT_OQ);
-      _mm512_storeu_ps(ov + w, _mm512_maskz_compress_ps(keep, x));
-      _mm512_storeu_ps(oe + w, _mm512_maskz_compress_ps(keep, ex));
-      _mm512_storeu_si512(oi + w, _mm512_maskz_compress_epi32(keep, ix));
-      w += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(keep)));
-      n_below += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(below)));
-    }
-  }
-#endif
+  std::size_t w = 0;
+  std::size_t i =
+      compress_range_lanes<Arch>(v, e, idx, k, score, lo, hi, ov, oe, oi, w, n_below, simd::kernel_arch<Arch>{});
   for (; i < k; ++i) {
     const float s = score(v[i]);
     const float x = v[i], ex = e[i];
@@ -385,6 +428,41 @@ void sort_sample(std::array<std::uint64_t, N>& items) noexcept {
   std::copy(from, from + N, items.data());
 }
 
+/// gather_kept's loop over whole registers, one overload per instruction set
+/// (`gather_kept_lanes<Arch>(..., w, kernel_arch<Arch>{})`): returns the
+/// entry it stopped at, having advanced w. The fallback has no such loop.
+template <class Arch, class Score>
+std::size_t gather_kept_lanes(const candidates&, const Score&, const mass_boundary&, std::span<const float>,
+                              const std::uint32_t*, std::int32_t*, float*, std::size_t&,
+                              simd::requires_arch<xsimd::generic>) {
+  return 0;
+}
+
+#if defined(__AVX512F__)
+/// In-register compression where the tokens are the indices (a dense row)
+/// and no tie is split.
+template <class Arch, class Score>
+std::size_t gather_kept_lanes(const candidates& c, const Score& score, const mass_boundary& b,
+                              std::span<const float> values, const std::uint32_t* index, std::int32_t* out_tokens,
+                              float* out_values, std::size_t& w, simd::requires_arch<xsimd::avx512f>) {
+  const std::size_t k = values.size();
+  const float* v = values.data();
+  std::size_t i = 0;
+  if (c.is_dense() && !b.partial_ties_) {
+    using fb = xsimd::batch<float, Arch>;
+    const __m512 s_b = _mm512_set1_ps(b.score_);
+    for (; i + 16 <= k; i += 16) {
+      const __m512 x = _mm512_loadu_ps(v + i);
+      const __mmask16 keep = _mm512_cmp_ps_mask(score(fb(x)), s_b, _CMP_LE_OQ);
+      _mm512_storeu_ps(out_values + w, _mm512_maskz_compress_ps(keep, x));
+      _mm512_storeu_si512(out_tokens + w, _mm512_maskz_compress_epi32(keep, _mm512_loadu_si512(index + i)));
+      w += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(keep)));
+    }
+  }
+  return i;
+}
+#endif
+
 /// Writes the tokens and values of the entries of `[k] (values, index)` the
 /// boundary keeps to out_tokens / out_values (capacity k + 16), in order;
 /// returns how many. `index` are indices into c.values().
@@ -394,22 +472,9 @@ std::size_t gather_kept(const candidates& c, const Score& score, const mass_boun
                         float* out_values) {
   const std::size_t k = values.size();
   const float* v = values.data();
-  std::size_t i = 0, w = 0;
-#if XSIMD_WITH_AVX512F
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    if (c.is_dense() && !b.partial_ties_) {
-      using fb = xsimd::batch<float, Arch>;
-      const __m512 s_b = _mm512_set1_ps(b.score_);
-      for (; i + 16 <= k; i += 16) {
-        const __m512 x = _mm512_loadu_ps(v + i);
-        const __mmask16 keep = _mm512_cmp_ps_mask(score(fb(x)), s_b, _CMP_LE_OQ);
-        _mm512_storeu_ps(out_values + w, _mm512_maskz_compress_ps(keep, x));
-        _mm512_storeu_si512(out_tokens + w, _mm512_maskz_compress_epi32(keep, _mm512_loadu_si512(index + i)));
-        w += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(keep)));
-      }
-    }
-  }
-#endif
+  std::size_t w = 0;
+  std::size_t i = gather_kept_lanes<Arch>(c, score, b, values, index, out_tokens, out_values, w,
+                                          simd::kernel_arch<Arch>{});
   for (; i < k; ++i) {
     const float s = score(v[i]);
     const std::int32_t token = c.token(index[i]);
@@ -497,9 +562,9 @@ bool truncate_by_mass_fast(candidates& c, const Score& score, double fraction, c
   double goal = 0.0;
   for (int attempt = 0;; ++attempt) {
     r = weights != nullptr ? bracket_pass<Arch, true>(values, weights, m, score, lo, hi, s.compact_values.data(),
-                                                      s.compact_index.data(), cap)
+                                                      s.compact_index.data(), cap, simd::kernel_arch<Arch>{})
                            : bracket_pass<Arch, false>(values, nullptr, m, score, lo, hi, s.compact_values.data(),
-                                                       s.compact_index.data(), cap);
+                                                       s.compact_index.data(), cap, simd::kernel_arch<Arch>{});
     if (r.overflow) return false;
     if (weights == nullptr) total = r.total;
     goal = fraction * total;

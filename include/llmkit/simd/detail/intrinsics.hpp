@@ -15,9 +15,10 @@
 /// include of <immintrin.h> (directly, or through xsimd or Eigen) is an
 /// llmkit header.
 ///
-/// It also defines `LLMKIT_SIMD_X86` (to 1) when compiling for x86, the one
-/// test the simd headers use to guard their x86 intrinsics; it stays defined
-/// (docs/getting-started.md, "Configuration macros").
+/// It also defines `LLMKIT_SIMD_X86` (to 1) when compiling for x86, where
+/// <immintrin.h> is included (docs/getting-started.md, "Configuration
+/// macros"); the simd headers guard each instruction set's overloads with
+/// the compiler's own macro (`__AVX2__`, `__AVX512F__`, ...).
 
 #include "llmkit/simd/detail/diagnostics.hpp"
 
