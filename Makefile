@@ -17,7 +17,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export CTEST_PARALLEL_LEVEL ?= $(shell nproc)
 DEMO ?= llmkit-generate
 
-.PHONY: deps deps-all demo test test-release test-sanitize test-tsan bench clean
+.PHONY: deps deps-all stale-builds demo test test-release test-sanitize test-tsan bench clean
 
 deps:
 	@./scripts/deps.sh $(PACKAGES)
@@ -28,26 +28,34 @@ deps-all:
 	@./scripts/deps.sh $(PACKAGES) $(MPI_PACKAGES)
 	@./scripts/server-client-deps.sh
 
-demo: deps
+# The presets use Ninja: a build folder configured by another generator (an
+# older checkout's Unix Makefiles) cannot be reconfigured, so it starts afresh.
+stale-builds:
+	@for d in build/*/; do \
+	  if [ -f "$$d/CMakeCache.txt" ] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$$d/CMakeCache.txt"; then \
+	    echo "llmkit: $$d was configured for another generator; removing it"; rm -rf "$$d"; fi; \
+	done
+
+demo: deps stale-builds
 	cmake --preset release
 	cmake --build --preset release --target $(DEMO)
 	./build/release/examples/$(DEMO)
 
-test: deps-all
+test: deps-all stale-builds
 	cmake --workflow --preset release
 	cmake --workflow --preset sanitize
 	cmake --workflow --preset tsan
 
-test-release: deps-all
+test-release: deps-all stale-builds
 	cmake --workflow --preset release
 
-test-sanitize: deps-all
+test-sanitize: deps-all stale-builds
 	cmake --workflow --preset sanitize
 
-test-tsan: deps-all
+test-tsan: deps-all stale-builds
 	cmake --workflow --preset tsan
 
-bench: deps-all
+bench: deps-all stale-builds
 	cmake --preset release
 	cmake --build --preset release
 	./scripts/run-benches.sh build/release/bench
