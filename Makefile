@@ -9,7 +9,7 @@
 #   make bench  run every benchmark at full length (release build)
 PACKAGES := cmake make ninja-build g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
             libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev \
-            libcpp-httplib-dev pkg-config
+            libcpp-httplib-dev pkg-config libboost1.81-dev
 # Open MPI: the disaggregated prefill/decode example and its test (two ranks);
 # configure with -DLLMKIT_WITH_MPI=OFF to build without it.
 MPI_PACKAGES := libopenmpi-dev openmpi-bin

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// llmkit-server: an OpenAI-compatible HTTP server (cpp-httplib) on llmkit.
+// llmkit-server: an OpenAI-compatible HTTP server (Boost.Beast, http_server.hpp) on llmkit.
 //
 //   llmkit-server [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--ctx N]
 //                 [--max-batch N] [--max-queue N] [--api-key KEY] [--chat-template NAME]
@@ -12,8 +12,6 @@
 // or serial_backend.hpp (one request at a time). SIGTERM or SIGINT: new
 // requests get 503, running ones finish within --drain-seconds (then they
 // are cancelled), and the program exits 0. docs/serving.md has the details.
-#include <httplib.h>
-
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -36,6 +34,7 @@
 
 #include "../example_cli.hpp"
 #include "backend.hpp"
+#include "http_server.hpp"
 #include "engine_backend.hpp"
 #include "openai_protocol.hpp"
 #include "serial_backend.hpp"
@@ -62,12 +61,14 @@ struct server_state {
   std::int64_t started = 0;
 };
 
-void send_error(httplib::Response& res, const api_error& e, server_state& s) {
+http::response error_response(const api_error& e, server_state& s) {
   s.metrics.record_rejected();
-  res.status = e.status;
-  if (e.status == 429) res.set_header("Retry-After", "1");
-  res.set_content(error_body(e), "application/json");
+  http::response r{.status = e.status, .body = error_body(e)};
+  if (e.status == 429 || e.status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
+
+void send_error(http::exchange& ex, const api_error& e, server_state& s) { ex.reply(error_response(e, s)); }
 
 // splitmix64: a distinct default seed per request from one random base.
 std::uint64_t mix(std::uint64_t x) {
@@ -90,12 +91,17 @@ struct rejection_scope {
 };
 
 /// One generation request while it runs: what the backend's callbacks
-/// collect for the handler (non-streamed) or for the chunked writer (SSE).
+/// collect, answered through the request's exchange once the backend has
+/// accepted it (whole, or as SSE events while they come).
 struct generation {
-  generation(server_state& s, std::size_t n) : state(s), choices(n), started(n), last_token(n) { ++s.in_flight; }
+  generation(server_state& s, std::shared_ptr<http::exchange> e, std::size_t n)
+      : state(s), ex(std::move(e)), choices(n), started(n), last_token(n) {
+    ++s.in_flight;
+  }
   ~generation() { --state.in_flight; }
 
   server_state& state;
+  std::shared_ptr<http::exchange> ex;
   api_kind kind = api_kind::completions;
   bool stream = false;
   bool include_usage = false;
@@ -105,18 +111,19 @@ struct generation {
   steady::time_point arrival = steady::now();
 
   std::mutex mutex;
-  std::condition_variable changed;
   std::vector<request_id> handles;
   std::vector<choice_result> choices;
   std::vector<bool> started;
   std::vector<steady::time_point> last_token;
   bool first_token = false;
+  bool accepted = false;  // submit returned accepted: the answer may go out
+  bool answered = false;
   std::size_t n_generated = 0;
   std::size_t n_finished = 0;
   // How the request failed, if it did: the first choice that ended with an
   // error or was cancelled (a drain deadline) decides the answer.
   std::optional<api_error> failure;
-  std::deque<std::string> out;  // SSE events not yet written
+  std::string pending;  // SSE events that came before the stream started
 
   bool finished() const { return n_finished == choices.size(); }
 
@@ -163,23 +170,56 @@ struct generation {
       state.metrics.record_finish(e.finish);
       if (e.finish == finish_kind::error && !failure) failure = internal_error("generation failed: " + e.error);
       if (e.finish == finish_kind::cancelled && !failure) failure = draining();
-      if (stream && !failure) out.push_back(sse_event(finish_chunk(kind, header, index, e.finish)));
+      if (stream && !failure) emit(sse_event(finish_chunk(kind, header, index, e.finish)));
       ++n_finished;
       if (stream && finished()) {
         if (failure)
-          out.push_back(sse_event(stream_error_chunk(*failure)));
+          emit(sse_event(stream_error_chunk(*failure)));
         else if (include_usage)
-          out.push_back(sse_event(usage_chunk(kind, header, {n_prompt, n_generated})));
-        out.push_back(sse_done());
+          emit(sse_event(usage_chunk(kind, header, {n_prompt, n_generated})));
+        emit(sse_done());
       }
     }
-    changed.notify_all();
+    if (accepted) answer_if_done();
+  }
+
+  // Under the mutex.
+  void emit(std::string event) {
+    if (accepted)
+      ex->write(std::move(event));
+    else
+      pending += event;
+  }
+
+  // Under the mutex, once accepted: the whole answer, or the stream's end.
+  void answer_if_done() {
+    if (!finished() || answered) return;
+    answered = true;
+    if (stream) return ex->finish();
+    if (failure) return send_error(*ex, *failure, state);
+    ex->reply({.body = completion_response(kind, header, choices, {n_prompt, n_generated}, with_logprobs)});
+  }
+
+  // After submit accepted the request: its handles, the stream's start and
+  // whatever came before it.
+  void accept(request_id handle) {
+    std::lock_guard lock(mutex);
+    for (std::size_t i = 0; i < choices.size(); ++i) handles.push_back(handle + static_cast<request_id>(i));
+    accepted = true;
+    if (stream) {
+      ex->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+      if (kind == api_kind::chat_completions)
+        for (std::size_t i = 0; i < choices.size(); ++i) ex->write(sse_event(chat_role_chunk(header, i)));
+      ex->write(std::move(pending));
+      pending.clear();
+    }
+    answer_if_done();
   }
 
   void add_piece(std::size_t index, const token_piece& piece, piece_content content) {
     const bool keep_token = content == piece_content::text_and_logprobs;
     if (stream) {
-      if (!piece.text.empty() || keep_token) out.push_back(sse_event(piece_chunk(kind, header, index, piece, keep_token)));
+      if (!piece.text.empty() || keep_token) emit(sse_event(piece_chunk(kind, header, index, piece, keep_token)));
       return;
     }
     choices[index].text += piece.text;
@@ -187,22 +227,23 @@ struct generation {
   }
 };
 
-void handle_generation(api_kind kind, const httplib::Request& req, httplib::Response& res, server_state& s) {
+void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex, server_state& s) {
   const auto arrival = steady::now();  // TTFT counts parsing, tokenization and the chat template too
-  if (s.draining) return send_error(res, draining(), s);
-  if (req.body.size() > s.max_body_bytes) return send_error(res, payload_too_large(s.max_body_bytes), s);
+  if (s.draining) return send_error(*ex, draining(), s);
+  const std::string& body = ex->req().body;
+  if (body.size() > s.max_body_bytes) return send_error(*ex, payload_too_large(s.max_body_bytes), s);
   const backend_model_info& info = s.model.info();
   const model_limits limits{.n_ctx = info.n_ctx, .n_vocab = info.n_vocab};
-  auto parsed = parse_request(kind, req.body, limits, s.limits);
-  if (const auto* e = std::get_if<api_error>(&parsed)) return send_error(res, *e, s);
+  auto parsed = parse_request(kind, body, limits, s.limits);
+  if (const auto* e = std::get_if<api_error>(&parsed)) return send_error(*ex, *e, s);
   const generation_request& r = std::get<generation_request>(parsed);
 
   const std::uint64_t id = ++s.next_id;
   auto prepared = prepare_request(r, s.model, r.sampling.seed.value_or(mix(s.seed_base + id)));
-  if (const auto* e = std::get_if<api_error>(&prepared)) return send_error(res, *e, s);
+  if (const auto* e = std::get_if<api_error>(&prepared)) return send_error(*ex, *e, s);
   backend_request& br = std::get<prepared_request>(prepared).request;
   const std::size_t n_prompt = std::get<prepared_request>(prepared).n_prompt;
-  auto gen = std::make_shared<generation>(s, r.n);
+  auto gen = std::make_shared<generation>(s, ex, r.n);
   gen->kind = kind;
   gen->stream = r.stream;
   gen->include_usage = r.include_usage;
@@ -212,8 +253,6 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
                  .model = info.id};
   gen->n_prompt = n_prompt;
   gen->arrival = arrival;
-  if (r.stream && kind == api_kind::chat_completions)
-    for (std::size_t i = 0; i < r.n; ++i) gen->out.push_back(sse_event(chat_role_chunk(gen->header, i)));
 
   br.on_event = [gen](const backend_event& e) { gen->on_event(e); };
   submit_result sub;
@@ -224,52 +263,40 @@ void handle_generation(api_kind kind, const httplib::Request& req, httplib::Resp
   }
   switch (sub.status) {
     case submit_status::accepted: break;
-    case submit_status::queue_full: return send_error(res, queue_full(s.max_queue), s);
-    case submit_status::shutting_down: return send_error(res, draining(), s);
-    case submit_status::invalid: return send_error(res, invalid_request("", sub.message), s);
-  }
-  {
-    std::lock_guard lock(gen->mutex);
-    for (std::size_t i = 0; i < r.n; ++i) gen->handles.push_back(sub.handle + static_cast<request_id>(i));
+    case submit_status::queue_full: return send_error(*ex, queue_full(s.max_queue), s);
+    case submit_status::shutting_down: return send_error(*ex, draining(), s);
+    case submit_status::invalid: return send_error(*ex, invalid_request("", sub.message), s);
   }
   s.metrics.record_prompt(n_prompt);
+  gen->accept(sub.handle);
+  // A client that goes away (streamed or not) frees its samples' KV blocks at the next step.
+  ex->on_disconnect([gen] { gen->cancel_all(); });
+}
 
-  if (!r.stream) {
-    std::unique_lock lock(gen->mutex);
-    gen->changed.wait(lock, [&] { return gen->finished(); });
-    if (gen->failure) return send_error(res, *gen->failure, s);
-    res.set_content(completion_response(kind, gen->header, gen->choices, {gen->n_prompt, gen->n_generated},
-                                        gen->with_logprobs),
-                    "application/json");
-    return;
+/// Routes one request (on an HTTP I/O thread).
+void route(const std::shared_ptr<http::exchange>& ex, server_state& s) {
+  const http::request& req = ex->req();
+  if (req.path.rfind("/v1/", 0) == 0)
+    if (const auto e = check_authorization(req.header("Authorization"), s.api_key)) return send_error(*ex, *e, s);
+  const bool get = req.method == "GET", post = req.method == "POST";
+  if (post && req.path == "/v1/completions") return handle_generation(api_kind::completions, ex, s);
+  if (post && req.path == "/v1/chat/completions") return handle_generation(api_kind::chat_completions, ex, s);
+  if (get && req.path == "/v1/models")
+    return ex->reply({.body = models_response(s.model.info().id, s.started)});
+  if (get && req.path == "/health") {
+    const backend_stats b = s.model.stats();
+    return ex->reply({.status = s.draining ? 503 : 200, .body = health_response(s.draining, b.n_queued, b.n_running)});
   }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [gen](std::size_t, httplib::DataSink& sink) {
-        std::deque<std::string> batch;
-        bool done = false;
-        {
-          std::unique_lock lock(gen->mutex);
-          gen->changed.wait_for(lock, std::chrono::milliseconds(100), [&] { return !gen->out.empty() || gen->finished(); });
-          batch.swap(gen->out);
-          done = gen->finished();
-        }
-        for (const auto& event : batch)
-          if (!sink.write(event.data(), event.size())) {
-            gen->cancel_all();  // the client went away: free its requests
-            return false;
-          }
-        if (!sink.is_writable()) {
-          gen->cancel_all();
-          return false;
-        }
-        if (done) sink.done();
-        return true;
-      },
-      [gen](bool success) {
-        if (!success) gen->cancel_all();
-      });
+  if (get && req.path == "/metrics") {
+    metrics_snapshot m = s.metrics.snapshot();
+    const backend_stats b = s.model.stats();
+    m.queue_depth = b.n_queued;
+    m.running = b.n_running;
+    m.kv_blocks_used = b.kv_blocks_used;
+    m.kv_blocks_free = b.kv_blocks_free;
+    return ex->reply({.content_type = "text/plain; version=0.0.4", .body = prometheus_text(m)});
+  }
+  send_error(*ex, not_found(req.method.substr(0, 16), req.path.substr(0, 256)), s);
 }
 
 // Blocks SIGTERM and SIGINT in every thread (call before starting any);
@@ -291,7 +318,8 @@ int main(int argc, char** argv) {
   serial_backend_options bo{.model_path = LLMKIT_DEFAULT_MODEL};
   std::string host = "127.0.0.1";
   long port = 8080;
-  std::size_t threads = 0, max_batch = 8, max_queue = 64, max_body = std::size_t{1} << 20, http_threads = 0;
+  std::size_t threads = 0, max_batch = 8, max_queue = 64, max_body = std::size_t{1} << 20;
+  http::limits http_limits{};
   std::size_t kv_blocks = 0;
   std::string backend_name = "engine";
   double drain_seconds = 10.0;
@@ -319,7 +347,24 @@ int main(int argc, char** argv) {
   cli.add_option("--drain-seconds", drain_seconds,
                  "on SIGTERM, how long running requests may finish before they are cancelled")
       .non_negative();
-  cli.add_option("--http-threads", http_threads, "HTTP worker threads; 0 = max-queue + max-batch + 4");
+  cli.add_option("--http-threads", http_limits.io_threads,
+                 "threads running every connection's I/O (connections cost no thread)")
+      .count_at_least(1, "no connection would be served");
+  cli.add_option("--max-connections", http_limits.max_connections,
+                 "open connections at once; past it a new one gets 503 and is closed")
+      .count_at_least(1, "no connection would be served");
+  cli.add_option("--max-header-bytes", http_limits.max_header_bytes, "largest request line + headers; larger get 431")
+      .count_at_least(256, "no request line fits");
+  double header_timeout = 10.0, body_timeout = 30.0, write_timeout = 30.0;
+  cli.add_option("--header-timeout", header_timeout,
+                 "seconds a connection may take to send a request's headers (also how long an idle keep-alive "
+                 "connection stays open)")
+      .in_range(0.001, 86400.0);
+  cli.add_option("--body-timeout", body_timeout, "seconds a request's body may take after its headers")
+      .in_range(0.001, 86400.0);
+  cli.add_option("--write-timeout", write_timeout,
+                 "seconds one write of a reply may take: a client that stops reading is disconnected")
+      .in_range(0.001, 86400.0);
   if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
 
   const sigset_t signals = shutdown_signals();
@@ -349,82 +394,21 @@ int main(int argc, char** argv) {
     s.seed_base = std::random_device{}();
     s.started = static_cast<std::int64_t>(std::time(nullptr));
 
-    httplib::Server svr;
-    const std::size_t n_http = http_threads != 0 ? http_threads : max_queue + max_batch + 4;
-    svr.new_task_queue = [n_http] { return new httplib::ThreadPool(n_http); };
-    svr.set_payload_max_length(max_body);
-    svr.set_tcp_nodelay(true);  // each SSE piece is a small write: send it now, not after the last one's ACK
-    svr.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-      if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-      if (const auto e = check_authorization(req.get_header_value("Authorization"), s.api_key)) {
-        send_error(res, *e, s);
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    // Statuses httplib sets itself (no route, body over the limit) get an OpenAI error body too.
-    svr.set_error_handler(httplib::Server::HandlerWithResponse([&s](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      api_error e = res.status == 404   ? not_found(req.method, req.path)
-                    : res.status == 413 ? payload_too_large(s.max_body_bytes)
-                                        : api_error{.status = res.status,
-                                                    .message = "HTTP " + std::to_string(res.status),
-                                                    .type = res.status < 500 ? "invalid_request_error" : "server_error"};
-      send_error(res, e, s);
-      return httplib::Server::HandlerResponse::Handled;
-    }));
-    svr.set_exception_handler([&s](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "unknown exception";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      send_error(res, internal_error(what), s);
-    });
-    svr.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
-      handle_generation(api_kind::completions, req, res, s);
-    });
-    svr.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
-      handle_generation(api_kind::chat_completions, req, res, s);
-    });
-    svr.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-      res.set_content(models_response(s.model.info().id, s.started), "application/json");
-    });
-    svr.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
-      const backend_stats b = s.model.stats();
-      res.set_content(health_response(s.draining, b.n_queued, b.n_running), "application/json");
-      if (s.draining) res.status = 503;
-    });
-    svr.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-      metrics_snapshot m = s.metrics.snapshot();
-      const backend_stats b = s.model.stats();
-      m.queue_depth = b.n_queued;
-      m.running = b.n_running;
-      m.kv_blocks_used = b.kv_blocks_used;
-      m.kv_blocks_free = b.kv_blocks_free;
-      res.set_content(prometheus_text(m), "text/plain; version=0.0.4");
-    });
-
-    // cpp-httplib 0.11 listens with a backlog of 5, which a burst of clients
-    // overflows (their connections stall for a SYN retransmit and fail): keep
-    // the listening socket and raise its backlog once bound (Linux updates a
-    // listening socket's backlog on a second listen).
-    int listen_fd = -1;
-    bool binding = true;
-    svr.set_socket_options([&](int sock) {
-      httplib::default_socket_options(sock);
-      if (binding) listen_fd = sock;
-    });
-    const int bound_port =
-        port == 0 ? svr.bind_to_any_port(host) : (svr.bind_to_port(host, static_cast<int>(port)) ? int(port) : -1);
-    binding = false;
-    if (bound_port <= 0) {
-      std::cerr << "error: cannot listen on " << host << ":" << port << "\n";
-      return 1;
-    }
-    if (listen_fd >= 0) ::listen(listen_fd, 1024);
+    const auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<long long>(seconds * 1000)); };
+    http_limits.max_body_bytes = max_body;
+    http_limits.header_timeout = ms(header_timeout);
+    http_limits.body_timeout = ms(body_timeout);
+    http_limits.write_timeout = ms(write_timeout);
+    http::server svr(
+        http_limits, [&s](std::shared_ptr<http::exchange> ex) { route(ex, s); },
+        [&s](int status, std::string message) {
+          if (status == 413) return error_response(payload_too_large(s.max_body_bytes), s);
+          return error_response({.status = status,
+                                 .message = std::move(message),
+                                 .type = status < 500 ? "invalid_request_error" : "server_error"},
+                                s);
+        });
+    const int bound_port = svr.listen(host, static_cast<int>(port));
     const auto& info = model.info();
     std::cerr << "llmkit-server: model " << info.id << " (context " << info.n_ctx << ", vocab " << info.n_vocab << "), "
               << threads << " thread(s), backend " << backend_name
@@ -432,7 +416,7 @@ int main(int argc, char** argv) {
               << ", queue " << max_queue << "\n";
     std::printf("llmkit-server: listening on http://%s:%d\n", host.c_str(), bound_port);
     std::fflush(stdout);
-    std::thread listener([&svr] { svr.listen_after_bind(); });
+    svr.start();
 
     int signal_number = 0;
     sigwait(&signals, &signal_number);
@@ -443,11 +427,11 @@ int main(int argc, char** argv) {
     if (s.in_flight > 0) {
       std::cerr << "llmkit-server: " << s.in_flight << " request(s) still running at the deadline: cancelled\n";
       model.cancel_all();
-      const auto grace = steady::now() + std::chrono::seconds(5);
+      const auto grace = steady::now() + std::chrono::seconds(1);
       while (s.in_flight > 0 && steady::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    svr.stop();
-    listener.join();
+    svr.stop();  // closes every connection, whatever its client is doing
+    model_ptr.reset();  // the backend's callbacks hold exchanges of the server's connections
     std::cerr << "llmkit-server: stopped\n";
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
