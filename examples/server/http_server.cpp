@@ -350,7 +350,7 @@ void connection::dispatch() {
 void connection::watch() {
   if (watching_ || peer_eof_ || gone_) return;
   if (phase_ != phase::handling && phase_ != phase::closing) return;
-  if (phase_ == phase::handling && buffer_.size() + read_piece_bytes > buffer_.max_size()) return;  // pipelined bytes wait
+  if (buffer_.size() + read_piece_bytes > buffer_.max_size()) return;  // pipelined bytes wait
   watching_ = true;
   socket_.async_read_some(buffer_.prepare(read_piece_bytes),
                           [self = shared_from_this()](error_code ec, std::size_t n) { self->on_watch(ec, n); });
@@ -503,6 +503,7 @@ void connection::answered() {
 
 void connection::linger() {
   phase_ = phase::closing;
+  buffer_.consume(buffer_.size());
   error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_send, ignored);
   if (peer_eof_) return close_socket();
@@ -603,7 +604,17 @@ void server::start() {
   impl_->work.emplace(impl_->ioc.get_executor());
   impl_->accept();
   for (std::size_t i = 0; i < std::max<std::size_t>(1, impl_->lim.io_threads); ++i)
-    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    impl_->threads.emplace_back([this] {
+      // A handler that throws loses its connection, never the server.
+      while (true) {
+        try {
+          impl_->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "llmkit-server: an I/O handler threw: %s\n", e.what());
+        }
+      }
+    });
 }
 
 void server::stop() {

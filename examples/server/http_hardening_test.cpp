@@ -1,0 +1,375 @@
+// SPDX-License-Identifier: MIT
+// llmkit-server tried as an attacker would, over raw loopback sockets: one
+// test case per class of hostile input (headers, bodies in every framing,
+// slow and idle clients, shutdown, disconnects, ranges, pipelining,
+// half-closes, HTTP/1.0, conflicting framing), each with several payloads.
+// The memory classes bound the server's resident-memory growth
+// (/proc/PID/status). Every loop and wait is bounded.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "server_process.hpp"
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using llmkit_server_test::raw_connection;
+using llmkit_server_test::resident_bytes;
+using llmkit_server_test::server_process;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+const std::string completion_body = R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})";
+
+std::string post_request(const std::string& body, const std::string& extra_headers = "") {
+  return "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + extra_headers +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+/// The status code of the first response in `reply` ("HTTP/1.x NNN ..."), or 0.
+int status_of(const std::string& reply) {
+  const auto at = reply.find("HTTP/1.");
+  if (at == std::string::npos || reply.size() < at + 12) return 0;
+  return std::stoi(reply.substr(at + 9, 3));
+}
+
+/// The status of the first final (non-1xx) response in `reply`, or 0.
+int final_status_of(std::string reply) {
+  while (true) {
+    const int status = status_of(reply);
+    if (status < 100 || status >= 200) return status;
+    const auto end = reply.find("\r\n\r\n");
+    if (end == std::string::npos) return 0;
+    reply = reply.substr(end + 4);
+  }
+}
+
+/// One request on a fresh connection: the whole reply (until the server
+/// closes, or `until` appears).
+std::string exchange(int port, const std::string& bytes, std::string_view until = "\r\n\r\n") {
+  raw_connection c(port);
+  c.send(bytes);
+  return c.read(10s, until);
+}
+
+/// GET /health on a fresh connection: its status and how long it took.
+std::pair<int, double> timed_health(int port) {
+  const auto t0 = clock_type::now();
+  raw_connection c(port);
+  c.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string reply = c.read(5s, "}");
+  return {status_of(reply), std::chrono::duration<double>(clock_type::now() - t0).count()};
+}
+
+}  // namespace
+
+TEST_CASE("header limits: too many fields or too many bytes get 431, however they are sent") {
+  server_process s;
+  const std::size_t rss0 = resident_bytes(s.pid());
+  SECTION("101 small fields") {
+    std::string fields;
+    for (int i = 0; i < 101; ++i) fields += "X-F" + std::to_string(i) + ": v\r\n";
+    CHECK(status_of(exchange(s.port(), "GET /health HTTP/1.1\r\n" + fields + "\r\n")) == 431);
+  }
+  SECTION("100 fields are accepted") {
+    std::string fields;
+    for (int i = 0; i < 99; ++i) fields += "X-F" + std::to_string(i) + ": v\r\n";
+    CHECK(status_of(exchange(s.port(), "GET /health HTTP/1.1\r\nHost: x\r\n" + fields + "\r\n")) == 200);
+  }
+  SECTION("one 20 KB field") {
+    CHECK(status_of(exchange(s.port(), "GET /health HTTP/1.1\r\nX-Big: " + std::string(20'000, 'a') + "\r\n\r\n")) == 431);
+  }
+  SECTION("a 20 KB request target") {
+    CHECK(status_of(exchange(s.port(), "GET /" + std::string(20'000, 'a') + " HTTP/1.1\r\n\r\n")) == 431);
+  }
+  SECTION("420k tiny fields streamed: refused before they are all read") {
+    raw_connection c(s.port());
+    c.send("GET /health HTTP/1.1\r\n");
+    std::string batch;
+    for (int i = 0; i < 1000; ++i) batch += "a:b\r\n";
+    bool refused = false;
+    for (int i = 0; i < 420 && !refused; ++i) refused = !c.send(batch) || c.read(1ms).size() > 0;
+    const std::string reply = c.read(2s, "\r\n\r\n");
+    CHECK((refused || status_of(reply) == 431));
+  }
+  CHECK(resident_bytes(s.pid()) < rss0 + (8u << 20));
+  CHECK(timed_health(s.port()).first == 200);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("body limits hold for every framing: Content-Length, chunked, none, compressed") {
+  server_process s({"--max-body-bytes", "65536"});
+  const std::size_t rss0 = resident_bytes(s.pid());
+  SECTION("Content-Length over the limit: 413 before the body is sent") {
+    const std::string head =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 134217728\r\n\r\n";
+    const std::string reply = exchange(s.port(), head);
+    CHECK(status_of(reply) == 413);
+  }
+  SECTION("a body exactly at the limit is read (and parsed: 400, not 413)") {
+    std::string body = R"({"prompt": "Once", "max_tokens": 1, "user": ")";
+    body += std::string(65536 - body.size() - 2, 'x') + "\"}";
+    REQUIRE(body.size() == 65536);
+    const int status = status_of(exchange(s.port(), post_request(body)));
+    CHECK(status != 413);
+    CHECK(status != 0);
+  }
+  SECTION("128 MB chunked: 413 after the limit, memory stays bounded") {
+    raw_connection c(s.port());
+    c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+    const std::string chunk = "10000\r\n" + std::string(0x10000, ' ') + "\r\n";
+    std::string reply;
+    for (int i = 0; i < 2048 && reply.empty(); ++i) {  // 2048 x 64 KB = 128 MB
+      if (!c.send(chunk)) break;
+      reply = c.read(0ms);
+    }
+    reply += c.read(3s, "\r\n\r\n");
+    CHECK(status_of(reply) == 413);
+    CHECK(resident_bytes(s.pid()) < rss0 + (8u << 20));
+  }
+  SECTION("many small chunks, and a chunk-size line that never ends") {
+    raw_connection c(s.port());
+    c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    std::string reply;
+    for (int i = 0; i < 100'000 && reply.empty(); ++i) {
+      if (!c.send("1\r\n \r\n")) break;
+      if (i % 1000 == 0) reply = c.read(0ms);
+    }
+    reply += c.read(3s, "\r\n\r\n");
+    CHECK(status_of(reply) == 413);
+    const std::string endless = exchange(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                                                       std::string(100'000, '1'));
+    CHECK(status_of(endless) / 100 == 4);
+  }
+  SECTION("compressed bodies are refused: 415") {
+    for (const char* coding : {"gzip", "br", "deflate", "x-gzip", "gzip, identity"}) {
+      INFO(coding);
+      const std::string reply =
+          exchange(s.port(), post_request(std::string(300, 'z'), std::string("Content-Encoding: ") + coding + "\r\n"));
+      CHECK(status_of(reply) == 415);
+    }
+    CHECK(status_of(exchange(s.port(), post_request(completion_body, "Content-Encoding: identity\r\n"))) == 200);
+  }
+  SECTION("no length at all: the request has no body (400), what follows is not a request (400)") {
+    const std::string reply = exchange(s.port(),
+                                       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\r\n" +
+                                           std::string(1'000'000, '{'),
+                                       "never");
+    CHECK(status_of(reply) == 400);
+    CHECK(resident_bytes(s.pid()) < rss0 + (8u << 20));
+  }
+  CHECK(timed_health(s.port()).first == 200);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("conflicting framing gets 400: two Content-Lengths, Content-Length with Transfer-Encoding") {
+  server_process s;
+  const std::string body = completion_body;
+  const std::string cl = "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  const std::vector<std::string> heads{
+      "Content-Length: 5\r\n" + cl,
+      cl + "Content-Length: 5\r\n",
+      cl + "Transfer-Encoding: chunked\r\n",
+      "Transfer-Encoding: chunked\r\n" + cl,
+      "Content-Length: -1\r\n",
+      "Content-Length: 1e3\r\n",
+      "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+  };
+  for (const auto& h : heads) {
+    INFO(h);
+    const std::string reply = exchange(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + h + "\r\n" + body);
+    CHECK(status_of(reply) == 400);
+  }
+  CHECK(status_of(exchange(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")) == 501);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("slow and idle clients hold no worker: 300 trickling connections, /health under 1 s, a completion runs") {
+  server_process s({"--header-timeout", "30"});
+  std::vector<std::unique_ptr<raw_connection>> slow;
+  for (int i = 0; i < 300; ++i) slow.push_back(std::make_unique<raw_connection>(s.port()));
+  const std::string request = post_request(completion_body);
+  // Every connection sends one more byte of its request each second, for 3 s.
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (std::size_t byte = 0; byte < 4 && !stop; ++byte) {
+      for (auto& c : slow) c->send(request.substr(byte, 1));
+      for (int t = 0; t < 10 && !stop; ++t) std::this_thread::sleep_for(100ms);
+    }
+  });
+  std::this_thread::sleep_for(1500ms);
+  for (int i = 0; i < 3; ++i) {
+    const auto [status, seconds] = timed_health(s.port());
+    CHECK(status == 200);
+    CHECK(seconds < 1.0);
+  }
+  const std::string reply = exchange(s.port(), request, "}}");
+  CHECK(status_of(reply) == 200);
+  CHECK(reply.find("\"completion_tokens\":8") != std::string::npos);
+  stop = true;
+  trickle.join();
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("deadlines: a request's headers and body must arrive in time, and idle keep-alive connections close") {
+  server_process s({"--header-timeout", "1", "--body-timeout", "1"});
+  SECTION("headers trickled past the deadline: 408 and closed") {
+    raw_connection c(s.port());
+    const auto t0 = clock_type::now();
+    std::string reply;
+    for (int i = 0; i < 40 && !c.closed_by_server(); ++i) {
+      c.send("X");
+      reply += c.read(100ms);
+    }
+    CHECK(c.closed_by_server());
+    CHECK(std::chrono::duration<double>(clock_type::now() - t0).count() < 3.0);
+    CHECK(status_of(reply) == 408);
+  }
+  SECTION("a body that stops arriving") {
+    raw_connection c(s.port());
+    c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"");
+    const std::string reply = c.read(4s);
+    CHECK(c.closed_by_server());
+    CHECK(status_of(reply) == 408);
+  }
+  SECTION("an idle connection, before and after a request") {
+    raw_connection idle(s.port());
+    idle.read(3s);
+    CHECK(idle.closed_by_server());
+    raw_connection kept(s.port());
+    kept.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string reply = kept.read(4s);
+    CHECK(status_of(reply) == 200);
+    CHECK(kept.closed_by_server());
+  }
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("connections past --max-connections get 503 and the server keeps serving") {
+  server_process s({"--max-connections", "20"});
+  std::vector<std::unique_ptr<raw_connection>> held;
+  for (int i = 0; i < 20; ++i) held.push_back(std::make_unique<raw_connection>(s.port()));
+  std::this_thread::sleep_for(200ms);
+  raw_connection extra(s.port());
+  const std::string reply = extra.read(3s);
+  CHECK(status_of(reply) == 503);
+  CHECK(extra.closed_by_server());
+  held.clear();
+  std::this_thread::sleep_for(300ms);
+  CHECK(timed_health(s.port()).first == 200);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("SIGTERM ends the process within --drain-seconds + 2 s whatever clients do") {
+  server_process s({"--drain-seconds", "1"});
+  raw_connection trickler(s.port());
+  trickler.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{");
+  raw_connection idle(s.port());
+  raw_connection reader(s.port());  // a stream it never reads
+  reader.send(post_request(R"({"prompt": "Once", "max_tokens": 2000, "stream": true, "logit_bias": {"2": -100}})"));
+  raw_connection waiting(s.port());  // a long non-streamed request
+  waiting.send(post_request(R"({"prompt": "Once", "max_tokens": 2000, "n": 8, "logit_bias": {"2": -100}})"));
+  std::this_thread::sleep_for(300ms);
+  const auto t0 = clock_type::now();
+  CHECK(s.stop() == 0);
+  CHECK(std::chrono::duration<double>(clock_type::now() - t0).count() < 3.0);
+}
+
+TEST_CASE("a non-streamed request whose client goes away is cancelled and frees its KV blocks") {
+  server_process s;
+  {
+    raw_connection c(s.port());
+    c.send(post_request(R"({"prompt": "Once upon a time", "max_tokens": 2000, "n": 8, "logit_bias": {"2": -100}})"));
+    std::this_thread::sleep_for(300ms);
+  }  // closed
+  auto metric = [&](const std::string& name) {
+    const std::string reply = exchange(s.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "never");
+    const auto at = reply.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(reply.substr(at + name.size() + 2));
+  };
+  double cancelled = 0;
+  for (int i = 0; i < 100 && cancelled < 8; ++i) {
+    std::this_thread::sleep_for(20ms);
+    cancelled = metric("llmkit_requests_total{finish_reason=\"cancelled\"}");
+  }
+  CHECK(cancelled == 8);
+  CHECK(metric("llmkit_kv_blocks_used") == 0);
+  CHECK(metric("llmkit_generated_tokens_total") < 16000);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("a client that half-closes still gets its reply, streamed or not") {
+  server_process s;
+  for (const bool stream : {false, true}) {
+    INFO("stream " << stream);
+    raw_connection c(s.port());
+    const std::string body = stream ? R"({"prompt": "Once upon a time", "max_tokens": 8, "stream": true})" : completion_body;
+    c.send(post_request(body, "Connection: close\r\n"));
+    c.shutdown_write();
+    const std::string reply = c.read(10s);
+    CHECK(final_status_of(reply) == 200);
+    CHECK(reply.find(stream ? "data: [DONE]" : "\"completion_tokens\":8") != std::string::npos);
+  }
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("no Range handling: ranges get the whole reply") {
+  server_process s;
+  std::string ranges = "bytes=0-0";
+  while (ranges.size() < 8000) ranges += ",0-0";
+  for (const std::string& r : {std::string("bytes=0-10"), std::string("bytes=-5"), ranges}) {
+    const std::string reply = exchange(s.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nRange: " + r + "\r\nConnection: close\r\n\r\n", "never");
+    CHECK(status_of(reply) == 200);
+    CHECK(reply.find("Content-Range") == std::string::npos);
+    CHECK(reply.size() < 64 * 1024);
+  }
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("pipelined requests are answered in order") {
+  server_process s;
+  raw_connection c(s.port());
+  c.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + post_request(completion_body) +
+         "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string reply = c.read(10s);
+  const auto health = reply.find("\"status\":\"ok\"");
+  const auto completion = reply.find("\"text_completion\"");
+  const auto models = reply.find("\"object\":\"list\"");
+  const auto nope = reply.find("404 Not Found");
+  REQUIRE(health != std::string::npos);
+  REQUIRE(completion != std::string::npos);
+  REQUIRE(models != std::string::npos);
+  REQUIRE(nope != std::string::npos);
+  CHECK(health < completion);
+  CHECK(completion < models);
+  CHECK(models < nope);
+  CHECK(c.closed_by_server());
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("HTTP/1.0 clients get no chunked encoding: a stream ends when the connection does") {
+  server_process s;
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 8, "stream": true})";
+  raw_connection c(s.port());
+  c.send("POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string reply = c.read(10s);
+  CHECK(reply.rfind("HTTP/1.0 200", 0) == 0);
+  CHECK(reply.find("Transfer-Encoding") == std::string::npos);
+  CHECK(reply.find("data: [DONE]") != std::string::npos);
+  CHECK(c.closed_by_server());
+  // Non-streamed 1.0: a Content-Length and the connection closed (no keep-alive asked).
+  const std::string plain = exchange(s.port(), "GET /health HTTP/1.0\r\n\r\n", "never");
+  CHECK(plain.rfind("HTTP/1.0 200", 0) == 0);
+  CHECK(plain.find("Content-Length:") != std::string::npos);
+  CHECK(s.stop() == 0);
+}
