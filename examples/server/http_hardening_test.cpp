@@ -319,6 +319,13 @@ TEST_CASE("a client that half-closes still gets its reply, streamed or not") {
     CHECK(final_status_of(reply) == 200);
     CHECK(reply.find(stream ? "data: [DONE]" : "\"completion_tokens\":8") != std::string::npos);
   }
+  // A long request: the server probes the half-closed socket (an interim 100) and still answers.
+  raw_connection c(s.port());
+  c.send(post_request(R"({"prompt": "Once", "max_tokens": 1000, "n": 2, "logit_bias": {"2": -100}})", "Connection: close\r\n"));
+  c.shutdown_write();
+  const std::string reply = c.read(30s);
+  CHECK(final_status_of(reply) == 200);
+  CHECK(reply.find("\"completion_tokens\":2000") != std::string::npos);
   CHECK(s.stop() == 0);
 }
 

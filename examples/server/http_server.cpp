@@ -48,8 +48,10 @@ constexpr std::size_t read_piece_bytes = 4096;
 // with unread data does not reset the connection before the reply arrives.
 constexpr auto linger_time = std::chrono::milliseconds(1000);
 constexpr std::size_t linger_bytes = 1 << 20;
-// While a client that half-closed waits for a whole reply, how often to
-// look whether it has gone away entirely.
+// A client that half-closed while its whole reply is pending: after this
+// long it gets an interim 100 (a closed socket answers it with a reset),
+// then its socket is looked at this often.
+constexpr auto half_close_probe_delay = std::chrono::milliseconds(200);
 constexpr auto half_close_poll = std::chrono::milliseconds(50);
 
 std::string status_line(int status, unsigned version) {
@@ -156,7 +158,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void dispatch();
   void watch();
   void on_watch(error_code ec, std::size_t n);
-  void poll_half_closed();
+  void poll_half_closed(bool probed);
   void refuse(int status, std::string message);
   void enqueue(std::string bytes);
   void flush();
@@ -371,10 +373,7 @@ void connection::on_watch(error_code ec, std::size_t n) {
     peer_eof_ = true;
     // Half-closed or gone? Only a write tells: an HTTP/1.1 client takes an
     // interim 100 and still gets its reply; a closed socket answers with a reset.
-    if (phase_ == phase::handling && answer_ == answer::none && version_ == 11) {
-      enqueue("HTTP/1.1 100 Continue\r\n\r\n");
-      poll_half_closed();
-    }
+    if (phase_ == phase::handling && answer_ == answer::none && version_ == 11) poll_half_closed(false);
   } else if (ec && ec != net::error::operation_aborted) {
     return client_gone();
   }
@@ -382,12 +381,13 @@ void connection::on_watch(error_code ec, std::size_t n) {
   if (phase_ == phase::handling) watch();
 }
 
-void connection::poll_half_closed() {
-  poll_timer_.expires_after(half_close_poll);
-  poll_timer_.async_wait([self = shared_from_this()](error_code ec) {
+void connection::poll_half_closed(bool probed) {
+  poll_timer_.expires_after(probed ? half_close_poll : half_close_probe_delay);
+  poll_timer_.async_wait([self = shared_from_this(), probed](error_code ec) {
     if (ec || self->gone_ || self->phase_ != phase::handling || self->answer_ != answer::none) return;
-    if (connection_reset(self->socket_.native_handle())) return self->client_gone();
-    self->poll_half_closed();
+    if (!probed) self->enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+    else if (connection_reset(self->socket_.native_handle())) return self->client_gone();
+    self->poll_half_closed(true);
   });
 }
 
