@@ -80,6 +80,72 @@ bool connection_reset(int fd) {
   return info.tcpi_state == TCP_CLOSE;
 }
 
+// What the server refuses once a request's head is read (the parser has
+// already enforced the byte limits and the framing rules).
+template <class Fields>
+std::optional<refusal> check_head(const bhttp::request_header<Fields>& h, const limits& lim) {
+  if (static_cast<std::size_t>(std::distance(h.begin(), h.end())) > lim.max_header_fields)
+    return refusal{431, "more than " + std::to_string(lim.max_header_fields) + " header fields"};
+  if (const auto ce = h[bhttp::field::content_encoding]; !ce.empty() && !beast::iequals(ce, "identity"))
+    return refusal{415, "Content-Encoding '" + std::string(ce.substr(0, 32)) + "' is not accepted: send the body uncompressed"};
+  if (const auto te = h[bhttp::field::transfer_encoding]; !te.empty() && !beast::iequals(te, "chunked"))
+    return refusal{501, "Transfer-Encoding '" + std::string(te.substr(0, 32)) + "' is not supported: only chunked"};
+  if (const auto expect = h[bhttp::field::expect]; !expect.empty() && !beast::iequals(expect, "100-continue"))
+    return refusal{417, "only 'Expect: 100-continue' is supported"};
+  return std::nullopt;
+}
+
+// The refusal for a parse error, or nullopt when the error is the connection's (closed, reset).
+std::optional<refusal> parse_refusal(const error_code& ec, const limits& lim) {
+  if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow)
+    return refusal{431, "request headers larger than " + std::to_string(lim.max_header_bytes) + " bytes"};
+  if (ec == bhttp::error::body_limit)
+    return refusal{413, "request body larger than " + std::to_string(lim.max_body_bytes) + " bytes"};
+  if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == net::error::eof) return std::nullopt;
+  if (is_http_parse_error(ec)) return refusal{400, "malformed HTTP request: " + ec.message()};
+  return std::nullopt;
+}
+
+request to_request(bhttp::request<bhttp::string_body>& m) {
+  request r;
+  r.method = std::string(m.method_string());
+  r.target = std::string(m.target());
+  r.path = r.target.substr(0, r.target.find('?'));
+  r.version = m.version();
+  for (const auto& f : m) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  r.body = std::move(m.body());
+  return r;
+}
+
+}  // namespace
+
+std::variant<request, refusal> parse_request_bytes(std::string_view bytes, const limits& lim) {
+  bhttp::request_parser<bhttp::string_body> parser;
+  parser.header_limit(static_cast<std::uint32_t>(lim.max_header_bytes));
+  parser.body_limit(lim.max_body_bytes);
+  parser.eager(true);
+  error_code ec;
+  bool checked = false;
+  while (!parser.is_done()) {
+    const std::size_t used = parser.put(net::buffer(bytes.data(), bytes.size()), ec);
+    bytes.remove_prefix(used);
+    if (ec == bhttp::error::need_more) {
+      if (bytes.empty() || used == 0) return refusal{400, "incomplete request"};
+      ec = {};
+    }
+    if (ec) {
+      if (auto r = parse_refusal(ec, lim)) return *r;
+      return refusal{400, "incomplete request"};
+    }
+    if (!checked && parser.is_header_done()) {
+      checked = true;
+      if (auto r = check_head(parser.get(), lim)) return *r;
+    }
+  }
+  return to_request(parser.get());
+}
+
+namespace {
 }  // namespace
 
 class connection;
@@ -266,24 +332,12 @@ void connection::on_header(error_code ec) {
       return refuse(408, "the request's headers did not arrive within " +
                              std::to_string(srv_.lim.header_timeout.count()) + " ms");
     }
-    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == net::error::eof)
-      return close_socket();
-    if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow)
-      return refuse(431, "request headers larger than " + std::to_string(srv_.lim.max_header_bytes) + " bytes");
-    if (ec == bhttp::error::body_limit)
-      return refuse(413, "request body larger than " + std::to_string(srv_.lim.max_body_bytes) + " bytes");
-    if (is_http_parse_error(ec)) return refuse(400, "malformed HTTP request: " + ec.message());
+    if (auto r = parse_refusal(ec, srv_.lim)) return refuse(r->status, std::move(r->message));
     return client_gone();
   }
   const auto& h = parser_->get();
-  if (static_cast<std::size_t>(std::distance(h.begin(), h.end())) > srv_.lim.max_header_fields)
-    return refuse(431, "more than " + std::to_string(srv_.lim.max_header_fields) + " header fields");
-  if (const auto ce = h[bhttp::field::content_encoding]; !ce.empty() && !beast::iequals(ce, "identity"))
-    return refuse(415, "Content-Encoding '" + std::string(ce.substr(0, 32)) + "' is not accepted: send the body uncompressed");
-  if (const auto te = h[bhttp::field::transfer_encoding]; !te.empty() && !beast::iequals(te, "chunked"))
-    return refuse(501, "Transfer-Encoding '" + std::string(te.substr(0, 32)) + "' is not supported: only chunked");
+  if (auto r = check_head(h, srv_.lim)) return refuse(r->status, std::move(r->message));
   if (const auto expect = h[bhttp::field::expect]; !expect.empty()) {
-    if (!beast::iequals(expect, "100-continue")) return refuse(417, "only 'Expect: 100-continue' is supported");
     if (h.version() == 11 && !parser_->is_done()) {
       // The client waits for this before it sends the body.
       sending_ = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -309,11 +363,7 @@ void connection::on_body(error_code ec) {
   if (ec) {
     if (read_timed_out_)
       return refuse(408, "the request's body did not arrive within " + std::to_string(srv_.lim.body_timeout.count()) + " ms");
-    if (ec == bhttp::error::body_limit)
-      return refuse(413, "request body larger than " + std::to_string(srv_.lim.max_body_bytes) + " bytes");
-    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == net::error::eof)
-      return close_socket();
-    if (is_http_parse_error(ec)) return refuse(400, "malformed HTTP request: " + ec.message());
+    if (auto r = parse_refusal(ec, srv_.lim)) return refuse(r->status, std::move(r->message));
     return client_gone();
   }
   dispatch();
@@ -321,15 +371,9 @@ void connection::on_body(error_code ec) {
 
 void connection::dispatch() {
   auto& m = parser_->get();
-  request r;
-  r.method = std::string(m.method_string());
-  r.target = std::string(m.target());
-  r.path = r.target.substr(0, r.target.find('?'));
-  r.version = m.version();
-  for (const auto& f : m) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-  r.body = std::move(m.body());
   version_ = m.version();
   keep_alive_ = m.keep_alive();
+  request r = to_request(m);
   parser_.reset();
 
   ++seq_;

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace llmkit_server::http {
@@ -52,6 +53,18 @@ struct request {
   /// The first field named `name` (case-insensitive), or "".
   std::string header(std::string_view name) const;
 };
+
+/// Why the HTTP layer refuses a request before the application sees it.
+struct refusal {
+  int status = 400;  ///< 400, 408, 413, 415, 417, 431, 501
+  std::string message;
+};
+
+/// Parses one whole request from `bytes` with the server's parser, limits
+/// and checks, as if it had arrived on a connection (for the protocol
+/// fuzzer and tests): the request, or what the server would answer.
+/// Bytes after the request are ignored; an incomplete request is a 400.
+std::variant<request, refusal> parse_request_bytes(std::string_view bytes, const limits& lim);
 
 /// A whole reply (Content-Length framing).
 struct response {
