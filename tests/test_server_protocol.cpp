@@ -475,7 +475,7 @@ TEST_CASE("replies carry no NaN or infinity: a masked token's logprob is -9999")
   constexpr float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const token_piece p{.text = "a", .token_text = "a", .token = 5, .logprob = -inf,
-                      .top = {{5, "a", -inf}, {6, "b", nan}, {7, "c", -1e30f}, {8, "d", 1e-7f}}};
+                      .top = {{5, "a", -inf}, {6, "b", nan}, {7, "c", -1e30f}, {8, "d", 1e-7f}, {9, "e", -0.0f}}};
   const std::vector<choice_result> choices{{.text = "a", .pieces = {p}, .finish = finish_kind::stop}};
   for (const api_kind kind : {api_kind::completions, api_kind::chat_completions}) {
     for (const std::string& text : {completion_response(kind, header, choices, {1, 1}, true),
@@ -485,6 +485,7 @@ TEST_CASE("replies carry no NaN or infinity: a masked token's logprob is -9999")
       CHECK(text.find("NaN") == std::string::npos);
       CHECK(text.find("nf") == std::string::npos);
       CHECK(text.find("-9999.0") != std::string::npos);
+      CHECK(text.find("-0.0") == std::string::npos);
       // Every logprob in the reply is in [-9999, 0].
       std::vector<double> seen;
       const json j = json::parse(text);

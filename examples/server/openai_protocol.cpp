@@ -482,10 +482,10 @@ ordered_json bytes_of(std::string_view text) {
 }
 
 // A log-probability as replies carry it: masked_logprob for probability 0
-// (-inf), for anything below it, and for NaN; never above 0.
+// (-inf), for anything below it, and for NaN; 0 (not -0) for certainty.
 float reported_logprob(float logprob) {
   if (!(logprob >= masked_logprob)) return masked_logprob;  // NaN too
-  return std::min(logprob, 0.0f);
+  return logprob < 0.0f ? logprob : 0.0f;
 }
 
 // Chat: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}.
