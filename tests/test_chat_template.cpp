@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -521,4 +522,47 @@ TEST_CASE("chat_template: the vendored stories260K has no template") {
   const auto z = chat_template::from_gguf(f, "zephyr");
   REQUIRE(z.bos_text() == "<s>");
   REQUIRE(z.eos_text() == "</s>");
+}
+
+TEST_CASE("chat_template: format_marked says where each message's content is, for every family") {
+  // Contents that a template keeps whole (no surrounding blanks to strip).
+  const std::vector<chat_message> chat{{"system", "S<|im_start|>0"},
+                                       {"user", "U</s>1"},
+                                       {"assistant", "A<|eot_id|>2"},
+                                       {"user", "U[INST]3"}};
+  for (const auto name : chat_template::names) {
+    INFO(name);
+    const auto t = chat_template::by_name(name);
+    for (const auto& options : {exact, exact_no_prompt, chat_format_options{}}) {
+      const formatted_chat f = t.format_marked(chat, options);
+      REQUIRE(f.text == t.format(chat, options));
+      std::vector<std::string> spans;
+      std::size_t end = 0;
+      for (const auto& s : f.contents) {
+        REQUIRE(s.length > 0);
+        REQUIRE(s.offset >= end);  // sorted, not overlapping
+        end = s.end();
+        REQUIRE(end <= f.text.size());
+        spans.push_back(f.text.substr(s.offset, s.length));
+      }
+      std::sort(spans.begin(), spans.end());
+      REQUIRE(spans == std::vector<std::string>{"A<|eot_id|>2", "S<|im_start|>0", "U</s>1", "U[INST]3"});
+    }
+  }
+}
+
+TEST_CASE("chat_template: format_marked follows the template's trimming") {
+  const auto llama3 = chat_template::by_name("llama3");
+  const auto f = llama3.format_marked(std::vector<chat_message>{{"user", "  Hi there \n"}});
+  REQUIRE(f.contents.size() == 1);
+  REQUIRE(f.text.substr(f.contents[0].offset, f.contents[0].length) == "Hi there");
+  // Llama 2 strips "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content as one text:
+  // an empty first turn takes the blank lines after <</SYS>> with it.
+  const auto llama2 = chat_template::by_name("llama2");
+  const auto g = llama2.format_marked(std::vector<chat_message>{{"system", " S "}, {"user", " "}});
+  REQUIRE(g.text == "[INST] <<SYS>>\n S \n<</SYS>> [/INST]");
+  REQUIRE(g.contents == std::vector<text_span>{{.offset = 15, .length = 3}});
+  const auto h = llama2.format_marked(std::vector<chat_message>{{"system", "S"}, {"user", " Hi "}});
+  REQUIRE(h.text == "[INST] <<SYS>>\nS\n<</SYS>>\n\n Hi [/INST]");
+  REQUIRE(h.contents == std::vector<text_span>{{.offset = 15, .length = 1}, {.offset = 27, .length = 3}});
 }

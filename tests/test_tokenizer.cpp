@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -161,4 +162,50 @@ TEST_CASE("tokenizer: special tokens are parsed only when asked, with the dummy 
   // Text at the start gets the prefix as without specials.
   REQUIRE(tok.encode("Once upon<s>", {.parse_special = true}) ==
           std::vector<token_id>{*tok.find("\xe2\x96\x81Once"), *tok.find("\xe2\x96\x81upon"), 1});
+}
+
+TEST_CASE("tokenizer: plain text never merges into a control token") {
+  // "</s>" is reachable by merges ("</" + "s>"), but it is a control token.
+  std::vector<std::string> tokens{"<unk>", "<", "/", "s", ">", "</", "s>", "</s>"};
+  std::vector<token_type> types(tokens.size(), token_type::normal);
+  types[0] = token_type::unknown;
+  types[7] = token_type::control;
+  const tokenizer t(tokens, {0, 0, 0, 0, 0, -1, -1, 5}, types, {.bos = -1, .eos = 7, .unk = 0}, false);
+  REQUIRE(texts(t, t.encode("</s>")) == std::vector<std::string>{"</", "s>"});
+  REQUIRE(texts(t, t.encode("a</s>")) == std::vector<std::string>{"<unk>", "</", "s>"});
+  REQUIRE(t.encode("</s>", {.parse_special = true}) == std::vector<token_id>{7});
+}
+
+TEST_CASE("tokenizer: literal ranges keep special-token texts as text, the rest parsed as before") {
+  const auto& tok = model_vocab().tok;
+  const token_id bos = 1, eos = 2;
+  auto count = [](const std::vector<token_id>& ids, token_id id) { return std::count(ids.begin(), ids.end(), id); };
+  //                       0123456789012345678
+  const std::string text = "<s>Hi</s>Ho</s><s>";
+  // No ranges: every special parsed.
+  const auto all = tok.encode(text, {.parse_special = true});
+  REQUIRE(count(all, eos) == 2);
+  REQUIRE(count(all, bos) == 2);
+  // "Hi</s>Ho" literal: its </s> is text, the last </s> and both <s> are tokens.
+  const std::vector<text_span> literal{{.offset = 3, .length = 8}};
+  const auto some = tok.encode(text, {.parse_special = true, .literal = literal});
+  REQUIRE(count(some, eos) == 1);
+  REQUIRE(count(some, bos) == 2);
+  REQUIRE(some.front() == bos);
+  REQUIRE(tok.decode(some, {.render_special = true}) == "<s> Hi</s>Ho</s><s>");
+  // A special token that only overlaps a range (starts before, ends inside) is not parsed either.
+  const std::vector<text_span> overlap{{.offset = 7, .length = 1}};
+  REQUIRE(count(tok.encode(text, {.parse_special = true, .literal = overlap}), eos) == 1);
+  const std::vector<text_span> edge{{.offset = 2, .length = 1}, {.offset = 15, .length = 3}};
+  const auto edges = tok.encode(text, {.parse_special = true, .literal = edge});
+  REQUIRE(count(edges, bos) == 0);
+  REQUIRE(count(edges, eos) == 2);
+  // Literal ranges without special texts change nothing: the text between
+  // parsed specials is encoded whole, across range boundaries.
+  const std::string chat = "<s>Once upon a time</s>there was</s>";
+  const std::vector<text_span> words{{.offset = 3, .length = 9}, {.offset = 12, .length = 7}, {.offset = 23, .length = 9}};
+  REQUIRE(tok.encode(chat, {.add_bos = true, .parse_special = true, .literal = words}) ==
+          tok.encode(chat, {.add_bos = true, .parse_special = true}));
+  // Without parse_special the ranges do nothing.
+  REQUIRE(tok.encode(text, {.literal = literal}) == tok.encode(text));
 }

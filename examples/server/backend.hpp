@@ -17,8 +17,10 @@
 #include <variant>
 #include <vector>
 
+#include <llmkit/core/error.hpp>
 #include <llmkit/core/ids.hpp>
 #include <llmkit/core/stop.hpp>
+#include <llmkit/model/tokenizer_types.hpp>
 
 #include "openai_protocol.hpp"
 
@@ -99,7 +101,20 @@ struct backend_model_info {
 /// A chat rendered to prompt text, and the tokens that end the assistant's turn.
 struct chat_prompt {
   std::string text{};
+  /// `[n] contents`: the byte ranges of `text` that are message contents
+  /// (everything else is the template's), sorted, not overlapping.
+  std::vector<llmkit::model::text_span> contents{};
   std::vector<token_id> end_of_turn{};
+};
+
+/// What special-token texts (`</s>`, `<|im_start|>`, `<|eot_id|>`) in a
+/// request's own text become: a completion prompt given as a string, a chat
+/// message's content. The chat template's own markers are control tokens
+/// either way; stop strings are matched against generated text and never
+/// tokenized.
+enum class user_special_tokens : std::uint8_t {
+  text,    ///< plain text: a user cannot end a prompt early or forge a chat turn (the default)
+  parsed,  ///< control tokens, as if the template had written them (`--parse-special`: trusted callers only)
 };
 
 /// The interface llmkit-server drives. `submit`, `cancel`, `stats` may be
@@ -110,11 +125,16 @@ class backend {
  public:
   virtual ~backend() = default;
   virtual const backend_model_info& info() const = 0;
-  /// Prompt text to ids; a chat prompt turns special-token texts into their ids.
-  enum class text_kind : std::uint8_t { plain, chat };
-  virtual std::vector<token_id> tokenize(std::string_view text, text_kind kind) const = 0;
+  /// A completion prompt's text to ids, BOS as the model asks; special-token
+  /// texts in it stay text (see `user_special_tokens`).
+  virtual std::vector<token_id> tokenize(std::string_view text) const = 0;
+  /// A formatted chat to ids: the template's markers become control tokens,
+  /// the message contents stay text (see `user_special_tokens`).
+  virtual std::vector<token_id> tokenize_chat(const chat_prompt& chat) const = 0;
   /// The model's (or the configured) chat template applied to `messages`;
   /// nullopt when there is none.
+  /// @throws llmkit::error when the template refuses the conversation
+  ///         (e.g. Llama 2's turns must alternate user / assistant)
   virtual std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const = 0;
   /// The text of one token (for logprobs).
   virtual std::string token_text(token_id token) const = 0;
@@ -137,8 +157,8 @@ struct prepared_request {
 /// Turns a parsed request into the backend's: the prompt tokenized (a chat
 /// through the model's template, its end-of-turn token added to the EOS
 /// set), the completion budget checked against the context, the sampling
-/// chain and the stop rules. A 400 when the model has no chat template or
-/// the prompt and budget do not fit.
+/// chain and the stop rules. A 400 when the model has no chat template, the
+/// template refuses the conversation, or the prompt and budget do not fit.
 inline std::variant<prepared_request, api_error> prepare_request(const generation_request& r, const backend& model,
                                                                  std::uint64_t seed) {
   const backend_model_info& info = model.info();
@@ -146,13 +166,20 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   std::vector<token_id> prompt;
   std::vector<token_id> eos = info.eos_tokens;
   if (r.kind == api_kind::completions) {
-    prompt = r.prompt_is_tokens ? r.prompt_tokens : model.tokenize(r.prompt_text, backend::text_kind::plain);
+    prompt = r.prompt_is_tokens ? r.prompt_tokens : model.tokenize(r.prompt_text);
   } else {
-    const auto chat = model.format_chat(r.messages);
+    std::optional<chat_prompt> chat;
+    try {
+      chat = model.format_chat(r.messages);
+    } catch (const llmkit::error& e) {
+      std::string what = e.what();
+      if (what.size() > 300) what = what.substr(0, 300) + "...";
+      return invalid_request("messages", "the chat template refuses these messages: " + what);
+    }
     if (!chat)
       return invalid_request("messages", "the model has no chat template (tokenizer.chat_template); start "
                                          "llmkit-server with --chat-template NAME");
-    prompt = model.tokenize(chat->text, backend::text_kind::chat);
+    prompt = model.tokenize_chat(*chat);
     eos.insert(eos.end(), chat->end_of_turn.begin(), chat->end_of_turn.end());
   }
   const auto budget = completion_budget(r, prompt.size(), limits);

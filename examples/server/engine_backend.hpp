@@ -26,7 +26,9 @@ struct engine_backend_options {
   std::size_t max_queue = 64;    ///< waiting samples before submit answers queue_full
   std::size_t max_batch = 8;     ///< samples running at once
   std::size_t kv_blocks = 0;     ///< 16-token KV blocks in the pool; 0 = max_batch full contexts
-  std::string chat_template{};   ///< built-in template name; empty: the model's own, if any
+  std::string chat_template{};   ///< built-in template name; empty: the model's own, if any  /// Special-token texts in prompts and message contents become control
+  /// tokens (`--parse-special`; trusted callers only). Default: they stay text.
+  bool parse_special = false;
 };
 
 /// See the file comment.
@@ -37,7 +39,8 @@ class engine_backend final : public gguf_backend {
   using engine_type = llmkit::serve::engine<llmkit::model::llama_model, cache_type, llmkit::thread_pool>;
 
   explicit engine_backend(const engine_backend_options& o)
-      : gguf_backend(o.model_path, o.chat_template),
+      : gguf_backend(o.model_path, o.chat_template,
+                     o.parse_special ? user_special_tokens::parsed : user_special_tokens::text),
         model_(file_),
         pool_(std::max<std::size_t>(o.threads, 1)),
         info_(describe(o.model_path, o.n_ctx, model_.config())),

@@ -3,8 +3,9 @@
 
 /// @file examples/server/gguf_backend.hpp
 /// What every llmkit-server backend over a GGUF model shares: the file, its
-/// tokenizer and chat template, behind `backend`'s tokenize, format_chat and
-/// token_text. A backend derives from it and adds how the model runs.
+/// tokenizer and chat template, behind `backend`'s tokenize, tokenize_chat,
+/// format_chat and token_text. A backend derives from it and adds how the
+/// model runs.
 
 #include <llmkit/model/chat_template.hpp>
 #include <llmkit/model/gguf.hpp>
@@ -14,26 +15,53 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend.hpp"
 
 namespace llmkit_server {
 
+/// A formatted chat's ids with `tok`: the template's markers (the text
+/// outside `chat.contents`) parsed as special tokens, the message contents
+/// as text unless `user` is `parsed`.
+inline std::vector<token_id> encode_chat(const llmkit::model::tokenizer& tok, const chat_prompt& chat,
+                                         user_special_tokens user) {
+  return tok.encode(chat.text,
+                    {.add_bos = tok.add_bos_token(),
+                     .parse_special = true,
+                     .literal = user == user_special_tokens::parsed ? std::span<const llmkit::model::text_span>()
+                                                                    : std::span<const llmkit::model::text_span>(chat.contents)});
+}
+
+/// `messages` through `chat_template`, with the contents marked and the
+/// end-of-turn token looked up in `tok`.
+/// @throws llmkit::error when the template refuses the conversation
+inline chat_prompt format_chat_prompt(const llmkit::model::tokenizer& tok, const llmkit::model::chat_template& t,
+                                      const std::vector<chat_message>& messages) {
+  std::vector<llmkit::model::chat_message> m;
+  m.reserve(messages.size());
+  for (const auto& x : messages) m.push_back({x.role, x.content});
+  llmkit::model::formatted_chat f = t.format_marked(m);
+  chat_prompt p{.text = std::move(f.text), .contents = std::move(f.contents)};
+  if (const auto eot = tok.find(t.end_of_turn_text())) p.end_of_turn.push_back(*eot);
+  return p;
+}
+
 /// See the file comment.
 class gguf_backend : public backend {
  public:
-  std::vector<token_id> tokenize(std::string_view text, text_kind kind) const override {
-    return tok_.encode(text, {.add_bos = tok_.add_bos_token(), .parse_special = kind == text_kind::chat});
+  std::vector<token_id> tokenize(std::string_view text) const override {
+    return tok_.encode(text, {.add_bos = tok_.add_bos_token(), .parse_special = user_ == user_special_tokens::parsed});
   }
+
+  std::vector<token_id> tokenize_chat(const chat_prompt& chat) const override { return encode_chat(tok_, chat, user_); }
 
   std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const override {
     if (!template_) return std::nullopt;
-    std::vector<llmkit::model::chat_message> m;
-    for (const auto& x : messages) m.push_back({x.role, x.content});
-    chat_prompt p{.text = template_->format(m)};
-    if (const auto eot = tok_.find(template_->end_of_turn_text())) p.end_of_turn.push_back(*eot);
-    return p;
+    return format_chat_prompt(tok_, *template_, messages);
   }
 
   std::string token_text(token_id token) const override {
@@ -44,10 +72,13 @@ class gguf_backend : public backend {
 
  protected:
   /// Opens `model_path`; `chat_template` names a built-in template, or is
-  /// empty for the model's own (none if the file has none).
+  /// empty for the model's own (none if the file has none); `user` says what
+  /// special-token texts in prompts and message contents become.
   /// @throws llmkit::error for an unreadable file, tokenizer or template
-  gguf_backend(const std::string& model_path, const std::string& chat_template)
-      : file_(llmkit::model::gguf_file::open(model_path)), tok_(llmkit::model::tokenizer::from_gguf(file_)) {
+  gguf_backend(const std::string& model_path, const std::string& chat_template, user_special_tokens user)
+      : file_(llmkit::model::gguf_file::open(model_path)),
+        tok_(llmkit::model::tokenizer::from_gguf(file_)),
+        user_(user) {
     if (!chat_template.empty() || file_.contains("tokenizer.chat_template"))
       template_.emplace(llmkit::model::chat_template::from_gguf(file_, chat_template));
   }
@@ -67,6 +98,7 @@ class gguf_backend : public backend {
   llmkit::model::gguf_file file_;
   llmkit::model::tokenizer tok_;
   std::optional<llmkit::model::chat_template> template_;
+  user_special_tokens user_;
 };
 
 }  // namespace llmkit_server

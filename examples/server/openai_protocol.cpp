@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <exception>
@@ -28,12 +29,58 @@ std::string dump(const J& j) {
   return j.dump(-1, ' ', false, J::error_handler_t::replace);
 }
 
-// A value quoted in an error message, cut to a readable length.
-std::string quote(const json& v) {
-  std::string text = dump(v);
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
+// The first `max_bytes` of `text` (cut before a UTF-8 character that does
+// not fit), then "..." when anything was cut.
+std::string cut(std::string_view text, std::size_t max_bytes = max_quoted_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  std::size_t n = max_bytes;
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0u) == 0x80u) --n;
+  return std::string(text.substr(0, n)) + "...";
 }
+
+// Writes JSON text of `v` to `out` until `out` holds `budget` bytes: strings
+// are cut first, containers stop at the budget. The recursion is bounded
+// by `budget` (each level writes a bracket) as well as by max_json_depth.
+void write_bounded(const json& v, std::string& out, std::size_t budget) {
+  if (out.size() >= budget) return;
+  switch (v.type()) {
+    case json::value_t::string: out += dump(json(cut(v.get_ref<const std::string&>(), budget))); return;
+    case json::value_t::array: {
+      out += '[';
+      for (std::size_t i = 0; i < v.size() && out.size() < budget; ++i) {
+        if (i > 0) out += ',';
+        write_bounded(v[i], out, budget);
+      }
+      out += ']';
+      return;
+    }
+    case json::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (auto it = v.begin(); it != v.end() && out.size() < budget; ++it) {
+        if (!first) out += ',';
+        first = false;
+        out += dump(json(cut(it.key(), budget)));
+        out += ':';
+        write_bounded(it.value(), out, budget);
+      }
+      out += '}';
+      return;
+    }
+    default: out += dump(v); return;
+  }
+}
+
+// A value quoted in an error message: its JSON text, at most
+// max_quoted_bytes of it (then "..."), whatever the value's size.
+std::string quote(const json& v) {
+  std::string text;
+  write_bounded(v, text, max_quoted_bytes + 1);
+  return cut(text);
+}
+
+// A key or other client text quoted in an error message or a `param`.
+std::string quote_text(std::string_view text) { return dump(json(cut(text))); }
 
 // Shortest text that reads back as the same float (for the chain string).
 std::string format_float(float v) {
@@ -90,8 +137,24 @@ const json* field(const json& body, const char* name) {
 // Range endpoints: closed or open.
 enum class bound : std::uint8_t { closed, open };
 
-std::optional<double> number_field(const json& body, const char* name, double lo, bound lo_kind, double hi,
-                                   bound hi_kind) {
+std::string range_text(double lo, bound lo_kind, double hi, bound hi_kind) {
+  return (lo_kind == bound::closed ? "[" : "(") + format_double(lo) + ", " + format_double(hi) +
+         (hi_kind == bound::closed ? "]" : ")");
+}
+
+// `x` as the float the sampler computes with, refusing a nonzero value that
+// float rounds to 0 or to a subnormal (slow, and a divisor that overflows).
+float to_sampler_float(const std::string& param, double x, const json& v) {
+  const auto f = static_cast<float>(x);
+  if (x != 0.0 && !std::isnormal(f))
+    reject(param, "'" + param + "' is too close to 0 to compute with (a nonzero value must be at least 1.2e-38 "
+                  "in magnitude), got " + quote(v));
+  return f;
+}
+
+// A number of `body` in the range, as the sampler's float.
+std::optional<float> number_field(const json& body, const char* name, double lo, bound lo_kind, double hi,
+                                  bound hi_kind) {
   const json* v = field(body, name);
   if (!v) return std::nullopt;
   if (!v->is_number()) wrong_type(name, "a number", *v);
@@ -99,10 +162,9 @@ std::optional<double> number_field(const json& body, const char* name, double lo
   const bool lo_ok = lo_kind == bound::closed ? x >= lo : x > lo;
   const bool hi_ok = hi_kind == bound::closed ? x <= hi : x < hi;
   if (!std::isfinite(x) || !lo_ok || !hi_ok)
-    reject(name, std::string("'") + name + "' must be in " + (lo_kind == bound::closed ? "[" : "(") +
-                     format_double(lo) + ", " + format_double(hi) + (hi_kind == bound::closed ? "]" : ")") +
-                     ", got " + quote(*v));
-  return x;
+    reject(name, std::string("'") + name + "' must be in " + range_text(lo, lo_kind, hi, hi_kind) + ", got " +
+                     quote(*v));
+  return to_sampler_float(name, x, *v);
 }
 
 std::optional<std::int64_t> integer_field(const json& body, const char* name, std::int64_t lo, std::int64_t hi) {
@@ -246,18 +308,18 @@ void parse_logit_bias(const json& body, sampling_params& p, const model_limits& 
     reject("logit_bias", "'logit_bias' holds " + std::to_string(lb->size()) + " entries; at most " +
                              std::to_string(limits.max_logit_bias) + " are allowed");
   for (const auto& [key, value] : lb->items()) {
-    const std::string where = "logit_bias[\"" + key + "\"]";
     std::int64_t token = -1;
     const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
     if (key.empty() || ec != std::errc() || end != key.data() + key.size() || token < 0 ||
         static_cast<std::uint64_t>(token) >= model.n_vocab)
       reject("logit_bias", "'logit_bias' keys must be token ids in [0, " + std::to_string(model.n_vocab) + "), got " +
-                               quote(json(key)));
+                               quote_text(key));
+    const std::string where = "logit_bias[\"" + std::to_string(token) + "\"]";  // not the key: "007" is 7
     if (!value.is_number()) wrong_type(where, "a number", value);
     const double bias = value.get<double>();
     if (!(bias >= -100.0 && bias <= 100.0))
       reject(where, "'" + where + "' must be in [-100, 100], got " + quote(value));
-    p.logit_bias.emplace_back(static_cast<token_id>(token), static_cast<float>(bias));
+    p.logit_bias.emplace_back(static_cast<token_id>(token), to_sampler_float(where, bias, value));
   }
 }
 
@@ -280,8 +342,46 @@ void parse_unsupported(const json& body, api_kind kind) {
   }
 }
 
+// Where a body nests deeper than allowed: the byte offset, and the
+// top-level field it happens in (empty when outside any).
+struct too_deep {
+  std::size_t offset = 0;
+  std::string_view field{};
+};
+
+// Scans JSON text without parsing it: the depth of [ and { outside
+// strings (escapes skipped), and the key of the top-level member being
+// read. Malformed text is scanned as well as it goes; the parser refuses it later.
+std::optional<too_deep> find_too_deep(std::string_view text, std::size_t max_depth) {
+  std::size_t depth = 0;
+  std::size_t string_start = 0;           // of the last string read (after its quote)
+  std::string_view last_string{}, key{};  // at depth 1
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      string_start = ++i;
+      while (i < text.size() && text[i] != '"') i += text[i] == '\\' ? 2 : 1;
+      if (depth == 1) last_string = text.substr(string_start, std::min(i, text.size()) - string_start);
+    } else if (c == ':') {
+      if (depth == 1) key = last_string;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return too_deep{.offset = i, .field = key};
+    } else if (c == ']' || c == '}') {
+      if (depth > 0) --depth;
+      if (depth <= 1) key = {};
+    }
+  }
+  return std::nullopt;
+}
+
 generation_request parse_body(api_kind kind, std::string_view text, const model_limits& model,
                               const request_limits& limits) {
+  if (const auto deep = find_too_deep(text, max_json_depth)) {
+    const std::string in = deep->field.empty() ? std::string() : " (in " + quote_text(deep->field) + ")";
+    reject(cut(deep->field), "the request body nests arrays and objects more than " + std::to_string(max_json_depth) +
+                                 " levels deep" + in + " at byte " + std::to_string(deep->offset) + "; at most " +
+                                 std::to_string(max_json_depth) + " levels are allowed");
+  }
   json body = json::parse(text.begin(), text.end(), nullptr, false);
   if (body.is_discarded()) reject("", "the request body is not valid JSON");
   if (!body.is_object()) reject("", std::string("the request body must be a JSON object, got ") + type_name(body));
@@ -299,18 +399,26 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
   if (kind == api_kind::chat_completions)
     if (const auto m = integer_field(body, "max_completion_tokens", 1, ctx)) r.max_tokens = static_cast<std::size_t>(*m);
 
+  // Ranges: OpenAI's, and where a value in range could still overflow a
+  // logit (a divisor near 0), a floor that keeps every factor at most 100.
   sampling_params& p = r.sampling;
-  if (const auto v = number_field(body, "temperature", 0, bound::closed, 2, bound::closed)) p.temperature = float(*v);
-  if (const auto v = number_field(body, "top_p", 0, bound::open, 1, bound::closed)) p.top_p = float(*v);
+  if (const json* t = field(body, "temperature"); t && t->is_number()) {
+    const double x = t->get<double>();
+    if (x > 0.0 && x < min_temperature)
+      reject("temperature", "'temperature' must be 0 (greedy) or in [" + format_double(min_temperature) +
+                                ", 2] (logits are divided by it), got " + quote(*t));
+  }
+  if (const auto v = number_field(body, "temperature", 0, bound::closed, 2, bound::closed)) p.temperature = *v;
+  if (const auto v = number_field(body, "top_p", 0, bound::open, 1, bound::closed)) p.top_p = *v;
   if (const auto v = integer_field(body, "top_k", 0, max_int64)) p.top_k = *v;
-  if (const auto v = number_field(body, "min_p", 0, bound::closed, 1, bound::closed)) p.min_p = float(*v);
-  if (const auto v = number_field(body, "typical_p", 0, bound::open, 1, bound::closed)) p.typical_p = float(*v);
-  if (const auto v = number_field(body, "repetition_penalty", 0, bound::open, 10, bound::closed))
-    p.repetition_penalty = float(*v);
+  if (const auto v = number_field(body, "min_p", 0, bound::closed, 1, bound::closed)) p.min_p = *v;
+  if (const auto v = number_field(body, "typical_p", 0, bound::open, 1, bound::closed)) p.typical_p = *v;
+  if (const auto v = number_field(body, "repetition_penalty", min_repetition_penalty, bound::closed, 10, bound::closed))
+    p.repetition_penalty = *v;
   if (const auto v = number_field(body, "frequency_penalty", -2, bound::closed, 2, bound::closed))
-    p.frequency_penalty = float(*v);
+    p.frequency_penalty = *v;
   if (const auto v = number_field(body, "presence_penalty", -2, bound::closed, 2, bound::closed))
-    p.presence_penalty = float(*v);
+    p.presence_penalty = *v;
   if (const auto v = integer_field(body, "repeat_last_n", -1, ctx)) p.penalty_last_n = *v;
   parse_logit_bias(body, p, model, limits);
   if (const json* s = field(body, "seed")) {
@@ -373,17 +481,24 @@ ordered_json bytes_of(std::string_view text) {
   return b;
 }
 
+// A log-probability as replies carry it: masked_logprob for probability 0
+// (-inf), for anything below it, and for NaN; 0 (not -0) for certainty.
+float reported_logprob(float logprob) {
+  if (!(logprob >= masked_logprob)) return masked_logprob;  // NaN too
+  return logprob < 0.0f ? logprob : 0.0f;
+}
+
 // Chat: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}.
 ordered_json chat_logprob_entry(const token_piece& p) {
   ordered_json e;
   e["token"] = p.token_text;
-  e["logprob"] = p.logprob;
+  e["logprob"] = reported_logprob(p.logprob);
   e["bytes"] = bytes_of(p.token_text);
   ordered_json top = ordered_json::array();
   for (const auto& a : p.top) {
     ordered_json t;
     t["token"] = a.text;
-    t["logprob"] = a.logprob;
+    t["logprob"] = reported_logprob(a.logprob);
     t["bytes"] = bytes_of(a.text);
     top.push_back(std::move(t));
   }
@@ -398,9 +513,9 @@ ordered_json completion_logprobs(const std::vector<token_piece>& pieces, std::si
   std::size_t offset = first_offset;
   for (const auto& p : pieces) {
     tokens.push_back(p.token_text);
-    lps.push_back(p.logprob);
+    lps.push_back(reported_logprob(p.logprob));
     ordered_json top = ordered_json::object();
-    for (const auto& a : p.top) top[a.text] = a.logprob;
+    for (const auto& a : p.top) top[a.text] = reported_logprob(a.logprob);
     tops.push_back(std::move(top));
     offsets.push_back(offset);
     offset += p.token_text.size();
@@ -450,7 +565,7 @@ api_error unauthorized() {
 
 api_error not_found(std::string_view method, std::string_view path) {
   return {.status = 404,
-          .message = "no route " + std::string(method) + " " + std::string(path) +
+          .message = "no route " + cut(method) + " " + cut(path, 256) +
                      " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, "
                      "GET /metrics)",
           .type = "not_found_error",
@@ -479,7 +594,7 @@ api_error draining() {
 }
 
 api_error internal_error(std::string_view what) {
-  return {.status = 500, .message = "internal error: " + std::string(what), .type = "server_error"};
+  return {.status = 500, .message = "internal error: " + cut(what, 256), .type = "server_error"};
 }
 
 std::string error_body(const api_error& e) {
@@ -517,7 +632,7 @@ parse_result parse_request(api_kind kind, std::string_view body, const model_lim
   } catch (const std::exception& e) {
     // A JSON accessor that disagrees with a check above: still the client's
     // request that is wrong, not the server.
-    return invalid_request("", std::string("the request could not be read: ") + e.what());
+    return invalid_request("", "the request could not be read: " + cut(e.what(), 256));
   }
 }
 

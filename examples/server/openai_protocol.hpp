@@ -82,6 +82,29 @@ struct model_limits {
   std::size_t n_vocab = 0;  ///< valid token ids are [0, n_vocab)
 };
 
+/// Deepest nesting of arrays and objects a request body may have, the
+/// body's own object counting as level 1. A deeper body is refused by a
+/// scan of its raw text before it is parsed, so nothing recursive (a
+/// serializer, a copy, an error message quoting the value) ever walks it.
+inline constexpr std::size_t max_json_depth = 64;
+
+/// Longest quotation of a request's value in an error message, in bytes;
+/// longer values are cut (at a UTF-8 character boundary) and end in "...".
+inline constexpr std::size_t max_quoted_bytes = 64;
+
+/// Smallest temperature above 0 (0 is greedy): the chain divides logits by
+/// it, so a logit grows at most 100-fold (vLLM's floor too).
+inline constexpr double min_temperature = 0.01;
+/// Smallest repetition penalty: a seen token's positive logit is divided by
+/// it, so a logit grows at most 100-fold.
+inline constexpr double min_repetition_penalty = 0.01;
+
+/// The log-probability reported for a token the processed distribution
+/// gives probability 0 (masked by top-k, a -100 bias, ...), and the floor
+/// of every reported log-probability: OpenAI's value. Replies never carry
+/// NaN or infinity.
+inline constexpr float masked_logprob = -9999.0f;
+
 /// Ranges the parser enforces besides the model's own.
 struct request_limits {
   std::size_t max_n = 16;             ///< `n`: 1..max_n completions per request
@@ -92,14 +115,16 @@ struct request_limits {
   std::size_t max_logit_bias = 1024;  ///< entries of `logit_bias`
 };
 
-/// The sampling fields of a request, OpenAI's defaults where absent.
+/// The sampling fields of a request, OpenAI's defaults where absent. Every
+/// float is finite, and 0 or a normal float (a nonzero value below
+/// FLT_MIN, 1.2e-38, in magnitude is refused rather than rounded).
 struct sampling_params {
-  float temperature = 1.0f;         ///< [0, 2]; 0 = greedy
+  float temperature = 1.0f;         ///< 0 (greedy) or [min_temperature, 2]
   float top_p = 1.0f;               ///< (0, 1]; 1 = off
-  std::int64_t top_k = 0;           ///< >= 0; 0 = off (llama.cpp extension)
+  std::int64_t top_k = 0;           ///< >= 0; 0 = off, > n_vocab = n_vocab (llama.cpp extension)
   float min_p = 0.0f;               ///< [0, 1]; 0 = off (extension)
   float typical_p = 1.0f;           ///< (0, 1]; 1 = off (extension)
-  float repetition_penalty = 1.0f;  ///< (0, 10]; 1 = off (extension)
+  float repetition_penalty = 1.0f;  ///< [min_repetition_penalty, 10]; 1 = off (extension)
   float frequency_penalty = 0.0f;   ///< [-2, 2]
   float presence_penalty = 0.0f;    ///< [-2, 2]
   std::int64_t penalty_last_n = 64; ///< >= -1; tokens the penalties look back on (-1: all; extension `repeat_last_n`)
@@ -135,7 +160,9 @@ struct generation_request {
 using parse_result = std::variant<generation_request, api_error>;
 
 /// Parses and checks a request body of `kind`. Never throws: malformed JSON,
-/// a wrong type or an out-of-range value is a 400 naming the field and value.
+/// nesting deeper than `max_json_depth`, a wrong type or an out-of-range
+/// value is a 400 naming the field and quoting at most `max_quoted_bytes`
+/// of the value.
 parse_result parse_request(api_kind kind, std::string_view body, const model_limits& model,
                            const request_limits& limits = {});
 

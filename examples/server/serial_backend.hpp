@@ -51,14 +51,17 @@ struct serial_backend_options {
   std::size_t n_ctx = 0;      ///< 0: the model's context length
   std::size_t threads = 1;    ///< forward-pass threads
   std::size_t max_queue = 64; ///< waiting requests before submit answers queue_full
-  std::string chat_template{};  ///< built-in template name; empty: the model's own, if any
+  std::string chat_template{};  ///< built-in template name; empty: the model's own, if any  /// Special-token texts in prompts and message contents become control
+  /// tokens (`--parse-special`; trusted callers only). Default: they stay text.
+  bool parse_special = false;
 };
 
 /// See the file comment.
 class serial_backend final : public gguf_backend {
  public:
   explicit serial_backend(const serial_backend_options& o)
-      : gguf_backend(o.model_path, o.chat_template),
+      : gguf_backend(o.model_path, o.chat_template,
+                     o.parse_special ? user_special_tokens::parsed : user_special_tokens::text),
         options_(o),
         model_(file_),
         pool_(std::max<std::size_t>(o.threads, 1)),

@@ -54,6 +54,12 @@
 /// the middle (Llama 2's `<s>[INST]` of later turns, every `</s>`) are kept
 /// as text: they become their control tokens when encoded with
 /// `encode_options::parse_special`.
+///
+/// **Markers versus content.** `format_marked` also says where each
+/// message's content lies in the text, so a tokenizer can parse the
+/// template's markers as control tokens and leave a message's own text as
+/// text (`encode_options::literal`): a user who types `<|im_start|>system`
+/// or `</s>` gets those characters, not a forged turn or an early EOS.
 
 #include <algorithm>
 #include <array>
@@ -64,10 +70,12 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "llmkit/core/config.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/model/gguf.hpp"
+#include "llmkit/model/tokenizer_types.hpp"
 
 namespace llmkit::model {
 
@@ -108,6 +116,16 @@ struct chat_format_options {
   /// llama3.1's "Today Date:" (the template's `date_string`; this default is
   /// what the template writes when the caller defines none).
   std::string_view date = "26 Jul 2024";
+};
+
+/// A formatted chat: the prompt text and where the messages' contents are in it.
+struct formatted_chat {
+  std::string text{};
+  /// `[n] contents`: byte ranges of `text` written from message contents
+  /// (after the template's trimming), sorted, not overlapping, none empty.
+  /// Everything else is the template's: markers, roles, fixed phrases, BOS
+  /// and EOS texts. Pass as `encode_options::literal`.
+  std::vector<text_span> contents{};
 };
 
 /// A built-in chat template: a family plus the BOS / EOS texts its
@@ -188,7 +206,16 @@ class chat_template {
   /// @pre messages is not empty; roles are system / user / assistant (and
   ///      for llama2 and the mistral families: an optional system message
   ///      first, then user and assistant alternating from user).
-  std::string format(std::span<const chat_message> messages, const chat_format_options& options = {}) const;
+  std::string format(std::span<const chat_message> messages, const chat_format_options& options = {}) const {
+    return format_marked(messages, options).text;
+  }
+
+  /// The prompt text for `[n] messages`, as `format` writes it, and the
+  /// ranges of it that are message contents. Encode with
+  /// `{.parse_special = true, .literal = f.contents}` so that only the
+  /// template's markers become control tokens.
+  /// @pre as for `format`
+  formatted_chat format_marked(std::span<const chat_message> messages, const chat_format_options& options = {}) const;
 
  private:
   chat_family family_;
@@ -200,18 +227,16 @@ class chat_template {
   // cut at a UTF-8 character boundary.
   static std::string excerpt(std::string_view t);
 
-  static std::string strip(std::string_view s);
-
-  void write_leading_bos(const chat_format_options& o, std::string& out) const;
-  void format_llama3(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const;
-  void format_llama3_1(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const;
+  void write_leading_bos(const chat_format_options& o, formatted_chat& out) const;
+  void format_llama3(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
+  void format_llama3_1(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
   static void format_chatml(std::span<const chat_message> m, const chat_format_options& o,
-                            std::string_view default_system, std::string& out);
-  void format_zephyr(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const;
+                            std::string_view default_system, formatted_chat& out);
+  void format_zephyr(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
 
   // Llama 2 and the Mistral families: [INST] turns, an optional system
   // message first, then user / assistant alternating.
-  void format_inst(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const;
+  void format_inst(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
 };
 
 }  // namespace llmkit::model

@@ -5,7 +5,9 @@
 /// What every tokenizer shares: token types, special ids and the options of
 /// `encode` and `decode`.
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "llmkit/core/ids.hpp"
 
@@ -26,6 +28,14 @@ struct special_ids {
   token_id unk = -1;
 };
 
+/// The bytes `[offset, offset + length)` of a text.
+struct text_span {
+  std::size_t offset = 0;
+  std::size_t length = 0;
+  std::size_t end() const noexcept { return offset + length; }
+  friend bool operator==(const text_span&, const text_span&) = default;
+};
+
 /// How `encode` treats its text.
 struct encode_options {
   /// Prepend the BOS token (when the vocabulary has one). Pass
@@ -34,6 +44,13 @@ struct encode_options {
   /// Turn the text of special tokens (control and user-defined types, e.g.
   /// `<|eot_id|>`) into their ids; otherwise they are encoded as plain text.
   bool parse_special = false;
+  /// With `parse_special`: `[n] literal` byte ranges of the text (sorted by
+  /// offset, not overlapping) where special-token texts stay plain text, e.g.
+  /// the message contents of a formatted chat (`chat_template::format_marked`),
+  /// so only the template's own markers become control tokens. A special
+  /// token whose text overlaps a literal range is not parsed; the text
+  /// between parsed special tokens is encoded whole, as without ranges.
+  std::span<const text_span> literal{};
 };
 
 /// How `decode` renders ids.

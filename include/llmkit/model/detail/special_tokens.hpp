@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "llmkit/core/ids.hpp"
+#include "llmkit/model/tokenizer_types.hpp"
 
 namespace llmkit::model::detail {
 
@@ -36,15 +38,31 @@ class special_token_matcher {
 
   /// Calls `on_text(std::string_view)` for each stretch of text between
   /// special tokens (never empty) and `on_token(token_id)` for each special
-  /// token, in order.
+  /// token, in order. A special token's text that overlaps one of the
+  /// `[n] literal` ranges (sorted by offset, not overlapping) is left in the
+  /// text.
   template <class OnText, class OnToken>
-  void split(std::string_view text, OnText&& on_text, OnToken&& on_token) const {
+  void split(std::string_view text, std::span<const text_span> literal, OnText&& on_text, OnToken&& on_token) const {
     std::size_t start = 0;
+    std::size_t next_literal = 0;  // the first range that ends after `at`
     for (std::size_t at = 0; at < text.size();) {
+      while (next_literal < literal.size() &&
+             (literal[next_literal].end() <= at || literal[next_literal].length == 0))
+        ++next_literal;
+      // Matches may end at `limit`: the start of the next literal range.
+      std::size_t limit = text.size();
+      if (next_literal < literal.size()) {
+        const text_span& r = literal[next_literal];
+        if (r.offset <= at) {  // inside a literal range: skip to its end
+          at = std::min(r.end(), text.size());
+          continue;
+        }
+        limit = std::min(r.offset, text.size());
+      }
       const auto& bucket = by_first_[static_cast<unsigned char>(text[at])];
       std::size_t matched = 0;
       for (const auto& [t, id] : bucket) {
-        if (text.compare(at, t.size(), t) == 0) {
+        if (t.size() <= limit - at && text.compare(at, t.size(), t) == 0) {
           if (at > start) on_text(text.substr(start, at - start));
           on_token(id);
           matched = t.size();

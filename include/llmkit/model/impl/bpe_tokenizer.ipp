@@ -148,7 +148,7 @@ LLMKIT_DECL std::vector<token_id> bpe_tokenizer::encode(std::string_view text, e
     detail::pre_tokenize(part, max_digits, s.chars, [&](std::string_view word) { encode_word(word, out, s); });
   };
   if (options.parse_special && !data_->specials.empty())
-    data_->specials.split(text, encode_text, [&](token_id id) { out.push_back(id); });
+    data_->specials.split(text, options.literal, encode_text, [&](token_id id) { out.push_back(id); });
   else
     encode_text(text);
   return out;

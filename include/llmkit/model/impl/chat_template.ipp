@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -22,6 +23,50 @@
 #include "llmkit/model/gguf.hpp"
 
 namespace llmkit::model {
+
+namespace detail {
+
+// Whose text a piece of a formatted chat is.
+enum class chat_text_kind : std::uint8_t { markup, content };
+
+// Appends template text (markers, roles, fixed phrases).
+inline void append_markup(formatted_chat& out, std::string_view s) { out.text += s; }
+
+// Appends a message's content and records its range.
+inline void append_content(formatted_chat& out, std::string_view s) {
+  if (s.empty()) return;
+  if (!out.contents.empty() && out.contents.back().end() == out.text.size()) out.contents.back().length += s.size();
+  else out.contents.push_back({.offset = out.text.size(), .length = s.size()});
+  out.text += s;
+}
+
+// One piece of text to strip together with its neighbours.
+struct chat_piece {
+  std::string_view text;
+  chat_text_kind kind;
+};
+
+// Appends Python's str.strip of the pieces joined (as a template strips
+// "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content), each piece keeping
+// its kind.
+inline void append_stripped(formatted_chat& out, std::initializer_list<chat_piece> pieces) {
+  std::string joined;
+  for (const auto& p : pieces) joined += p.text;
+  const std::string_view kept = python_strip(joined);
+  const auto first = static_cast<std::size_t>(kept.data() - joined.data());
+  const std::size_t last = first + kept.size();
+  std::size_t at = 0;
+  for (const auto& p : pieces) {
+    const std::size_t begin = std::max(at, first), end = std::min(at + p.text.size(), last);
+    at += p.text.size();
+    if (begin >= end) continue;
+    const std::string_view part = std::string_view(joined).substr(begin, end - begin);
+    if (p.kind == chat_text_kind::content) append_content(out, part);
+    else append_markup(out, part);
+  }
+}
+
+}  // namespace detail
 
 LLMKIT_DECL std::string chat_template::names_list() {
   std::string out;
@@ -68,15 +113,15 @@ LLMKIT_DECL chat_template chat_template::from_gguf(const gguf_file& file, std::s
   return t->with_special_texts(bos ? std::move(*bos) : t->bos_, eos ? std::move(*eos) : t->eos_);
 }
 
-LLMKIT_DECL std::string chat_template::format(std::span<const chat_message> messages,
-                                          const chat_format_options& options) const {
+LLMKIT_DECL formatted_chat chat_template::format_marked(std::span<const chat_message> messages,
+                                                     const chat_format_options& options) const {
   LLMKIT_CHECK(!messages.empty(), "chat_template ", name(), ": no messages to format");
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const auto& r = messages[i].role;
     LLMKIT_CHECK(r == "system" || r == "user" || r == "assistant", "chat_template ", name(), ": message ", i,
                  " has role '", r, "'; the roles are system, user and assistant");
   }
-  std::string out;
+  formatted_chat out;
   switch (family_) {
     case chat_family::llama3: format_llama3(messages, options, out); break;
     case chat_family::llama3_1: format_llama3_1(messages, options, out); break;
@@ -124,48 +169,71 @@ LLMKIT_DECL std::string chat_template::excerpt(std::string_view t) {
   return n < t.size() ? out + "..." : out;
 }
 
-LLMKIT_DECL std::string chat_template::strip(std::string_view s) { return std::string(detail::python_strip(s)); }
-
-LLMKIT_DECL void chat_template::write_leading_bos(const chat_format_options& o, std::string& out) const {
-  if (o.bos == leading_bos::write) out += bos_;
+LLMKIT_DECL void chat_template::write_leading_bos(const chat_format_options& o, formatted_chat& out) const {
+  if (o.bos == leading_bos::write) detail::append_markup(out, bos_);
 }
 
-LLMKIT_DECL void chat_template::format_llama3(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const {
+LLMKIT_DECL void chat_template::format_llama3(std::span<const chat_message> m, const chat_format_options& o,
+                                              formatted_chat& out) const {
+  using namespace detail;
   write_leading_bos(o, out);
-  for (const auto& msg : m)
-    out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + strip(msg.content) + "<|eot_id|>";
-  if (o.prompt == generation_prompt::add) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  for (const auto& msg : m) {
+    append_markup(out, "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n");
+    append_content(out, python_strip(msg.content));
+    append_markup(out, "<|eot_id|>");
+  }
+  if (o.prompt == generation_prompt::add) append_markup(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-LLMKIT_DECL void chat_template::format_llama3_1(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const {
+LLMKIT_DECL void chat_template::format_llama3_1(std::span<const chat_message> m, const chat_format_options& o,
+                                                formatted_chat& out) const {
+  using namespace detail;
   write_leading_bos(o, out);
-  std::string system;
+  std::string_view system;
   if (m.front().role == "system") {
-    system = strip(m.front().content);
+    system = python_strip(m.front().content);
     m = m.subspan(1);
   }
-  out += "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ";
-  out += o.date;
-  out += "\n\n" + system + "<|eot_id|>";
-  for (const auto& msg : m)
-    out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + strip(msg.content) + "<|eot_id|>";
-  if (o.prompt == generation_prompt::add) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  append_markup(out, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+  append_markup(out, o.date);
+  append_markup(out, "\n\n");
+  append_content(out, system);
+  append_markup(out, "<|eot_id|>");
+  for (const auto& msg : m) {
+    append_markup(out, "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n");
+    append_content(out, python_strip(msg.content));
+    append_markup(out, "<|eot_id|>");
+  }
+  if (o.prompt == generation_prompt::add) append_markup(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 LLMKIT_DECL void chat_template::format_chatml(std::span<const chat_message> m, const chat_format_options& o,
-                                              std::string_view default_system, std::string& out) {
+                                              std::string_view default_system, formatted_chat& out) {
+  using namespace detail;
   if (!default_system.empty() && m.front().role != "system")
-    out += "<|im_start|>system\n" + std::string(default_system) + "<|im_end|>\n";
-  for (const auto& msg : m) out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
-  if (o.prompt == generation_prompt::add) out += "<|im_start|>assistant\n";
+    append_markup(out, "<|im_start|>system\n" + std::string(default_system) + "<|im_end|>\n");
+  for (const auto& msg : m) {
+    append_markup(out, "<|im_start|>" + msg.role + "\n");
+    append_content(out, msg.content);
+    append_markup(out, "<|im_end|>\n");
+  }
+  if (o.prompt == generation_prompt::add) append_markup(out, "<|im_start|>assistant\n");
 }
 
-LLMKIT_DECL void chat_template::format_zephyr(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const {
-  for (const auto& msg : m) out += "<|" + msg.role + "|>\n" + msg.content + eos_ + "\n";
-  if (o.prompt == generation_prompt::add) out += "<|assistant|>\n";
+LLMKIT_DECL void chat_template::format_zephyr(std::span<const chat_message> m, const chat_format_options& o,
+                                              formatted_chat& out) const {
+  using namespace detail;
+  for (const auto& msg : m) {
+    append_markup(out, "<|" + msg.role + "|>\n");
+    append_content(out, msg.content);
+    append_markup(out, eos_ + "\n");
+  }
+  if (o.prompt == generation_prompt::add) append_markup(out, "<|assistant|>\n");
 }
 
-LLMKIT_DECL void chat_template::format_inst(std::span<const chat_message> m, const chat_format_options& o, std::string& out) const {
+LLMKIT_DECL void chat_template::format_inst(std::span<const chat_message> m, const chat_format_options& o,
+                                            formatted_chat& out) const {
+  using namespace detail;
   std::optional<std::string_view> system;
   if (m.front().role == "system") {
     system = m.front().content;
@@ -179,32 +247,62 @@ LLMKIT_DECL void chat_template::format_inst(std::span<const chat_message> m, con
                  "alternate user / assistant / user / ..., but message ", i + (system ? 1 : 0), " is '", m[i].role,
                  "'");
   }
-  const std::string sys = system ? std::string(*system) : std::string();
+  const std::string_view sys = system ? *system : std::string_view();
   if (family_ != chat_family::llama2) write_leading_bos(o, out);
   for (std::size_t i = 0; i < m.size(); ++i) {
-    const std::string& content = m[i].content;
+    const std::string_view content = m[i].content;
     const bool user = m[i].role == "user";
+    // The system message goes into the first user turn (the last for mistral-v3).
+    const bool with_system = system && (family_ == chat_family::mistral_v3 ? i + 1 == m.size() : i == 0);
     switch (family_) {
       case chat_family::llama2:
         if (user) {
-          if (i > 0 || o.bos == leading_bos::write) out += bos_;
-          const std::string c = i == 0 && system ? "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + content : content;
-          out += "[INST] " + strip(c) + " [/INST]";
+          if (i > 0 || o.bos == leading_bos::write) append_markup(out, bos_);
+          append_markup(out, "[INST] ");
+          if (with_system)
+            append_stripped(out, {{"<<SYS>>\n", chat_text_kind::markup},
+                                  {sys, chat_text_kind::content},
+                                  {"\n<</SYS>>\n\n", chat_text_kind::markup},
+                                  {content, chat_text_kind::content}});
+          else
+            append_content(out, python_strip(content));
+          append_markup(out, " [/INST]");
         } else {
-          out += " " + strip(content) + " " + eos_;
+          append_markup(out, " ");
+          append_content(out, python_strip(content));
+          append_markup(out, " " + eos_);
         }
         break;
       case chat_family::mistral:
-        if (user) out += "[INST] " + (i == 0 && system ? sys + "\n\n" : std::string()) + content + " [/INST]";
-        else out += content + eos_;
-        break;
       case chat_family::mistral_v1:
-        if (user) out += " [INST] " + (i == 0 && system ? sys + "\n\n" : std::string()) + content + " [/INST]";
-        else out += " " + content + eos_;
+        if (user) {
+          append_markup(out, family_ == chat_family::mistral ? "[INST] " : " [INST] ");
+          if (with_system) {
+            append_content(out, sys);
+            append_markup(out, "\n\n");
+          }
+          append_content(out, content);
+          append_markup(out, " [/INST]");
+        } else {
+          if (family_ == chat_family::mistral_v1) append_markup(out, " ");
+          append_content(out, content);
+          append_markup(out, eos_);
+        }
         break;
       default:  // mistral_v3: the system message joins the last turn, when that is a user turn
-        if (user) out += "[INST] " + (i + 1 == m.size() && system ? sys + "\n\n" : std::string()) + content + "[/INST]";
-        else out += " " + strip(content) + eos_;
+        if (user) {
+          append_markup(out, "[INST] ");
+          if (with_system) {
+            append_content(out, sys);
+            append_markup(out, "\n\n");
+          }
+          append_content(out, content);
+          append_markup(out, "[/INST]");
+        } else {
+          append_markup(out, " ");
+          append_content(out, python_strip(content));
+          append_markup(out, eos_);
+        }
         break;
     }
   }

@@ -99,7 +99,7 @@ LLMKIT_DECL std::vector<token_id> sentencepiece_tokenizer::encode(std::string_vi
   }
   bool after_special = true;  // the dummy prefix goes at the start and after each special token
   data_->specials.split(
-      text,
+      text, options.literal,
       [&](std::string_view part) {
         encode_text(part, data_->add_space_prefix && after_special, out);
         after_special = false;
@@ -181,7 +181,8 @@ LLMKIT_DECL void sentencepiece_tokenizer::encode_text(std::string_view text, boo
     const piece& l = pieces[static_cast<std::size_t>(left)];
     const std::size_t length = l.length + pieces[static_cast<std::size_t>(right)].length;
     auto it = d.index.find(std::string_view(s).substr(l.offset, length));
-    if (it == d.index.end()) return;
+    // Plain text never merges into a control token (`</s>` typed stays text).
+    if (it == d.index.end() || d.types[static_cast<std::size_t>(it->second)] == token_type::control) return;
     queue.push({d.scores[static_cast<std::size_t>(it->second)], left, length, it->second});
   };
   for (std::ptrdiff_t i = 0; i + 1 < static_cast<std::ptrdiff_t>(pieces.size()); ++i) try_pair(i);
@@ -202,7 +203,8 @@ LLMKIT_DECL void sentencepiece_tokenizer::encode_text(std::string_view text, boo
   for (std::ptrdiff_t i = 0; i >= 0; i = pieces[static_cast<std::size_t>(i)].next) {
     const piece& p = pieces[static_cast<std::size_t>(i)];
     const std::string_view text_piece = std::string_view(s).substr(p.offset, p.length);
-    if (auto it = d.index.find(text_piece); it != d.index.end()) {
+    if (auto it = d.index.find(text_piece);
+        it != d.index.end() && d.types[static_cast<std::size_t>(it->second)] != token_type::control) {
       out.push_back(it->second);
       continue;
     }
