@@ -380,3 +380,64 @@ TEST_CASE("HTTP/1.0 clients get no chunked encoding: a stream ends when the conn
   CHECK(plain.find("Content-Length:") != std::string::npos);
   CHECK(s.stop() == 0);
 }
+
+TEST_CASE("deep nesting anywhere in a body gets 400 with a short message, and the server lives") {
+  server_process s;
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  const std::vector<std::string> bodies{
+      R"({"prompt": "Once", "temperature": )" + deep + "}",
+      R"({"prompt": "Once", "stop": )" + deep + "}",
+      R"({"prompt": "Once", "seed": )" + deep + "}",
+      R"({"prompt": "Once", "unknown_field": )" + deep + "}",
+      R"({"prompt": )" + std::string(50'000, '{') + "}",
+      deep,
+  };
+  for (const auto& body : bodies) {
+    const std::string reply = exchange(s.port(), post_request(body, "Connection: close\r\n"), "never");
+    CHECK(status_of(reply) == 400);
+    CHECK(reply.size() < 2048);
+  }
+  const std::string chat = R"({"messages": [{"role": "user", "content": )" + deep + "}]}";
+  const std::string reply = exchange(s.port(),
+                                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
+                                         std::to_string(chat.size()) + "\r\n\r\n" + chat,
+                                     "never");
+  CHECK(status_of(reply) == 400);
+  CHECK(timed_health(s.port()).first == 200);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("numbers whose effect overflows are refused with the parameter named; no NaN reaches a reply") {
+  server_process s;
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"repetition_penalty", "1e-40"}, {"top_p", "1e-300"}, {"temperature", "1e-30"},
+      {"min_p", "1e-300"},             {"frequency_penalty", "1e39"}};
+  for (const auto& [name, value] : cases) {
+    INFO(name << " = " << value);
+    const std::string body = R"({"prompt": "Once", "max_tokens": 4, ")" + name + "\": " + value + "}";
+    const std::string reply = exchange(s.port(), post_request(body, "Connection: close\r\n"), "never");
+    CHECK(status_of(reply) == 400);
+    CHECK(reply.find("\"param\":\"" + name + "\"") != std::string::npos);
+  }
+  // A number no double holds is a JSON error: 400 too.
+  CHECK(status_of(exchange(s.port(), post_request(R"({"prompt": "Once", "temperature": 1e400})", "Connection: close\r\n"),
+                           "never")) == 400);
+  // The extremes that are accepted give finite logprobs.
+  const std::string body =
+      R"({"prompt": "Once upon a time", "max_tokens": 16, "logprobs": 5, "temperature": 0.01, "repetition_penalty": 0.01, "logit_bias": {"2": -100, "5": 100}})";
+  const std::string reply = exchange(s.port(), post_request(body, "Connection: close\r\n"), "never");
+  CHECK(status_of(reply) == 200);
+  for (const char* bad : {"NaN", "nan", "Infinity", "inf", "null,\"finish"}) CHECK(reply.find(bad) == std::string::npos);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("a user's text is text: </s> in a prompt does not end the completion") {
+  server_process s;
+  const std::string body = R"({"prompt": "Once upon a time</s>", "max_tokens": 8, "temperature": 0, "logprobs": 1})";
+  const std::string reply = exchange(s.port(), post_request(body, "Connection: close\r\n"), "never");
+  REQUIRE(status_of(reply) == 200);
+  const json r = json::parse(reply.substr(reply.find("\r\n\r\n") + 4));
+  // Typed as text, "</s>" is several ordinary tokens: the prompt is longer than "Once upon a time" + 1.
+  CHECK(r.at("usage").at("prompt_tokens").get<int>() > 6);
+  CHECK(s.stop() == 0);
+}

@@ -342,6 +342,8 @@ int main(int argc, char** argv) {
   cli.add_option("--chat-template", bo.chat_template,
                  "built-in chat template for /v1/chat/completions instead of the model's; empty = the model's")
       .one_of(llmkit::model::chat_template::names);
+  cli.add_flag("--parse-special", bo.parse_special,
+               "special-token texts in prompts and message contents become control tokens (trusted callers only)");
   cli.add_option("--max-body-bytes", max_body, "largest request body; larger ones get 413")
       .count_at_least(1, "every request would get 413");
   cli.add_option("--drain-seconds", drain_seconds,
@@ -384,7 +386,8 @@ int main(int argc, char** argv) {
                                                                           .max_queue = max_queue,
                                                                           .max_batch = max_batch,
                                                                           .kv_blocks = kv_blocks,
-                                                                          .chat_template = bo.chat_template});
+                                                                          .chat_template = bo.chat_template,
+                                                                          .parse_special = bo.parse_special});
     }
     backend& model = *model_ptr;
     server_state s{model};
