@@ -127,10 +127,11 @@ std::variant<request, refusal> parse_request_bytes(std::string_view bytes, const
   error_code ec;
   bool checked = false;
   while (!parser.is_done()) {
+    if (bytes.empty()) return refusal{400, "incomplete request"};
     const std::size_t used = parser.put(net::buffer(bytes.data(), bytes.size()), ec);
     bytes.remove_prefix(used);
     if (ec == bhttp::error::need_more) {
-      if (bytes.empty() || used == 0) return refusal{400, "incomplete request"};
+      if (used == 0) return refusal{400, "incomplete request"};
       ec = {};
     }
     if (ec) {
