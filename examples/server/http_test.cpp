@@ -10,11 +10,6 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -67,29 +62,11 @@ double metric(const server_process& s, const std::string& name) {
 /// Sends a streamed request on a raw socket, reads until the first SSE
 /// event arrived, and closes the connection (a client that goes away).
 void disconnect_mid_stream(int port, const std::string& body) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
-  std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (got.find("data: ") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char buf[512];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  REQUIRE(got.find("data: ") != std::string::npos);
-}
+  llmkit_server_test::raw_connection c(port);
+  REQUIRE(c.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body));
+  REQUIRE(c.read(30s, "data: ").find("data: ") != std::string::npos);
+}  // closed: the client goes away
 
 const std::string lily = R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0})";
 
