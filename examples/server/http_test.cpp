@@ -10,7 +10,6 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-
 #include <algorithm>
 #include <chrono>
 #include <future>
