@@ -261,7 +261,7 @@ TEST_CASE("the serial backend answers as the engine does: the same text, streame
   CHECK(serial.stop() == 0);
 }
 
-TEST_CASE("--kv-type f32, f16, bf16, int8: completions on each KV element type") {
+TEST_CASE("completions on each KV element type: --kv-type f32, f16, bf16, int8") {
   const json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
   std::map<std::string, std::string> texts;
   for (const char* type : {"f32", "f16", "bf16", "int8"}) {
@@ -351,7 +351,7 @@ TEST_CASE("401 without the API key, except on /health") {
   CHECK(s.stop() == 0);
 }
 
-TEST_CASE("/tokenize and /detokenize: llama-server's shapes; a user's </s> stays text without --parse-special") {
+TEST_CASE("/tokenize and /detokenize in llama-server's shapes, and a user's </s> stays text without --parse-special") {
   server_process s;
   auto answer = [&](const std::string& path, const json& body, int status = 200) {
     auto r = post(s, path, body.dump());
