@@ -7,6 +7,8 @@
 // sanitizer; an accepted request's sampling chain must be one the library
 // takes, its numbers finite, and a chat's prompt must hold control tokens
 // only where the template wrote markers, never inside a message's content.
+// The body also goes through the /tokenize and /detokenize parsers and
+// answers (a request or a 4xx; every answer JSON).
 // Build: clang++-14 -std=c++20 -march=native -fsanitize=fuzzer,address,undefined
 //   -Iinclude -Iexamples/server fuzz/protocol_fuzzer.cpp examples/server/openai_protocol.cpp
 //   (tests/server_protocol.cmake does it in sanitizer builds).
@@ -145,7 +147,7 @@ void check_request(const generation_request& r, std::uint8_t selector) {
   const response_header h{.id = "cmpl-1", .created = 1, .model = r.model};
   const std::string text = r.kind == api_kind::completions ? r.prompt_text : std::string(r.model);
   const token_piece piece{.text = text, .token_text = text, .token = 3, .logprob = -INFINITY, .top = {{4, text, NAN}}};
-  const std::vector<choice_result> choices{{.text = text, .pieces = {piece}, .finish = finish_kind::stop}};
+  const std::vector<choice_result> choices{{.text = text, .pieces = {piece}, .finish = serve::finish_kind::stop}};
   const std::string reply = completion_response(r.kind, h, choices, {1, 1}, true);
   const auto parsed = nlohmann::json::parse(reply, nullptr, false);
   check(!parsed.is_discarded(), "reply is not JSON", reply);
@@ -159,6 +161,33 @@ void check_request(const generation_request& r, std::uint8_t selector) {
   };
   check(no_null(no_null, parsed), "a reply with null (NaN or infinity)", reply);
   if (r.kind == api_kind::chat_completions) check_chat(r, selector);
+}
+
+// The same body as a /tokenize and a /detokenize request: a request or a
+// 4xx, and every answer JSON (pieces and text carry any bytes).
+void check_tokenizer_routes(std::string_view body) {
+  const auto t = parse_tokenize_request(body);
+  if (const auto* e = std::get_if<api_error>(&t)) {
+    check_error(*e);
+  } else {
+    const tokenize_request& r = std::get<tokenize_request>(t);
+    const auto ids = vocab().encode(r.content, {.add_bos = r.add_special, .parse_special = r.parse_special.value_or(false)});
+    std::vector<token_with_piece> pieces;
+    for (const llmkit::token_id id : ids) {
+      std::string piece;
+      vocab().decode_token(id, piece, {.render_special = true});
+      pieces.push_back({.id = id, .piece = std::move(piece)});
+    }
+    for (const std::string& reply : {tokenize_response(ids), tokenize_response(pieces)})
+      check(!nlohmann::json::parse(reply, nullptr, false).is_discarded(), "a /tokenize reply is not JSON", reply);
+  }
+  const auto d = parse_detokenize_request(body, {.n_ctx = 512, .n_vocab = vocab().vocab_size()});
+  if (const auto* e = std::get_if<api_error>(&d)) {
+    check_error(*e);
+  } else {
+    const std::string reply = detokenize_response(vocab().decode(std::get<detokenize_request>(d).tokens, {.render_special = true}));
+    check(!nlohmann::json::parse(reply, nullptr, false).is_discarded(), "a /detokenize reply is not JSON", reply);
+  }
 }
 
 }  // namespace
@@ -178,6 +207,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     else check_request(std::get<generation_request>(result), data[0] / 2);
   } catch (const std::exception& e) {
     fail("an exception after parsing:", e.what());
+  }
+  try {
+    check_tokenizer_routes(body);
+  } catch (const std::exception& e) {
+    fail("an exception in /tokenize or /detokenize:", e.what());
   }
   return 0;
 }

@@ -476,7 +476,7 @@ TEST_CASE("replies carry no NaN or infinity: a masked token's logprob is -9999")
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const token_piece p{.text = "a", .token_text = "a", .token = 5, .logprob = -inf,
                       .top = {{5, "a", -inf}, {6, "b", nan}, {7, "c", -1e30f}, {8, "d", 1e-7f}, {9, "e", -0.0f}}};
-  const std::vector<choice_result> choices{{.text = "a", .pieces = {p}, .finish = finish_kind::stop}};
+  const std::vector<choice_result> choices{{.text = "a", .pieces = {p}, .finish = serve::finish_kind::stop}};
   for (const api_kind kind : {api_kind::completions, api_kind::chat_completions}) {
     for (const std::string& text : {completion_response(kind, header, choices, {1, 1}, true),
                                     piece_chunk(kind, header, 0, p, true)}) {
@@ -572,8 +572,8 @@ TEST_CASE("authorization: Bearer and the exact key, only when a key is set") {
 }
 
 TEST_CASE("non-streamed completion and chat answers carry usage and finish_reason") {
-  std::vector<choice_result> choices{{.text = "Once", .finish = finish_kind::length},
-                                     {.text = "Lily", .finish = finish_kind::stop}};
+  std::vector<choice_result> choices{{.text = "Once", .finish = serve::finish_kind::length},
+                                     {.text = "Lily", .finish = serve::finish_kind::stop}};
   const json c = json::parse(completion_response(api_kind::completions, header, choices, {5, 3}, false));
   CHECK(c.at("object") == "text_completion");
   CHECK(c.at("id") == "cmpl-7");
@@ -598,7 +598,7 @@ TEST_CASE("logprobs in both APIs' formats") {
   const token_piece a{.text = "Hi", .token_text = "Hi", .token = 5, .logprob = -0.5f,
                       .top = {{5, "Hi", -0.5f}, {9, "Ho", -1.25f}}};
   const token_piece b{.text = "!", .token_text = "!", .token = 6, .logprob = -2.0f, .top = {}};
-  const std::vector<choice_result> choices{{.text = "Hi!", .pieces = {a, b}, .finish = finish_kind::stop}};
+  const std::vector<choice_result> choices{{.text = "Hi!", .pieces = {a, b}, .finish = serve::finish_kind::stop}};
   const json c = json::parse(completion_response(api_kind::completions, header, choices, {1, 2}, true));
   const json& lp = c.at("choices")[0].at("logprobs");
   CHECK(lp.at("tokens") == json{"Hi", "!"});
@@ -634,10 +634,10 @@ TEST_CASE("SSE framing and streamed chunks in OpenAI's format") {
   CHECK(delta.at("choices")[0].at("delta") == json{{"content", " Lily"}});
   CHECK(delta.at("choices")[0].at("finish_reason").is_null());
 
-  const json fin = json::parse(finish_chunk(api_kind::chat_completions, header, 0, finish_kind::length));
+  const json fin = json::parse(finish_chunk(api_kind::chat_completions, header, 0, serve::finish_kind::length));
   CHECK(fin.at("choices")[0].at("delta") == json::object());
   CHECK(fin.at("choices")[0].at("finish_reason") == "length");
-  const json fin_text = json::parse(finish_chunk(api_kind::completions, header, 0, finish_kind::stop));
+  const json fin_text = json::parse(finish_chunk(api_kind::completions, header, 0, serve::finish_kind::stop));
   CHECK(fin_text.at("choices")[0].at("text") == "");
   CHECK(fin_text.at("choices")[0].at("finish_reason") == "stop");
 
@@ -660,6 +660,97 @@ TEST_CASE("/v1/models and /health") {
   CHECK(json::parse(health_response(true, 0, 0)).at("status") == "draining");
 }
 
+// --- /tokenize and /detokenize -----------------------------------------------------
+
+TEST_CASE("/tokenize: content, add_special, parse_special, with_pieces (llama-server's names and defaults)") {
+  const auto parse = [](const json& body) {
+    const auto r = parse_tokenize_request(body.dump());
+    if (const auto* e = std::get_if<api_error>(&r)) FAIL("unexpected error: " << e->message);
+    return std::get<tokenize_request>(r);
+  };
+  const tokenize_request plain = parse({{"content", "Once </s>"}});
+  CHECK(plain.content == "Once </s>");
+  CHECK_FALSE(plain.add_special);
+  CHECK_FALSE(plain.parse_special);  // absent: as the server tokenizes prompts
+  CHECK_FALSE(plain.with_pieces);
+  const tokenize_request all =
+      parse({{"content", ""}, {"add_special", true}, {"parse_special", false}, {"with_pieces", true}});
+  CHECK(all.content.empty());
+  CHECK(all.add_special);
+  CHECK(all.parse_special == std::optional<bool>(false));
+  CHECK(all.with_pieces);
+  // null is the default, as in the OpenAI routes.
+  CHECK_FALSE(parse({{"content", "x"}, {"with_pieces", nullptr}}).with_pieces);
+}
+
+TEST_CASE("/tokenize: what is refused names the field") {
+  const auto error = [](std::string_view body) {
+    const auto r = parse_tokenize_request(body);
+    REQUIRE(std::holds_alternative<api_error>(r));
+    return std::get<api_error>(r);
+  };
+  CHECK(error(R"({})").param == "content");
+  check_names(error(R"({"content": 7})"), "content", "7");
+  check_names(error(R"({"content": ["a"]})"), "content", "[\"a\"]");
+  check_names(error(R"({"content": "a", "add_special": 1})"), "add_special", "1");
+  check_names(error(R"({"content": "a", "with_pieces": "yes"})"), "with_pieces", "\"yes\"");
+  check_names(error(R"({"content": "a", "parse_special": 0})"), "parse_special", "0");
+  CHECK(error("[1]").status == 400);
+  CHECK(error("{\"content\": ").status == 400);
+  // The depth pre-scan, and a long value quoted short.
+  const std::string deep = R"({"content": "a", "x": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  const api_error d = error(deep);
+  CHECK(d.status == 400);
+  CHECK_THAT(d.message, Catch::Contains("nests"));
+  const api_error big = error(R"({"content": )" + json(std::vector<int>(100000, 7)).dump() + "}");
+  CHECK(big.param == "content");
+  CHECK(big.message.size() < 200 + max_quoted_bytes);
+}
+
+TEST_CASE("/detokenize: token ids in the vocabulary, or a 400 naming tokens") {
+  const auto r = parse_detokenize_request(R"({"tokens": [1, 403, 999]})", limits);
+  REQUIRE(std::holds_alternative<detokenize_request>(r));
+  CHECK(std::get<detokenize_request>(r).tokens == std::vector<llmkit::token_id>{1, 403, 999});
+  const auto empty = parse_detokenize_request(R"({"tokens": []})", limits);
+  REQUIRE(std::holds_alternative<detokenize_request>(empty));
+  CHECK(std::get<detokenize_request>(empty).tokens.empty());
+  const auto error = [](std::string_view body) {
+    const auto p = parse_detokenize_request(body, limits);
+    REQUIRE(std::holds_alternative<api_error>(p));
+    return std::get<api_error>(p);
+  };
+  CHECK(error(R"({})").param == "tokens");
+  check_names(error(R"({"tokens": "1 2"})"), "tokens", "\"1 2\"");
+  check_names(error(R"({"tokens": [1, 1000]})"), "tokens[1]", "1000");
+  check_names(error(R"({"tokens": [-1]})"), "tokens[0]", "-1");
+  check_names(error(R"({"tokens": [1.5]})"), "tokens[0]", "1.5");
+  check_names(error(R"({"tokens": [18446744073709551615]})"), "tokens[0]", "18446744073709551615");
+  check_names(error(R"({"tokens": [[1]]})"), "tokens[0]", "[1]");
+  CHECK(error(R"({"tokens": )" + std::string(1000, '[') + "}").status == 400);
+}
+
+TEST_CASE("/tokenize and /detokenize answers: ids, pieces (bytes when not UTF-8), content") {
+  CHECK(json::parse(tokenize_response(std::vector<llmkit::token_id>{1, 403})) == json{{"tokens", {1, 403}}});
+  CHECK(json::parse(tokenize_response(std::vector<llmkit::token_id>{})) == json{{"tokens", json::array()}});
+  const std::vector<token_with_piece> pieces{{.id = 403, .piece = " Once"},
+                                             {.id = 198, .piece = "\xC3"},
+                                             {.id = 164, .piece = "\xA1"},
+                                             {.id = 7, .piece = "\xC3\xA1"},
+                                             {.id = 8, .piece = "\xED\xA0\x80"},  // a surrogate: not UTF-8
+                                             {.id = 1, .piece = "<s>"}};
+  const json j = json::parse(tokenize_response(pieces));
+  REQUIRE(j.at("tokens").size() == 6);
+  CHECK(j.at("tokens")[0] == json{{"id", 403}, {"piece", " Once"}});
+  CHECK(j.at("tokens")[1] == json{{"id", 198}, {"piece", {195}}});
+  CHECK(j.at("tokens")[2] == json{{"id", 164}, {"piece", {161}}});
+  CHECK(j.at("tokens")[3] == json{{"id", 7}, {"piece", "\xC3\xA1"}});
+  CHECK(j.at("tokens")[4] == json{{"id", 8}, {"piece", {0xED, 0xA0, 0x80}}});
+  CHECK(j.at("tokens")[5] == json{{"id", 1}, {"piece", "<s>"}});
+  CHECK(json::parse(detokenize_response(" Once upon")) == json{{"content", " Once upon"}});
+  // Bytes that are not UTF-8 become U+FFFD rather than an exception.
+  CHECK(json::parse(detokenize_response("a\xC3")) == json{{"content", "a\xEF\xBF\xBD"}});
+}
+
 TEST_CASE("fixed_histogram counts into cumulative buckets") {
   const double bounds[] = {0.1, 0.5, 1.0};
   fixed_histogram h(bounds);
@@ -675,10 +766,10 @@ TEST_CASE("fixed_histogram counts into cumulative buckets") {
 
 TEST_CASE("the Prometheus text of /metrics") {
   metrics_recorder rec;
-  rec.record_finish(finish_kind::stop);
-  rec.record_finish(finish_kind::stop);
-  rec.record_finish(finish_kind::length);
-  rec.record_finish(finish_kind::cancelled);
+  rec.record_finish(serve::finish_kind::stop);
+  rec.record_finish(serve::finish_kind::stop);
+  rec.record_finish(serve::finish_kind::length);
+  rec.record_finish(serve::finish_kind::cancelled);
   rec.record_prompt(12);
   for (int i = 0; i < 5; ++i) rec.record_token();
   rec.record_ttft(0.02);
@@ -811,7 +902,7 @@ class tokenizing_backend final : public gguf_backend {
       : gguf_backend(LLMKIT_DEFAULT_MODEL, chat_template, user),
         info_(describe(LLMKIT_DEFAULT_MODEL, 0, llmkit::model::llama_config::from_gguf(file_))) {}
   const backend_model_info& info() const override { return info_; }
-  submit_result submit(backend_request) override { return {}; }
+  serve::submit_result submit(serve::generation_request) override { return {}; }
   void cancel(request_id) override {}
   void cancel_all() override {}
   backend_stats stats() const override { return {}; }

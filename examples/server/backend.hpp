@@ -5,13 +5,15 @@
 /// What llmkit-server needs from whatever runs the model: tokenization,
 /// the chat template, and generation requests submitted with a stream
 /// callback, cancelled by handle. The HTTP layer (server.cpp) knows nothing
-/// else; a backend over a serving engine maps these one to one onto the
-/// engine's submit / cancel / stats (names follow llmkit/serve/request.hpp).
+/// else. Requests, events and submit answers are llmkit::serve's own
+/// (llmkit/serve/request.hpp), so a backend over a serving engine passes
+/// them through unchanged.
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -21,6 +23,7 @@
 #include <llmkit/core/ids.hpp>
 #include <llmkit/core/stop.hpp>
 #include <llmkit/model/tokenizer_types.hpp>
+#include <llmkit/serve/request.hpp>
 
 #include "openai_protocol.hpp"
 
@@ -28,59 +31,6 @@ namespace llmkit_server {
 
 /// Identifies a submitted request (unique per backend).
 using llmkit::request_id;
-
-/// One event of a request's stream: for each of its `n` samples, tokens,
-/// then exactly one finish.
-struct backend_event {
-  enum class type : std::uint8_t { token, finish };
-  type kind = type::token;
-  std::size_t index = 0;  ///< which of the request's n samples (handle + index)
-  /// Text delta: all of a request's deltas, concatenated, are its output
-  /// text (UTF-8, never split inside a character, cut before a stop string);
-  /// text that may begin a stop string is held back, so a delta may be empty
-  /// and the finish event may carry the rest.
-  std::string text{};
-  // Token events.
-  token_id token = -1;
-  float logprob = 0.0f;  ///< of `token` under the processed distribution
-  std::vector<std::pair<token_id, float>> top_logprobs{};  ///< most probable first
-  // Finish events.
-  finish_kind finish = finish_kind::stop;
-  std::string error{};            ///< what went wrong (finish_kind::error)
-  std::size_t n_prompt_tokens = 0;
-  std::size_t n_generated_tokens = 0;
-};
-
-/// One generation: a prompt, its chain and seed, its stop rules, and how
-/// many samples of it (OpenAI's `n`).
-struct backend_request {
-  std::vector<token_id> prompt;  ///< `[n_prompt]`, at least one token
-  std::string sampling = "greedy";  ///< run-time chain string (chain_config)
-  std::uint64_t seed = 0;
-  std::uint64_t stream = 0;  ///< second key of the random stream; sample i draws from stream + i
-  llmkit::stop_criteria stop{};
-  std::size_t top_logprobs = 0;  ///< alternatives per token event
-  std::size_t n = 1;             ///< samples: handles handle .. handle + n - 1, events with index i
-  /// Receives the events, on the backend's thread (a rejected request's
-  /// finish events: on the caller's, inside `submit`); must not block or throw.
-  std::function<void(const backend_event&)> on_event;
-};
-
-/// What `submit` did with a request.
-enum class submit_status : std::uint8_t {
-  accepted,       ///< events follow
-  queue_full,     ///< 429
-  invalid,        ///< 400 (e.g. a chain the library refuses)
-  shutting_down,  ///< 503
-};
-
-/// The answer of `submit`. A rejected request has received its finish events
-/// (finish_kind::error, one per sample) before `submit` returns.
-struct submit_result {
-  request_id handle = 0;  ///< of sample 0; sample i has handle + i
-  submit_status status = submit_status::accepted;
-  std::string message{};
-};
 
 /// Gauges /metrics and /health report.
 struct backend_stats {
@@ -120,7 +70,9 @@ enum class user_special_tokens : std::uint8_t {
 /// The interface llmkit-server drives. `submit`, `cancel`, `stats` may be
 /// called from any thread. Its contract is llmkit::serve::engine's
 /// (llmkit/serve/request.hpp): every accepted sample ends with exactly one
-/// finish event, a rejected request gets its error finishes inside `submit`.
+/// finish event, a rejected request gets its error finishes inside `submit`
+/// (on the caller's thread), and events come on the backend's own thread
+/// otherwise; `on_event` must not block or throw.
 class backend {
  public:
   virtual ~backend() = default;
@@ -138,9 +90,19 @@ class backend {
   virtual std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const = 0;
   /// The text of one token (for logprobs).
   virtual std::string token_text(token_id token) const = 0;
-  virtual submit_result submit(backend_request request) = 0;
-  /// Ends the request at the next step with finish_kind::cancelled (no-op
-  /// when it has finished).
+  /// POST /tokenize: `text` to ids, BOS in front only when `add_special`
+  /// (and the model uses one), special-token texts as control tokens only
+  /// when `parse_special`.
+  virtual std::vector<token_id> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
+  /// POST /detokenize and /tokenize's pieces: the text (bytes) of
+  /// `[n] ids`, control tokens rendered as their text ("<s>").
+  /// @pre every id is in [0, info().n_vocab)
+  virtual std::string decode(std::span<const token_id> ids) const = 0;
+  /// Queues `request` (its `sampling` is a run-time chain string; its `n`
+  /// samples have handles handle .. handle + n - 1 and events with index i).
+  virtual serve::submit_result submit(serve::generation_request request) = 0;
+  /// Ends the request at the next step with serve::finish_kind::cancelled
+  /// (no-op when it has finished).
   virtual void cancel(request_id handle) = 0;
   /// Cancels every request, queued or running.
   virtual void cancel_all() = 0;
@@ -150,7 +112,7 @@ class backend {
 /// A checked request as the backend takes it (without its callback), and
 /// its prompt length.
 struct prepared_request {
-  backend_request request;
+  serve::generation_request request;
   std::size_t n_prompt = 0;
 };
 

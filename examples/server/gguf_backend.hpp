@@ -70,6 +70,14 @@ class gguf_backend : public backend {
     return out;
   }
 
+  std::vector<token_id> encode(std::string_view text, bool add_special, bool parse_special) const override {
+    return tok_.encode(text, {.add_bos = add_special && tok_.add_bos_token(), .parse_special = parse_special});
+  }
+
+  std::string decode(std::span<const token_id> ids) const override {
+    return tok_.decode(ids, {.render_special = true});
+  }
+
  protected:
   /// Opens `model_path`; `chat_template` names a built-in template, or is
   /// empty for the model's own (none if the file has none); `user` says what

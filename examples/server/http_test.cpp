@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -201,6 +202,71 @@ TEST_CASE("streamed text equals non-streamed text, and a seeded request is equal
   CHECK(s.stop() == 0);
 }
 
+TEST_CASE("the serial backend answers as the engine does: the same text, streamed or not, stop strings, n") {
+  server_process engine({"--kv-type", "f32"});
+  server_process serial({"--backend", "serial"});
+  const std::vector<json> requests{
+      {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}},
+      {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", {" girl", "zzz"}}},
+      // A stop string that spans tokens, and one that never completes (held back, then released).
+      {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", {"re was a l"}}},
+      {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", {"Lily.\n\nzzz"}}},
+      {{"prompt", "Lily and Ben"}, {"max_tokens", 32}, {"temperature", 0.9}, {"seed", 42}},
+      {{"prompt", "Lily and Ben"}, {"max_tokens", 16}, {"n", 3}, {"seed", 5}},
+      {{"prompt", "Once"}, {"max_tokens", 24}, {"logit_bias", {{"2", 100}}}},
+  };
+  for (const json& request : requests) {
+    INFO(request.dump());
+    auto e = post(engine, "/v1/completions", request.dump());
+    auto r = post(serial, "/v1/completions", request.dump());
+    REQUIRE(e);
+    REQUIRE(r);
+    REQUIRE(e->status == 200);
+    REQUIRE(r->status == 200);
+    const json ej = json::parse(e->body), rj = json::parse(r->body);
+    CHECK(rj.at("choices") == ej.at("choices"));
+    CHECK(rj.at("usage") == ej.at("usage"));
+    if (request.value("n", 1) != 1) continue;
+    json streamed = request;
+    streamed["stream"] = true;
+    auto st = post(serial, "/v1/completions", streamed.dump());
+    REQUIRE(st);
+    CHECK(text_of(st->body, true) == text_of(r->body, false));
+  }
+  CHECK(engine.stop() == 0);
+  CHECK(serial.stop() == 0);
+}
+
+TEST_CASE("completions on each KV element type: --kv-type f32, f16, bf16, int8") {
+  const json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
+  std::map<std::string, std::string> texts;
+  for (const char* type : {"f32", "f16", "bf16", "int8"}) {
+    INFO("--kv-type " << type);
+    server_process s({"--kv-type", type});
+    auto r = post(s, "/v1/completions", greedy.dump());
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const json answer = json::parse(r->body);
+    CHECK(answer.at("usage").at("completion_tokens") == 24);
+    CHECK(answer.at("choices")[0].at("finish_reason") == "length");
+    texts[type] = answer.at("choices")[0].at("text");
+    // A shared prefix is reused from the cache's published blocks: the same answer again.
+    auto again = post(s, "/v1/completions", greedy.dump());
+    REQUIRE(again);
+    CHECK(json::parse(again->body).at("choices")[0].at("text") == texts[type]);
+    CHECK(metric(s, "llmkit_generated_tokens_total") == 48);
+    CHECK(s.stop() == 0);
+  }
+  INFO("f32: " << texts["f32"] << "\nf16: " << texts["f16"] << "\nbf16: " << texts["bf16"] << "\nint8: " << texts["int8"]);
+  CHECK_THAT(texts["f32"], Catch::StartsWith(", there was a little girl named Lily."));
+  // On stories260K the greedy story's margins are wider than the storage
+  // error (tests/test_model.cpp bounds it per logit: f16 0.05, bf16 0.25,
+  // int8 0.5): the half types give f32's text; int8 its first sentence.
+  CHECK(texts["f16"] == texts["f32"]);
+  CHECK(texts["bf16"] == texts["f32"]);
+  CHECK_THAT(texts["int8"], Catch::StartsWith(", there was a little girl named Lily."));
+}
+
 TEST_CASE("32 concurrent streams all finish") {
   server_process s({"--chat-template", "zephyr"});
   std::vector<std::future<httplib::Result>> streams;
@@ -243,11 +309,90 @@ TEST_CASE("401 without the API key, except on /health") {
   auto right = post(s, "/v1/completions", lily, {{"Authorization", "Bearer sk-test"}});
   REQUIRE(right);
   CHECK(right->status == 200);
+  // The tokenizer's routes need the key too (as llama-server's do).
+  const std::string tokenize = R"({"content": "Once"})";
+  auto tokens = post(s, "/tokenize", tokenize);
+  REQUIRE(tokens);
+  CHECK(tokens->status == 401);
+  auto tokens_right = post(s, "/tokenize", tokenize, {{"Authorization", "Bearer sk-test"}});
+  REQUIRE(tokens_right);
+  CHECK(tokens_right->status == 200);
+  auto text = post(s, "/detokenize", R"({"tokens": [403]})");
+  REQUIRE(text);
+  CHECK(text->status == 401);
   auto c = s.client();
   auto health = c.Get("/health");
   REQUIRE(health);
   CHECK(health->status == 200);
   CHECK(s.stop() == 0);
+}
+
+TEST_CASE("/tokenize and /detokenize in llama-server's shapes, and a user's </s> stays text without --parse-special") {
+  server_process s;
+  auto answer = [&](const std::string& path, const json& body, int status = 200) {
+    auto r = post(s, path, body.dump());
+    REQUIRE(r);
+    INFO(r->body);
+    REQUIRE(r->status == status);
+    return json::parse(r->body);
+  };
+  // "Once upon a time" is the prompt of the token-id test above, without its BOS.
+  const std::vector<int> once{403, 407, 261, 378};
+  CHECK(answer("/tokenize", {{"content", "Once upon a time"}}).at("tokens") == once);
+  std::vector<int> with_bos{1};
+  with_bos.insert(with_bos.end(), once.begin(), once.end());
+  CHECK(answer("/tokenize", {{"content", "Once upon a time"}, {"add_special", true}}).at("tokens") == with_bos);
+  const json pieces = answer("/tokenize", {{"content", "Once upon a time"}, {"with_pieces", true}}).at("tokens");
+  REQUIRE(pieces.size() == 4);
+  std::string joined;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    CHECK(pieces[i].at("id") == once[i]);
+    joined += pieces[i].at("piece").get<std::string>();
+  }
+  CHECK(joined == " Once upon a time");
+  // A piece that is part of a UTF-8 character is its bytes (llama-server's example on stories260K).
+  const json accent = answer("/tokenize", {{"content", "\xC3\xA1"}, {"with_pieces", true}}).at("tokens");
+  std::vector<int> bytes;
+  for (const auto& t : accent)
+    if (t.at("piece").is_array())
+      for (const auto& b : t.at("piece")) bytes.push_back(b.get<int>());
+  CHECK(bytes == std::vector<int>{0xC3, 0xA1});
+
+  // Back to text, control tokens rendered.
+  CHECK(answer("/detokenize", {{"tokens", once}}).at("content") == " Once upon a time");
+  CHECK(answer("/detokenize", {{"tokens", with_bos}}).at("content") == "<s> Once upon a time");
+  CHECK(answer("/detokenize", {{"tokens", json::array()}}).at("content") == "");
+
+  // A user's </s> is text, and asking for control tokens needs --parse-special.
+  const json eos_text = answer("/tokenize", {{"content", "a</s>"}}).at("tokens");
+  CHECK(std::find(eos_text.begin(), eos_text.end(), json(2)) == eos_text.end());
+  CHECK(answer("/tokenize", {{"content", "a</s>"}, {"parse_special", false}}).at("tokens") == eos_text);
+  CHECK(answer("/tokenize", {{"content", "a</s>"}, {"parse_special", true}}, 400).at("error").at("param") ==
+        "parse_special");
+
+  // Bad requests name the field.
+  CHECK(answer("/detokenize", {{"tokens", {403, 512}}}, 400).at("error").at("param") == "tokens[1]");
+  CHECK(answer("/detokenize", {{"tokens", "403"}}, 400).at("error").at("param") == "tokens");
+  CHECK(answer("/tokenize", {{"prompt", "Once"}}, 400).at("error").at("param") == "content");
+  auto deep = post(s, "/tokenize", R"({"content": "a", "x": )" + std::string(1000, '[') + std::string(1000, ']') + "}");
+  REQUIRE(deep);
+  CHECK(deep->status == 400);
+  auto c = s.client();
+  auto get = c.Get("/tokenize");
+  REQUIRE(get);
+  CHECK(get->status == 404);
+  CHECK(s.stop() == 0);
+
+  // --parse-special: the same text holds EOS, by default or when asked.
+  server_process trusted({"--parse-special"});
+  auto parsed = post(trusted, "/tokenize", R"({"content": "a</s>"})");
+  REQUIRE(parsed);
+  REQUIRE(parsed->status == 200);
+  CHECK(json::parse(parsed->body).at("tokens").back() == 2);
+  auto kept = post(trusted, "/tokenize", R"({"content": "a</s>", "parse_special": false})");
+  REQUIRE(kept);
+  CHECK(json::parse(kept->body).at("tokens") == eos_text);
+  CHECK(trusted.stop() == 0);
 }
 
 TEST_CASE("413 for a body over --max-body-bytes") {

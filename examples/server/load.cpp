@@ -111,17 +111,17 @@ request_timing run_in_process(llmkit_server::backend& model, const std::string& 
   const generation_request& r = std::get<generation_request>(parsed);
   auto prepared = prepare_request(r, model, r.sampling.seed.value_or(0));
   if (!std::holds_alternative<prepared_request>(prepared)) return t;
-  backend_request& br = std::get<prepared_request>(prepared).request;
+  serve::generation_request& br = std::get<prepared_request>(prepared).request;
   std::mutex mutex;
   std::condition_variable finished;
   bool done = false, first = true;
-  finish_kind finish = finish_kind::error;
+  serve::finish_kind finish = serve::finish_kind::error;
   auto last = start;
-  br.on_event = [&](const backend_event& e) {
+  br.on_event = [&](const serve::stream_event& e) {
     const auto now = steady::now();
     std::lock_guard lock(mutex);
-    if (e.kind == backend_event::type::finish) {
-      t.n_tokens = e.n_generated_tokens;
+    if (e.type == serve::event_type::finish) {
+      t.n_tokens = e.usage.n_generated_tokens;
       finish = e.finish;
       done = true;
       finished.notify_all();
@@ -133,10 +133,10 @@ request_timing run_in_process(llmkit_server::backend& model, const std::string& 
     first = false;
     last = now;
   };
-  if (model.submit(std::move(br)).status != submit_status::accepted) return t;
+  if (!model.submit(std::move(br)).accepted()) return t;
   std::unique_lock lock(mutex);
   finished.wait(lock, [&] { return done; });
-  t.ok = !first && (finish == finish_kind::stop || finish == finish_kind::length);
+  t.ok = !first && (finish == serve::finish_kind::stop || finish == serve::finish_kind::length);
   return t;
 }
 
@@ -171,13 +171,17 @@ int main(int argc, char** argv) {
   cli.add_option("--max-queue", engine_options.max_queue, "--in-process: samples waiting before a request is refused")
       .count_at_least(1, "every request would be refused");
   cli.add_option("--ctx", engine_options.n_ctx, "--in-process: tokens per request; 0 = the model's context length");
+  std::string kv_type_name{llmkit_server::kv_type_names[static_cast<std::size_t>(engine_options.kv)]};
+  cli.add_option("--kv-type", kv_type_name, "--in-process: element type of the KV cache")
+      .one_of(std::span<const std::string_view>(llmkit_server::kv_type_names));
   if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
 
   std::unique_ptr<llmkit_server::backend> engine;
   if (in_process) try {
       engine_options.threads =
           forward_threads != 0 ? forward_threads : llmkit_examples::default_threads(std::filesystem::file_size(engine_options.model_path));
-      engine = std::make_unique<llmkit_server::engine_backend>(engine_options);
+      engine_options.kv = *llmkit_server::kv_type_of(kv_type_name);
+      engine = llmkit_server::make_engine_backend(engine_options);
     } catch (const std::exception& e) {
       std::cerr << "error: " << e.what() << "\n";
       return 1;

@@ -374,8 +374,8 @@ std::optional<too_deep> find_too_deep(std::string_view text, std::size_t max_dep
   return std::nullopt;
 }
 
-generation_request parse_body(api_kind kind, std::string_view text, const model_limits& model,
-                              const request_limits& limits) {
+// A request body as a JSON object, after the depth pre-scan (every route's first check).
+json parse_object(std::string_view text) {
   if (const auto deep = find_too_deep(text, max_json_depth)) {
     const std::string in = deep->field.empty() ? std::string() : " (in " + quote_text(deep->field) + ")";
     reject(cut(deep->field), "the request body nests arrays and objects more than " + std::to_string(max_json_depth) +
@@ -385,6 +385,26 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
   json body = json::parse(text.begin(), text.end(), nullptr, false);
   if (body.is_discarded()) reject("", "the request body is not valid JSON");
   if (!body.is_object()) reject("", std::string("the request body must be a JSON object, got ") + type_name(body));
+  return body;
+}
+
+// Runs a parser, turning its rejection (or a JSON accessor's exception) into the 400.
+template <class Parse>
+auto parse_or_reject(Parse&& parse) -> std::variant<decltype(parse()), api_error> {
+  try {
+    return parse();
+  } catch (const rejection& r) {
+    return r.error;
+  } catch (const std::exception& e) {
+    // A JSON accessor that disagrees with a check above: still the client's
+    // request that is wrong, not the server.
+    return invalid_request("", "the request could not be read: " + cut(e.what(), 256));
+  }
+}
+
+generation_request parse_body(api_kind kind, std::string_view text, const model_limits& model,
+                              const request_limits& limits) {
+  const json body = parse_object(text);
   generation_request r;
   r.kind = kind;
   if (const json* m = field(body, "model")) {
@@ -473,6 +493,26 @@ ordered_json usage_json(const usage_counts& u) {
   j["completion_tokens"] = u.completion_tokens;
   j["total_tokens"] = u.prompt_tokens + u.completion_tokens;
   return j;
+}
+
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
+bool valid_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t len = c < 0x80u ? 1 : (c & 0xE0u) == 0xC0u ? 2 : (c & 0xF0u) == 0xE0u ? 3 : (c & 0xF8u) == 0xF0u ? 4 : 0;
+    if (len == 0 || i + len > text.size()) return false;
+    std::uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto d = static_cast<unsigned char>(text[i + k]);
+      if ((d & 0xC0u) != 0x80u) return false;
+      cp = (cp << 6) | (d & 0x3Fu);
+    }
+    constexpr std::uint32_t min_of_length[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_of_length[len] || cp > 0x10FFFFu || (cp >= 0xD800u && cp <= 0xDFFFu)) return false;
+    i += len;
+  }
+  return true;
 }
 
 ordered_json bytes_of(std::string_view text) {
@@ -625,15 +665,65 @@ std::optional<api_error> check_authorization(std::string_view authorization, std
 
 parse_result parse_request(api_kind kind, std::string_view body, const model_limits& model,
                            const request_limits& limits) {
-  try {
-    return parse_body(kind, body, model, limits);
-  } catch (const rejection& r) {
-    return r.error;
-  } catch (const std::exception& e) {
-    // A JSON accessor that disagrees with a check above: still the client's
-    // request that is wrong, not the server.
-    return invalid_request("", "the request could not be read: " + cut(e.what(), 256));
+  return parse_or_reject([&] { return parse_body(kind, body, model, limits); });
+}
+
+// --- tokenizer routes ------------------------------------------------------------------
+
+std::variant<tokenize_request, api_error> parse_tokenize_request(std::string_view text) {
+  return parse_or_reject([&] {
+    const json body = parse_object(text);
+    tokenize_request r;
+    const json* content = field(body, "content");
+    if (!content) reject("content", "'content' is required (the text to tokenize)");
+    if (!content->is_string()) wrong_type("content", "a string", *content);
+    r.content = content->get<std::string>();
+    r.add_special = bool_field(body, "add_special").value_or(false);
+    r.parse_special = bool_field(body, "parse_special");
+    r.with_pieces = bool_field(body, "with_pieces").value_or(false);
+    return r;
+  });
+}
+
+std::variant<detokenize_request, api_error> parse_detokenize_request(std::string_view text,
+                                                                     const model_limits& model) {
+  return parse_or_reject([&] {
+    const json body = parse_object(text);
+    const json* tokens = field(body, "tokens");
+    if (!tokens) reject("tokens", "'tokens' is required (an array of token ids)");
+    if (!tokens->is_array()) wrong_type("tokens", "an array of token ids", *tokens);
+    detokenize_request r;
+    r.tokens.reserve(tokens->size());
+    for (std::size_t i = 0; i < tokens->size(); ++i)
+      r.tokens.push_back(token_in_vocab((*tokens)[i], "tokens[" + std::to_string(i) + "]", model));
+    return r;
+  });
+}
+
+std::string tokenize_response(const std::vector<token_id>& tokens) {
+  ordered_json j;
+  j["tokens"] = tokens;
+  return dump(j);
+}
+
+std::string tokenize_response(const std::vector<token_with_piece>& tokens) {
+  ordered_json list = ordered_json::array();
+  for (const auto& t : tokens) {
+    ordered_json o;
+    o["id"] = t.id;
+    if (valid_utf8(t.piece)) o["piece"] = t.piece;
+    else o["piece"] = bytes_of(t.piece);
+    list.push_back(std::move(o));
   }
+  ordered_json j;
+  j["tokens"] = std::move(list);
+  return dump(j);
+}
+
+std::string detokenize_response(std::string_view content) {
+  ordered_json j;
+  j["content"] = content;
+  return dump(j);
 }
 
 std::string chain_config(const sampling_params& p) {
@@ -690,24 +780,6 @@ llmkit::stop_criteria stop_rules(const generation_request& r, std::size_t max_ne
 
 // --- responses -------------------------------------------------------------------------
 
-std::string_view finish_kind_name(finish_kind k) noexcept {
-  switch (k) {
-    case finish_kind::stop: return "stop";
-    case finish_kind::length: return "length";
-    case finish_kind::cancelled: return "cancelled";
-    case finish_kind::error: return "error";
-  }
-  return "?";
-}
-
-finish_kind finish_kind_of(llmkit::finish_reason r) noexcept {
-  switch (r) {
-    case llmkit::finish_reason::max_tokens: return finish_kind::length;
-    case llmkit::finish_reason::cancelled: return finish_kind::cancelled;
-    default: return finish_kind::stop;
-  }
-}
-
 std::string completion_response(api_kind kind, const response_header& h, const std::vector<choice_result>& choices,
                                 const usage_counts& usage, bool with_logprobs) {
   ordered_json j;
@@ -738,7 +810,7 @@ std::string completion_response(api_kind kind, const response_header& h, const s
         choice["logprobs"] = nullptr;
       }
     }
-    choice["finish_reason"] = finish_kind_name(c.finish);
+    choice["finish_reason"] = serve::to_string(c.finish);
     list.push_back(std::move(choice));
   }
   j["choices"] = std::move(list);
@@ -796,14 +868,14 @@ std::string piece_chunk(api_kind kind, const response_header& h, std::size_t ind
   return dump(j);
 }
 
-std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, finish_kind finish) {
+std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, serve::finish_kind finish) {
   ordered_json j = chunk_head(kind, h);
   ordered_json choice;
   choice["index"] = index;
   if (kind == api_kind::completions) choice["text"] = "";
   else choice["delta"] = ordered_json::object();
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_kind_name(finish);
+  choice["finish_reason"] = serve::to_string(finish);
   j["choices"] = ordered_json::array({std::move(choice)});
   return dump(j);
 }

@@ -20,12 +20,16 @@
 
 #include <llmkit/core/ids.hpp>
 #include <llmkit/core/stop.hpp>
+#include <llmkit/serve/request.hpp>
 
 #include "server_metrics.hpp"
 
 namespace llmkit_server {
 
 using llmkit::token_id;
+/// The serving engine's vocabulary (finish_kind, stream_event,
+/// generation_request, submit_status): the server speaks it unchanged.
+namespace serve = llmkit::serve;
 
 // --- errors ------------------------------------------------------------------
 
@@ -182,12 +186,45 @@ std::variant<std::size_t, api_error> completion_budget(const generation_request&
 llmkit::stop_criteria stop_rules(const generation_request& r, std::size_t max_new_tokens,
                                  std::vector<token_id> eos_tokens);
 
-// --- responses -------------------------------------------------------------------
+// --- tokenizer routes ------------------------------------------------------------
 
-/// "stop", "length", "cancelled" or "error".
-std::string_view finish_kind_name(finish_kind k) noexcept;
-/// llmkit's finish reasons in OpenAI's two words (cancelled stays cancelled).
-finish_kind finish_kind_of(llmkit::finish_reason r) noexcept;
+/// POST /tokenize (llama-server's shape): `{"content": "text", "add_special":
+/// false, "parse_special": ..., "with_pieces": false}`.
+struct tokenize_request {
+  std::string content{};
+  bool add_special = false;  ///< BOS in front, when the model uses one
+  /// Special-token texts (`</s>`) become control tokens; absent: as the
+  /// server tokenizes prompts (text unless it runs with --parse-special).
+  std::optional<bool> parse_special{};
+  bool with_pieces = false;  ///< answer `{"id", "piece"}` objects instead of ids
+};
+
+/// POST /detokenize: `{"tokens": [ids]}`.
+struct detokenize_request {
+  std::vector<token_id> tokens{};  ///< each in [0, n_vocab)
+};
+
+/// Parses a /tokenize body (same checks as parse_request: depth pre-scan,
+/// types, quotes cut). Never throws.
+std::variant<tokenize_request, api_error> parse_tokenize_request(std::string_view body);
+/// Parses a /detokenize body; an id outside the vocabulary is a 400 naming
+/// `tokens[i]`. Never throws.
+std::variant<detokenize_request, api_error> parse_detokenize_request(std::string_view body, const model_limits& model);
+
+/// One token of a /tokenize answer with pieces: its id and its bytes.
+struct token_with_piece {
+  token_id id = -1;
+  std::string piece{};  ///< the token's text, control tokens rendered ("<s>")
+};
+
+/// `{"tokens": [ids]}`.
+std::string tokenize_response(const std::vector<token_id>& tokens);
+/// `{"tokens": [{"id": n, "piece": "text"}]}`; a piece that is not valid
+/// UTF-8 (part of a character) is its list of byte values, as llama-server does.
+std::string tokenize_response(const std::vector<token_with_piece>& tokens);
+/// `{"content": "text"}` (bytes that are not valid UTF-8 become U+FFFD).
+std::string detokenize_response(std::string_view content);
+
 
 /// One alternative token and its log-probability.
 struct token_alternative {
@@ -210,7 +247,7 @@ struct token_piece {
 struct choice_result {
   std::string text{};
   std::vector<token_piece> pieces{};  ///< per token, when logprobs were asked for
-  finish_kind finish = finish_kind::stop;
+  serve::finish_kind finish = serve::finish_kind::stop;  ///< its `finish_reason`: serve::to_string(finish)
 };
 
 /// Tokens a request used.
@@ -244,7 +281,7 @@ std::string chat_role_chunk(const response_header& h, std::size_t index);
 std::string piece_chunk(api_kind kind, const response_header& h, std::size_t index, const token_piece& piece,
                         bool with_logprobs);
 /// The last chunk of choice `index`: empty text / delta and its finish_reason.
-std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, finish_kind finish);
+std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, serve::finish_kind finish);
 /// stream_options.include_usage: a chunk with empty `choices` and `usage`.
 std::string usage_chunk(api_kind kind, const response_header& h, const usage_counts& usage);
 /// An error in the middle of a stream (after the 200 was sent): `{"error": ...}`.

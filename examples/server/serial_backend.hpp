@@ -5,10 +5,11 @@
 /// The interim backend of llmkit-server: one request at a time on one
 /// thread, with llmkit's existing pieces (llama_model, a contiguous KV cache
 /// per request, the run-time sampling chain with Philox per request, the
-/// tokenizer and chat templates). It keeps the HTTP layer runnable end to
-/// end until the serving engine (continuous batching, prefix reuse) takes
-/// its place behind the same `backend` interface. Its "KV blocks" are the
-/// running request's cache counted in 16-token units.
+/// tokenizer and chat templates, serve::text_stream for the text deltas and
+/// stop strings). It keeps the HTTP layer runnable end to end with the
+/// fewest moving parts, behind the same `backend` interface as the serving
+/// engine, and its events are the engine's. Its "KV blocks" are the running
+/// request's cache counted in 16-token units.
 
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
@@ -18,6 +19,7 @@
 #include <llmkit/sampling/context.hpp>
 #include <llmkit/sampling/logprobs.hpp>
 #include <llmkit/sampling/runtime_chain.hpp>
+#include <llmkit/serve/text_stream.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -32,26 +34,14 @@
 
 namespace llmkit_server {
 
-/// Bytes at the end of `text` that begin a UTF-8 character without
-/// completing it (held back from a stream until the next token).
-inline std::size_t incomplete_utf8_tail(std::string_view text) noexcept {
-  const std::size_t n = text.size();
-  for (std::size_t k = 1; k <= 4 && k <= n; ++k) {
-    const auto c = static_cast<unsigned char>(text[n - k]);
-    if ((c & 0xC0u) == 0x80u) continue;
-    const std::size_t len = c < 0x80u ? 1 : (c & 0xE0u) == 0xC0u ? 2 : (c & 0xF0u) == 0xE0u ? 3 : (c & 0xF8u) == 0xF0u ? 4 : 1;
-    return len > k ? k : 0;
-  }
-  return 0;
-}
-
 /// Options of `serial_backend`.
 struct serial_backend_options {
   std::string model_path;
   std::size_t n_ctx = 0;      ///< 0: the model's context length
   std::size_t threads = 1;    ///< forward-pass threads
   std::size_t max_queue = 64; ///< waiting requests before submit answers queue_full
-  std::string chat_template{};  ///< built-in template name; empty: the model's own, if any  /// Special-token texts in prompts and message contents become control
+  std::string chat_template{};  ///< built-in template name; empty: the model's own, if any
+  /// Special-token texts in prompts and message contents become control
   /// tokens (`--parse-special`; trusted callers only). Default: they stay text.
   bool parse_special = false;
 };
@@ -80,16 +70,17 @@ class serial_backend final : public gguf_backend {
 
   const backend_model_info& info() const override { return info_; }
 
-  submit_result submit(backend_request r) override {
+  serve::submit_result submit(serve::generation_request r) override {
+    using serve::submit_status;
     job j;
-    submit_result out;
+    serve::submit_result out;
     if (r.prompt.empty() || r.prompt.size() + r.stop.max_new_tokens > info_.n_ctx)
       out = {.status = submit_status::invalid, .message = "the prompt and max_new_tokens must fit the context"};
     for (const token_id t : r.prompt)
-      if (out.status == submit_status::accepted && (t < 0 || static_cast<std::size_t>(t) >= info_.n_vocab))
+      if (out.accepted() && (t < 0 || static_cast<std::size_t>(t) >= info_.n_vocab))
         out = {.status = submit_status::invalid,
                .message = "prompt token " + std::to_string(t) + " is not in the vocabulary"};
-    if (out.status == submit_status::accepted) {
+    if (out.accepted()) {
       try {
         r.stop.validate("stop");
         j.chain = llmkit::sampling::runtime_chain::parse(r.sampling);
@@ -102,10 +93,9 @@ class serial_backend final : public gguf_backend {
       std::lock_guard lock(mutex_);
       out.handle = last_handle_ + 1;
       last_handle_ += static_cast<request_id>(n);
-      if (out.status == submit_status::accepted && stopping_) out.status = submit_status::shutting_down;
-      if (out.status == submit_status::accepted && n_queued_ + n > options_.max_queue)
-        out.status = submit_status::queue_full;
-      if (out.status == submit_status::accepted) {
+      if (out.accepted() && stopping_) out.status = submit_status::shutting_down;
+      if (out.accepted() && n_queued_ + n > options_.max_queue) out.status = submit_status::queue_full;
+      if (out.accepted()) {
         j.handle = out.handle;
         j.request = std::move(r);
         queue_.push_back(std::move(j));
@@ -117,7 +107,7 @@ class serial_backend final : public gguf_backend {
     // Rejected: each sample's error finish, on this thread, before returning.
     j.handle = out.handle;
     j.request = std::move(r);
-    for (std::size_t i = 0; i < n; ++i) finish(j, i, finish_kind::error, 0, out.message);
+    for (std::size_t i = 0; i < n; ++i) finish(j, i, serve::finish_kind::error, {}, 0, out.message);
     return out;
   }
 
@@ -137,7 +127,8 @@ class serial_backend final : public gguf_backend {
     n_queued_ -= j.n();
     for (std::size_t i = 0; i < j.n(); ++i) cancelled_.erase(j.handle + static_cast<request_id>(i));
     lock.unlock();
-    for (std::size_t i = 0; i < j.n(); ++i) finish(j, i, finish_kind::cancelled, 0);
+    for (std::size_t i = 0; i < j.n(); ++i)
+      finish(j, i, serve::finish_kind::cancelled, llmkit::finish_reason::cancelled, 0);
   }
 
   void cancel_all() override {
@@ -151,7 +142,8 @@ class serial_backend final : public gguf_backend {
       for (std::size_t i = 0; i < running_.n(); ++i) cancelled_.insert(running_.handle + static_cast<request_id>(i));
     }
     for (auto& j : dropped)
-      for (std::size_t i = 0; i < j.n(); ++i) finish(j, i, finish_kind::cancelled, 0);
+      for (std::size_t i = 0; i < j.n(); ++i)
+        finish(j, i, serve::finish_kind::cancelled, llmkit::finish_reason::cancelled, 0);
   }
 
   backend_stats stats() const override {
@@ -168,7 +160,7 @@ class serial_backend final : public gguf_backend {
 
   struct job {
     request_id handle = 0;  // of sample 0
-    backend_request request;
+    serve::generation_request request;
     llmkit::sampling::runtime_chain chain;
     std::size_t n() const { return std::max<std::size_t>(request.n, 1); }
     bool contains(request_id h) const {
@@ -186,11 +178,20 @@ class serial_backend final : public gguf_backend {
     }
   };
 
-  static void finish(const job& j, std::size_t index, finish_kind kind, std::size_t n_generated,
-                     std::string error = {}) {
-    backend_event e{.kind = backend_event::type::finish, .index = index, .finish = kind, .error = std::move(error)};
-    e.n_prompt_tokens = j.request.prompt.size();
-    e.n_generated_tokens = n_generated;
+  // Sample `index`'s finish event; `text` is the rest of its output, if any.
+  static void finish(const job& j, std::size_t index, serve::finish_kind kind,
+                     std::optional<llmkit::finish_reason> reason, std::size_t n_generated, std::string error = {},
+                     std::string text = {}) {
+    serve::stream_event e;
+    e.handle = j.handle + static_cast<request_id>(index);
+    e.index = index;
+    e.type = serve::event_type::finish;
+    e.text = std::move(text);
+    e.finish = kind;
+    e.reason = reason;
+    e.error = std::move(error);
+    e.usage.n_prompt_tokens = j.request.prompt.size();
+    e.usage.n_generated_tokens = n_generated;
     if (j.request.on_event) j.request.on_event(e);
   }
 
@@ -234,10 +235,10 @@ class serial_backend final : public gguf_backend {
   }
 
   void run(const job& j, std::size_t index) {
-    const backend_request& r = j.request;
+    const serve::generation_request& r = j.request;
     const request_id handle = j.handle + static_cast<request_id>(index);
     std::size_t n_generated = 0;
-    if (cancelled(handle)) return finish(j, index, finish_kind::cancelled, 0);
+    if (cancelled(handle)) return finish(j, index, serve::finish_kind::cancelled, llmkit::finish_reason::cancelled, 0);
     try {
       llmkit::kv::contiguous_cache<float> cache(model_.kv_shape(),
                                                 {.max_sequences = 1, .max_tokens = r.prompt.size() + r.stop.max_new_tokens});
@@ -246,8 +247,7 @@ class serial_backend final : public gguf_backend {
       llmkit::sampling::candidates cands;
       std::vector<llmkit::sampling::token_logprob> top(r.top_logprobs);
       std::vector<token_id> generated;
-      std::string text;            // decoded output so far (cut at a stop string)
-      std::size_t delivered = 0;   // bytes of `text` already sent
+      serve::text_stream text;
 
       llmkit::model::batch_builder b;
       b.add(seq, r.prompt, 0);
@@ -257,37 +257,41 @@ class serial_backend final : public gguf_backend {
         cands.reset_copy(logits.row(0));
         const auto ctx = state.context();
         j.chain.apply(cands, ctx);
-        backend_event e{.index = index};
+        serve::stream_event e;
+        e.handle = handle;
+        e.index = index;
         if (!top.empty()) {
           const std::size_t n_top = llmkit::sampling::top_logprobs(cands, top);
-          for (std::size_t i = 0; i < n_top; ++i) e.top_logprobs.emplace_back(top[i].token, top[i].logprob);
+          e.top_logprobs.assign(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(n_top));
         }
         const auto drawn = j.chain.sample(cands, ctx);
         state.accept(drawn.token);
         generated.push_back(drawn.token);
         ++n_generated;
-        const std::size_t before = text.size();
-        if (!r.stop.is_eos(drawn.token)) tok_.decode_token(drawn.token, text);
-        auto reason = r.stop.check(generated, text);
-        if (reason == llmkit::finish_reason::stop_string) {
-          // Cut at the first occurrence; it may begin in text already decoded but not yet sent.
-          text.resize(std::max(delivered, *r.stop.find_stop_string(text, text.size() - before)));
+        // The engine's rules: a token rule (EOS, stop sequence) wins over a
+        // stop string, which wins over the budget.
+        std::optional<llmkit::finish_reason> reason = r.stop.check(generated);
+        if (!r.stop.is_eos(drawn.token)) {
+          serve::text_stream::delta d = text.push(tok_, drawn.token, r.stop);
+          e.text = std::move(d.text);
+          if (d.stop_string && (!reason || *reason == llmkit::finish_reason::max_tokens))
+            reason = llmkit::finish_reason::stop_string;
         }
-        const std::size_t hold = reason ? 0 : std::max(r.stop.partial_stop_length(text), incomplete_utf8_tail(text));
-        const std::size_t end = std::max(delivered, text.size() - std::min(hold, text.size()));
-        e.text = text.substr(delivered, end - delivered);
-        delivered = end;
         e.token = drawn.token;
         e.logprob = drawn.logprob;
         if (r.on_event) r.on_event(e);
         if (!reason && cancelled(handle)) reason = llmkit::finish_reason::cancelled;
-        if (reason) return finish(j, index, finish_kind_of(*reason), n_generated);
+        if (reason) {
+          // Held-back text is final unless a stop string cut it.
+          std::string rest = *reason == llmkit::finish_reason::stop_string ? std::string() : text.flush();
+          return finish(j, index, serve::kind_of(*reason), reason, n_generated, {}, std::move(rest));
+        }
         b.clear();
         b.add(seq, {&drawn.token, 1}, static_cast<std::int32_t>(cache.n_tokens(seq)));
         logits = model_.forward(b.view(), cache, pool_);
       }
     } catch (const std::exception& e) {
-      finish(j, index, finish_kind::error, n_generated, e.what());
+      finish(j, index, serve::finish_kind::error, std::nullopt, n_generated, e.what());
     }
   }
 

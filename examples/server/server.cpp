@@ -3,11 +3,12 @@
 //
 //   llmkit-server [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--ctx N]
 //                 [--max-batch N] [--max-queue N] [--api-key KEY] [--chat-template NAME]
-//                 [--backend engine|serial] [--kv-blocks N] [--max-body-bytes N] [--drain-seconds S]
+//                 [--backend engine|serial] [--kv-blocks N] [--kv-type f32|f16|bf16|int8]
+//                 [--max-body-bytes N] [--drain-seconds S]
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (streamed as SSE
-// with "stream": true), GET /v1/models, GET /health, GET /metrics. The
-// protocol (parsing, checks, answers, metrics text) is openai_protocol.hpp;
+// with "stream": true), GET /v1/models, POST /tokenize, POST /detokenize,
+// GET /health, GET /metrics. The protocol (parsing, checks, answers, metrics text) is openai_protocol.hpp;
 // the model runs behind backend.hpp: engine_backend.hpp (llmkit::serve::engine)
 // or serial_backend.hpp (one request at a time). SIGTERM or SIGINT: new
 // requests get 503, running ones finish within --drain-seconds (then they
@@ -52,6 +53,7 @@ struct server_state {
   std::string api_key;
   std::size_t max_queue = 0;
   std::size_t max_body_bytes = 0;
+  bool parse_special = false;  // --parse-special: a user's special-token texts become control tokens
   request_limits limits{};
   metrics_recorder metrics;
   std::atomic<bool> draining{false};
@@ -141,13 +143,13 @@ struct generation {
   }
 
   // On the backend's thread.
-  void on_event(const backend_event& e) {
+  void on_event(const serve::stream_event& e) {
     if (rejecting == this) return;
     const std::size_t index = e.index;
     std::lock_guard lock(mutex);
     if (index >= choices.size()) return;
     token_piece piece{.text = e.text};
-    if (e.kind == backend_event::type::token) {
+    if (e.type == serve::event_type::token) {
       const auto now = steady::now();
       if (!first_token) state.metrics.record_ttft(std::chrono::duration<double>(now - arrival).count());
       else if (started[index])
@@ -161,15 +163,15 @@ struct generation {
         piece.token = e.token;
         piece.token_text = state.model.token_text(e.token);
         piece.logprob = e.logprob;
-        for (const auto& [t, lp] : e.top_logprobs) piece.top.push_back({t, state.model.token_text(t), lp});
+        for (const auto& t : e.top_logprobs) piece.top.push_back({t.token, state.model.token_text(t.token), t.logprob});
       }
       add_piece(index, piece, with_logprobs ? piece_content::text_and_logprobs : piece_content::text);
     } else {
       if (!e.text.empty()) add_piece(index, piece, piece_content::text);
       choices[index].finish = e.finish;
       state.metrics.record_finish(e.finish);
-      if (e.finish == finish_kind::error && !failure) failure = internal_error("generation failed: " + e.error);
-      if (e.finish == finish_kind::cancelled && !failure) failure = draining();
+      if (e.finish == serve::finish_kind::error && !failure) failure = internal_error("generation failed: " + e.error);
+      if (e.finish == serve::finish_kind::cancelled && !failure) failure = draining();
       if (stream && !failure) emit(sse_event(finish_chunk(kind, header, index, e.finish)));
       ++n_finished;
       if (stream && finished()) {
@@ -241,7 +243,7 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   const std::uint64_t id = ++s.next_id;
   auto prepared = prepare_request(r, s.model, r.sampling.seed.value_or(mix(s.seed_base + id)));
   if (const auto* e = std::get_if<api_error>(&prepared)) return send_error(*ex, *e, s);
-  backend_request& br = std::get<prepared_request>(prepared).request;
+  serve::generation_request& br = std::get<prepared_request>(prepared).request;
   const std::size_t n_prompt = std::get<prepared_request>(prepared).n_prompt;
   auto gen = std::make_shared<generation>(s, ex, r.n);
   gen->kind = kind;
@@ -254,18 +256,19 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   gen->n_prompt = n_prompt;
   gen->arrival = arrival;
 
-  br.on_event = [gen](const backend_event& e) { gen->on_event(e); };
-  submit_result sub;
+  br.on_event = [gen](const serve::stream_event& e) { gen->on_event(e); };
+  serve::submit_result sub;
   {
     // A rejected request's error finishes arrive on this thread inside submit: the rejection answers instead.
     const rejection_scope scope(gen.get());
     sub = s.model.submit(std::move(br));
   }
   switch (sub.status) {
-    case submit_status::accepted: break;
-    case submit_status::queue_full: return send_error(*ex, queue_full(s.max_queue), s);
-    case submit_status::shutting_down: return send_error(*ex, draining(), s);
-    case submit_status::invalid: return send_error(*ex, invalid_request("", sub.message), s);
+    case serve::submit_status::accepted: break;
+    case serve::submit_status::queue_full:
+    case serve::submit_status::staging_full: return send_error(*ex, queue_full(s.max_queue), s);
+    case serve::submit_status::shutting_down: return send_error(*ex, draining(), s);
+    case serve::submit_status::invalid: return send_error(*ex, invalid_request("", sub.message), s);
   }
   s.metrics.record_prompt(n_prompt);
   gen->accept(sub.handle);
@@ -273,12 +276,42 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   ex->on_disconnect([gen] { gen->cancel_all(); });
 }
 
+// POST /tokenize: llama-server's shape; special-token texts stay text
+// unless the server runs with --parse-special.
+void handle_tokenize(http::exchange& ex, server_state& s) {
+  auto parsed = parse_tokenize_request(ex.req().body);
+  if (const auto* e = std::get_if<api_error>(&parsed)) return send_error(ex, *e, s);
+  const tokenize_request& r = std::get<tokenize_request>(parsed);
+  if (r.parse_special.value_or(false) && !s.parse_special)
+    return send_error(ex,
+                      invalid_request("parse_special", "'parse_special' is true, but this server keeps a user's "
+                                                       "special-token texts as text (start it with --parse-special)"),
+                      s);
+  const std::vector<token_id> ids = s.model.encode(r.content, r.add_special, r.parse_special.value_or(s.parse_special));
+  if (!r.with_pieces) return ex.reply({.body = tokenize_response(ids)});
+  std::vector<token_with_piece> pieces;
+  pieces.reserve(ids.size());
+  for (const token_id id : ids) pieces.push_back({.id = id, .piece = s.model.decode({&id, 1})});
+  ex.reply({.body = tokenize_response(pieces)});
+}
+
+// POST /detokenize: `{"tokens": [ids]}` to `{"content": "text"}`.
+void handle_detokenize(http::exchange& ex, server_state& s) {
+  const backend_model_info& info = s.model.info();
+  auto parsed = parse_detokenize_request(ex.req().body, {.n_ctx = info.n_ctx, .n_vocab = info.n_vocab});
+  if (const auto* e = std::get_if<api_error>(&parsed)) return send_error(ex, *e, s);
+  ex.reply({.body = detokenize_response(s.model.decode(std::get<detokenize_request>(parsed).tokens))});
+}
+
 /// Routes one request (on an HTTP I/O thread).
 void route(const std::shared_ptr<http::exchange>& ex, server_state& s) {
   const http::request& req = ex->req();
-  if (req.path.rfind("/v1/", 0) == 0)
+  // With --api-key, the /v1/ routes and the tokenizer's need the key (llama-server asks it for /tokenize too).
+  if (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize")
     if (const auto e = check_authorization(req.header("Authorization"), s.api_key)) return send_error(*ex, *e, s);
   const bool get = req.method == "GET", post = req.method == "POST";
+  if (post && req.path == "/tokenize") return handle_tokenize(*ex, s);
+  if (post && req.path == "/detokenize") return handle_detokenize(*ex, s);
   if (post && req.path == "/v1/completions") return handle_generation(api_kind::completions, ex, s);
   if (post && req.path == "/v1/chat/completions") return handle_generation(api_kind::chat_completions, ex, s);
   if (get && req.path == "/v1/models")
@@ -321,6 +354,7 @@ int main(int argc, char** argv) {
   std::size_t threads = 0, max_batch = 8, max_queue = 64, max_body = std::size_t{1} << 20;
   http::limits http_limits{};
   std::size_t kv_blocks = 0;
+  std::string kv_type_name{kv_type_names[static_cast<std::size_t>(engine_backend_options{}.kv)]};
   std::string backend_name = "engine";
   double drain_seconds = 10.0;
   std::string api_key;
@@ -336,6 +370,10 @@ int main(int argc, char** argv) {
   cli.add_option("--max-batch", max_batch, "samples running at once (engine; the serial backend runs 1)")
       .count_at_least(1, "no request could run");
   cli.add_option("--kv-blocks", kv_blocks, "16-token KV blocks in the engine's pool; 0 = max-batch full contexts");
+  cli.add_option("--kv-type", kv_type_name,
+                 "element type of the engine's KV cache: f32, f16 or bf16 (half of f32's memory), int8 (about a "
+                 "quarter)")
+      .one_of(std::span<const std::string_view>(kv_type_names));
   cli.add_option("--max-queue", max_queue, "requests waiting before new ones get 429")
       .count_at_least(1, "every request would get 429");
   cli.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1/ routes; empty = no key");
@@ -380,20 +418,22 @@ int main(int argc, char** argv) {
     if (backend_name == "serial") {
       model_ptr = std::make_unique<serial_backend>(bo);
     } else {
-      model_ptr = std::make_unique<engine_backend>(engine_backend_options{.model_path = bo.model_path,
-                                                                          .n_ctx = bo.n_ctx,
-                                                                          .threads = threads,
-                                                                          .max_queue = max_queue,
-                                                                          .max_batch = max_batch,
-                                                                          .kv_blocks = kv_blocks,
-                                                                          .chat_template = bo.chat_template,
-                                                                          .parse_special = bo.parse_special});
+      model_ptr = make_engine_backend({.model_path = bo.model_path,
+                                       .n_ctx = bo.n_ctx,
+                                       .threads = threads,
+                                       .max_queue = max_queue,
+                                       .max_batch = max_batch,
+                                       .kv_blocks = kv_blocks,
+                                       .kv = *kv_type_of(kv_type_name),
+                                       .chat_template = bo.chat_template,
+                                       .parse_special = bo.parse_special});
     }
     backend& model = *model_ptr;
     server_state s{model};
     s.api_key = api_key;
     s.max_queue = max_queue;
     s.max_body_bytes = max_body;
+    s.parse_special = bo.parse_special;
     s.seed_base = std::random_device{}();
     s.started = static_cast<std::int64_t>(std::time(nullptr));
 
@@ -415,7 +455,8 @@ int main(int argc, char** argv) {
     const auto& info = model.info();
     std::cerr << "llmkit-server: model " << info.id << " (context " << info.n_ctx << ", vocab " << info.n_vocab << "), "
               << threads << " thread(s), backend " << backend_name
-              << (backend_name == "serial" ? " (1 request at a time)" : " (max batch " + std::to_string(max_batch) + ")")
+              << (backend_name == "serial" ? " (1 request at a time)"
+                                          : " (max batch " + std::to_string(max_batch) + ", KV " + kv_type_name + ")")
               << ", queue " << max_queue << "\n";
     std::printf("llmkit-server: listening on http://%s:%d\n", host.c_str(), bound_port);
     std::fflush(stdout);

@@ -16,15 +16,9 @@
 #include <span>
 #include <vector>
 
-namespace llmkit_server {
+#include <llmkit/serve/request.hpp>
 
-/// How a choice ended, in OpenAI's terms.
-enum class finish_kind : std::uint8_t {
-  stop,       ///< EOS, a stop sequence or a stop string ("stop")
-  length,     ///< max_tokens or the context ran out ("length")
-  cancelled,  ///< the client went away or the server shut down (never sent)
-  error,      ///< the backend failed (reported as an error)
-};
+namespace llmkit_server {
 
 /// Observations counted into buckets with fixed upper bounds (seconds for
 /// the latency histograms), plus their sum and count.
@@ -108,13 +102,13 @@ class metrics_recorder {
     std::lock_guard lock(mutex_);
     ++s_.rejected;
   }
-  void record_finish(finish_kind k) {
+  void record_finish(llmkit::serve::finish_kind k) {
     std::lock_guard lock(mutex_);
     switch (k) {
-      case finish_kind::stop: ++s_.finished_stop; break;
-      case finish_kind::length: ++s_.finished_length; break;
-      case finish_kind::cancelled: ++s_.finished_cancelled; break;
-      case finish_kind::error: ++s_.finished_error; break;
+      case llmkit::serve::finish_kind::stop: ++s_.finished_stop; break;
+      case llmkit::serve::finish_kind::length: ++s_.finished_length; break;
+      case llmkit::serve::finish_kind::cancelled: ++s_.finished_cancelled; break;
+      case llmkit::serve::finish_kind::error: ++s_.finished_error; break;
     }
   }
   /// A copy of the counters and histograms (gauges zero).

@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: MIT
+// llmkit-server's engine backend with a bf16 KV cache (its own translation unit: engine_backend.hpp).
+#include "engine_backend_impl.hpp"
+
+namespace llmkit_server {
+
+template <>
+std::unique_ptr<backend> make_engine_backend_of<llmkit::bf16>(const engine_backend_options& o) {
+  return std::make_unique<engine_backend<llmkit::bf16>>(o);
+}
+
+}  // namespace llmkit_server
