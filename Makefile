@@ -7,17 +7,22 @@
 #               measures the machine into build/roofline.json first, a few
 #               seconds, unless a file is already there)
 #   make bench  run every benchmark at full length (release build)
+#   make test-clang  the release tests, examples included, built with clang++-19
+#               (the clang preset), after compiling <llmkit/llmkit.hpp> in one
+#               translation unit with clang++-16; not part of make test
 PACKAGES := cmake make ninja-build g++ libeigen3-dev libxsimd-dev catch2 libbenchmark-dev \
             libcli11-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev \
             libcpp-httplib-dev pkg-config libboost1.81-dev
 # Open MPI: the disaggregated prefill/decode example and its test (two ranks);
 # configure with -DLLMKIT_WITH_MPI=OFF to build without it.
 MPI_PACKAGES := libopenmpi-dev openmpi-bin
+# The compilers make test-clang builds with (libstdc++, as with g++).
+CLANG_PACKAGES := clang-16 clang-19
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export CTEST_PARALLEL_LEVEL ?= $(shell nproc)
 DEMO ?= llmkit-generate
 
-.PHONY: deps deps-all stale-builds demo test test-release test-sanitize test-tsan bench clean
+.PHONY: deps deps-all deps-clang stale-builds demo test test-release test-sanitize test-tsan test-clang bench clean
 
 deps:
 	@./scripts/deps.sh $(PACKAGES)
@@ -27,6 +32,9 @@ deps:
 deps-all:
 	@./scripts/deps.sh $(PACKAGES) $(MPI_PACKAGES)
 	@./scripts/server-client-deps.sh
+
+deps-clang:
+	@./scripts/deps.sh $(CLANG_PACKAGES)
 
 # The presets use Ninja: a build folder configured by another generator (an
 # older checkout's Unix Makefiles) cannot be reconfigured, so it starts afresh.
@@ -54,6 +62,11 @@ test-sanitize: deps-all stale-builds
 
 test-tsan: deps-all stale-builds
 	cmake --workflow --preset tsan
+
+test-clang: deps-all deps-clang stale-builds
+	printf '#include <llmkit/llmkit.hpp>\nint main() {}\n' | \
+	  clang++-16 -std=c++20 -march=native -O1 -Iinclude -I/usr/include/eigen3 -x c++ - -c -o /dev/null
+	cmake --workflow --preset clang
 
 bench: deps-all stale-builds
 	cmake --preset release

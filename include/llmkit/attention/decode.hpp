@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "llmkit/attention/detail/bind_job.hpp"
 #include "llmkit/attention/detail/common.hpp"
 #include "llmkit/attention/detail/decode_job.hpp"
 #include "llmkit/attention/detail/decode_kernel_table.hpp"
@@ -169,9 +170,7 @@ void decode(const decode_params& p, const Cache& cache, const Mask& mask = {}, E
 
   using T = typename Cache::storage_type;
   detail::decode_job<T> job;
-  job.params = &p;
-  job.source = detail::make_chunk_source(cache);
-  job.mask = detail::make_mask_ref(mask);
+  detail::bind_job(job, p, cache, mask);
   job.ws = &ws;
   job.group = group;
   job.n_kv_heads = shape.n_kv_heads;

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "llmkit/attention/detail/bind_job.hpp"
 #include "llmkit/attention/detail/common.hpp"
 #include "llmkit/attention/detail/mask_ref.hpp"
 #include "llmkit/attention/detail/prefill_job.hpp"
@@ -103,9 +104,7 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
 
   using T = typename Cache::storage_type;
   detail::prefill_job<T> job;
-  job.params = &p;
-  job.source = detail::make_chunk_source(cache);
-  job.mask = detail::make_mask_ref(mask);
+  detail::bind_job(job, p, cache, mask);
   detail::set_mask_hooks<Mask>(job);
   job.call = detail::prefill_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   job.group = group;

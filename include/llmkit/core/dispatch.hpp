@@ -28,9 +28,10 @@ decltype(auto) dispatch(Value value, Fn&& fn, const char* what = "value") {
     LLMKIT_CHECK(found, "dispatch: unsupported ", what, " ", value);
   } else {
     std::optional<result_t> out;
-    ((value == Candidates ? (out.emplace(fn(std::integral_constant<decltype(Candidates), Candidates>{})), true)
-                          : false) ||
-     ...);
+    static_cast<void>(
+        ((value == Candidates ? (out.emplace(fn(std::integral_constant<decltype(Candidates), Candidates>{})), true)
+                              : false) ||
+         ...));
     LLMKIT_CHECK(out.has_value(), "dispatch: unsupported ", what, " ", value);
     return result_t(*std::move(out));
   }

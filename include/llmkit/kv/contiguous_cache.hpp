@@ -132,8 +132,8 @@ class contiguous_cache {
   void store(seq_id s, std::size_t layer, std::size_t first_token, std::span<const float> k,
              std::span<const float> v) {
     sequence& seq = sequences_.at(s, "store");
-    const std::size_t n_new = detail::check_store(shape_, layer, k, v, has_row_scale_v<T>);
-    detail::check_store_slots(s, first_token, n_new, seq.n_tokens);
+    const std::size_t n_new =
+        detail::check_store(shape_, layer, k, v, has_row_scale_v<T>, s, first_token, seq.n_tokens);
     const std::size_t d = shape_.head_dim;
     detail::store_rows<T>(shape_, options_.max_tokens, layer, first_token, n_new, k.data(), v.data(),
                           [&](std::size_t slot) {

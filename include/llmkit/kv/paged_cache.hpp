@@ -186,8 +186,8 @@ class paged_cache {
   void store(seq_id s, std::size_t layer, std::size_t first_token, std::span<const float> k,
              std::span<const float> v) {
     const sequence& seq = sequences_.at(s, "store");
-    const std::size_t n_new = detail::check_store(shape_, layer, k, v, has_row_scale_v<T>);
-    detail::check_store_slots(s, first_token, n_new, seq.n_tokens);
+    const std::size_t n_new =
+        detail::check_store(shape_, layer, k, v, has_row_scale_v<T>, s, first_token, seq.n_tokens);
     if (n_new == 0) return;
     for (std::size_t i = first_token / BlockSize; i <= (first_token + n_new - 1) / BlockSize; ++i)
       LLMKIT_CHECK(pool_.refcount(seq.table[i]) == 1, "store: token slot ", std::max(first_token, i * BlockSize),

@@ -176,8 +176,8 @@ class sliding_window_cache {
   void store(seq_id s, std::size_t layer, std::size_t first_token, std::span<const float> k,
              std::span<const float> v) {
     sequence& seq = sequences_.at(s, "store");
-    const std::size_t n_new = detail::check_store(shape_, layer, k, v, has_row_scale_v<T>);
-    detail::check_store_slots(s, first_token, n_new, seq.n_tokens);
+    const std::size_t n_new =
+        detail::check_store(shape_, layer, k, v, has_row_scale_v<T>, s, first_token, seq.n_tokens);
     LLMKIT_CHECK(n_new == 0 || seq.retained_begin == options_.n_sink || first_token >= seq.retained_begin ||
                      first_token + n_new <= options_.n_sink,
                  "store: positions [", first_token, ", ", first_token + n_new, ") of sequence ", s,

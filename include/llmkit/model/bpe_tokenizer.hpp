@@ -45,6 +45,7 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/ids.hpp"
 #include "llmkit/model/detail/special_tokens.hpp"
+#include "llmkit/model/detail/vocabulary.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/tokenizer_types.hpp"
 
@@ -70,7 +71,7 @@ struct bpe_vocab {
 };
 
 /// A byte-level BPE vocabulary with encode and decode.
-class bpe_tokenizer {
+class bpe_tokenizer : public detail::vocabulary_queries<bpe_tokenizer> {
  public:
   /// Builds the tokenizer; raises `llmkit::error` naming
   /// `tokenizer.ggml.merges[i]` for a malformed merge, one naming an unknown
@@ -84,31 +85,10 @@ class bpe_tokenizer {
   /// (false when absent).
   static bpe_tokenizer from_gguf(const gguf_file& file);
 
-  std::size_t vocab_size() const noexcept { return data_->tokens.size(); }
+  // vocab_size, bos, eos, unk, add_bos_token, token_text, type, find:
+  // detail::vocabulary_queries.
   std::size_t n_merges() const noexcept { return data_->merges.size(); }
   bpe_pre_tokenizer pre_tokenizer() const noexcept { return data_->pre; }
-  token_id bos() const noexcept { return data_->ids.bos; }
-  token_id eos() const noexcept { return data_->ids.eos; }
-  token_id unk() const noexcept { return data_->ids.unk; }
-  /// Whether the model expects BOS in front of a prompt
-  /// (`tokenizer.ggml.add_bos_token`, false when absent).
-  bool add_bos_token() const noexcept { return data_->add_bos_token; }
-
-  /// The vocabulary entry of `id` as stored ("Ġthe", "<|eot_id|>").
-  std::string_view token_text(token_id id) const {
-    check_id(id, "token_text");
-    return data_->tokens[static_cast<std::size_t>(id)];
-  }
-  token_type type(token_id id) const {
-    check_id(id, "type");
-    return data_->types[static_cast<std::size_t>(id)];
-  }
-  /// The id of the vocabulary entry `text` (as stored), if any.
-  std::optional<token_id> find(std::string_view text) const {
-    auto it = data_->index.find(text);
-    if (it == data_->index.end()) return std::nullopt;
-    return it->second;
-  }
 
   /// Encodes UTF-8 `text` (see the file comment). Any bytes are accepted:
   /// invalid UTF-8 splits as single bytes of no class. @pre text.size() < 2^31
@@ -183,14 +163,11 @@ class bpe_tokenizer {
     std::size_t mask_ = 0, size_ = 0;
   };
 
-  struct data {
-    std::vector<std::string> tokens;
-    std::vector<token_type> types;
+  friend class detail::vocabulary_queries<bpe_tokenizer>;
+
+  struct data : detail::vocabulary {
     std::vector<std::string> bytes;  // [n_vocab] what decode appends
     bpe_pre_tokenizer pre = bpe_pre_tokenizer::llama3;
-    special_ids ids;
-    bool add_bos_token = false;
-    std::unordered_map<std::string_view, token_id> index;       // stored text -> id
     std::unordered_map<std::string_view, token_id> word_index;  // bytes -> id, tokens plain text can produce
     std::array<token_id, 256> byte_ids{};
     merge_table merges;
@@ -211,10 +188,7 @@ class bpe_tokenizer {
 
   void encode_word(std::string_view word, std::vector<token_id>& out, scratch& s) const;
 
-  void check_id(token_id id, const char* what) const {
-    LLMKIT_CHECK(id >= 0 && static_cast<std::size_t>(id) < data_->tokens.size(), "tokenizer::", what, ": token id ",
-                 id, " is outside the vocabulary of ", data_->tokens.size(), " tokens");
-  }
+  const detail::vocabulary& vocab() const noexcept { return *data_; }
 
   static constexpr bool printable(unsigned char b) noexcept {
     return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);

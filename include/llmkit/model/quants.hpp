@@ -230,9 +230,17 @@ inline int round_clamp(float v, int lo, int hi) noexcept {
 }
 /// The signed value of largest magnitude (the first on ties).
 inline float signed_amax(const float* x, std::size_t n) noexcept {
-  float best = 0.0f;
-  for (std::size_t i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > std::fabs(best)) best = x[i];
+  // The magnitude is kept beside the value: clang 19.1 at -O3 with SSE4.2 or
+  // later mis-selects when fabs(best) is recomputed from `best` in the
+  // compare (tests/test_model_quants.cpp's Q4_0 rounding bound caught it).
+  float best = 0.0f, best_magnitude = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float magnitude = std::fabs(x[i]);
+    if (magnitude > best_magnitude) {
+      best_magnitude = magnitude;
+      best = x[i];
+    }
+  }
   return best;
 }
 /// 4- or 5-bit symmetric block (Q4_0, Q5_0): d = amax / -half, q = round(x / d) + half.

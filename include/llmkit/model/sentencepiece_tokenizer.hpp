@@ -45,13 +45,14 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/ids.hpp"
 #include "llmkit/model/detail/special_tokens.hpp"
+#include "llmkit/model/detail/vocabulary.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/tokenizer_types.hpp"
 
 namespace llmkit::model {
 
 /// A SentencePiece-BPE vocabulary with encode and decode.
-class sentencepiece_tokenizer {
+class sentencepiece_tokenizer : public detail::vocabulary_queries<sentencepiece_tokenizer> {
  public:
   /// Builds a tokenizer from `[n_vocab] tokens`, `[n_vocab] scores` and
   /// `[n_vocab] types` (empty types = all normal). `add_bos_token` is what
@@ -63,33 +64,12 @@ class sentencepiece_tokenizer {
   /// is "llama".
   static sentencepiece_tokenizer from_gguf(const gguf_file& file);
 
-  std::size_t vocab_size() const noexcept { return data_->tokens.size(); }
-  token_id bos() const noexcept { return data_->ids.bos; }
-  token_id eos() const noexcept { return data_->ids.eos; }
-  token_id unk() const noexcept { return data_->ids.unk; }
+  // vocab_size, bos, eos, unk, add_bos_token, token_text, type, find:
+  // detail::vocabulary_queries.
   bool add_space_prefix() const noexcept { return data_->add_space_prefix; }
-  /// Whether the model expects BOS in front of a prompt
-  /// (`tokenizer.ggml.add_bos_token`, true when absent).
-  bool add_bos_token() const noexcept { return data_->add_bos_token; }
-
-  /// The vocabulary entry of `id` as stored (with '▁', "<0x41>", "<s>").
-  std::string_view token_text(token_id id) const {
-    check_id(id, "token_text");
-    return data_->tokens[static_cast<std::size_t>(id)];
-  }
   float score(token_id id) const {
     check_id(id, "score");
     return data_->scores[static_cast<std::size_t>(id)];
-  }
-  token_type type(token_id id) const {
-    check_id(id, "type");
-    return data_->types[static_cast<std::size_t>(id)];
-  }
-  /// The id of the vocabulary entry `text`, if any.
-  std::optional<token_id> find(std::string_view text) const {
-    auto it = data_->index.find(text);
-    if (it == data_->index.end()) return std::nullopt;
-    return it->second;
   }
 
   /// Encodes UTF-8 `text` (see the file comment). Empty text gives no
@@ -108,14 +88,11 @@ class sentencepiece_tokenizer {
   static constexpr std::string_view space_marker = "\xe2\x96\x81";
 
  private:
-  struct data {
-    std::vector<std::string> tokens;
+  friend class detail::vocabulary_queries<sentencepiece_tokenizer>;
+
+  struct data : detail::vocabulary {
     std::vector<float> scores;
-    std::vector<token_type> types;
-    special_ids ids;
     bool add_space_prefix = true;
-    bool add_bos_token = true;
-    std::unordered_map<std::string_view, token_id> index;  // views into `tokens`
     std::array<token_id, 256> byte_ids{};
     std::vector<int> byte_values;  // [n_vocab] byte of a byte token, else -1
     detail::special_token_matcher specials;
@@ -124,10 +101,7 @@ class sentencepiece_tokenizer {
   // Appends the tokens of `text` (no special tokens in it) to `out`.
   void encode_text(std::string_view text, bool dummy_prefix, std::vector<token_id>& out) const;
 
-  void check_id(token_id id, const char* what) const {
-    LLMKIT_CHECK(id >= 0 && static_cast<std::size_t>(id) < data_->tokens.size(), "tokenizer::", what, ": token id ",
-                 id, " is outside the vocabulary of ", data_->tokens.size(), " tokens");
-  }
+  const detail::vocabulary& vocab() const noexcept { return *data_; }
 
   static std::size_t utf8_length(unsigned char lead) noexcept {
     if (lead < 0x80) return 1;

@@ -88,14 +88,12 @@ inline std::size_t best_fit_ordered(std::span<const std::size_t> sizes, std::siz
 template <class R, class Proj = std::identity>
   requires sized_items<R, Proj>
 packing best_fit_decreasing(R&& items, const pack_options& options = {}, Proj proj = {}) {
-  auto prepared = detail::prepare(detail::item_sizes(items, proj, "best_fit_decreasing"), options,
-                                  "best_fit_decreasing");
-  const auto placed = detail::decreasing_order(prepared.sizes, prepared.capacity);
-  std::vector<std::size_t> bins(placed.sizes.size());
-  const bool small_capacity = prepared.capacity <= 8 * placed.sizes.size() + 65536;
-  const std::size_t n_bins = small_capacity ? detail::best_fit_buckets(placed.sizes, prepared.capacity, bins)
-                                            : detail::best_fit_ordered(placed.sizes, prepared.capacity, bins);
-  return detail::assemble(std::move(prepared), placed, bins, n_bins);
+  return detail::run_packer(items, options, proj, "best_fit_decreasing", detail::placement::decreasing,
+                            [](std::span<const std::size_t> sizes, std::size_t capacity, std::span<std::size_t> bins) {
+                              const bool small_capacity = capacity <= 8 * sizes.size() + 65536;
+                              return small_capacity ? detail::best_fit_buckets(sizes, capacity, bins)
+                                                    : detail::best_fit_ordered(sizes, capacity, bins);
+                            });
 }
 
 }  // namespace llmkit::pack

@@ -81,12 +81,12 @@ std::size_t first_fit_engine(std::span<const std::size_t> sizes, std::size_t cap
   return tree.n_bins();
 }
 
-inline packing first_fit_in_order(prepared_items&& items, const ordered_sizes& placed) {
-  std::vector<std::size_t> bins(placed.sizes.size());
-  const std::size_t n_bins = items.capacity <= UINT32_MAX
-                                 ? first_fit_engine<std::uint32_t>(placed.sizes, items.capacity, bins)
-                                 : first_fit_engine<std::size_t>(placed.sizes, items.capacity, bins);
-  return assemble(std::move(items), placed, bins, n_bins);
+/// First-fit placement of `[n] sizes` in that order into `[n] bins`;
+/// returns the number of bins (`run_packer`'s `place`).
+inline std::size_t first_fit_place(std::span<const std::size_t> sizes, std::size_t capacity,
+                                   std::span<std::size_t> bins) {
+  return capacity <= UINT32_MAX ? first_fit_engine<std::uint32_t>(sizes, capacity, bins)
+                                : first_fit_engine<std::size_t>(sizes, capacity, bins);
 }
 }  // namespace detail
 
@@ -99,10 +99,8 @@ inline packing first_fit_in_order(prepared_items&& items, const ordered_sizes& p
 template <class R, class Proj = std::identity>
   requires sized_items<R, Proj>
 packing first_fit_decreasing(R&& items, const pack_options& options = {}, Proj proj = {}) {
-  auto prepared = detail::prepare(detail::item_sizes(items, proj, "first_fit_decreasing"), options,
-                                  "first_fit_decreasing");
-  const auto placed = detail::decreasing_order(prepared.sizes, prepared.capacity);
-  return detail::first_fit_in_order(std::move(prepared), placed);
+  return detail::run_packer(items, options, proj, "first_fit_decreasing", detail::placement::decreasing,
+                            detail::first_fit_place);
 }
 
 /// First-fit in input order (the online algorithm, run over a whole range).
@@ -110,9 +108,8 @@ packing first_fit_decreasing(R&& items, const pack_options& options = {}, Proj p
 template <class R, class Proj = std::identity>
   requires sized_items<R, Proj>
 packing online_first_fit(R&& items, const pack_options& options = {}, Proj proj = {}) {
-  auto prepared = detail::prepare(detail::item_sizes(items, proj, "online_first_fit"), options, "online_first_fit");
-  const auto placed = detail::input_order(prepared.sizes);
-  return detail::first_fit_in_order(std::move(prepared), placed);
+  return detail::run_packer(items, options, proj, "online_first_fit", detail::placement::input_order,
+                            detail::first_fit_place);
 }
 
 }  // namespace llmkit::pack

@@ -10,6 +10,7 @@
 #include <functional>
 #include <numeric>
 #include <ranges>
+#include <span>
 #include <vector>
 
 #include "llmkit/pack/detail/prepare.hpp"
@@ -21,21 +22,19 @@ namespace llmkit::pack {
 template <class R, class Proj = std::identity>
   requires sized_items<R, Proj>
 packing next_fit(R&& items, const pack_options& options = {}, Proj proj = {}) {
-  auto prepared = detail::prepare(detail::item_sizes(items, proj, "next_fit"), options, "next_fit");
-  const auto placed = detail::input_order(prepared.sizes);
-  const std::size_t n = placed.sizes.size();
-  std::vector<std::size_t> bins(n);
-  std::size_t n_bins = 0, room = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t s = placed.sizes[i];
-    if (n_bins == 0 || s > room) {
-      ++n_bins;
-      room = prepared.capacity;
-    }
-    room -= s;
-    bins[i] = n_bins - 1;
-  }
-  return detail::assemble(std::move(prepared), placed, bins, n_bins);
+  return detail::run_packer(items, options, proj, "next_fit", detail::placement::input_order,
+                            [](std::span<const std::size_t> sizes, std::size_t capacity, std::span<std::size_t> bins) {
+                              std::size_t n_bins = 0, room = 0;
+                              for (std::size_t i = 0; i < sizes.size(); ++i) {
+                                if (n_bins == 0 || sizes[i] > room) {
+                                  ++n_bins;
+                                  room = capacity;
+                                }
+                                room -= sizes[i];
+                                bins[i] = n_bins - 1;
+                              }
+                              return n_bins;
+                            });
 }
 
 }  // namespace llmkit::pack

@@ -26,6 +26,20 @@ inline candidates& thread_workspace() {
   thread_local candidates workspace;
   return workspace;
 }
+
+/// sample_batch() on `[n_rows, vocab] logits` of either constness (a
+/// read-only row is copied into the thread's workspace by sample_row).
+template <class T, class Chain, class Sampler, class Exec>
+void sample_rows(matrix_view<T> logits, std::span<const sampling_context> contexts, const Chain& chain,
+                 const Sampler& pick, std::span<sample_result> out, Exec& exec) {
+  LLMKIT_CHECK(contexts.size() == logits.rows(), "sample_batch: contexts.size() = ", contexts.size(),
+               " differs from logits.rows() = ", logits.rows());
+  LLMKIT_CHECK(out.size() == logits.rows(), "sample_batch: out.size() = ", out.size(),
+               " differs from logits.rows() = ", logits.rows());
+  exec.parallel_for(logits.rows(), [&](std::size_t r) {
+    out[r] = sample_row(logits.row(r), contexts[r], chain, pick, thread_workspace());
+  });
+}
 }  // namespace detail
 
 /// Samples one token per row.
@@ -34,13 +48,7 @@ inline candidates& thread_workspace() {
 template <logits_processor Chain, sampler Sampler, executor Exec = serial_executor>
 void sample_batch(matrix_view<float> logits, std::span<const sampling_context> contexts, const Chain& chain,
                   const Sampler& pick, std::span<sample_result> out, Exec&& exec = {}) {
-  LLMKIT_CHECK(contexts.size() == logits.rows(), "sample_batch: contexts.size() = ", contexts.size(),
-               " differs from logits.rows() = ", logits.rows());
-  LLMKIT_CHECK(out.size() == logits.rows(), "sample_batch: out.size() = ", out.size(),
-               " differs from logits.rows() = ", logits.rows());
-  exec.parallel_for(logits.rows(), [&](std::size_t r) {
-    out[r] = sample_row(logits.row(r), contexts[r], chain, pick, detail::thread_workspace());
-  });
+  detail::sample_rows(logits, contexts, chain, pick, out, exec);
 }
 
 /// sample_batch() on read-only `[n_rows, vocab] logits` (each row copied into
@@ -48,13 +56,7 @@ void sample_batch(matrix_view<float> logits, std::span<const sampling_context> c
 template <logits_processor Chain, sampler Sampler, executor Exec = serial_executor>
 void sample_batch(matrix_view<const float> logits, std::span<const sampling_context> contexts, const Chain& chain,
                   const Sampler& pick, std::span<sample_result> out, Exec&& exec = {}) {
-  LLMKIT_CHECK(contexts.size() == logits.rows(), "sample_batch: contexts.size() = ", contexts.size(),
-               " differs from logits.rows() = ", logits.rows());
-  LLMKIT_CHECK(out.size() == logits.rows(), "sample_batch: out.size() = ", out.size(),
-               " differs from logits.rows() = ", logits.rows());
-  exec.parallel_for(logits.rows(), [&](std::size_t r) {
-    out[r] = sample_row(logits.row(r), contexts[r], chain, pick, detail::thread_workspace());
-  });
+  detail::sample_rows(logits, contexts, chain, pick, out, exec);
 }
 
 }  // namespace llmkit::sampling

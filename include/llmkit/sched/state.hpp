@@ -109,17 +109,33 @@ inline sched_state make_state(const engine_limits& limits) {
   return s;
 }
 
+namespace detail {
+/// The checks `submit`, `submit_prefilled` and `submit_forked` (`who`, for
+/// the messages) share: a new id, a non-empty prompt, a budget of at least
+/// one token when nothing is sampled yet (`n_generated` nullopt) or else
+/// `n_generated` in [1, max_new_tokens), prompt + max_new_tokens within
+/// `limits.max_context`.
+inline void check_new_request(const sched_state& s, const char* who, request_id id, std::int64_t n_prompt,
+                              std::int64_t max_new_tokens, std::optional<std::int64_t> n_generated) {
+  LLMKIT_CHECK(!s.seen_ids.contains(id), who, ": duplicate request id ", id);
+  LLMKIT_CHECK(n_prompt >= 1, who, ": request ", id, ": prompt is empty");
+  if (!n_generated)
+    LLMKIT_CHECK(max_new_tokens >= 1, "request ", id, ": max_new_tokens must be >= 1, got ", max_new_tokens);
+  LLMKIT_CHECK(n_prompt + max_new_tokens <= s.limits.max_context, "request ", id, ": prompt length ", n_prompt,
+               " + max_new_tokens ", max_new_tokens, " exceeds the context of ", s.limits.max_context, " tokens");
+  if (n_generated)
+    LLMKIT_CHECK(*n_generated >= 1 && *n_generated < max_new_tokens, who, ": request ", id, ": n_generated = ",
+                 *n_generated, " is outside [1, max_new_tokens = ", max_new_tokens, ")");
+}
+}  // namespace detail
+
 /// Adds a request of `n_prompt` prompt tokens to the back of the waiting
 /// queue. Raises `llmkit::error` (and changes nothing) for a duplicate id,
 /// an empty prompt, `max_new_tokens < 1`, or prompt + max_new_tokens above
 /// `limits.max_context`.
 inline void submit(sched_state& s, request_id id, std::int64_t n_prompt, std::int64_t max_new_tokens,
                    double arrival_s = 0.0) {
-  LLMKIT_CHECK(!s.seen_ids.contains(id), "submit: duplicate request id ", id);
-  LLMKIT_CHECK(n_prompt >= 1, "submit: request ", id, ": prompt is empty");
-  LLMKIT_CHECK(max_new_tokens >= 1, "request ", id, ": max_new_tokens must be >= 1, got ", max_new_tokens);
-  LLMKIT_CHECK(n_prompt + max_new_tokens <= s.limits.max_context, "request ", id, ": prompt length ", n_prompt,
-               " + max_new_tokens ", max_new_tokens, " exceeds the context of ", s.limits.max_context, " tokens");
+  detail::check_new_request(s, "submit", id, n_prompt, max_new_tokens, std::nullopt);
   s.seen_ids.insert(id);
   s.waiting.push_back(seq_record{.id = id, .n_prompt = n_prompt, .max_new_tokens = max_new_tokens, .arrival_s = arrival_s});
 }
@@ -135,12 +151,7 @@ inline void submit(sched_state& s, request_id id, std::int64_t n_prompt, std::in
 /// `submit` does, and when `n_generated` is not in [1, max_new_tokens).
 inline bool submit_prefilled(sched_state& s, request_id id, std::int64_t n_prompt, std::int64_t max_new_tokens,
                              std::int64_t n_generated = 1, double arrival_s = 0.0) {
-  LLMKIT_CHECK(!s.seen_ids.contains(id), "submit_prefilled: duplicate request id ", id);
-  LLMKIT_CHECK(n_prompt >= 1, "submit_prefilled: request ", id, ": prompt is empty");
-  LLMKIT_CHECK(n_prompt + max_new_tokens <= s.limits.max_context, "request ", id, ": prompt length ", n_prompt,
-               " + max_new_tokens ", max_new_tokens, " exceeds the context of ", s.limits.max_context, " tokens");
-  LLMKIT_CHECK(n_generated >= 1 && n_generated < max_new_tokens, "submit_prefilled: request ", id, ": n_generated = ",
-               n_generated, " is outside [1, max_new_tokens = ", max_new_tokens, ")");
+  detail::check_new_request(s, "submit_prefilled", id, n_prompt, max_new_tokens, n_generated);
   seq_record r{.id = id, .n_prompt = n_prompt, .max_new_tokens = max_new_tokens, .n_generated = n_generated,
                .arrival_s = arrival_s};
   r.n_cached = r.context() - 1;
@@ -197,12 +208,7 @@ inline std::optional<seq_record> cancel(sched_state& s, request_id id) {
 inline bool submit_forked(sched_state& s, request_id id, std::int64_t n_prompt, std::int64_t max_new_tokens,
                           std::int64_t n_generated, std::int64_t n_cached, std::int64_t max_running,
                           double arrival_s = 0.0) {
-  LLMKIT_CHECK(!s.seen_ids.contains(id), "submit_forked: duplicate request id ", id);
-  LLMKIT_CHECK(n_prompt >= 1, "submit_forked: request ", id, ": prompt is empty");
-  LLMKIT_CHECK(n_prompt + max_new_tokens <= s.limits.max_context, "request ", id, ": prompt length ", n_prompt,
-               " + max_new_tokens ", max_new_tokens, " exceeds the context of ", s.limits.max_context, " tokens");
-  LLMKIT_CHECK(n_generated >= 1 && n_generated < max_new_tokens, "submit_forked: request ", id, ": n_generated = ",
-               n_generated, " is outside [1, max_new_tokens = ", max_new_tokens, ")");
+  detail::check_new_request(s, "submit_forked", id, n_prompt, max_new_tokens, n_generated);
   LLMKIT_CHECK(n_cached >= 0 && n_cached < n_prompt + n_generated, "submit_forked: request ", id, ": n_cached = ",
                n_cached, " is outside [0, context = ", n_prompt + n_generated, ")");
   seq_record r{.id = id, .n_prompt = n_prompt, .max_new_tokens = max_new_tokens, .n_generated = n_generated,

@@ -29,10 +29,15 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 namespace llmkit::simd {
 
 namespace detail {
-inline void check_temperature(const char* fn, float temperature) {
+/// 1 / temperature, after checking that the temperature is finite and > 0
+/// (`fn` names the caller in the message).
+inline float inverse_temperature(const char* fn, float temperature) {
   LLMKIT_CHECK(temperature > 0.0f && std::isfinite(temperature), fn,
                ": temperature must be finite and > 0, got ", temperature);
+  return 1.0f / temperature;
 }
+
+inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
 /// Asks for the cache line at `p` to be brought into L2 (a hint; no-op where
 /// the compiler has no prefetch builtin).
@@ -116,14 +121,12 @@ inline constexpr std::size_t softmax_chunk = 8192;
 /// @pre temperature finite and > 0  ([n] x; n == 0 is a no-op)
 template <class Arch = default_arch>
 void softmax(std::span<float> x, float temperature = 1.0f) {
-  detail::check_temperature("softmax", temperature);
+  const float inv_t = detail::inverse_temperature("softmax", temperature);
   const std::size_t n = x.size();
   if (n == 0) return;
-  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-  const float inv_t = 1.0f / temperature;
   if (n <= softmax_chunk) {
     const float m = max<Arch>(std::span<const float>(x));
-    if (m == neg_inf) {
+    if (m == detail::neg_inf) {
       for (float& v : x) v = 0.0f;
       return;
     }
@@ -142,7 +145,7 @@ void softmax(std::span<float> x, float temperature = 1.0f) {
   }
   // Pass 1 per chunk: its max (memory), then e^((x - max_c) / T) in place (L1).
   // The running total is kept relative to the running max.
-  float running_max = neg_inf;
+  float running_max = detail::neg_inf;
   float total = 0.0f;
   for (std::size_t c = 0; c < n_chunks; ++c) {
     const std::size_t begin = c * softmax_chunk;
@@ -150,7 +153,7 @@ void softmax(std::span<float> x, float temperature = 1.0f) {
     float* p = x.data() + begin;
     const float m = max<Arch>(std::span<const float>(p, len));
     maxima[c] = m;
-    if (m == neg_inf) {
+    if (m == detail::neg_inf) {
       for (std::size_t i = 0; i < len; ++i) p[i] = 0.0f;
       continue;
     }
@@ -164,13 +167,13 @@ void softmax(std::span<float> x, float temperature = 1.0f) {
       total += s * detail::exp_scalar<Arch>((m - running_max) * inv_t);
     }
   }
-  if (running_max == neg_inf) return;  // all zeros already
+  if (running_max == detail::neg_inf) return;  // all zeros already
   // Pass 2: rescale each chunk to the global max and normalise.
   const float inv_total = 1.0f / total;
   for (std::size_t c = 0; c < n_chunks; ++c) {
     const std::size_t begin = c * softmax_chunk;
     const std::size_t len = std::min(softmax_chunk, n - begin);
-    if (maxima[c] == neg_inf) continue;
+    if (maxima[c] == detail::neg_inf) continue;
     scale<Arch>(x.subspan(begin, len), detail::exp_scalar<Arch>((maxima[c] - running_max) * inv_t) * inv_total);
   }
 }
@@ -182,18 +185,16 @@ void softmax(std::span<float> x, float temperature = 1.0f) {
 /// @pre temperature finite and > 0  ([n] x; n == 0 is a no-op)
 template <class Arch = default_arch>
 void log_softmax(std::span<float> x, float temperature = 1.0f) {
-  detail::check_temperature("log_softmax", temperature);
+  const float inv_t = detail::inverse_temperature("log_softmax", temperature);
   const std::size_t n = x.size();
   if (n == 0) return;
-  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-  const float inv_t = 1.0f / temperature;
-  float m = neg_inf;
+  float m = detail::neg_inf;
   float s = 0.0f;
   for (std::size_t begin = 0; begin < n; begin += softmax_chunk) {
     const std::size_t len = std::min(softmax_chunk, n - begin);
     const float* p = x.data() + begin;
     const float mc = max<Arch>(std::span<const float>(p, len));
-    if (mc == neg_inf) continue;
+    if (mc == detail::neg_inf) continue;
     const bool full_next = begin + 2 * softmax_chunk <= n;
     const float sc = detail::exp_shifted<Arch, false>(p, nullptr, len, mc, inv_t, full_next ? p + len : nullptr);
     if (mc > m) {
@@ -203,7 +204,7 @@ void log_softmax(std::span<float> x, float temperature = 1.0f) {
       s += sc * detail::exp_scalar<Arch>((mc - m) * inv_t);
     }
   }
-  if (m == neg_inf) return;
+  if (m == detail::neg_inf) return;
   const float log_s = std::log(s);
   float* p = x.data();
   if constexpr (is_scalar_v<Arch>) {

@@ -30,11 +30,6 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-/// The 32-value formats.
-template <class Block>
-inline constexpr bool is_block32 = std::is_same_v<Block, block_q4_0> || std::is_same_v<Block, block_q4_1> ||
-                                   std::is_same_v<Block, block_q5_0> || std::is_same_v<Block, block_q5_1>;
-
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
 /// The 4-bit values of blocks a and b (b null: zeros) in natural order:
@@ -67,44 +62,22 @@ inline __m512 pair_lanes(float a, float b) noexcept {
 template <class Block>
 struct pair_block;
 
-template <>
-struct pair_block<block_q4_0> {
-  static __m512i values(const block_q4_0* p, bool two) noexcept { return pair_nibbles(p[0].qs, two ? p[1].qs : nullptr); }
-  static __m512 scales(const block_q4_0* p, bool two) noexcept {
+template <class Block>
+  requires is_block32<Block>
+struct pair_block<Block> {
+  static __m512i values(const Block* p, bool two) noexcept {
+    if constexpr (int8_form<Block>::has_fifth_bit)
+      return _mm512_or_si512(pair_nibbles(p[0].qs, two ? p[1].qs : nullptr),
+                             pair_fifth_bits(p[0].qh, two ? p[1].qh : nullptr));
+    else
+      return pair_nibbles(p[0].qs, two ? p[1].qs : nullptr);
+  }
+  static __m512 scales(const Block* p, bool two) noexcept {
     return pair_lanes(scale_f32(p[0].d), two ? scale_f32(p[1].d) : 0.0f);
   }
-};
-
-template <>
-struct pair_block<block_q4_1> {
-  static __m512i values(const block_q4_1* p, bool two) noexcept { return pair_nibbles(p[0].qs, two ? p[1].qs : nullptr); }
-  static __m512 scales(const block_q4_1* p, bool two) noexcept {
-    return pair_lanes(scale_f32(p[0].d), two ? scale_f32(p[1].d) : 0.0f);
-  }
-  static __m128 mins(const block_q4_1* p, bool two) noexcept {
-    return _mm_setr_ps(-scale_f32(p[0].m), two ? -scale_f32(p[1].m) : 0.0f, 0.0f, 0.0f);
-  }
-};
-
-template <>
-struct pair_block<block_q5_0> {
-  static __m512i values(const block_q5_0* p, bool two) noexcept {
-    return _mm512_or_si512(pair_nibbles(p[0].qs, two ? p[1].qs : nullptr), pair_fifth_bits(p[0].qh, two ? p[1].qh : nullptr));
-  }
-  static __m512 scales(const block_q5_0* p, bool two) noexcept {
-    return pair_lanes(scale_f32(p[0].d), two ? scale_f32(p[1].d) : 0.0f);
-  }
-};
-
-template <>
-struct pair_block<block_q5_1> {
-  static __m512i values(const block_q5_1* p, bool two) noexcept {
-    return _mm512_or_si512(pair_nibbles(p[0].qs, two ? p[1].qs : nullptr), pair_fifth_bits(p[0].qh, two ? p[1].qh : nullptr));
-  }
-  static __m512 scales(const block_q5_1* p, bool two) noexcept {
-    return pair_lanes(scale_f32(p[0].d), two ? scale_f32(p[1].d) : 0.0f);
-  }
-  static __m128 mins(const block_q5_1* p, bool two) noexcept {
+  static __m128 mins(const Block* p, bool two) noexcept
+    requires(int8_form<Block>::has_mins)
+  {
     return _mm_setr_ps(-scale_f32(p[0].m), two ? -scale_f32(p[1].m) : 0.0f, 0.0f, 0.0f);
   }
 };

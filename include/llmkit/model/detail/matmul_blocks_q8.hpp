@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "llmkit/core/aligned_buffer.hpp"
 #include "llmkit/model/detail/matmul.hpp"
@@ -60,29 +61,6 @@ namespace llmkit::model::detail {
 template <class Block>
 struct int8_form;
 
-template <>
-struct int8_form<block_q4_0> {
-  static constexpr int offset = 8;
-  static constexpr bool has_mins = false;
-  static void decode(const block_q4_0& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
-    for (std::size_t j = 0; j < 16; ++j) u[j] = b.qs[j] & 0xF;
-    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = b.qs[j] >> 4;
-    std::fill_n(s, 8, scale_f32(b.d));
-  }
-};
-
-template <>
-struct int8_form<block_q4_1> {
-  static constexpr int offset = 0;
-  static constexpr bool has_mins = true;
-  static void decode(const block_q4_1& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
-    for (std::size_t j = 0; j < 16; ++j) u[j] = b.qs[j] & 0xF;
-    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = b.qs[j] >> 4;
-    std::fill_n(s, 8, scale_f32(b.d));
-    m[0] = -scale_f32(b.m);
-  }
-};
-
 /// Q5_0 / Q5_1's values: nibble + 16 * bit j of qh.
 inline void decode_5bit(const std::uint8_t (&qs)[16], const std::uint8_t (&qh_bytes)[4], std::uint8_t* __restrict u) noexcept {
   std::uint32_t qh;
@@ -91,24 +69,29 @@ inline void decode_5bit(const std::uint8_t (&qs)[16], const std::uint8_t (&qh_by
   for (std::size_t j = 0; j < 16; ++j) u[j + 16] = static_cast<std::uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
 }
 
-template <>
-struct int8_form<block_q5_0> {
-  static constexpr int offset = 16;
-  static constexpr bool has_mins = false;
-  static void decode(const block_q5_0& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
-    decode_5bit(b.qs, b.qh, u);
-    std::fill_n(s, 8, scale_f32(b.d));
-  }
-};
+/// The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1).
+template <class Block>
+inline constexpr bool is_block32 = std::is_same_v<Block, block_q4_0> || std::is_same_v<Block, block_q4_1> ||
+                                   std::is_same_v<Block, block_q5_0> || std::is_same_v<Block, block_q5_1>;
 
-template <>
-struct int8_form<block_q5_1> {
-  static constexpr int offset = 0;
-  static constexpr bool has_mins = true;
-  static void decode(const block_q5_1& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
-    decode_5bit(b.qs, b.qh, u);
+/// The 32-value formats Q4_0, Q4_1, Q5_0, Q5_1: 4-bit values (plus a fifth
+/// bit from qh in Q5), one scale d per block, and in the _1 formats a
+/// minimum m instead of the offset (8 for Q4_0, 16 for Q5_0).
+template <class Block>
+  requires is_block32<Block>
+struct int8_form<Block> {
+  static constexpr bool has_mins = requires(const Block& b) { b.m; };
+  static constexpr bool has_fifth_bit = requires(const Block& b) { b.qh; };
+  static constexpr int offset = has_mins ? 0 : has_fifth_bit ? 16 : 8;
+  static void decode(const Block& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
+    if constexpr (has_fifth_bit) {
+      decode_5bit(b.qs, b.qh, u);
+    } else {
+      for (std::size_t j = 0; j < 16; ++j) u[j] = b.qs[j] & 0xF;
+      for (std::size_t j = 0; j < 16; ++j) u[j + 16] = b.qs[j] >> 4;
+    }
     std::fill_n(s, 8, scale_f32(b.d));
-    m[0] = -scale_f32(b.m);
+    if constexpr (has_mins) m[0] = -scale_f32(b.m);
   }
 };
 

@@ -137,34 +137,27 @@ inline __m512i k_affine_group_scales(const k_tile_scales<ON>& sc, std::size_t b,
   return _mm512_permutexvar_epi16(pick, sc.sc[0]);
 }
 
-template <>
-struct kquant_block<block_q4_k> {
+/// Q4_K and Q5_K: affine sub-blocks (scale and minimum each), 4-bit values
+/// plus, in Q5_K, a fifth bit from qh.
+template <class Block>
+  requires(std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k>)
+struct kquant_block<Block> {
   static constexpr bool has_mins = true;
   template <std::size_t ON>
-  static k_tile_scales<ON> scales(const block_q4_k* const (&rows)[ON], std::size_t i) noexcept {
+  static k_tile_scales<ON> scales(const Block* const (&rows)[ON], std::size_t i) noexcept {
     return k_affine_scales(rows, i);
   }
-  static __m512i values(const block_q4_k* p, std::size_t g) noexcept { return k_nibbles(p->qs, g); }
-  template <std::size_t ON>
-  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
-    return k_affine_group_scales(sc, b, g);
-  }
-};
-
-template <>
-struct kquant_block<block_q5_k> {
-  static constexpr bool has_mins = true;
-  template <std::size_t ON>
-  static k_tile_scales<ON> scales(const block_q5_k* const (&rows)[ON], std::size_t i) noexcept {
-    return k_affine_scales(rows, i);
-  }
-  static __m512i values(const block_q5_k* p, std::size_t g) noexcept {
-    // Fifth bits: bit 2g of qh[l] for values 0-31, bit 2g + 1 for 32-63.
-    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh)));
-    __m512i t = _mm512_srl_epi16(h, _mm_cvtsi32_si128(int(2 * g)));
-    t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 1);
-    const __m512i fifth = _mm512_and_si512(_mm512_slli_epi16(t, 4), _mm512_set1_epi8(0x10));
-    return _mm512_or_si512(k_nibbles(p->qs, g), fifth);
+  static __m512i values(const Block* p, std::size_t g) noexcept {
+    if constexpr (std::is_same_v<Block, block_q5_k>) {
+      // Fifth bits: bit 2g of qh[l] for values 0-31, bit 2g + 1 for 32-63.
+      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qh)));
+      __m512i t = _mm512_srl_epi16(h, _mm_cvtsi32_si128(int(2 * g)));
+      t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 1);
+      const __m512i fifth = _mm512_and_si512(_mm512_slli_epi16(t, 4), _mm512_set1_epi8(0x10));
+      return _mm512_or_si512(k_nibbles(p->qs, g), fifth);
+    } else {
+      return k_nibbles(p->qs, g);
+    }
   }
   template <std::size_t ON>
   static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {

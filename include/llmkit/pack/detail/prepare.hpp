@@ -160,5 +160,25 @@ inline packing assemble(prepared_items&& items, const ordered_sizes& placed, std
   return packing(items.capacity, items.n_items, std::move(pieces), std::move(offsets));
 }
 
+/// The order in which a packer places the pieces.
+enum class placement : bool { input_order, decreasing };
+
+/// What every packer does around its placement rule (`who`: its name, for
+/// the messages): the items' sizes checked and prepared with `options`, put
+/// in `order`, placed by `place(sizes, capacity, bins)` (`[n] sizes` in
+/// placement order; it fills `[n] bins` and returns the number of bins),
+/// and assembled into bins of pieces.
+template <class R, class Proj, class Place>
+packing run_packer(R&& items, const pack_options& options, Proj& proj, const char* who, placement order,
+                   Place&& place) {
+  auto prepared = prepare(item_sizes(items, proj, who), options, who);
+  const auto placed = order == placement::decreasing ? decreasing_order(prepared.sizes, prepared.capacity)
+                                                     : input_order(prepared.sizes);
+  std::vector<std::size_t> bins(placed.sizes.size());
+  const std::size_t n_bins =
+      place(std::span<const std::size_t>(placed.sizes), prepared.capacity, std::span<std::size_t>(bins));
+  return assemble(std::move(prepared), placed, bins, n_bins);
+}
+
 }  // namespace detail
 }  // namespace llmkit::pack

@@ -103,12 +103,11 @@ inline xsimd::batch<float, Arch> exp_canonical(const xsimd::batch<float, Arch>& 
   return xsimd::select(valid, xsimd::bitwise_cast<fb>(bits), fb(0.0f));
 }
 
-/// Replaces NaN by -inf in place and returns the maximum ([n] values).
-/// @throws llmkit::error if an entry is +inf.
-template <class Arch = simd::default_arch>
-float sanitize_max(std::span<float> values) {
-  const std::size_t n = values.size();
-  float* v = values.data();
+/// Maximum of `[n] v`, -inf when empty, over two register accumulators;
+/// with `Sanitize` (T = float) each NaN entry is first replaced by -inf in
+/// place, otherwise the values hold no NaN.
+template <class Arch, bool Sanitize, class T>
+float two_register_max(T* v, std::size_t n) noexcept {
   float m = -std::numeric_limits<float>::infinity();
   std::size_t i = 0;
   if constexpr (!simd::is_scalar_v<Arch>) {
@@ -117,12 +116,14 @@ float sanitize_max(std::span<float> values) {
     fb acc0(m), acc1(m);
     for (; i + 2 * L <= n; i += 2 * L) {
       fb a = fb::load_unaligned(v + i), b = fb::load_unaligned(v + i + L);
-      const auto na = xsimd::isnan(a), nb = xsimd::isnan(b);
-      if (xsimd::any(na | nb)) [[unlikely]] {
-        a = xsimd::select(na, fb(-std::numeric_limits<float>::infinity()), a);
-        b = xsimd::select(nb, fb(-std::numeric_limits<float>::infinity()), b);
-        a.store_unaligned(v + i);
-        b.store_unaligned(v + i + L);
+      if constexpr (Sanitize) {
+        const auto na = xsimd::isnan(a), nb = xsimd::isnan(b);
+        if (xsimd::any(na | nb)) [[unlikely]] {
+          a = xsimd::select(na, fb(-std::numeric_limits<float>::infinity()), a);
+          b = xsimd::select(nb, fb(-std::numeric_limits<float>::infinity()), b);
+          a.store_unaligned(v + i);
+          b.store_unaligned(v + i + L);
+        }
       }
       acc0 = xsimd::max(acc0, a);
       acc1 = xsimd::max(acc1, b);
@@ -132,12 +133,21 @@ float sanitize_max(std::span<float> values) {
     for (std::size_t l = 0; l < L; ++l) m = std::max(m, lanes[l]);
   }
   for (; i < n; ++i) {
-    if (v[i] != v[i]) v[i] = -std::numeric_limits<float>::infinity();
+    if constexpr (Sanitize)
+      if (v[i] != v[i]) v[i] = -std::numeric_limits<float>::infinity();
     m = std::max(m, v[i]);
   }
+  return m;
+}
+
+/// Replaces NaN by -inf in place and returns the maximum ([n] values).
+/// @throws llmkit::error if an entry is +inf.
+template <class Arch = simd::default_arch>
+float sanitize_max(std::span<float> values) {
+  const float m = two_register_max<Arch, true>(values.data(), values.size());
   if (m == std::numeric_limits<float>::infinity()) [[unlikely]] {
-    for (std::size_t j = 0; j < n; ++j)
-      LLMKIT_CHECK(v[j] != std::numeric_limits<float>::infinity(), "logits: entry ", j, " is +inf");
+    for (std::size_t j = 0; j < values.size(); ++j)
+      LLMKIT_CHECK(values[j] != std::numeric_limits<float>::infinity(), "logits: entry ", j, " is +inf");
   }
   return m;
 }
@@ -145,24 +155,7 @@ float sanitize_max(std::span<float> values) {
 /// Maximum of [n] values (no NaN); -inf when empty.
 template <class Arch = simd::default_arch>
 float max_value(std::span<const float> values) noexcept {
-  const std::size_t n = values.size();
-  const float* v = values.data();
-  float m = -std::numeric_limits<float>::infinity();
-  std::size_t i = 0;
-  if constexpr (!simd::is_scalar_v<Arch>) {
-    using fb = xsimd::batch<float, Arch>;
-    constexpr std::size_t L = fb::size;
-    fb acc0(m), acc1(m);
-    for (; i + 2 * L <= n; i += 2 * L) {
-      acc0 = xsimd::max(acc0, fb::load_unaligned(v + i));
-      acc1 = xsimd::max(acc1, fb::load_unaligned(v + i + L));
-    }
-    alignas(64) float lanes[L];
-    xsimd::max(acc0, acc1).store_aligned(lanes);
-    for (std::size_t l = 0; l < L; ++l) m = std::max(m, lanes[l]);
-  }
-  for (; i < n; ++i) m = std::max(m, v[i]);
-  return m;
+  return two_register_max<Arch, false>(values.data(), values.size());
 }
 
 /// Canonical block sums of exp(values - m): `[ceil(n / 256)] block_sums`;

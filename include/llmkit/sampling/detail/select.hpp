@@ -120,11 +120,7 @@ selection weighted_select(std::span<const std::uint32_t> keys, std::span<const f
     }
     // Rounding left the goal just above the level's total: keep its last bucket whole.
     std::size_t before = 0;
-    double cum_before = 0.0;
-    for (std::size_t b = 0; b < last_nonempty; ++b) {
-      before += hist_c[b];
-      cum_before += hist_w[b];
-    }
+    for (std::size_t b = 0; b < last_nonempty; ++b) before += hist_c[b];
     n_less += before;
     goal = hist_w[last_nonempty];
     return last_nonempty;

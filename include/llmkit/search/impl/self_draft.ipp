@@ -74,7 +74,11 @@ LLMKIT_DECL std::vector<std::byte> self_draft_gguf(const model::gguf_file& targe
                n_blocks, "] (", block_key, ")");
   model::gguf_writer w(3, static_cast<std::uint32_t>(target.alignment()));
   w.add("general.architecture", arch);
-  for (const auto& [key, value] : target.metadata()) {
+  // Plain references, not a structured binding: clang before 16 cannot
+  // capture a binding in the lambda below.
+  for (const auto& entry : target.metadata()) {
+    const auto& key = entry.first;
+    const auto& value = entry.second;
     if (key.substr(0, prefix.size()) != prefix) continue;
     if (key == block_key) {
       w.add(key, static_cast<std::uint32_t>(keep));
