@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -278,6 +279,59 @@ TEST_CASE("engine: greedy tokens equal the model's own greedy decoding; logprobs
     REQUIRE(e.top_logprobs[0].token == e.token);
     REQUIRE(e.top_logprobs[0].logprob == Approx(e.logprob));
   }
+}
+
+namespace {
+/// A user's own processor, defined here and nowhere in the library: the next
+/// token is the prompt's, in a cycle (every other token is masked).
+struct repeat_prompt {
+  void apply(sampling::candidates& c, const sampling::sampling_context& ctx) const {
+    const token_id want = ctx.history[ctx.step % ctx.n_prompt];
+    auto values = c.values();
+    for (std::size_t i = 0; i < c.size(); ++i)
+      if (c.token(i) != want) values[i] = -std::numeric_limits<float>::infinity();
+    c.values_changed();
+  }
+};
+static_assert(sampling::logits_processor<repeat_prompt>);
+}  // namespace
+
+TEST_CASE("engine: a request's chain as a value, with a user's own processor, changes that request's tokens only") {
+  auto& s = loaded();
+  serial_executor serial;
+  recorder rec;
+  const auto prompt = encode(prompts[1]);
+  auto run_alone = [&](serve::generation_request r) {
+    recorder solo;
+    cache_t cache(s.model.kv_shape(), {.n_blocks = 64});
+    serve::engine eng(s.model, cache, serial, small_steps(), &s.tok);
+    r.on_event = solo.sink();
+    const auto h = eng.submit(std::move(r)).handle;
+    eng.run_until_idle();
+    return solo.get(h).tokens;
+  };
+  const std::vector<token_id> plain_alone = run_alone({.prompt = prompt, .stop = {.max_new_tokens = 24}});
+
+  cache_t cache(s.model.kv_shape(), {.n_blocks = 64});
+  serve::engine eng(s.model, cache, serial, small_steps(), &s.tok);
+  const sampling::runtime_chain custom({sampling::any_processor(repeat_prompt{})}, sampling::greedy{});
+  const auto plain = eng.submit({.prompt = prompt, .stop = {.max_new_tokens = 24}, .on_event = rec.sink()});
+  const auto mine = eng.submit({.prompt = prompt, .chain = custom, .stop = {.max_new_tokens = 24}, .on_event = rec.sink()});
+  // The value wins over the string; a chain string that does not parse is still refused.
+  const auto sampled = eng.submit({.prompt = prompt, .sampling = "temperature(1.5);sample", .chain = custom, .seed = 3,
+                                   .stop = {.max_new_tokens = 24}, .on_event = rec.sink()});
+  REQUIRE(plain.accepted());
+  REQUIRE(mine.accepted());
+  REQUIRE(sampled.accepted());
+  CHECK_FALSE(eng.submit({.prompt = prompt, .sampling = "no_such_processor", .on_event = rec.sink()}).accepted());
+  eng.run_until_idle();
+
+  std::vector<token_id> cycled;
+  for (std::size_t t = 0; t < 24; ++t) cycled.push_back(prompt[t % prompt.size()]);
+  CHECK(rec.get(mine.handle).tokens == cycled);
+  CHECK(rec.get(sampled.handle).tokens == cycled);
+  CHECK(rec.get(plain.handle).tokens == plain_alone);
+  CHECK(rec.get(plain.handle).tokens != cycled);
 }
 
 TEST_CASE("engine: a stop string across token boundaries ends the request; the text stops before it") {

@@ -80,6 +80,7 @@
 #include "llmkit/serve/engine_cache.hpp"
 #include "llmkit/serve/options.hpp"
 #include "llmkit/serve/request.hpp"
+#include "llmkit/serve/sample.hpp"
 #include "llmkit/serve/stats.hpp"
 
 namespace llmkit::serve {
@@ -276,7 +277,7 @@ class engine {
         blocks = detail::check_prefilled(*prefilled, model_.vocab_size(), options_, tokenizer_ != nullptr, limits_);
       else
         detail::check_request(request, model_.vocab_size(), options_, tokenizer_ != nullptr);
-      chain = sampling::runtime_chain::parse(request.sampling);
+      chain = chain_of(request);
     } catch (const std::exception& e) {
       checked.status = submit_status::invalid;
       checked.message = e.what();

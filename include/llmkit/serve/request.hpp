@@ -18,6 +18,7 @@
 #include "llmkit/core/ids.hpp"
 #include "llmkit/core/stop.hpp"
 #include "llmkit/sampling/logprobs.hpp"
+#include "llmkit/sampling/runtime_chain.hpp"
 
 namespace llmkit::serve {
 
@@ -118,6 +119,14 @@ struct generation_request {
   /// The sampling chain as a configuration string
   /// (sampling/runtime_chain.hpp), e.g. "top_k(40);temperature(0.8);sample".
   std::string sampling = "greedy";
+  /// The sampling chain as a value, used instead of `sampling` when set: a
+  /// chain built in code, which may hold the caller's own processors (any
+  /// `sampling::logits_processor`, type-erased once by
+  /// `sampling::any_processor`). The engine applies it on its step thread to
+  /// this request's rows only; its n samples share the processors, so a
+  /// processor keeps no mutable state of its own (what it needs of the
+  /// request comes in `sampling_context`: seed, step, history).
+  std::optional<sampling::runtime_chain> chain{};
   /// Seed of the request's own Philox stream: the draw of step t is a pure
   /// function of (seed, stream, t), whatever else runs in the batch.
   std::uint64_t seed = 0;

@@ -19,8 +19,14 @@
 
 namespace llmkit::serve {
 
+/// The chain request `r` samples with: `r.chain` when set, else `r.sampling` parsed.
+/// @throws llmkit::error for a configuration string that does not parse.
+inline sampling::runtime_chain chain_of(const generation_request& r) {
+  return r.chain ? *r.chain : sampling::runtime_chain::parse(r.sampling);
+}
+
 /// Draws the next token of request `r` from its `[vocab] logits` row:
-/// r's chain (`chain`, parsed from `r.sampling`) over a copy of the row in
+/// r's chain (`chain`, from `chain_of(r)`) over a copy of the row in
 /// workspace `ws`, with r's Philox stream (`r.seed`, `r.stream`) at step
 /// n_generated, where `[n_prompt + n_generated] context` is r's prompt then
 /// its tokens so far. Fills `[k] top` with the k most probable tokens of
@@ -45,11 +51,11 @@ inline sampling::sample_result sample_token(const sampling::runtime_chain& chain
 }
 
 /// The first token of request `r` from the logits of its prompt's last
-/// token, as the engine would draw it (parses `r.sampling`; a prefill
+/// token, as the engine would draw it (with `chain_of(r)`; a prefill
 /// worker hands the result to `engine::submit_prefilled`).
 /// @throws llmkit::error for a chain that does not parse or fails.
 inline token_id sample_first_token(const generation_request& r, std::span<const float> logits) {
-  const auto chain = sampling::runtime_chain::parse(r.sampling);
+  const auto chain = chain_of(r);
   sampling::candidates ws;
   return sample_token(chain, r, r.prompt, logits, ws).token;
 }
