@@ -9,7 +9,8 @@
 #                     SOURCES fuzz/gguf_fuzzer.cpp ...      (relative to the project)
 #                     INCLUDES examples/server ...          (relative to the project)
 #                     TARGETS xsimd ...                     (their include directories)
-#                     SEEDS tests/fuzz/gguf)
+#                     SEEDS tests/fuzz/gguf
+#                     DEFINES NAME=VALUE ...)                (extra -D for this fuzzer)
 include_guard(GLOBAL)
 find_program(LLMKIT_CLANGXX_FUZZ NAMES clang++-14)
 set(LLMKIT_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzzer runs under ctest (sanitizer builds)")
@@ -38,7 +39,7 @@ function(_llmkit_fuzzer_usable out)
 endfunction()
 
 function(llmkit_add_fuzzer)
-  cmake_parse_arguments(F "" "NAME;TEST;SEEDS" "SOURCES;INCLUDES;TARGETS" ${ARGN})
+  cmake_parse_arguments(F "" "NAME;TEST;SEEDS" "SOURCES;INCLUDES;TARGETS;DEFINES" ${ARGN})
   if(TARGET llmkit_${F_NAME}_fuzzer)
     return()
   endif()
@@ -59,6 +60,10 @@ function(llmkit_add_fuzzer)
       endif()
     endforeach()
   endforeach()
+  set(_defines "")
+  foreach(_d IN LISTS F_DEFINES)
+    list(APPEND _defines "-D${_d}")
+  endforeach()
   set(_sources "")
   foreach(_src IN LISTS F_SOURCES)
     list(APPEND _sources "${PROJECT_SOURCE_DIR}/${_src}")
@@ -72,7 +77,7 @@ function(llmkit_add_fuzzer)
   add_custom_command(OUTPUT "${_bin}"
     COMMAND "${LLMKIT_CLANGXX_FUZZ}" -std=c++20 ${_arch} -O1 -g -fno-omit-frame-pointer
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DLLMKIT_ENABLE_ASSERTS=1
-            ${_includes} ${_sources} -o "${_bin}"
+            ${_defines} ${_includes} ${_sources} -o "${_bin}"
     DEPENDS ${_sources} ${_deps}
     COMMENT "Building the ${F_NAME} fuzzer with clang++-14"
     VERBATIM)

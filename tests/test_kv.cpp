@@ -298,7 +298,7 @@ TEST_CASE("paged block accounting returns to full after random fork/grow/truncat
   REQUIRE(cache.usage().bytes_in_use == 0);
 }
 
-TEST_CASE("contiguous fork copies; sequence ids are reused; capacity is an answer", "[kv]") {
+TEST_CASE("contiguous fork copies, sequence ids are reused, capacity is an answer", "[kv]") {
   const kv_shape shape{2, 3, 4};
   contiguous_cache<std::int8_t> cache(shape, {.max_sequences = 2, .max_tokens = 10});
   std::mt19937 rng(3);

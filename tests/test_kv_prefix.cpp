@@ -177,7 +177,7 @@ TEST_CASE("prefix cache evicts unreferenced blocks least recently used, tail fir
   REQUIRE(cache.n_tokens(h.seq) == r.size());
 }
 
-TEST_CASE("prefix cache: truncating into a published block copies it; untracked growth is never published", "[kv]") {
+TEST_CASE("prefix cache: truncating into a published block copies it, untracked growth is never published", "[kv]") {
   constexpr std::size_t B = 4;
   const kv_shape shape{1, 2, 3};
   prefix_cache<bf16, B> cache(shape, {.n_blocks = 16});

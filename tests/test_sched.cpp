@@ -51,7 +51,7 @@ TEST_CASE("a request's stop criteria: stop tokens, stop sequences, token limit")
   REQUIRE(llmkit::finish_reason_name(llmkit::finish_reason::stop_sequence) == "stop_sequence");
 }
 
-TEST_CASE("bad input raises llmkit::error naming the argument; other requests are unaffected") {
+TEST_CASE("bad input raises llmkit::error naming the argument, other requests are unaffected") {
   const engine_limits limits{.max_context = 32, .block_size = 4, .n_blocks = 16};
   scheduler s(limits, policy{.max_step_tokens = 32});
   s.submit(make_request(7, 5, 3));
@@ -134,7 +134,7 @@ TEST_CASE("chunked prefill splits a prompt under the step budget, decodes first"
   REQUIRE(n_live(s) == 0);
 }
 
-TEST_CASE("set_cached_prefix: a waiting request's cached prefix is not planned; blocks still count it") {
+TEST_CASE("set_cached_prefix: a waiting request's cached prefix is not planned, blocks still count it") {
   sched_state s = make_state({.max_context = 64, .block_size = 4, .n_blocks = 16});
   const policy p{.max_step_tokens = 64};
   submit(s, 0, 10, 3);
@@ -184,7 +184,7 @@ TEST_CASE("submit_forked: a forked sample runs on its shared prefix when blocks 
   REQUIRE(sc.output(7).size() == 2);
 }
 
-TEST_CASE("request-level batching: nobody joins a batch in flight; finished slots idle; padded prefill") {
+TEST_CASE("request-level batching: nobody joins a batch in flight, finished slots idle, padded prefill") {
   sched_state s = make_state({.max_context = 16, .block_size = 4, .n_blocks = 16});
   const policy p{.mode = batching::request_level, .max_batch_seqs = 2, .max_step_tokens = 16};
   submit(s, 0, 4, 3);

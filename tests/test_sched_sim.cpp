@@ -89,7 +89,7 @@ TEST_CASE("simulator: hand-traced timelines of request-level and continuous batc
   REQUIRE(cb.padding_overhead == 1.0);
 }
 
-TEST_CASE("simulator: deterministic; every request finishes once with its output length, under every policy") {
+TEST_CASE("simulator: deterministic, every request finishes once with its output length, under every policy") {
   const workload w{.n_requests = 60,
                    .rate = 20.0,
                    .prompt_lengths = {.shape = llmkit::pack::length_shape::lognormal, .min_length = 1, .max_length = 200,

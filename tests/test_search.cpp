@@ -117,7 +117,7 @@ TEST_CASE("generate, beam search, speculative decoding and model_drafter run the
   REQUIRE(d.last_executor() == &pool);
 }
 
-TEST_CASE("generate: greedy equals the oracle's arg-max chain; the pool is full afterwards") {
+TEST_CASE("generate: greedy equals the oracle's arg-max chain, the pool is full afterwards") {
   for (std::uint32_t seed : {1u, 2u, 3u}) {
     toy_lm m(7, seed);
     auto cache = make_paged();
@@ -302,7 +302,7 @@ TEST_CASE("beam_search: a beam as wide as the tree finds the exhaustive n-best")
   }
 }
 
-TEST_CASE("beam_search: paged beams share blocks; contiguous copies; both give the same hypotheses") {
+TEST_CASE("beam_search: paged beams share blocks, contiguous copies, both give the same hypotheses") {
   toy_lm m(16, 77, 0.5);
   std::vector<std::int32_t> prompt(37);
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 7) % 16);
@@ -332,7 +332,7 @@ TEST_CASE("beam_search: paged beams share blocks; contiguous copies; both give t
   REQUIRE(copying.n_sequences() == 0);
 }
 
-TEST_CASE("beam_search: stop sequences end hypotheses; the chain removes tokens") {
+TEST_CASE("beam_search: stop sequences end hypotheses, the chain removes tokens") {
   toy_lm m(6, 9);
   auto cache = make_paged();
   const std::vector<std::int32_t> prompt{1, 2};

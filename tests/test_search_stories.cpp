@@ -183,7 +183,7 @@ TEST_CASE("speculative on stories260K: sampled tokens follow the same distributi
   require_pool_full(draft_cache);
 }
 
-TEST_CASE("beam search on stories260K: width 1 is greedy; scores are the model's teacher-forced log-probabilities") {
+TEST_CASE("beam search on stories260K: width 1 is greedy, scores are the model's teacher-forced log-probabilities") {
   auto& s = loaded();
   auto cache = make_cache(512);
   kv::paged_cache<float, 4> small_blocks(s.target.kv_shape(), {.n_blocks = 1024, .max_sequences = 64});

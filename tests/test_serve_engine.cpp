@@ -246,7 +246,7 @@ TEST_CASE("engine: a seeded request gives the same tokens alone, under load, on 
   }
 }
 
-TEST_CASE("engine: greedy tokens equal the model's own greedy decoding; logprobs list the argmax first") {
+TEST_CASE("engine: greedy tokens equal the model's own greedy decoding, logprobs list the argmax first") {
   auto& s = loaded();
   serial_executor serial;
   recorder rec;
@@ -334,7 +334,7 @@ TEST_CASE("engine: a request's chain as a value, with a user's own processor, ch
   CHECK(rec.get(plain.handle).tokens != cycled);
 }
 
-TEST_CASE("engine: a stop string across token boundaries ends the request; the text stops before it") {
+TEST_CASE("engine: a stop string across token boundaries ends the request, the text stops before it") {
   auto& s = loaded();
   serial_executor serial;
   const auto prompt = encode(prompts[0]);
@@ -521,7 +521,7 @@ TEST_CASE("engine: every request ends with exactly one finish under concurrent s
   REQUIRE(cache.n_sequences() == 0);
 }
 
-TEST_CASE("engine: admission limits answer queue_full; bad requests and shutdown answer with one error finish") {
+TEST_CASE("engine: admission limits answer queue_full, bad requests and shutdown answer with one error finish") {
   auto& s = loaded();
   serial_executor serial;
   cache_t cache(s.model.kv_shape(), {.n_blocks = 64});
@@ -568,7 +568,7 @@ TEST_CASE("engine: admission limits answer queue_full; bad requests and shutdown
   REQUIRE(eng.stats().finished(serve::finish_kind::error) == 6);
 }
 
-TEST_CASE("engine: a repeated system prompt is reused from the prefix cache; outputs equal a run without reuse") {
+TEST_CASE("engine: a repeated system prompt is reused from the prefix cache, outputs equal a run without reuse") {
   serial_executor serial;
   recorder unused;
   const std::string system =
@@ -675,7 +675,7 @@ TEST_CASE("engine: n samples of one prompt prefill it once, fork its blocks, and
   }
 }
 
-TEST_CASE("engine: a failing step ends its requests with an error; a throwing callback ends its own; work goes on") {
+TEST_CASE("engine: a failing step ends its requests with an error, a throwing callback ends its own, work goes on") {
   auto& s = loaded();
   serial_executor serial;
   // A cache of 2 sequences for a batch of 4: the step that admits the third
@@ -918,7 +918,7 @@ TEST_CASE("engine: prefilled requests continue as if run whole, under staging ba
   REQUIRE(eng.stats().staging_blocks_used == 0);
 }
 
-TEST_CASE("engine: a corrupt KV buffer ends only its request; staged requests cancel; bad submissions are refused") {
+TEST_CASE("engine: a corrupt KV buffer ends only its request, staged requests cancel, bad submissions are refused") {
   auto& s = loaded();
   serial_executor serial;
   const auto requests = mixed_requests(3, 12);

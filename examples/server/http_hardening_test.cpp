@@ -407,7 +407,7 @@ TEST_CASE("deep nesting anywhere in a body gets 400 with a short message, and th
   CHECK(s.stop() == 0);
 }
 
-TEST_CASE("numbers whose effect overflows are refused with the parameter named; no NaN reaches a reply") {
+TEST_CASE("numbers whose effect overflows are refused with the parameter named, and no NaN reaches a reply") {
   server_process s;
   const std::vector<std::pair<std::string, std::string>> cases{
       {"repetition_penalty", "1e-40"}, {"top_p", "1e-300"}, {"temperature", "1e-30"},
