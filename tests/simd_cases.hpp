@@ -254,7 +254,7 @@ LLMKIT_SIMD_TEST("exp: relative error <= 2e-7 on [-87, 88], exact 0 below, inf a
   REQUIRE_THROWS_WITH(simd::exp<arch>(three, two), Catch::Contains("in.size() = 3") && Catch::Contains("out.size() = 2"));
 }
 
-LLMKIT_SIMD_TEST("softmax and log_softmax match the double oracle; masked rows") {
+LLMKIT_SIMD_TEST("softmax and log_softmax match the double oracle, masked rows") {
   if (!arch_available()) return;
   std::mt19937 rng(5);
   for (std::size_t n : lengths) {
@@ -375,7 +375,7 @@ LLMKIT_SIMD_TEST("rmsnorm matches the double oracle, in place too") {
   REQUIRE_THROWS_WITH(simd::rmsnorm<arch>(zero, w, out, -1.0f), Catch::Contains("eps") && Catch::Contains("-1"));
 }
 
-LLMKIT_SIMD_TEST("RoPE in both layouts matches the double oracle; table == on the fly") {
+LLMKIT_SIMD_TEST("RoPE in both layouts matches the double oracle, table == on the fly") {
   if (!arch_available()) return;
   std::mt19937 rng(7);
   struct shape { std::size_t head_dim, rotary_dim, n_heads; };
@@ -478,7 +478,7 @@ LLMKIT_SIMD_TEST("f16 and bf16 conversions are bit-identical to the scalar ones"
   REQUIRE_THROWS_WITH(simd::convert<arch>(std::span<const llmkit::f16>(h3), std::span<float>(f2)), Catch::Contains("in.size() = 3"));
 }
 
-LLMKIT_SIMD_TEST("Q8_0 and int8 quantisation follow GGUF's rounding; round trips within d / 2") {
+LLMKIT_SIMD_TEST("Q8_0 and int8 quantisation follow GGUF's rounding, round trips within d / 2") {
   if (!arch_available()) return;
   std::mt19937 rng(9);
   for (std::size_t n_blocks : {0u, 1u, 2u, 3u, 33u}) {

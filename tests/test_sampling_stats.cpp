@@ -38,7 +38,7 @@ TEST_CASE("philox4x32-10 matches the Random123 known-answer vectors") {
           c{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
 }
 
-TEST_CASE("philox uniforms are in [0, 1), distinct per seed/request/step/draw, and uniform") {
+TEST_CASE("philox uniforms lie in 0 <= u < 1, distinct per seed/request/step/draw, and uniform") {
   std::vector<std::size_t> counts(64, 0);
   for (std::uint64_t step = 0; step < 64000; ++step) {
     const double u = philox_uniform(1, 2, step);
