@@ -7,11 +7,15 @@
 //   continuous+chunked       prefills split under a per-step token budget (ragged)
 //   continuous+prepacked     prefills of a step bin-packed into rows (llmkit/pack FFD)
 //
-// With no arguments: stories260K, 64 requests all arriving at once (a
-// saturated server, so the policies' batching sets the pace rather than the
-// arrivals), prompts uniform in [16, 128], long-tailed (lognormal) outputs
-// capped at 64, batches of up to 8, one thread (the model is tiny), step
-// times in process CPU time.
+// With no arguments: the synthetic ~100M Llama (f16 weights, so a decode
+// step reads 200 MB as a real model's does and its cost barely grows with
+// the rows in it), 32 requests all arriving at once (a saturated server, so
+// the policies' batching sets the pace rather than the arrivals), chat-like
+// short prompts uniform in [8, 16], long-tailed (lognormal) outputs capped
+// at 128, batches of up to 8, threads by the model's size, step times in
+// process CPU time. A model whose steps cost microseconds (stories260K)
+// computes in proportion to its rows, where a half-empty static batch costs
+// little: there the policies differ only in latency.
 //
 // Each policy drives llmkit::serve::engine (the library's serving engine)
 // on the reference Llama forward pass (llmkit/model/llama.hpp) and a paged
@@ -31,8 +35,8 @@
 // prompt; the drawn lengths come on top), which --prefix-reuse on (the
 // default) computes once and reuses from the prefix cache.
 //
-// --synthetic serves the synthetic ~100M Llama (seeded random weights,
-// llmkit/model/synthetic.hpp) instead of a GGUF file.
+// --model serves a GGUF file instead of the synthetic ~100M Llama (seeded
+// random weights, llmkit/model/synthetic.hpp).
 //
 // --simulate runs the policies in virtual time with the roofline cost model
 // instead (model shapes from the GGUF file or the synthetic ~100M config,
@@ -82,13 +86,13 @@ struct options {
   bool simulate = false;
   bool json = false;
   bool quiet = false;
-  std::int64_t n_requests = 64;
+  std::int64_t n_requests = 32;
   double rate = 0.0;  // all at once: the server is saturated and the policies' batching decides the pace
   std::string prompt_shape = "uniform";
-  std::size_t prompt_min = 16, prompt_max = 128;
+  std::size_t prompt_min = 8, prompt_max = 16;
   double prompt_median = 48, prompt_p99 = 120;
   std::string output_shape = "lognormal";  // long-tailed, as real traces are: a static batch waits for its longest
-  std::size_t output_min = 16, output_max = 64;
+  std::size_t output_min = 4, output_max = 128;
   double output_median = 16, output_p99 = 256;
   std::int64_t max_batch = 8;
   std::int64_t step_tokens = 0;  // 0 = max_batch * context (request-level) / context (others)
@@ -379,13 +383,12 @@ void progress(const std::string& name, std::int64_t done, std::int64_t total, st
 
 int main(int argc, char** argv) {
   options o;
-#if defined(LLMKIT_DEFAULT_MODEL)
-  o.model = LLMKIT_DEFAULT_MODEL;
-#endif
   llmkit_examples::command_line cli{"llmkit-serve: compare scheduling policies on a stream of requests"};
   cli.show_defaults();
-  cli.add_option("--model", o.model, "GGUF model (llama or qwen2 architecture)");
-  cli.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights) instead of --model");
+  const auto model_option =
+      cli.add_option("--model", o.model, "GGUF model (llama or qwen2 architecture); without it, the synthetic ~100M Llama");
+  cli.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights; the default)")
+      .excludes(model_option);
   cli.add_flag("--simulate", o.simulate, "virtual time with the roofline cost model (no forward pass)");
   cli.add_flag("--json", o.json, "one JSON object per policy on stdout");
   cli.add_flag("--quiet", o.quiet, "no progress bar (there is none unless stderr is a terminal)");
@@ -432,6 +435,7 @@ int main(int argc, char** argv) {
   cli.add_option("--burst-start", o.burst_start, "arrival of the first burst request, s").non_negative();
   cli.add_option("--burst-interval", o.burst_interval, "s between burst arrivals").non_negative();
   if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
+  if (o.model.empty()) o.synthetic = true;
 
   try {
     if (!o.simulate && o.block_size != static_cast<std::int64_t>(engine_block_size))
