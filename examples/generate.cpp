@@ -96,9 +96,10 @@ int main(int argc, char** argv) {
                  "how the weights are kept in memory: native (as in the file), f32, f16, q8_0, q4_0, q4_1, q5_0, "
                  "q5_1, q4_k, q5_k or q6_k")
       .one_of({"native", "f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"});
-  std::string activations_name = "f32";
+  std::string activations_name = "q8_0";
   cli.add_option("--activations", activations_name,
-                 "what quantised matrices multiply: f32 (exact) or q8_0 (int8-quantised activations, the faster integer product)")
+                 "what quantised matrices multiply: q8_0 (int8-quantised activations, the faster integer product) or "
+                 "f32 (exact)")
       .one_of({"f32", "q8_0"});
   std::string chat_message, system_message, chat_template_name;
   const auto chat_option =

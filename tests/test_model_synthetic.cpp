@@ -45,6 +45,10 @@ llama_config small_config(std::size_t dim, std::size_t n_heads, std::size_t n_kv
 
 std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.data(), v.size()}; }
 
+// Quantised matrices times f32 activations: the product the f32 oracle computes
+// (the default, int8 activations, rounds them; tested in test_model_weights).
+const llama_options exact{.activations = activation_type::f32};
+
 // Max |model - oracle| over all positions of `tokens`, relative to max(1, |oracle|).
 double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
   kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 128});
@@ -97,7 +101,7 @@ TEST_CASE("synthetic: writes a loadable GGUF with metadata, tokenizer and weight
   const std::string path = "test_model_synthetic_tmp.gguf";
   o.tied_output = true;
   write_synthetic_llama(path, o);
-  auto m = llama_model::load(path);
+  auto m = llama_model::load(path, exact);
   std::remove(path.c_str());
   REQUIRE(m.config().tied_output);
   REQUIRE(m.vocab_size() == 320);
@@ -127,7 +131,7 @@ TEST_CASE("llama: forward matches the double-precision oracle on random models o
       if (si == 2) o.config.rope.freq_scale = 0.25f;  // linear RoPE scaling
       const auto image = synthetic_llama(o).bytes();
       const gguf_file f(as_span(image));
-      llama_model m(f);
+      llama_model m(f, exact);
       for (std::size_t n : {1u, 7u, 17u}) {
         std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(sh.vocab) - 1);
         std::vector<std::int32_t> tokens(n);
@@ -220,7 +224,7 @@ TEST_CASE("architectures: qwen2 and llama with rope_freqs match the double-preci
         REQUIRE(f.get<std::string_view>("general.architecture") == traits(arch).name);
         REQUIRE((f.find_tensor("blk.1.attn_k.bias") != nullptr) == (arch == architecture::qwen2));
         REQUIRE((f.find_tensor("rope_freqs.weight") != nullptr) == with_factors);
-        llama_model m(f);
+        llama_model m(f, exact);
         REQUIRE(m.config().arch == arch);
         REQUIRE(m.config().rope.layout == traits(arch).rope_layout);
         REQUIRE(m.config().rope.freq_factors.size() == (with_factors ? rotary / 2 : 0));
@@ -256,7 +260,7 @@ TEST_CASE("architectures: a Q4_K_M-style mix loads and matches the oracle") {
       REQUIRE(f.tensor(b + "attn_output.weight").type == ggml_type::q4_k);
       REQUIRE(f.tensor(b + "ffn_gate.weight").type == ggml_type::q4_k);
     }
-    llama_model m(f);
+    llama_model m(f, exact);
     INFO("arch " << traits(arch).name);
     // Layer 0 (more bits): Q4_K attn_q/attn_k and Q6_K attn_v stay in their
     // own blocks, as do the Q4_K gate/up and the Q6_K down and output.
@@ -316,7 +320,7 @@ TEST_CASE("architectures: a Q4_K_M-style mix loads and matches the oracle") {
   REQUIRE(f.tensor("blk.0.attn_q.weight").type == ggml_type::q5_0);
   REQUIRE(f.tensor("blk.1.attn_v.weight").type == ggml_type::q8_0);
   REQUIRE(f.tensor("blk.0.attn_v.weight").type == ggml_type::q5_0);
-  llama_model m(f);
+  llama_model m(f, exact);
   REQUIRE(max_error(m, f, {1, 17, 299, 3, 42}) <= 2e-5);
 
   // Rows of 48 values fit no 32-value block either.
@@ -339,7 +343,7 @@ TEST_CASE("architectures: Q/K/V of different tensor types each keep their storag
   };
   const auto image = synthetic_llama(o).bytes();
   const gguf_file f(as_span(image));
-  llama_model m(f);
+  llama_model m(f, exact);
   const auto types = m.weight_types();
   REQUIRE(types[0] == weight_type::q8_0);  // the Q part of Q|K|V
   REQUIRE(types[1] == weight_type::q8_0);  // attn_output
@@ -376,7 +380,7 @@ TEST_CASE("architectures: a 128256-token vocabulary with tied output") {
   REQUIRE(o.config.rope.freq_factors.back() == 8.0f);
   const auto image = synthetic_llama(o).bytes();
   const gguf_file f(as_span(image));
-  llama_model m(f);
+  llama_model m(f, exact);
   REQUIRE(m.vocab_size() == 128256);
   REQUIRE(m.config().tied_output);
   REQUIRE(tokenizer::from_gguf(f).vocab_size() == 128256);
@@ -388,7 +392,7 @@ TEST_CASE("architectures: qwen2 prefill equals decode, and packed sequences equa
   o.config.arch = architecture::qwen2;
   const auto image = synthetic_llama(o).bytes();
   const gguf_file f(as_span(image));
-  llama_model m(f);
+  llama_model m(f, exact);
   const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}};
   std::vector<std::vector<float>> last(prompts.size());
   for (std::size_t p = 0; p < prompts.size(); ++p) {
@@ -469,7 +473,7 @@ TEST_CASE("architectures: the fuzzer's qwen2 seed is synthetic_llama's output, a
   o.tensor_types = [](std::string_view name) { return name.ends_with("attn_v.weight") ? ggml_type::bf16 : ggml_type::f16; };
   const auto expected = synthetic_llama(o).bytes();
   const gguf_file f(as_span(expected));
-  llama_model m(f);
+  llama_model m(f, exact);
   REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
 
   const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_qwen2_rope_freqs.gguf";

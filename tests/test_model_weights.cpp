@@ -308,7 +308,9 @@ TEST_CASE("llama: weight_type keeps or converts the file's weights") {
   const gguf_file f16_file(std::span<const std::byte>(f16_image.data(), f16_image.size()));
   const gguf_file f32_file(std::span<const std::byte>(f32_image.data(), f32_image.size()));
 
-  llama_model q8_native(q8_file), q8_as_f32(q8_file, {.weight_type = weight_type::f32});
+  // Quantised matrices times f32 activations: the exact products compared here.
+  constexpr activation_type f32_act = activation_type::f32;
+  llama_model q8_native(q8_file, {.activations = f32_act}), q8_as_f32(q8_file, {.weight_type = weight_type::f32});
   llama_model f16_native(f16_file), f16_as_f32(f16_file, {.weight_type = weight_type::f32});
   for (weight_type t : q8_native.weight_types()) REQUIRE(t == weight_type::q8_0);
   for (weight_type t : f16_native.weight_types()) REQUIRE(t == weight_type::f16);
@@ -327,7 +329,7 @@ TEST_CASE("llama: weight_type keeps or converts the file's weights") {
   for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::abs(a[i] - b[i]) <= 2e-2f * std::max(1.0f, std::abs(a[i])));
 
   // f32 -> q8_0 at load quantises like the synthetic writer: same logits as the Q8_0 file.
-  llama_model f32_as_q8(f32_file, {.weight_type = weight_type::q8_0});
+  llama_model f32_as_q8(f32_file, {.weight_type = weight_type::q8_0, .activations = f32_act});
   for (weight_type t : f32_as_q8.weight_types()) REQUIRE(t == weight_type::q8_0);
   const auto c = logits_of(f32_as_q8, tokens);
   for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::abs(a[i] - c[i]) <= 1e-5f * std::max(1.0f, std::abs(a[i])));

@@ -65,12 +65,13 @@ struct llama_options {
   /// input width is not a multiple of 32 stay f32 under q8_0. Norm weights
   /// are always f32.
   model::weight_type weight_type = model::weight_type::native;
-  /// What the quantised matrices (Q8_0, Q4_0 ... Q6_K) multiply: `f32`
-  /// activations (exact: the dequantised weights in f32 arithmetic) or
-  /// `q8_0`, activations rounded to int8 (ggml's integer products: per 32
-  /// values, per 256 for the K-quants; several times faster decode for a
-  /// <1% rounding of the activations). See model::activation_type.
-  model::activation_type activations = model::activation_type::f32;
+  /// What the quantised matrices (Q8_0, Q4_0 ... Q6_K) multiply: `q8_0`,
+  /// activations rounded to int8 (ggml's integer products: per 32 values,
+  /// per 256 for the K-quants; several times faster decode for a <1%
+  /// rounding of the activations; the default, as in llama.cpp), or `f32`
+  /// activations (exact: the dequantised weights in f32 arithmetic). F32
+  /// and F16 matrices always multiply f32. See model::activation_type.
+  model::activation_type activations = model::activation_type::q8_0;
   /// With an int8 KV cache, decode attention rounds each query head to int8
   /// before its dot products with the keys (attention::decode_params::
   /// int8_queries, as llama.cpp does with a q8_0 cache); other caches
