@@ -68,3 +68,6 @@
 #include "llmkit/model/tokenizer.hpp"
 #include "llmkit/model/weights.hpp"
 #include "llmkit/serve/serve.hpp"
+
+#include "llmkit/eval/logit_base.hpp"
+#include "llmkit/eval/perplexity.hpp"
