@@ -101,6 +101,10 @@ int main(int argc, char** argv) {
                  "what quantised matrices multiply: q8_0 (int8-quantised activations, the faster integer product) or "
                  "f32 (exact)")
       .one_of({"f32", "q8_0"});
+  bool no_mmap = false, mlock = false;
+  cli.add_flag("--no-mmap", no_mmap,
+               "copy every weight into memory instead of reading the file's mapping in place (llama_options::weights_in_place)");
+  cli.add_flag("--mlock", mlock, "lock the weights read in place in memory, so they are never paged out (needs ulimit -l)");
   std::string chat_message, system_message, chat_template_name;
   const auto chat_option =
       cli.add_option("--chat", chat_message,
@@ -145,7 +149,12 @@ int main(int argc, char** argv) {
         chat_note += ", stops at '" + std::string(tmpl.end_of_turn_text()) + "' (" + std::to_string(*end_of_turn) + ")";
       }
     }
-    llmkit::model::llama_model model(file, {.weight_type = weights, .activations = activations});
+    const auto load_start = clock::now();
+    llmkit::model::llama_model model(file, {.weight_type = weights,
+                                            .activations = activations,
+                                            .weights_in_place = !no_mmap,
+                                            .lock_weights = mlock});
+    const double load_s = std::chrono::duration<double>(clock::now() - load_start).count();
     const auto& c = model.config();
     if (threads == 0) threads = llmkit_examples::default_threads(model.weight_bytes_per_step());
     // The one place text becomes tokens. A chat prompt holds special-token texts ("<|eot_id|>", "</s>", ...)
@@ -164,6 +173,8 @@ int main(int argc, char** argv) {
               << (chain_text.empty() ? chain_config(so) : chain_text) << "\n  arch " << llmkit::simd::arch_name<llmkit::simd::default_arch>()
               << ", " << threads << " thread(s); dim " << c.dim << ", " << c.n_layers << " layers, " << c.n_heads
               << " heads (" << c.n_kv_heads << " KV), vocab " << c.n_vocab << chat_note << "\n";
+    std::fprintf(stderr, "  loaded in %.0f ms; %.1f MB of weights read in place from the file's mapping%s\n",
+                 load_s * 1e3, double(model.weight_bytes_in_place()) / 1e6, mlock ? " (locked)" : "");
 
     llmkit::thread_pool pool(threads);
     llmkit::kv::contiguous_cache<float> cache(model.kv_shape(), {.max_sequences = 1, .max_tokens = capacity});

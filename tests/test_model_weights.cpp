@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <span>
@@ -25,6 +27,7 @@
 
 using namespace llmkit;
 using namespace llmkit::model;
+using Catch::Matchers::Contains;
 
 namespace {
 std::vector<float> random_values(std::size_t n, std::mt19937& rng, float range = 1.0f) {
@@ -375,4 +378,127 @@ TEST_CASE("llama: q8_0 on stories260K keeps the 172-wide ffn_down in f32 and tel
     }
     REQUIRE(same >= 6);
   }
+}
+
+namespace {
+// This process's resident memory by kind (/proc/self/status, bytes): anonymous
+// (heap copies) and file-backed (mapped pages).
+struct resident {
+  std::size_t anon = 0, file = 0;
+};
+resident resident_now() {
+  std::ifstream in("/proc/self/status");
+  resident r;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("RssAnon:", 0) == 0) r.anon = std::stoull(line.substr(8)) * 1024;
+    if (line.rfind("RssFile:", 0) == 0) r.file = std::stoull(line.substr(8)) * 1024;
+  }
+  return r;
+}
+
+std::string temp_gguf(const std::string& stem, const synthetic_options& o) {
+  const std::string path = (std::filesystem::temp_directory_path() / (stem + ".gguf")).string();
+  write_synthetic_llama(path, o);
+  return path;
+}
+
+// K-quant rows need 256 columns: dim and ffn_dim multiples of 256.
+llama_config k_quant_config(std::size_t dim, std::size_t ffn, std::size_t vocab, std::size_t layers) {
+  llama_config c = small_config();
+  c.dim = dim;
+  c.ffn_dim = ffn;
+  c.n_vocab = vocab;
+  c.n_layers = layers;
+  c.n_heads = dim / 64;
+  c.n_kv_heads = dim / 128;
+  c.head_dim = 64;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("llama: weights used in place read the mapped file, copy nothing and give the copies' logits") {
+  const std::vector<std::int32_t> tokens{1, 5, 9, 77, 3, 41, 2};
+  synthetic_options o{.config = k_quant_config(256, 512, 320, 2), .seed = 8};
+  o.tensor_types = q4_k_m_types(o);
+  const std::string path = temp_gguf("llmkit_test_in_place_q4_k_m", o);
+  o.tensor_types = {};
+  o.weight_type = ggml_type::f16;
+  const std::string f16_path = temp_gguf("llmkit_test_in_place_f16", o);
+  llama_model reference = llama_model::load(path);
+  const std::vector<float> expected = logits_of(reference, tokens);
+
+  for (const std::string& p : {path, f16_path}) {
+    INFO(p);
+    llama_model mapped = llama_model::load(p);  // the gguf_file is gone once load returns
+    llama_model copied(gguf_file::open(p), {.weights_in_place = false});
+    CHECK(copied.weight_bytes_in_place() == 0);
+    // Every matrix keeps its file layout here; only the norms are copies.
+    CHECK(mapped.weight_bytes_in_place() > mapped.weight_bytes_per_step() * 99 / 100);
+    CHECK(mapped.weight_types() == copied.weight_types());
+    // The same products over the same bytes: bit-identical logits (in place
+    // the Q|K|V and gate|up parts run as separate products of the same rows).
+    CHECK(logits_of(mapped, tokens) == logits_of(copied, tokens));
+    llama_model exact(gguf_file::open(p), {.activations = activation_type::f32});
+    llama_model exact_copy(gguf_file::open(p), {.activations = activation_type::f32, .weights_in_place = false});
+    CHECK(logits_of(exact, tokens) == logits_of(exact_copy, tokens));
+  }
+  // A conversion at load is a copy: nothing stays in place.
+  llama_model converted(gguf_file::open(path), {.weight_type = weight_type::q8_0});
+  CHECK(converted.weight_bytes_in_place() == 0);
+  // A file parsed from the caller's bytes (no mapping) is copied.
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  llama_model from_bytes(gguf_file(std::as_bytes(std::span<const char>(raw))));
+  CHECK(from_bytes.weight_bytes_in_place() == 0);
+  CHECK(logits_of(from_bytes, tokens) == expected);
+
+  // An in-place matrix is read-only; a tensor whose layout is converted cannot be viewed.
+  const auto file = gguf_file::open(path);
+  weight_matrix m = weight_matrix::in_place(file.tensor("blk.0.attn_q.weight"), file.mapping_owner());
+  CHECK(m.is_in_place());
+  std::vector<float> row(m.cols());
+  REQUIRE_THROWS_WITH(m.set_row(0, row), Contains("read-only"));
+  REQUIRE_THROWS_WITH(m.copy_from(file.tensor("blk.0.attn_q.weight"), 0), Contains("read-only"));
+  REQUIRE_THROWS_WITH(weight_matrix::in_place(file.tensor("output_norm.weight"), file.mapping_owner()),
+                      Contains("'output_norm.weight' (F32") && Contains("not in the file's layout"));
+  REQUIRE_THROWS_WITH(weight_matrix::in_place(file.tensor("blk.0.attn_q.weight"), nullptr),
+                      Contains("needs the owner of its mapping"));
+
+  // --mlock: either the pages are locked, or loading says why and how to allow it.
+  try {
+    llama_model locked = llama_model::load(path, {.lock_weights = true});
+    CHECK(logits_of(locked, tokens) == expected);
+  } catch (const llmkit::error& e) {
+    CHECK_THAT(e.what(), Contains("cannot lock tensor") && Contains("ulimit -l"));
+  }
+  std::remove(path.c_str());
+  std::remove(f16_path.c_str());
+}
+
+TEST_CASE("llama: a model used in place holds about the file in memory, a copied one drops the mapped pages") {
+  synthetic_options o{.config = k_quant_config(768, 2048, 8192, 4), .seed = 9};
+  o.tensor_types = q4_k_m_types(o);
+  const std::string path = temp_gguf("llmkit_test_resident_q4_k_m", o);
+  const auto file_bytes = static_cast<double>(std::filesystem::file_size(path));
+  const std::vector<std::int32_t> tokens{1, 5, 9, 77, 3, 41, 2};
+  for (const bool in_place : {true, false}) {
+    INFO("weights_in_place " << in_place);
+    const resident before = resident_now();
+    llama_model m = llama_model::load(path, {.weights_in_place = in_place});
+    (void)logits_of(m, tokens);  // every weight read once
+    const resident after = resident_now();
+    const double anon = double(after.anon) - double(before.anon), mapped = double(after.file) - double(before.file);
+    INFO("file " << file_bytes / 1e6 << " MB; resident growth: anon " << anon / 1e6 << " MB, file-backed "
+                 << mapped / 1e6 << " MB");
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's shadow and quarantine grow the anonymous memory
+    // The workspace of a 7-token forward is a few MB; the rest is weights, held once.
+    CHECK(anon + mapped <= 1.05 * file_bytes + 16e6);
+    if (in_place)
+      CHECK(anon <= 16e6);
+    else
+      CHECK(mapped <= 0.05 * file_bytes + 1e6);  // the copied tensors' pages were dropped
+#endif
+    CHECK((m.weight_bytes_in_place() > 0) == in_place);
+  }
+  std::remove(path.c_str());
 }

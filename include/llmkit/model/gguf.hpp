@@ -272,9 +272,16 @@ struct gguf_tensor {
   std::uint64_t rows() const noexcept { return dims[1] * dims[2] * dims[3]; }
 };
 
+/// What `gguf_file::advise` tells the kernel about a tensor's mapped pages.
+enum class page_advice : std::uint8_t {
+  will_need,  ///< read ahead now (madvise MADV_WILLNEED)
+  dont_need,  ///< drop them from this process's resident set; read again on the next access (MADV_DONTNEED)
+};
+
 /// A parsed GGUF file. Move-only; views it hands out (strings, arrays,
 /// tensor data) stay valid while it lives (and, for the span constructor,
-/// while the caller's bytes live).
+/// while the caller's bytes live). The tensor data of a file from `open`
+/// also stays valid while a `mapping_owner()` handle lives.
 class gguf_file {
  public:
   /// Memory-maps `path` read-only and parses it.
@@ -292,6 +299,22 @@ class gguf_file {
   std::size_t data_offset() const noexcept { return data_offset_; }
   /// The whole file.
   std::span<const std::byte> bytes() const noexcept { return bytes_; }
+
+  /// True for a file from `open` (read-only, memory-mapped).
+  bool is_mapped() const noexcept { return mapping_ != nullptr; }
+  /// A handle that keeps the mapping, and so every tensor's `data`, valid
+  /// after this object is gone (what a model using weights in place holds);
+  /// null for the span constructor, whose bytes the caller owns.
+  std::shared_ptr<const void> mapping_owner() const noexcept { return mapping_; }
+  /// Advises the kernel about the whole pages inside tensor t's bytes (best
+  /// effort, nothing for an unmapped file): read them ahead, or drop them
+  /// from the resident set once the tensor has been copied.
+  void advise(const gguf_tensor& t, page_advice advice) const noexcept;
+  /// Locks the pages of tensor t's bytes in memory (mlock) for the mapping's
+  /// lifetime; nothing for an unmapped file.
+  /// @throws llmkit::error naming the tensor and the reason when the system
+  /// refuses (e.g. RLIMIT_MEMLOCK, `ulimit -l`).
+  void lock(const gguf_tensor& t) const;
 
   /// Every key/value in file order.
   std::span<const std::pair<std::string_view, gguf_value>> metadata() const noexcept { return metadata_; }

@@ -90,6 +90,19 @@ struct llama_options {
   /// probabilities to 8-bit levels before they multiply the values
   /// (attention::decode_params::int8_probabilities); other caches ignore it.
   bool int8_attention_probabilities = false;
+  /// Weights used where they lie: with a memory-mapped file (gguf_file::
+  /// open), a matrix whose storage keeps the file's layout (F16, and the
+  /// block types Q4_0 ... Q6_K when `weight_type` is native) is read from
+  /// the mapping in place, nothing copied, and the model holds the mapping
+  /// (the gguf_file may go). Matrices converted at load (F32 into panels,
+  /// Q8_0 into int8 and scales, any `weight_type` conversion) are copied,
+  /// and their mapped pages then dropped from the resident set, so resident
+  /// memory stays about the file's size. false copies every matrix.
+  bool weights_in_place = true;
+  /// Locks the weights read in place in memory (mlock, as llama.cpp's
+  /// --mlock), so the system never pages them out; needs a locked-memory
+  /// limit (`ulimit -l`) of the file's size, else loading fails saying so.
+  bool lock_weights = false;
 };
 
 /// A Llama-architecture model with its weights in memory (f32, f16 or Q8_0,
@@ -97,8 +110,9 @@ struct llama_options {
 /// activation workspace); use one model object per concurrent caller.
 class llama_model {
  public:
-  /// Loads config and weights from an open GGUF file (the file may be closed
-  /// afterwards: weights are copied).
+  /// Loads config and weights from an open GGUF file. The file may be
+  /// closed afterwards: weights are copied, or (llama_options::
+  /// weights_in_place) the model holds the file's mapping.
   explicit llama_model(const gguf_file& file, const llama_options& options = {});
 
   /// Opens, loads and closes a GGUF file.
@@ -119,6 +133,20 @@ class llama_model {
     for (const layer& w : layers_)
       bytes += w.wqkv.bytes() + w.wo.bytes() + w.w_gate_up.bytes() + w.w_down.bytes() +
                (w.attn_norm.size() + w.ffn_norm.size() + w.bqkv.size()) * sizeof(float);
+    return bytes;
+  }
+
+  /// Bytes of the weight matrices read from the file's mapping in place
+  /// (llama_options::weights_in_place), the embedding included; the rest
+  /// of the model's weights are copies.
+  std::size_t weight_bytes_in_place() const noexcept {
+    auto of = [](const weight_matrix& m) { return m.is_in_place() ? m.bytes() : std::size_t{0}; };
+    std::size_t bytes = of(token_embd_) + of(output_);
+    for (const layer& w : layers_) {
+      for (const weight_matrix& p : w.wqkv.parts) bytes += of(p);
+      for (const weight_matrix& p : w.w_gate_up.parts) bytes += of(p);
+      bytes += of(w.wo) + of(w.w_down);
+    }
     return bytes;
   }
 

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -154,10 +155,32 @@ constexpr weight_type resolve_weight_type(weight_type wanted, ggml_type file_typ
   return t;
 }
 
-/// A row-major `[rows, cols]` weight matrix in one storage type.
+/// True when storage `type` keeps a tensor of GGUF type `file_type` in the
+/// file's own layout, so a matrix can use the file's bytes where they lie
+/// (weight_matrix::in_place): F16 as f16, and each block type (Q4_0 ...
+/// Q6_K) as itself. F32 (packed into panels) and Q8_0 (scales and int8
+/// apart) are rearranged at load.
+constexpr bool keeps_file_layout(weight_type type, ggml_type file_type) noexcept {
+  if (type == weight_type::f16) return file_type == ggml_type::f16;
+  return stored_block_type(type) != ggml_type::f32 && stored_block_type(type) == file_type;
+}
+
+/// A row-major `[rows, cols]` weight matrix in one storage type: its own
+/// copy, or (in_place) a read-only view of a mapped file's tensor.
 class weight_matrix {
  public:
   weight_matrix() = default;
+
+  /// A read-only matrix over tensor `t`'s bytes where they lie, copying
+  /// nothing: `type` = resolve_weight_type(native, t.type, cols) must keep
+  /// the file's layout (keeps_file_layout), and `owner` (gguf_file::
+  /// mapping_owner) keeps the bytes valid for the matrix's lifetime. The
+  /// block scales are checked as a copy checks them.
+  /// @throws llmkit::error for a type that does not keep the file's
+  /// layout, a null owner, or a non-finite block scale (naming the tensor).
+  static weight_matrix in_place(const gguf_tensor& t, std::shared_ptr<const void> owner);
+  /// True for a view of a file's bytes (in_place); such a matrix is read-only.
+  bool is_in_place() const noexcept { return owner_ != nullptr; }
 
   /// Zero matrix of the given storage.
   /// @throws llmkit::error for `native`, or a block type whose block size
@@ -169,6 +192,7 @@ class weight_matrix {
   std::size_t cols() const noexcept { return cols_; }
   /// Bytes the whole matrix occupies (= bytes one product reads).
   std::size_t bytes() const noexcept {
+    if (is_in_place()) return rows_ * (is_block_type() ? row_bytes() : cols_ * sizeof(std::uint16_t));
     return f32_.size() * sizeof(float) + f16_.size() * sizeof(std::uint16_t) + q_.size() +
            scales_.size() * sizeof(float) + blocks_.size();
   }
@@ -199,12 +223,18 @@ class weight_matrix {
   /// detail::panel_index(o, k, cols()); model/detail/matmul_panels.hpp);
   /// f16, int8 and the Q8_0 scales are row-major.
   const float* f32_data() const noexcept { return f32_.empty() ? nullptr : f32_.data(); }
-  const std::uint16_t* f16_data() const noexcept { return f16_.empty() ? nullptr : f16_.data(); }
+  const std::uint16_t* f16_data() const noexcept {
+    if (type_ == weight_type::f16 && is_in_place()) return reinterpret_cast<const std::uint16_t*>(view_);
+    return f16_.empty() ? nullptr : f16_.data();
+  }
   const std::int8_t* q8_data() const noexcept { return q_.empty() ? nullptr : q_.data(); }
   const float* q8_scales() const noexcept { return scales_.empty() ? nullptr : scales_.data(); }
   /// GGUF blocks of a block type (Q4_0 ... Q6_K), row-major: row r at
   /// `block_data() + r * row_bytes()`.
-  const std::byte* block_data() const noexcept { return blocks_.empty() ? nullptr : blocks_.data(); }
+  const std::byte* block_data() const noexcept {
+    if (is_block_type() && is_in_place()) return view_;
+    return blocks_.empty() ? nullptr : blocks_.data();
+  }
   /// Bytes per row of a block type.
   std::size_t row_bytes() const noexcept {
     const ggml_type b = stored_block_type(type_);
@@ -215,9 +245,9 @@ class weight_matrix {
   /// (detail::f32_panels, f16_weights, q8_weights or block_weights).
   template <class Fn>
   decltype(auto) visit(Fn&& fn) const {
-    if (is_block_type()) return fn(detail::block_weights{stored_block_type(type_), blocks_.data(), cols_});
+    if (is_block_type()) return fn(detail::block_weights{stored_block_type(type_), block_data(), cols_});
     switch (type_) {
-      case weight_type::f16: return fn(detail::f16_weights{f16_.data(), cols_});
+      case weight_type::f16: return fn(detail::f16_weights{f16_data(), cols_});
       case weight_type::q8_0: return fn(detail::q8_weights{q_.data(), scales_.data(), cols_});
       default: return fn(detail::f32_panels{f32_.data(), cols_});
     }
@@ -243,6 +273,9 @@ class weight_matrix {
   aligned_vector<std::int8_t> q_;
   aligned_vector<float> scales_;
   aligned_vector<std::byte> blocks_;
+  // In place: the file's bytes (f16 or blocks, row-major) and what keeps them mapped.
+  const std::byte* view_ = nullptr;
+  std::shared_ptr<const void> owner_;
 };
 
 namespace detail {

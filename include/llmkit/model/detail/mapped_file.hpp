@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
@@ -60,5 +61,33 @@ class mapped_file {
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+/// What advise_pages asks of the kernel.
+enum class page_hint : std::uint8_t { will_need, dont_need };
+
+/// The whole pages inside `range` ([begin rounded up, end rounded down]):
+/// pages shared with neighbouring bytes are left alone.
+inline std::span<const std::byte> whole_pages(std::span<const std::byte> range) noexcept {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(range.data());
+  const std::uintptr_t first = (begin + page - 1) / page * page, last = (begin + range.size()) / page * page;
+  if (range.empty() || last <= first) return {};
+  return {reinterpret_cast<const std::byte*>(first), last - first};
+}
+
+/// madvise over the whole pages of `range`, a part of a read-only mapping;
+/// best effort (a refused hint changes nothing that matters).
+inline void advise_pages(std::span<const std::byte> range, page_hint hint) noexcept {
+  const auto pages = whole_pages(range);
+  if (pages.empty()) return;
+  (void)::madvise(const_cast<std::byte*>(pages.data()), pages.size(),
+                  hint == page_hint::will_need ? MADV_WILLNEED : MADV_DONTNEED);
+}
+
+/// mlock over `range` (the kernel rounds to pages); 0 or the errno.
+inline int lock_pages(std::span<const std::byte> range) noexcept {
+  if (range.empty()) return 0;
+  return ::mlock(range.data(), range.size()) == 0 ? 0 : errno;
+}
 
 }  // namespace llmkit::model::detail

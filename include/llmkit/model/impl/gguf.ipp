@@ -6,7 +6,9 @@
 /// once by <llmkit/src.hpp> with LLMKIT_SEPARATE_COMPILATION.
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -31,6 +33,19 @@ LLMKIT_DECL gguf_file gguf_file::open(const std::string& path) {
 }
 
 LLMKIT_DECL gguf_file::gguf_file(std::span<const std::byte> bytes) { parse(bytes); }
+
+LLMKIT_DECL void gguf_file::advise(const gguf_tensor& t, page_advice advice) const noexcept {
+  if (!mapping_) return;
+  detail::advise_pages({t.data, static_cast<std::size_t>(t.n_bytes)},
+                       advice == page_advice::will_need ? detail::page_hint::will_need : detail::page_hint::dont_need);
+}
+
+LLMKIT_DECL void gguf_file::lock(const gguf_tensor& t) const {
+  if (!mapping_) return;
+  const int err = detail::lock_pages({t.data, static_cast<std::size_t>(t.n_bytes)});
+  LLMKIT_CHECK(err == 0, "gguf: cannot lock tensor '", t.name, "' (", t.n_bytes, " bytes) in memory: ",
+               std::strerror(err), err == ENOMEM || err == EPERM ? " (raise the locked-memory limit: ulimit -l)" : "");
+}
 
 LLMKIT_DECL const gguf_array& gguf_file::get_array(std::string_view key) const {
   const gguf_value* v = find(key);

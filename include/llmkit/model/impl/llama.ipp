@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -66,25 +67,38 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
     detail::check_tensor(file, b + "ffn_up.weight", c.ffn_dim, c.dim);
     detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
   }
+  // The mapping the in-place matrices hold; null when they must be copies.
+  const std::shared_ptr<const void> owner = options_.weights_in_place ? file.mapping_owner() : nullptr;
+  auto in_place = [&](const gguf_tensor& t, std::size_t cols) {
+    return owner != nullptr && keeps_file_layout(resolve_weight_type(options_.weight_type, t.type, cols), t.type);
+  };
   auto load_matrix = [&](const std::string& name, std::size_t rows, std::size_t cols) {
     const gguf_tensor& t = file.tensor(name);
+    if (in_place(t, cols)) {
+      if (options_.lock_weights) file.lock(t);
+      file.advise(t, page_advice::will_need);
+      return weight_matrix::in_place(t, owner);
+    }
     weight_matrix m(resolve_weight_type(options_.weight_type, t.type, cols), rows, cols);
     m.copy_from(t, 0);
+    file.advise(t, page_advice::dont_need);  // the copy is what the model reads
     return m;
   };
   // Tensors multiplied by the same input: fused into one matrix when they
   // resolve to one storage, else kept apart (see stacked_matrix).
+  // In place, each keeps its own bytes: one product per part.
   auto load_stacked = [&](std::initializer_list<std::string> names, std::size_t cols) {
     const weight_type type = resolve_weight_type(options_.weight_type, file.tensor(*names.begin()).type, cols);
-    bool same = true;
+    bool same = true, all_in_place = true;
     std::size_t rows = 0;
     for (const std::string& name : names) {
       const gguf_tensor& t = file.tensor(name);
       same = same && resolve_weight_type(options_.weight_type, t.type, cols) == type;
+      all_in_place = all_in_place && in_place(t, cols);
       rows += static_cast<std::size_t>(t.rows());
     }
     stacked_matrix m;
-    if (!same) {
+    if (!same || all_in_place) {
       for (const std::string& name : names)
         m.parts.push_back(load_matrix(name, static_cast<std::size_t>(file.tensor(name).rows()), cols));
       return m;
@@ -94,6 +108,7 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
     for (const std::string& name : names) {
       const gguf_tensor& t = file.tensor(name);
       fused.copy_from(t, row);
+      file.advise(t, page_advice::dont_need);
       row += static_cast<std::size_t>(t.rows());
     }
     m.parts.push_back(std::move(fused));

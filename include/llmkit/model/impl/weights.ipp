@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -52,7 +53,26 @@ LLMKIT_DECL weight_matrix::weight_matrix(weight_type type, std::size_t rows, std
   }
 }
 
+LLMKIT_DECL weight_matrix weight_matrix::in_place(const gguf_tensor& t, std::shared_ptr<const void> owner) {
+  const auto cols = static_cast<std::size_t>(t.cols());
+  const weight_type type = resolve_weight_type(weight_type::native, t.type, cols);
+  LLMKIT_CHECK(keeps_file_layout(type, t.type), "weight_matrix::in_place: tensor '", t.name, "' (",
+               ggml_type_name(std::uint32_t(t.type)), ", ", cols, " columns) is stored as ", weight_type_name(type),
+               ", not in the file's layout");
+  LLMKIT_CHECK(owner != nullptr, "weight_matrix::in_place: tensor '", t.name, "' needs the owner of its mapping");
+  weight_matrix m;
+  m.type_ = type;
+  m.rows_ = static_cast<std::size_t>(t.rows());
+  m.cols_ = cols;
+  if (m.is_block_type())
+    for (std::size_t r = 0; r < m.rows_; ++r) check_scales(t, t.data + r * m.row_bytes());
+  m.view_ = t.data;
+  m.owner_ = std::move(owner);
+  return m;
+}
+
 LLMKIT_DECL void weight_matrix::set_row(std::size_t r, std::span<const float> values) {
+  LLMKIT_CHECK(!is_in_place(), "weight_matrix::set_row: the matrix is a read-only view of a file's tensor");
   LLMKIT_CHECK(r < rows_ && values.size() == cols_, "weight_matrix::set_row: row ", r, " of ", rows_, ", ",
                values.size(), " values for ", cols_, " columns");
   const std::size_t o = r * cols_;
@@ -82,18 +102,19 @@ LLMKIT_DECL void weight_matrix::row(std::size_t r, std::span<float> out) const {
       for (std::size_t k = 0; k < cols_; ++k) out[k] = f32_[detail::panel_index(r, k, cols_)];
       break;
     case weight_type::f16:
-      for (std::size_t k = 0; k < cols_; ++k) out[k] = f16_bits_to_f32(f16_[o + k]);
+      for (std::size_t k = 0; k < cols_; ++k) out[k] = f16_bits_to_f32(f16_data()[o + k]);
       break;
     case weight_type::q8_0:
       for (std::size_t b = 0; b < cols_ / q8_block_size; ++b)
         for (std::size_t j = 0; j < q8_block_size; ++j)
           out[b * q8_block_size + j] = scales_[o / q8_block_size + b] * float(q_[o + b * q8_block_size + j]);
       break;
-    default: dequantize_row(stored_block_type(type_), blocks_.data() + r * row_bytes(), out.data(), cols_); break;
+    default: dequantize_row(stored_block_type(type_), block_data() + r * row_bytes(), out.data(), cols_); break;
   }
 }
 
 LLMKIT_DECL void weight_matrix::copy_from(const gguf_tensor& src, std::size_t first_row) {
+  LLMKIT_CHECK(!is_in_place(), "weight_matrix::copy_from: the matrix is a read-only view of a file's tensor");
   const std::size_t n_rows = static_cast<std::size_t>(src.rows());
   LLMKIT_CHECK(src.cols() == cols_ && first_row + n_rows <= rows_, "weight_matrix::copy_from: tensor '", src.name,
                "' [", src.rows(), ", ", src.cols(), "] does not fit rows [", first_row, ", ", first_row + n_rows,
