@@ -156,22 +156,24 @@ struct weights_variant {
   model::llama_options options;
   file_kind tiny_file = file_kind::tiny_q8_0;  ///< the TinyLlama file (loaded as stored)
 };
-constexpr auto int8_act = model::activation_type::q8_0;
+// Variants without the xq8 suffix ask for the exact product (the library's
+// default is int8 activations).
+constexpr auto int8_act = model::activation_type::q8_0, exact_act = model::activation_type::f32;
 const weights_variant variants[] = {
     {"f32", {.weight_type = model::weight_type::f32}},
-    {"q8_0", {.weight_type = model::weight_type::q8_0}},
+    {"q8_0", {.weight_type = model::weight_type::q8_0, .activations = exact_act}},
     {"q8_0xq8", {.weight_type = model::weight_type::q8_0, .activations = int8_act}},
-    {"q4_0", {.weight_type = model::weight_type::q4_0}},
+    {"q4_0", {.weight_type = model::weight_type::q4_0, .activations = exact_act}},
     {"q4_0xq8", {.weight_type = model::weight_type::q4_0, .activations = int8_act}},
-    {"q4_k", {.weight_type = model::weight_type::q4_k}},
+    {"q4_k", {.weight_type = model::weight_type::q4_k, .activations = exact_act}},
     {"q4_kxq8", {.weight_type = model::weight_type::q4_k, .activations = int8_act}},
-    {"q6_k", {.weight_type = model::weight_type::q6_k}},
+    {"q6_k", {.weight_type = model::weight_type::q6_k, .activations = exact_act}},
     {"q6_kxq8", {.weight_type = model::weight_type::q6_k, .activations = int8_act}},
 };
 const weights_variant tiny_variants[] = {
-    {"q8_0", {}, file_kind::tiny_q8_0},
+    {"q8_0", {.activations = exact_act}, file_kind::tiny_q8_0},
     {"q8_0xq8", {.activations = int8_act}, file_kind::tiny_q8_0},
-    {"q4_k_m", {}, file_kind::tiny_q4_k_m},
+    {"q4_k_m", {.activations = exact_act}, file_kind::tiny_q4_k_m},
     {"q4_k_mxq8", {.activations = int8_act}, file_kind::tiny_q4_k_m},
     {"q4_0xq8", {.activations = int8_act}, file_kind::tiny_q4_0},
     {"q6_kxq8", {.activations = int8_act}, file_kind::tiny_q6_k},
@@ -230,6 +232,21 @@ void bm_prefill(benchmark::State& state, int which, const weights_variant& wt, s
   const double tokens = double(state.iterations()) * double(prompt_tokens);
   state.counters["tokens"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   if (which == 0) state.counters["vs_llamacpp"] = tokens / seconds / llamacpp_prefill_tps;
+  // The projections' multiply-adds (2 operations each) against the roof of
+  // the arithmetic they run on: int8 dot products or f32 FMAs.
+  const auto& c = m.config();
+  const double qd = double(c.n_heads * c.head_dim), kvd = double(c.n_kv_heads * c.head_dim);
+  const double ops_per_token =
+      2.0 * double(c.n_layers) * double(c.dim) * (qd + 2 * kvd + qd + 3.0 * double(c.ffn_dim));
+  const double gops = ops_per_token * tokens / seconds * 1e-9;
+  state.counters["GOPs"] = gops;
+  const auto& roof = llmkit_bench::roofline::get();
+  const bool int8 = wt.options.activations == int8_act && m.weight_types()[0] != model::weight_type::f32 &&
+                    m.weight_types()[0] != model::weight_type::f16;
+  if (int8 && roof.int8_gops(threads) > 0)
+    state.counters["frac_int8_roof"] = gops / roof.int8_gops(threads);
+  else if (!int8)
+    state.counters["frac_fma_roof"] = gops / roof.fma_gflops(threads);
 }
 
 void bm_decode(benchmark::State& state, int which, const weights_variant& wt, std::size_t threads, bool dram) {

@@ -11,6 +11,11 @@
 //                       stream about a third slower here)
 //   fma_peak/threads:T  peak fp32 FMA rate of T threads, 16 independent
 //                       vector FMA chains each, GFLOP/s
+//   int8_peak/threads:T peak int8 dot-product rate of T threads, 16 chains
+//                       of the widest int8 multiply-add the build has
+//                       (VPDPBUSD zmm or ymm, else VPMADDUBSW + VPMADDWD),
+//                       GOP/s counting 2 per multiply-add (as an FMA is 2
+//                       flops)
 //
 // After the run the figures (best of the repetitions) are written as JSON to
 // $LLMKIT_ROOFLINE_JSON or <source dir>/build/roofline.json, which
@@ -70,12 +75,27 @@ void BM_fma_peak(benchmark::State& state, unsigned n_threads, int repeats) {
   b = std::max(b, gflops);
 }
 
+void BM_int8_peak(benchmark::State& state, unsigned n_threads, int repeats) {
+  double gops = 0.0;
+  for (auto _ : state) {
+    gops = llmkit_bench::measure_int8_gops(n_threads, smoke() ? 10'000 : 20'000'000, repeats);
+    benchmark::DoNotOptimize(gops);
+  }
+  state.counters["GOP/s"] = gops;
+  state.counters["threads"] = n_threads;
+  state.SetLabel(llmkit_bench::detail::int8_instruction());
+  auto& b = best()["int8_" + std::to_string(n_threads)];
+  b = std::max(b, gops);
+}
+
 // repeats: measurements per figure, the best kept.
 void register_all(int repeats) {
   for (unsigned t : {1u, all_threads()}) {
     benchmark::RegisterBenchmark(("read_bw/threads:" + std::to_string(t)).c_str(), BM_read_bw, t, repeats)
         ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
     benchmark::RegisterBenchmark(("fma_peak/threads:" + std::to_string(t)).c_str(), BM_fma_peak, t, repeats)
+        ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("int8_peak/threads:" + std::to_string(t)).c_str(), BM_int8_peak, t, repeats)
         ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
     if (all_threads() == 1) break;
   }
@@ -106,9 +126,14 @@ int main(int argc, char** argv) {
   r.read_gbps_all = best()["read_" + std::to_string(all_threads())];
   r.fma_gflops_1t = best()["fma_1"];
   r.fma_gflops_all = best()["fma_" + std::to_string(all_threads())];
+  r.int8_gops_1t = best()["int8_1"];
+  r.int8_gops_all = best()["int8_" + std::to_string(all_threads())];
+  r.int8_instruction = llmkit_bench::detail::int8_instruction();
   r.arch = llmkit::simd::arch_name<llmkit::simd::default_arch>();
-  std::printf("roofline: read %.1f GB/s (1 thread), %.1f GB/s (%u threads); fma %.1f GFLOP/s (1 thread), %.1f GFLOP/s (%u threads)\n",
-              r.read_gbps_1t, r.read_gbps_all, r.threads_all, r.fma_gflops_1t, r.fma_gflops_all, r.threads_all);
+  std::printf("roofline: read %.1f GB/s (1 thread), %.1f GB/s (%u threads); fma %.1f GFLOP/s (1 thread), %.1f GFLOP/s (%u threads); "
+              "int8 %.1f GOP/s (1 thread), %.1f GOP/s (%u threads, %s)\n",
+              r.read_gbps_1t, r.read_gbps_all, r.threads_all, r.fma_gflops_1t, r.fma_gflops_all, r.threads_all,
+              r.int8_gops_1t, r.int8_gops_all, r.threads_all, r.int8_instruction.c_str());
   if (smoke()) {
     std::printf("smoke run: %s not written\n", llmkit_bench::roofline_json_path().c_str());
     return 0;

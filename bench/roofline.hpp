@@ -157,6 +157,98 @@ inline double fma_kernel(std::size_t iterations, float seed) {
   }
 }
 
+/// The int8 multiply-add instruction int8_kernel times in this build.
+constexpr const char* int8_instruction() noexcept {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return "vpdpbusd zmm (AVX-512 VNNI)";
+#elif defined(__AVXVNNI__)
+  return "vpdpbusd ymm (AVX-VNNI)";
+#elif defined(__AVX2__)
+  return "vpmaddubsw + vpmaddwd + vpaddd ymm (AVX2)";
+#else
+  return "scalar";
+#endif
+}
+
+/// Peak int8 dot-product loop: 16 independent int32 accumulator chains of
+/// the widest unsigned x signed int8 multiply-add the build has (the
+/// instruction the quantised products use; int8_instruction names it).
+/// Returns the int8 operations done: 2 per multiply-add, as flops count an
+/// FMA, so the figure compares with the f32 FMA peak.
+inline double int8_kernel(std::size_t iterations, int seed) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const __m512i a = _mm512_set1_epi8(static_cast<char>(1 + seed % 7)), b = _mm512_set1_epi8(3);
+  // Named accumulators updated in place (GCC moves an array's registers
+  // around the intrinsic, a copy per multiply-add that the peak must not pay).
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+          a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+  for (std::size_t it = 0; it < iterations; ++it) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(a0) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a1) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a2) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a3) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a4) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a5) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a6) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a7) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a8) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a9) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a10) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a11) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a12) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a13) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a14) : "v"(a), "v"(b));
+    asm("vpdpbusd %2, %1, %0" : "+v"(a15) : "v"(a), "v"(b));
+  }
+  const __m512i total = _mm512_add_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7))),
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)),
+                       _mm512_add_epi32(_mm512_add_epi32(a12, a13), _mm512_add_epi32(a14, a15))));
+  volatile int sink = _mm512_reduce_add_epi32(total);
+  static_cast<void>(sink);
+  return 2.0 * 64.0 * 16.0 * static_cast<double>(iterations);
+#elif defined(__AVXVNNI__)
+  const __m256i a = _mm256_set1_epi8(static_cast<char>(1 + seed % 7)), b = _mm256_set1_epi8(3);
+  __m256i acc[16];
+  for (auto& x : acc) x = _mm256_setzero_si256();
+  for (std::size_t it = 0; it < iterations; ++it)
+    for (auto& x : acc) x = _mm256_dpbusd_avx_epi32(x, a, b);
+  __m256i total = acc[0];
+  for (int k = 1; k < 16; ++k) total = _mm256_add_epi32(total, acc[k]);
+  alignas(32) int lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
+  volatile int sink = lanes[0];
+  static_cast<void>(sink);
+  return 2.0 * 32.0 * 16.0 * static_cast<double>(iterations);
+#elif defined(__AVX2__)
+  __m256i a = _mm256_set1_epi8(static_cast<char>(1 + seed % 7));
+  const __m256i b = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  __m256i acc[16];
+  for (auto& x : acc) x = _mm256_setzero_si256();
+  for (std::size_t it = 0; it < iterations; ++it) {
+    asm("" : "+x"(a));  // a "changes": the products cannot be hoisted out of the loop
+    for (auto& x : acc) x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+  }
+  __m256i total = acc[0];
+  for (int k = 1; k < 16; ++k) total = _mm256_add_epi32(total, acc[k]);
+  alignas(32) int lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
+  volatile int sink = lanes[0];
+  static_cast<void>(sink);
+  return 2.0 * 32.0 * 16.0 * static_cast<double>(iterations);
+#else
+  std::int32_t acc[16] = {};
+  volatile std::uint8_t a = static_cast<std::uint8_t>(1 + seed % 7);
+  const std::uint8_t x = a;
+  for (std::size_t it = 0; it < iterations; ++it)
+    for (int k = 0; k < 16; ++k) acc[k] += std::int32_t{x} * std::int32_t{static_cast<std::int8_t>(3 + k)};
+  volatile std::int32_t sink = 0;
+  for (int k = 0; k < 16; ++k) sink = sink + acc[k];
+  return 2.0 * 16.0 * static_cast<double>(iterations);
+#endif
+}
+
 }  // namespace detail
 
 /// CPU time of the calling thread, in seconds.
@@ -227,6 +319,25 @@ inline double measure_fma_gflops(unsigned n_threads, std::size_t iterations, int
   return best;
 }
 
+/// Peak int8 dot-product rate in GOP/s (2 operations per multiply-add) of
+/// n_threads threads, best of `repeats`; per-thread CPU time as for
+/// measure_read_gbps. detail::int8_instruction names what it times.
+inline double measure_int8_gops(unsigned n_threads, std::size_t iterations, int repeats) {
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> rate(n_threads);
+    detail::run_together(n_threads, [&](unsigned t) {
+      const double start = thread_cpu_seconds();
+      const double ops = detail::int8_kernel(iterations, static_cast<int>(t));
+      rate[t] = ops / (thread_cpu_seconds() - start) / 1e9;
+    });
+    double total = 0.0;
+    for (double x : rate) total += x;
+    best = std::max(best, total);
+  }
+  return best;
+}
+
 /// Median of x (the upper one of an even count; 0 when empty).
 inline double median(std::vector<double> x) {
   if (x.empty()) return 0.0;
@@ -265,6 +376,9 @@ struct roofline {
   double read_gbps_all = 0.0;   ///< sustained read bandwidth, all hardware threads
   double fma_gflops_1t = 0.0;   ///< peak fp32 FMA rate, one thread
   double fma_gflops_all = 0.0;  ///< peak fp32 FMA rate, all hardware threads
+  double int8_gops_1t = 0.0;    ///< peak int8 dot-product rate (2 ops per multiply-add), one thread; 0 = not measured
+  double int8_gops_all = 0.0;   ///< the same, all hardware threads
+  std::string int8_instruction; ///< what the int8 figures time (detail::int8_instruction)
   unsigned threads_all = 1;     ///< the thread count of the *_all figures
   std::string arch;             ///< SIMD arch of the measuring binary
   std::string source;           ///< the JSON file read, or "measured in-process (quick)"
@@ -280,9 +394,16 @@ struct roofline {
     return n_threads <= 1 ? fma_gflops_1t : std::min(fma_gflops_all, fma_gflops_1t * static_cast<double>(n_threads));
   }
 
+  /// int8 dot-product limit of n_threads threads, as read_gbps (0 when
+  /// the file predates the measurement).
+  double int8_gops(std::size_t n_threads) const {
+    return n_threads <= 1 ? int8_gops_1t : std::min(int8_gops_all, int8_gops_1t * static_cast<double>(n_threads));
+  }
+
   nlohmann::json to_json() const {
-    return {{"read_gbps_1t", read_gbps_1t}, {"read_gbps_all", read_gbps_all}, {"fma_gflops_1t", fma_gflops_1t},
-            {"fma_gflops_all", fma_gflops_all}, {"threads_all", threads_all}, {"arch", arch}};
+    return {{"read_gbps_1t", read_gbps_1t},     {"read_gbps_all", read_gbps_all}, {"fma_gflops_1t", fma_gflops_1t},
+            {"fma_gflops_all", fma_gflops_all}, {"int8_gops_1t", int8_gops_1t},   {"int8_gops_all", int8_gops_all},
+            {"int8_instruction", int8_instruction}, {"threads_all", threads_all}, {"arch", arch}};
   }
 
   /// Quick in-process measurement (about a second; a few milliseconds, and
@@ -296,6 +417,9 @@ struct roofline {
     r.read_gbps_all = measure_read_gbps(r.threads_all, bytes, 3);
     r.fma_gflops_1t = measure_fma_gflops(1, iterations, 3);
     r.fma_gflops_all = measure_fma_gflops(r.threads_all, iterations, 3);
+    r.int8_gops_1t = measure_int8_gops(1, iterations, 3);
+    r.int8_gops_all = measure_int8_gops(r.threads_all, iterations, 3);
+    r.int8_instruction = detail::int8_instruction();
     r.arch = llmkit::simd::arch_name<llmkit::simd::default_arch>();
     r.source = smoke() ? "measured in-process (smoke: meaningless)" : "measured in-process (quick)";
     return r;
@@ -324,6 +448,9 @@ struct roofline {
       out.read_gbps_all = j.at("read_gbps_all").get<double>();
       out.fma_gflops_1t = j.at("fma_gflops_1t").get<double>();
       out.fma_gflops_all = j.at("fma_gflops_all").get<double>();
+      out.int8_gops_1t = j.value("int8_gops_1t", 0.0);
+      out.int8_gops_all = j.value("int8_gops_all", 0.0);
+      out.int8_instruction = j.value("int8_instruction", std::string());
       out.threads_all = j.value("threads_all", 1u);
       out.arch = j.value("arch", std::string("?"));
       out.source = path + age_note(path);
