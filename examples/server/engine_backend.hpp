@@ -9,6 +9,7 @@
 /// a program that includes this header compiles none of them.
 
 #include <llmkit/core/dtype.hpp>
+#include <llmkit/model/llama.hpp>
 
 #include <array>
 #include <cstddef>
@@ -54,6 +55,8 @@ struct engine_backend_options {
   /// Special-token texts in prompts and message contents become control
   /// tokens (`--parse-special`; trusted callers only). Default: they stay text.
   bool parse_special = false;
+  /// How the model is loaded (activations, weights in place, mlock).
+  llmkit::model::llama_options model{};
 };
 
 /// The engine backend on a `kv::prefix_cache<T, 16>`; defined for float,

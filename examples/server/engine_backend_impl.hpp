@@ -32,7 +32,7 @@ class engine_backend final : public gguf_backend {
   explicit engine_backend(const engine_backend_options& o)
       : gguf_backend(o.model_path, o.chat_template,
                      o.parse_special ? user_special_tokens::parsed : user_special_tokens::text),
-        model_(file_),
+        model_(file_, o.model),
         pool_(std::max<std::size_t>(o.threads, 1)),
         info_(describe(o.model_path, o.n_ctx, model_.config())),
         cache_(model_.kv_shape(),

@@ -267,6 +267,21 @@ TEST_CASE("completions on each KV element type: --kv-type f32, f16, bf16, int8")
   CHECK_THAT(texts["int8"], Catch::StartsWith(", there was a little girl named Lily."));
 }
 
+TEST_CASE("model loading options: --activations f32, --no-mmap and --mlock serve the same story") {
+  const json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0}};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--activations", "f32"}, {"--no-mmap"}, {"--mlock"}, {"--backend", "serial", "--no-mmap"}}) {
+    INFO(args[0]);
+    server_process s(args);
+    auto r = post(s, "/v1/completions", greedy.dump());
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    CHECK_THAT(json::parse(r->body).at("choices")[0].at("text").get<std::string>(),
+               Catch::StartsWith(", there was a little girl named Lily."));
+    CHECK(s.stop() == 0);
+  }
+}
+
 TEST_CASE("32 concurrent streams all finish") {
   server_process s({"--chat-template", "zephyr"});
   std::vector<std::future<httplib::Result>> streams;

@@ -44,6 +44,8 @@ struct serial_backend_options {
   /// Special-token texts in prompts and message contents become control
   /// tokens (`--parse-special`; trusted callers only). Default: they stay text.
   bool parse_special = false;
+  /// How the model is loaded (activations, weights in place, mlock).
+  llmkit::model::llama_options model{};
 };
 
 /// See the file comment.
@@ -53,7 +55,7 @@ class serial_backend final : public gguf_backend {
       : gguf_backend(o.model_path, o.chat_template,
                      o.parse_special ? user_special_tokens::parsed : user_special_tokens::text),
         options_(o),
-        model_(file_),
+        model_(file_, o.model),
         pool_(std::max<std::size_t>(o.threads, 1)),
         info_(describe(o.model_path, o.n_ctx, model_.config())) {
     worker_ = std::thread([this] { loop(); });

@@ -4,7 +4,7 @@
 //   llmkit-server [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--ctx N]
 //                 [--max-batch N] [--max-queue N] [--api-key KEY] [--chat-template NAME]
 //                 [--backend engine|serial] [--kv-blocks N] [--kv-type f32|f16|bf16|int8]
-//                 [--max-body-bytes N] [--drain-seconds S]
+//                 [--activations q8_0|f32] [--no-mmap] [--mlock] [--max-body-bytes N] [--drain-seconds S]
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (streamed as SSE
 // with "stream": true), GET /v1/models, POST /tokenize, POST /detokenize,
@@ -382,6 +382,15 @@ int main(int argc, char** argv) {
       .one_of(llmkit::model::chat_template::names);
   cli.add_flag("--parse-special", bo.parse_special,
                "special-token texts in prompts and message contents become control tokens (trusted callers only)");
+  std::string activations_name = "q8_0";
+  cli.add_option("--activations", activations_name,
+                 "what quantised matrices multiply: q8_0 (int8-quantised activations, the faster integer product) or "
+                 "f32 (exact)")
+      .one_of({"q8_0", "f32"});
+  bool no_mmap = false;
+  cli.add_flag("--no-mmap", no_mmap, "copy every weight into memory instead of reading the file's mapping in place");
+  cli.add_flag("--mlock", bo.model.lock_weights,
+               "lock the weights read in place in memory, so they are never paged out (needs ulimit -l)");
   cli.add_option("--max-body-bytes", max_body, "largest request body; larger ones get 413")
       .count_at_least(1, "every request would get 413");
   cli.add_option("--drain-seconds", drain_seconds,
@@ -411,6 +420,9 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   try {
     bo.max_queue = max_queue;
+    bo.model.activations =
+        activations_name == "f32" ? llmkit::model::activation_type::f32 : llmkit::model::activation_type::q8_0;
+    bo.model.weights_in_place = !no_mmap;
     // The file's size stands in for the weights one decode step reads.
     if (threads == 0) threads = llmkit_examples::default_threads(std::filesystem::file_size(bo.model_path));
     bo.threads = threads;
@@ -426,7 +438,8 @@ int main(int argc, char** argv) {
                                        .kv_blocks = kv_blocks,
                                        .kv = *kv_type_of(kv_type_name),
                                        .chat_template = bo.chat_template,
-                                       .parse_special = bo.parse_special});
+                                       .parse_special = bo.parse_special,
+                                       .model = bo.model});
     }
     backend& model = *model_ptr;
     server_state s{model};
