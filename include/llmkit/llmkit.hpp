@@ -71,3 +71,5 @@
 
 #include "llmkit/eval/logit_base.hpp"
 #include "llmkit/eval/perplexity.hpp"
+
+#include "llmkit/moe/router.hpp"
