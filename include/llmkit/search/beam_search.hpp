@@ -298,7 +298,7 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const token_id> pr
   matrix_view<const float> logits;
   std::vector<float> processed;                   // [n_live, vocab] (with a chain)
   std::vector<double> lse;                        // [n_live] log-sum-exp of each row
-  std::vector<token_id> history;              // prompt + a beam's tokens, or a candidate's tokens
+  std::vector<token_id> history;                  // prompt + a beam's tokens (for the chain)
   std::vector<beam_hypothesis> finished;
   std::vector<std::size_t> n_children;
   std::vector<unsigned char> taken;

@@ -47,7 +47,9 @@
 /// thread (intake.hpp), the requests the step thread holds and the samples
 /// waiting to be forked (live_set.hpp), the staging area of prefilled
 /// requests (staging.hpp), the parts of a step from plan to sampled tokens
-/// (step.hpp), and the events streamed to callbacks (output.hpp).
+/// (step.hpp), the events streamed to callbacks (output.hpp), and
+/// beam-search requests, whose beams run as rows of the batch and fork
+/// copy-on-write (beams.hpp, beam_group.hpp).
 
 #include <algorithm>
 #include <chrono>
