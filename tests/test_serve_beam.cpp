@@ -224,10 +224,13 @@ TEST_CASE("engine beam search: a pool too small for every request's beams waits 
                         .stop = {.max_new_tokens = 17}, .on_event = rec.sink()})
                 .accepted());
   eng.run_until_idle();
+  std::size_t beams_preempted = 0;
   for (std::size_t k = 0; k < cases.size(); ++k) {
     INFO("case " << k);
     require_same(rec, handles[k], cases[k], want[k]);
+    beams_preempted += rec.by_handle.at(handles[k]).finish.usage.n_preemptions;
   }
+  REQUIRE(beams_preempted > 0);  // whole groups were preempted and recomputed
   REQUIRE(n_preempted > 0);
   REQUIRE(eng.stats().n_preemptions == n_preempted);
   REQUIRE(cache.n_sequences() == 0);
@@ -414,6 +417,9 @@ TEST_CASE("engine beam search: equals search::beam_search on stories260K, mixed 
     }
     const auto st = eng.stats();
     if (u.reuse == serve::prefix_reuse::enabled) REQUIRE(st.n_prompt_tokens_reused > 0);
+    std::size_t beams_preempted = 0;
+    for (const request_id h : handles) beams_preempted += rec.by_handle.at(h).finish.usage.n_preemptions;
+    if (u.n_blocks == 14) REQUIRE(beams_preempted > 0);
     if (u.n_blocks == 14) REQUIRE(n_preempted > 0);
     REQUIRE(st.kv_blocks_used == 0);
     REQUIRE(cache.n_sequences() == 0);
