@@ -184,6 +184,40 @@ TEST_CASE("submit_forked: a forked sample runs on its shared prefix when blocks 
   REQUIRE(sc.output(7).size() == 2);
 }
 
+TEST_CASE("a request of width 3 counts 3 x the blocks of its context, is preempted whole, must fit the pool") {
+  const engine_limits limits{.max_context = 32, .block_size = 4, .n_blocks = 12};
+  scheduler s(limits, policy{.max_batch_seqs = 8, .max_step_tokens = 32});
+  s.submit(make_request(2, 8, 16));       // up to 23 tokens: 6 blocks
+  request beams = make_request(1, 6, 6);  // up to 11 tokens: 3 blocks per sequence
+  beams.width = 3;
+  s.submit(beams);
+  const step_plan& first = s.next_step();
+  REQUIRE(first.items.size() == 2);
+  REQUIRE(first.items[1] == step_item{1, 0, 6, true, true});  // one prefill item for the group
+  REQUIRE(s.complete_step(std::vector<token_id>{5, 5}).empty());
+  REQUIRE(s.state().running.back().n_blocks == 6);  // 3 x blocks_for(6)
+  REQUIRE(s.state().n_free_blocks == 4);
+  REQUIRE(check_state(s.state()).empty());
+  std::size_t preempted = 0;
+  while (!s.idle()) {
+    const step_plan& plan = s.next_step();
+    for (const block_move& m : plan.preempted) {
+      REQUIRE(m.id == 1);  // the newer request goes
+      REQUIRE(m.n_blocks % 3 == 0);  // every beam's blocks at once
+      ++preempted;
+    }
+    REQUIRE(plan.n_samples() <= 2);
+    s.complete_step(std::vector<token_id>(static_cast<std::size_t>(plan.n_samples()), 5));
+    REQUIRE(check_state(s.state()).empty());
+    for (const seq_record& r : s.state().running)
+      if (r.id == 1) REQUIRE(r.n_blocks == 3 * blocks_for(r.n_cached, 4));
+  }
+  REQUIRE(preempted > 0);
+  request wide = make_request(3, 20, 10);  // 5 x 8 blocks > 12
+  wide.width = 5;
+  REQUIRE_THROWS_WITH(s.submit(wide), Catch::Contains("width 5 x 29 tokens needs 40 blocks, the pool holds 12"));
+}
+
 TEST_CASE("request-level batching: nobody joins a batch in flight, finished slots idle, padded prefill") {
   sched_state s = make_state({.max_context = 16, .block_size = 4, .n_blocks = 16});
   const policy p{.mode = batching::request_level, .max_batch_seqs = 2, .max_step_tokens = 16};

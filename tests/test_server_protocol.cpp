@@ -288,6 +288,32 @@ TEST_CASE("completions: unsupported options are refused by name") {
   CHECK(ok_completion({{"echo", false}, {"best_of", 1}}).n == 1);
 }
 
+TEST_CASE("use_beam_search: best_of beams, n of them returned, length_penalty, never streamed, no sampling field") {
+  const auto r = ok_completion({{"use_beam_search", true}, {"best_of", 4}, {"n", 2}, {"length_penalty", 0.5}});
+  REQUIRE(r.beam.has_value());
+  CHECK(r.beam->width == 4);
+  CHECK(r.beam->length_penalty == 0.5f);
+  CHECK(r.n == 2);
+  CHECK(ok_completion({{"use_beam_search", true}, {"n", 3}}).beam->width == 3);  // best_of defaults to n
+  CHECK(ok_completion({{"use_beam_search", true}, {"temperature", 0}}).beam->length_penalty == 1.0f);
+  CHECK_FALSE(ok_completion({{"use_beam_search", false}}).beam.has_value());
+  CHECK(ok(api_kind::chat_completions, [] {
+          json b = chat_body();
+          b.update({{"use_beam_search", true}, {"best_of", 2}});
+          return b;
+        }()).beam->width == 2);
+  check_names(completion_error({{"use_beam_search", true}, {"best_of", 2}, {"n", 3}}), "best_of", "at least 'n' = 3");
+  check_names(completion_error({{"use_beam_search", true}, {"stream", true}}), "stream", "cannot be streamed");
+  check_names(completion_error({{"use_beam_search", true}, {"temperature", 0.7}}), "temperature", "0.7");
+  check_names(completion_error({{"use_beam_search", true}, {"top_p", 0.9}}), "top_p", "sampling parameter");
+  check_names(completion_error({{"use_beam_search", true}, {"logit_bias", {{"5", 1}}}}), "logit_bias", "sampling");
+  check_names(completion_error({{"use_beam_search", true}, {"logprobs", 1}}), "logprobs", "not supported");
+  check_names(completion_error({{"use_beam_search", true}, {"stop", "x"}}), "stop", "not supported");
+  check_names(completion_error({{"use_beam_search", true}, {"length_penalty", 11}}), "length_penalty", "11");
+  check_names(completion_error({{"length_penalty", 1.0}}), "length_penalty", "use_beam_search");
+  check_names(completion_error({{"use_beam_search", "yes"}}), "use_beam_search", "yes");
+}
+
 namespace {
 
 // `n` arrays or objects nested around `inner`: "[[1]]" or "{"a":{"a":1}}".

@@ -116,10 +116,19 @@ struct prepared_request {
   std::size_t n_prompt = 0;
 };
 
+/// The engine's beam search for a parsed request's `beam` (nullopt: sampling).
+inline std::optional<serve::beam_options> beam_of(const generation_request& r) {
+  if (!r.beam) return std::nullopt;
+  // Never stop before the budget while a beam can still win: vLLM's default (early_stopping=False).
+  return serve::beam_options{.width = r.beam->width,
+                             .length_penalty = r.beam->length_penalty,
+                             .stopping = llmkit::search::early_stopping::when_no_better};
+}
+
 /// Turns a parsed request into the backend's: the prompt tokenized (a chat
 /// through the model's template, its end-of-turn token added to the EOS
 /// set), the completion budget checked against the context, the sampling
-/// chain and the stop rules. A 400 when the model has no chat template, the
+/// chain (or the beam search) and the stop rules. A 400 when the model has no chat template, the
 /// template refuses the conversation, or the prompt and budget do not fit.
 inline std::variant<prepared_request, api_error> prepare_request(const generation_request& r, const backend& model,
                                                                  std::uint64_t seed) {
@@ -148,11 +157,12 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   if (const auto* e = std::get_if<api_error>(&budget)) return *e;
   const std::size_t n_prompt = prompt.size();
   return prepared_request{.request = {.prompt = std::move(prompt),
-                                      .sampling = chain_config(r.sampling),
+                                      .sampling = r.beam ? std::string("greedy") : chain_config(r.sampling),
                                       .seed = seed,
                                       .stop = stop_rules(r, std::get<std::size_t>(budget), std::move(eos)),
                                       .top_logprobs = r.logprobs.value_or(0),
                                       .n = r.n,
+                                      .beam = beam_of(r),
                                       .on_event = {}},
                           .n_prompt = n_prompt};
 }

@@ -342,6 +342,39 @@ void parse_unsupported(const json& body, api_kind kind) {
   }
 }
 
+// `use_beam_search: true` (vLLM's shape): `best_of` beams (default n, at
+// least n), `length_penalty`; never streamed, and no field that only
+// sampling reads (beam search scores the model's own log-probabilities).
+void parse_beam(const json& body, generation_request& r, std::optional<std::int64_t> best_of) {
+  beam_params b{.width = best_of ? static_cast<std::size_t>(*best_of) : r.n};
+  if (b.width < r.n)
+    reject("best_of", "'best_of' (the beam width) must be at least 'n' = " + std::to_string(r.n) + ", got " +
+                          std::to_string(b.width));
+  if (const auto v = number_field(body, "length_penalty", -10, bound::closed, 10, bound::closed)) b.length_penalty = *v;
+  if (r.stream)
+    reject("stream", "beam search cannot be streamed: its hypotheses are known only when the search ends; send "
+                     "'stream': false");
+  const sampling_params& p = r.sampling;
+  const sampling_params neutral{};
+  auto sampling_only = [](const char* name) {
+    reject(name, std::string("'") + name + "' is a sampling parameter; 'use_beam_search' takes none");
+  };
+  if (const json* t = field(body, "temperature"); t != nullptr && p.temperature != 0.0f)
+    reject("temperature", "'temperature' must be 0 or absent with 'use_beam_search', got " + quote(*t));
+  if (p.top_p != neutral.top_p) sampling_only("top_p");
+  if (p.top_k != neutral.top_k) sampling_only("top_k");
+  if (p.min_p != neutral.min_p) sampling_only("min_p");
+  if (p.typical_p != neutral.typical_p) sampling_only("typical_p");
+  if (p.repetition_penalty != neutral.repetition_penalty) sampling_only("repetition_penalty");
+  if (p.frequency_penalty != neutral.frequency_penalty) sampling_only("frequency_penalty");
+  if (p.presence_penalty != neutral.presence_penalty) sampling_only("presence_penalty");
+  if (!p.logit_bias.empty()) sampling_only("logit_bias");
+  if (r.logprobs) reject("logprobs", "'logprobs' is not supported with 'use_beam_search'");
+  if (!r.stop.empty())
+    reject("stop", "'stop' strings are not supported with 'use_beam_search' (hypotheses end on the model's EOS)");
+  r.beam = b;
+}
+
 // Where a body nests deeper than allowed: the byte offset, and the
 // top-level field it happens in (empty when outside any).
 struct too_deep {
@@ -449,9 +482,13 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
   parse_stop(body, r, limits);
   if (const auto n = integer_field(body, "n", 1, static_cast<std::int64_t>(limits.max_n)))
     r.n = static_cast<std::size_t>(*n);
-  if (const auto best_of = integer_field(body, "best_of", 1, static_cast<std::int64_t>(limits.max_n));
-      kind == api_kind::completions && best_of && static_cast<std::size_t>(*best_of) != r.n)
-    reject("best_of", "'best_of' different from 'n' is not supported, got " + std::to_string(*best_of));
+  const auto best_of = integer_field(body, "best_of", 1, static_cast<std::int64_t>(limits.max_n));
+  const bool beam = bool_field(body, "use_beam_search").value_or(false);
+  if (!beam && kind == api_kind::completions && best_of && static_cast<std::size_t>(*best_of) != r.n)
+    reject("best_of", "'best_of' different from 'n' is not supported without 'use_beam_search', got " +
+                          std::to_string(*best_of));
+  if (!beam && field(body, "length_penalty") != nullptr)
+    reject("length_penalty", "'length_penalty' needs 'use_beam_search': true");
   if (const auto s = bool_field(body, "stream")) r.stream = *s;
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
@@ -467,6 +504,7 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
     if (top && !want) reject("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (want) r.logprobs = top ? static_cast<std::size_t>(*top) : 0;
   }
+  if (beam) parse_beam(body, r, best_of);
   return r;
 }
 

@@ -136,6 +136,13 @@ struct sampling_params {
   std::optional<std::uint64_t> seed{};  ///< absent: the server picks one
 };
 
+/// vLLM's beam search: `use_beam_search: true`, `best_of` beams (default
+/// `n`; the `n` best hypotheses are returned), `length_penalty`.
+struct beam_params {
+  std::size_t width = 1;        ///< `best_of`: n..max_n
+  float length_penalty = 1.0f;  ///< [-10, 10]: a hypothesis of k tokens scores logprob / k^length_penalty
+};
+
 /// A parsed, range-checked request of either API.
 struct generation_request {
   api_kind kind = api_kind::completions;
@@ -158,6 +165,9 @@ struct generation_request {
   /// Completions `logprobs: k`; chat `logprobs: true` with `top_logprobs: k`.
   std::optional<std::size_t> logprobs{};
   std::string model{};  ///< echoed back; not checked
+  /// Beam search instead of sampling. Not streamed (a 400), and without
+  /// sampling parameters (temperature 0 or absent), logprobs or stop strings.
+  std::optional<beam_params> beam{};
 };
 
 /// A request or the error that answers it.

@@ -78,6 +78,9 @@ class serial_backend final : public gguf_backend {
     serve::submit_result out;
     if (r.prompt.empty() || r.prompt.size() + r.stop.max_new_tokens > info_.n_ctx)
       out = {.status = submit_status::invalid, .message = "the prompt and max_new_tokens must fit the context"};
+    if (r.beam)
+      out = {.status = submit_status::invalid,
+             .message = "beam search ('use_beam_search') needs the engine backend (--backend engine)"};
     for (const token_id t : r.prompt)
       if (out.accepted() && (t < 0 || static_cast<std::size_t>(t) >= info_.n_vocab))
         out = {.status = submit_status::invalid,

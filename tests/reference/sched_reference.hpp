@@ -33,7 +33,7 @@ inline std::string check_state(const sched_state& s) {
       if (!s.seen_ids.contains(r.id)) return "live request never submitted";
       if (r.n_cached < 0 || r.n_cached > r.context()) return std::string(name) + ": n_cached out of range";
       if (r.n_generated < 0 || r.n_generated >= r.max_new_tokens) return std::string(name) + ": n_generated out of range";
-      if (r.n_blocks < blocks_for(r.n_cached, s.limits.block_size)) return std::string(name) + ": too few blocks";
+      if (r.n_blocks < r.width * blocks_for(r.n_cached, s.limits.block_size)) return std::string(name) + ": too few blocks";
       if (!device && !swapped && (r.n_blocks != 0 || r.n_cached != 0)) return "waiting request holds KV";
       if (device) dev += r.n_blocks;
       if (swapped) swp += r.n_blocks;

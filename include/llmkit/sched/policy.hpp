@@ -230,7 +230,7 @@ inline step_plan plan_request_level(const sched_state& s, const policy& p) {
   plan.layout = prefill_layout::padded;
   if (!s.running.empty()) {  // the batch in flight decodes; nobody joins
     for (const seq_record& r : s.running) {
-      LLMKIT_ASSERT(r.pending() == 1 && blocks_for(r.n_cached + 1, s.limits.block_size) <= r.n_blocks);
+      LLMKIT_ASSERT(r.pending() == 1 && r.blocks(r.n_cached + 1, s.limits.block_size) <= r.n_blocks);
       plan.items.push_back({.id = r.id, .first_pos = r.n_cached, .n_tokens = 1, .samples = true, .is_prefill = false});
     }
     plan.n_idle_slots = std::max<std::int64_t>(0, s.static_batch_size - static_cast<std::int64_t>(s.running.size()));
@@ -240,7 +240,7 @@ inline step_plan plan_request_level(const sched_state& s, const policy& p) {
   for (std::size_t i : admission_order(s.waiting, p.length_window)) {
     const seq_record& r = s.waiting[i];
     const std::int64_t l = std::max(longest, r.pending());
-    const std::int64_t reserve = blocks_for(r.max_cached(), s.limits.block_size);
+    const std::int64_t reserve = r.blocks(r.max_cached(), s.limits.block_size);
     if (n == p.max_batch_seqs || (n + 1) * l > p.max_step_tokens || reserve > free) break;
     longest = l;
     ++n;
@@ -289,7 +289,7 @@ inline step_plan plan_continuous(const sched_state& s, const policy& p) {
       if (n_seqs == p.max_batch_seqs) break;
       const std::int64_t n = piece(r);
       if (n == 0) continue;
-      const std::int64_t need = blocks_for(r.n_cached + n, bs) - r.n_blocks;
+      const std::int64_t need = r.blocks(r.n_cached + n, bs) - r.n_blocks;
       while (need > free) {  // preempt the lowest-priority unscheduled request, possibly r itself
         std::size_t v = n_run;
         while (v-- > 0)
@@ -324,7 +324,7 @@ inline step_plan plan_continuous(const sched_state& s, const policy& p) {
         break;
       }
       const std::int64_t n = piece(r);
-      const std::int64_t need = r.n_blocks + blocks_for(r.n_cached + n, bs) - r.n_blocks;
+      const std::int64_t need = r.n_blocks + r.blocks(r.n_cached + n, bs) - r.n_blocks;
       if (n == 0 || need > free) {
         blocked = true;
         break;
@@ -339,7 +339,7 @@ inline step_plan plan_continuous(const sched_state& s, const policy& p) {
         const seq_record& r = s.waiting[i];
         if (n_running == p.max_batch_seqs) break;
         const std::int64_t n = piece(r);
-        const std::int64_t need = blocks_for(r.n_cached + n, bs);
+        const std::int64_t need = r.blocks(r.n_cached + n, bs);
         if (n == 0 || need > free) break;
         free -= need;
         plan.admitted.push_back({r.id, 0});

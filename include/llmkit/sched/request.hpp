@@ -34,6 +34,9 @@ struct request {
   stop_criteria stop{};
   /// Arrival time in seconds (any epoch); used for FCFS order and latency.
   double arrival_s = 0.0;
+  /// KV sequences it runs as (`seq_record::width`): the beam width of a
+  /// beam-search request, 1 otherwise. Only `scheduler::submit` reads it.
+  std::int64_t width = 1;
 };
 
 /// Raises `llmkit::error` naming the field when `r` cannot be served by an

@@ -60,7 +60,7 @@ class scheduler {
     LLMKIT_CHECK(!state_.seen_ids.contains(r.id), "submit: duplicate request id ", r.id);
     validate_request(r, state_.limits.max_context);
     sched::submit(state_, r.id, static_cast<std::int64_t>(r.prompt.size()), static_cast<std::int64_t>(r.stop.max_new_tokens),
-                  r.arrival_s);
+                  r.arrival_s, r.width);
     const request_id id = r.id;
     live_.emplace(id, entry{std::move(r), {}});
   }

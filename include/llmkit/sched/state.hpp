@@ -61,6 +61,10 @@ struct seq_record {
   double arrival_s = 0.0;
   /// Times this request was preempted (recompute or swap).
   std::int64_t n_preemptions = 0;
+  /// KV sequences the request runs as: a beam-search group of width B
+  /// holds B sequences of its context, so every block count is B times
+  /// that of one sequence (an upper bound: forks share blocks).
+  std::int64_t width = 1;
 
   /// Prompt plus generated tokens.
   constexpr std::int64_t context() const noexcept { return n_prompt + n_generated; }
@@ -69,6 +73,10 @@ struct seq_record {
   /// Most tokens this request ever caches: the last sampled token is never
   /// computed.
   constexpr std::int64_t max_cached() const noexcept { return n_prompt + max_new_tokens - 1; }
+  /// Blocks for `n_tokens` tokens in each of the request's `width` sequences.
+  constexpr std::int64_t blocks(std::int64_t n_tokens, std::int64_t block_size) const noexcept {
+    return width * blocks_for(n_tokens, block_size);
+  }
 };
 
 /// The scheduler state. Plain data: copy it to explore "what if".
@@ -133,11 +141,19 @@ inline void check_new_request(const sched_state& s, const char* who, request_id 
 /// queue. Raises `llmkit::error` (and changes nothing) for a duplicate id,
 /// an empty prompt, `max_new_tokens < 1`, or prompt + max_new_tokens above
 /// `limits.max_context`.
+/// `width` > 1: a beam-search group of that many sequences (see
+/// `seq_record::width`), which must fit the pool at its longest.
 inline void submit(sched_state& s, request_id id, std::int64_t n_prompt, std::int64_t max_new_tokens,
-                   double arrival_s = 0.0) {
+                   double arrival_s = 0.0, std::int64_t width = 1) {
   detail::check_new_request(s, "submit", id, n_prompt, max_new_tokens, std::nullopt);
+  const seq_record r{.id = id, .n_prompt = n_prompt, .max_new_tokens = max_new_tokens, .arrival_s = arrival_s,
+                     .width = width};
+  LLMKIT_CHECK(width >= 1, "submit: request ", id, ": width must be >= 1, got ", width);
+  LLMKIT_CHECK(r.blocks(r.max_cached(), s.limits.block_size) <= s.limits.n_blocks, "submit: request ", id,
+               ": width ", width, " x ", r.max_cached(), " tokens needs ", r.blocks(r.max_cached(), s.limits.block_size),
+               " blocks, the pool holds ", s.limits.n_blocks);
   s.seen_ids.insert(id);
-  s.waiting.push_back(seq_record{.id = id, .n_prompt = n_prompt, .max_new_tokens = max_new_tokens, .arrival_s = arrival_s});
+  s.waiting.push_back(r);
 }
 
 /// Hands a request prefilled elsewhere (prefill/decode disaggregation) to
@@ -300,7 +316,7 @@ inline std::vector<seq_record> commit_step(sched_state& s, const step_plan& plan
     if (r == nullptr) continue;  // cancelled after planning
     LLMKIT_ASSERT(it.first_pos == r->n_cached && it.n_tokens >= 1 && r->n_cached + it.n_tokens <= r->context());
     r->n_cached += it.n_tokens;
-    const std::int64_t need = blocks_for(r->n_cached, bs) - r->n_blocks;
+    const std::int64_t need = r->blocks(r->n_cached, bs) - r->n_blocks;
     if (need > 0) {
       s.n_free_blocks -= need;
       r->n_blocks += need;

@@ -47,27 +47,10 @@
 #include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/context.hpp"
 #include "llmkit/search/detail/row_select.hpp"
+#include "llmkit/search/early_stopping.hpp"
 #include "llmkit/search/sequence_cache.hpp"
 
 namespace llmkit::search {
-
-/// When beam search stops before the token budget.
-enum class early_stopping : std::uint8_t {
-  when_n_done,     ///< as soon as beam_width hypotheses are finished (Hugging Face early_stopping=True)
-  when_no_better,  ///< when beam_width are finished and no live beam can beat the worst of them, whatever
-                   ///< its future tokens (an exact bound: log-probabilities only decrease)
-  never,           ///< only at the token budget or when no live beam is left
-};
-
-/// Printable name ("when_n_done", "when_no_better", "never").
-constexpr std::string_view early_stopping_name(early_stopping e) noexcept {
-  switch (e) {
-    case early_stopping::when_n_done: return "when_n_done";
-    case early_stopping::when_no_better: return "when_no_better";
-    case early_stopping::never: return "never";
-  }
-  return "?";
-}
 
 /// Options of `beam_search`.
 struct beam_options {
@@ -175,6 +158,86 @@ inline double length_normalised(double logprob, std::size_t n, double alpha) {
   return alpha == 0.0 ? logprob : logprob / std::pow(static_cast<double>(n), alpha);
 }
 
+/// A child chosen by `expand_beams`: its parent (index of a live beam), its
+/// token, and the child's summed log-probability.
+struct beam_pick {
+  std::size_t parent;
+  token_id token;
+  double logprob;
+};
+
+/// What `expand_beams` reuses from step to step.
+struct expansion_buffers {
+  std::vector<row_entry> top;  // one beam's best tokens
+  std::vector<beam_candidate> cands;
+  std::vector<token_id> history;  // a candidate's generated tokens
+};
+
+/// One expansion of `n_live` beams (see the file comment): `row_of(i)` is
+/// beam i's `[vocab]` processed logits and `lse[i]` their log-sum-exp,
+/// `logprob_of(i)` its summed log-probability, `tokens_of(i)` its generated
+/// tokens. Fills `next` with at most `B` children, best first, and
+/// `finished` with the candidates among the first B that end their
+/// sequence (an EOS token or a stop sequence of `stop`), scored
+/// `logprob / n^alpha`. The stand-alone search and the serving engine both
+/// expand with this function, so that they agree bit for bit.
+template <class RowOf, class LogprobOf, class TokensOf>
+void expand_beams(std::size_t n_live, std::size_t vocab, std::size_t B, const stop_criteria& stop, double alpha,
+                  RowOf&& row_of, std::span<const double> lse, LogprobOf&& logprob_of, TokensOf&& tokens_of,
+                  expansion_buffers& buf, std::vector<beam_pick>& next, std::vector<beam_hypothesis>& finished) {
+  // Whether a beam's tokens followed by `token` end the sequence by EOS or a stop sequence.
+  auto ends_sequence = [&](std::size_t parent, token_id token) -> std::optional<finish_reason> {
+    if (stop.is_eos(token)) return finish_reason::eos;
+    if (stop.stop_sequences.empty()) return std::nullopt;
+    const std::span<const token_id> tokens = tokens_of(parent);
+    buf.history.assign(tokens.begin(), tokens.end());
+    buf.history.push_back(token);
+    const auto why = stop.check(buf.history);
+    if (why && *why != finish_reason::max_tokens) return why;
+    return std::nullopt;
+  };
+  // Each beam's best `per_beam` tokens hold the global best 2B; widen to the whole
+  // vocabulary in the rare case that more than B of those end their sequence.
+  for (std::size_t per_beam = std::min(vocab, 2 * B);; per_beam = vocab) {
+    buf.cands.clear();
+    for (std::size_t i = 0; i < n_live; ++i) {
+      top_entries(row_of(i), per_beam, buf.top);
+      const double lp = logprob_of(i);
+      for (const row_entry& e : buf.top) buf.cands.push_back({lp + (static_cast<double>(e.value) - lse[i]), i, e.index});
+    }
+    std::sort(buf.cands.begin(), buf.cands.end(), better);
+    next.clear();
+    finished.clear();
+    for (std::size_t rank = 0; rank < buf.cands.size() && next.size() < B; ++rank) {
+      const beam_candidate& c = buf.cands[rank];
+      if (const auto why = ends_sequence(c.beam, c.token)) {
+        if (rank < B) {
+          const std::span<const token_id> parent = tokens_of(c.beam);
+          std::vector<token_id> tokens(parent.begin(), parent.end());
+          tokens.push_back(c.token);
+          const std::size_t len = tokens.size();
+          finished.push_back({std::move(tokens), c.score, length_normalised(c.score, len, alpha), *why});
+        }
+        continue;
+      }
+      next.push_back({c.beam, c.token, c.score});
+    }
+    if (next.size() == B || per_beam == vocab) break;
+  }
+}
+
+/// Whether `mode` ends the search after a step that kept `done` and left
+/// live beams of `n_generated` tokens, the best of summed log-probability
+/// `best_logprob` (`max_new`: the token budget).
+inline bool stops_early(early_stopping mode, const hypothesis_set& done, double best_logprob, std::size_t n_generated,
+                        std::size_t max_new, double alpha) {
+  if (!done.full() || mode == early_stopping::never) return false;
+  if (mode == early_stopping::when_n_done) return true;
+  // logprob / n^alpha grows with the log-probability: the best beam bounds them all.
+  const std::size_t n = alpha > 0.0 ? max_new : n_generated + 1;
+  return length_normalised(best_logprob, n, alpha) <= done.worst();
+}
+
 /// Frees every listed sequence that is still live (exception safety).
 template <class Cache>
 struct beam_sequences {
@@ -235,9 +298,7 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const token_id> pr
   matrix_view<const float> logits;
   std::vector<float> processed;                   // [n_live, vocab] (with a chain)
   std::vector<double> lse;                        // [n_live] log-sum-exp of each row
-  std::vector<detail::row_entry> top;             // one beam's best tokens
-  std::vector<token_id> history;              // prompt + a beam's tokens, or a candidate's tokens
-  std::vector<detail::beam_candidate> cands;
+  std::vector<token_id> history;                  // prompt + a beam's tokens (for the chain)
   std::vector<beam_hypothesis> finished;
   std::vector<std::size_t> n_children;
   std::vector<unsigned char> taken;
@@ -319,55 +380,23 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const token_id> pr
   };
   run_forward();
 
-  // Whether a beam's tokens followed by `token` end the sequence by EOS or a stop sequence.
-  auto ends_sequence = [&](const beam& parent, token_id token) -> std::optional<finish_reason> {
-    if (options.stop.is_eos(token)) return finish_reason::eos;
-    if (options.stop.stop_sequences.empty()) return std::nullopt;
-    history.assign(parent.tokens.begin(), parent.tokens.end());
-    history.push_back(token);
-    const auto why = options.stop.check(history);
-    if (why && *why != finish_reason::max_tokens) return why;
-    return std::nullopt;
-  };
-
+  detail::expansion_buffers expansion;
+  std::vector<detail::beam_pick> picks;
   for (;;) {
-    // Candidates: each beam's best `per_beam` tokens hold the global best 2B; widen to the whole
-    // vocabulary in the rare case that more than B of those end their sequence.
-    std::size_t n_next = 0;
-    for (std::size_t per_beam = std::min(vocab, 2 * B);; per_beam = vocab) {
-      cands.clear();
-      for (std::size_t i = 0; i < live.size(); ++i) {
-        detail::top_entries(row_of(i), per_beam, top);
-        for (const detail::row_entry& e : top)
-          cands.push_back({live[i].logprob + (static_cast<double>(e.value) - lse[i]), i, e.index});
-      }
-      std::sort(cands.begin(), cands.end(), detail::better);
-      n_next = 0;
-      finished.clear();
-      for (std::size_t rank = 0; rank < cands.size() && n_next < B; ++rank) {
-        const detail::beam_candidate& c = cands[rank];
-        const beam& parent = live[c.beam];
-        if (const auto why = ends_sequence(parent, c.token)) {
-          if (rank < B) {
-            std::vector<token_id> tokens(parent.tokens);
-            tokens.push_back(c.token);
-            const std::size_t len = tokens.size();
-            finished.push_back({std::move(tokens), c.score, detail::length_normalised(c.score, len, alpha), *why});
-          }
-          continue;
-        }
-        // `node` holds the parent's index until the KV step below; token vectors are reused across steps.
-        if (next.size() <= n_next) next.emplace_back();
-        beam& child = next[n_next++];
-        child.seq = parent.seq;
-        child.node = static_cast<std::ptrdiff_t>(c.beam);
-        child.logprob = c.score;
-        child.tokens.assign(parent.tokens.begin(), parent.tokens.end());
-        child.tokens.push_back(c.token);
-      }
-      if (n_next == B || per_beam == vocab) break;
+    detail::expand_beams(
+        live.size(), vocab, B, options.stop, alpha, row_of, lse, [&](std::size_t i) { return live[i].logprob; },
+        [&](std::size_t i) { return std::span<const token_id>(live[i].tokens); }, expansion, picks, finished);
+    // `node` holds the parent's index until the KV step below; token vectors are reused across steps.
+    next.resize(picks.size());
+    for (std::size_t k = 0; k < picks.size(); ++k) {
+      const beam& parent = live[picks[k].parent];
+      beam& child = next[k];
+      child.seq = parent.seq;
+      child.node = static_cast<std::ptrdiff_t>(picks[k].parent);
+      child.logprob = picks[k].logprob;
+      child.tokens.assign(parent.tokens.begin(), parent.tokens.end());
+      child.tokens.push_back(picks[k].token);
     }
-    next.resize(n_next);
     for (beam_hypothesis& h : finished) done.add(std::move(h));
     ++result.n_steps;
 
@@ -379,15 +408,7 @@ beam_result beam_search(Model& model, Cache& cache, std::span<const token_id> pr
                   finish_reason::max_tokens});
       break;
     }
-    if (options.stopping == early_stopping::when_n_done && done.full()) break;
-    if (options.stopping == early_stopping::when_no_better && done.full()) {
-      double best_possible = -std::numeric_limits<double>::infinity();
-      for (const beam& bm : next) {
-        const std::size_t n = alpha > 0.0 ? max_new : bm.tokens.size() + 1;
-        best_possible = std::max(best_possible, detail::length_normalised(bm.logprob, n, alpha));
-      }
-      if (best_possible <= done.worst()) break;
-    }
+    if (detail::stops_early(options.stopping, done, next.front().logprob, n_generated, max_new, alpha)) break;
 
     // KV: reuse each chosen parent's sequence once, fork it for further children, free the rest.
     n_children.assign(live.size(), 0);

@@ -47,7 +47,9 @@
 /// thread (intake.hpp), the requests the step thread holds and the samples
 /// waiting to be forked (live_set.hpp), the staging area of prefilled
 /// requests (staging.hpp), the parts of a step from plan to sampled tokens
-/// (step.hpp), and the events streamed to callbacks (output.hpp).
+/// (step.hpp), the events streamed to callbacks (output.hpp), and
+/// beam-search requests, whose beams run as rows of the batch and fork
+/// copy-on-write (beams.hpp, beam_group.hpp).
 
 #include <algorithm>
 #include <chrono>
@@ -71,6 +73,7 @@
 #include "llmkit/model/tokenizer.hpp"
 #include "llmkit/sampling/runtime_chain.hpp"
 #include "llmkit/sched/scheduler.hpp"
+#include "llmkit/serve/detail/beams.hpp"
 #include "llmkit/serve/detail/intake.hpp"
 #include "llmkit/serve/detail/live_set.hpp"
 #include "llmkit/serve/detail/output.hpp"
@@ -277,6 +280,7 @@ class engine {
         blocks = detail::check_prefilled(*prefilled, model_.vocab_size(), options_, tokenizer_ != nullptr, limits_);
       else
         detail::check_request(request, model_.vocab_size(), options_, tokenizer_ != nullptr);
+      if (request.beam) detail::check_beam(request, model_.vocab_size(), options_, limits_);
       chain = chain_of(request);
     } catch (const std::exception& e) {
       checked.status = submit_status::invalid;
@@ -325,6 +329,7 @@ class engine {
   // wait beside it to be forked from its prompt.
   void enqueue(detail::submission s) {
     if (!s.given.empty()) return enqueue_prefilled(std::move(s));
+    if (s.request.beam) return enqueue_beams(std::move(s));
     const std::size_t n = std::max<std::size_t>(s.request.n, 1);
     for (std::size_t i = 0; i < n; ++i) {
       const request_id h = s.handle + static_cast<request_id>(i);
@@ -347,6 +352,19 @@ class engine {
         l.awaiting_fork = true;
       }
       live_.emplace(h, std::move(l));
+    }
+  }
+
+  // A beam-search request: one scheduler request of beam.width sequences
+  // (detail/beams.hpp), starting as its prompt alone.
+  void enqueue_beams(detail::submission s) {
+    detail::live_request l = detail::new_live_request(std::move(s.request), std::move(s.chain));
+    l.beams.emplace(*l.request.beam, l.request.prompt);
+    const auto it = live_.emplace(s.handle, std::move(l)).first;
+    try {
+      sched_.submit(detail::scheduler_request(s.handle, it->second));
+    } catch (const std::exception& e) {  // validated at submit; kept for safety
+      finish(it, finish_kind::error, std::nullopt, e.what());
     }
   }
 
@@ -426,8 +444,7 @@ class engine {
                  "engine: the scheduler planned a swap-out; the engine preempts by recompute");
     for (const sched::block_move& m : plan.preempted) {
       detail::live_request& l = live_.at(m.id);
-      if (l.seq) cache_.free(*l.seq);
-      l.seq.reset();
+      detail::free_sequences(cache_, l);
       ++l.usage.n_preemptions;
       ++stats_.n_preemptions;
     }
@@ -435,7 +452,9 @@ class engine {
     // items are skipped and its sampled slot filled with a dummy token.
     for (const sched::block_move& m : plan.swapped_in) import_staged(m.id);
     const std::vector<request_id> rows =
-        detail::build_batch(plan, live_, cache_, options_.reuse, step_.batch, stats_);
+        detail::build_batch(plan, live_, cache_, options_.reuse, step_.batch, stats_, step_.beam_items);
+    detail::add_beam_rows(step_.beam_items, live_, cache_, options_.reuse, step_.batch, stats_, rows.size(),
+                          step_.beam_groups);
     // Empty only when every item's request failed its import.
     const bool forward = step_.batch.n_tokens() > 0;
     matrix_view<const float> logits;
@@ -462,6 +481,7 @@ class engine {
         accept_token(live_.find(id), step_.results[k], it->second, scheduled::no, detail::origin::sampled);
     }
     for (detail::fork_job& job : forks) start_fork(job);
+    for (const detail::beam_rows& b : step_.beam_groups) expand_beams(b, logits);
     if (options_.on_step && forward)
       options_.on_step(step_report{.plan = step_.plan_copy, .kv_blocks_used = kv_used});
   }
@@ -488,6 +508,29 @@ class engine {
       cache_.free(*c.seq);
       c.seq.reset();
     }
+  }
+
+  // Picks the next beams of beam request `b.id` from its rows of `logits`;
+  // when the search is over, sends its hypotheses and ends it.
+  void expand_beams(const detail::beam_rows& b, matrix_view<const float> logits) {
+    const auto it = live_.find(b.id);
+    if (it == live_.end()) return;
+    detail::live_request& l = it->second;
+    std::optional<std::vector<search::beam_hypothesis>> result;
+    try {
+      result = detail::expand_group(cache_, *l.beams, logits, b.first_row, std::max<std::size_t>(l.request.n, 1),
+                                    l.request.stop);
+    } catch (const std::exception& e) {
+      sched_.cancel(b.id);
+      finish(it, finish_kind::error, std::nullopt, e.what());
+      return;
+    }
+    if (!result) return;
+    sched_.cancel(b.id);  // still there unless the budget ended it
+    detail::live_request done = std::move(l);
+    live_.erase(it);
+    detail::free_sequences(cache_, done);
+    detail::send_hypotheses(b.id, done, *result, tokenizer_, stats_);
   }
 
   // Appends the token drawn in `r` to request `it`, streams its event, and
@@ -529,10 +572,13 @@ class engine {
     const request_id h = it->first;
     live_.erase(it);
     detail::release_forks(live_, l, sched_);
-    if (l.seq) cache_.free(*l.seq);
-    l.seq.reset();
+    detail::free_sequences(cache_, l);
     unstage(l);
-    deliver_finish(h, l, kind, reason, std::move(error));
+    if (!l.beams) return deliver_finish(h, l, kind, reason, std::move(error));
+    for (std::size_t i = 0; i < std::max<std::size_t>(l.request.n, 1); ++i) {  // one finish per requested hypothesis
+      l.index = i;
+      deliver_finish(h + static_cast<request_id>(i), l, kind, reason, error);
+    }
   }
 
   void publish_stats() {

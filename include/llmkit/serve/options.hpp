@@ -45,6 +45,8 @@ struct engine_options {
   /// Most requests waiting for admission (submitted, not yet running);
   /// `submit` answers `submit_status::queue_full` beyond it.
   std::size_t max_queued = 1024;
+  /// Widest beam search a request may ask for (`beam_options::width`).
+  std::size_t max_beam_width = 16;
   prefix_reuse reuse = prefix_reuse::enabled;
   /// KV blocks (of the cache's block size) that the buffers of requests
   /// handed in with `engine::submit_prefilled` may take while they wait to be

@@ -19,6 +19,7 @@
 #include "llmkit/core/stop.hpp"
 #include "llmkit/sampling/logprobs.hpp"
 #include "llmkit/sampling/runtime_chain.hpp"
+#include "llmkit/search/early_stopping.hpp"
 
 namespace llmkit::serve {
 
@@ -109,6 +110,21 @@ struct stream_event {
   /// What went wrong (error only).
   std::string error;
   request_usage usage;
+  /// Beam search finish events (stop or length): the hypothesis' summed
+  /// log-probability and its score, logprob / n^length_penalty (0 otherwise).
+  double beam_logprob = 0.0;
+  double beam_score = 0.0;
+};
+
+/// Beam search instead of sampling (`generation_request::beam`), as
+/// `search::beam_search` runs it: each step expands every live beam by the
+/// vocabulary, scores a candidate by its summed log-probability, and keeps
+/// the `width` best; a hypothesis of n tokens that ended (EOS, stop
+/// sequence, or the token budget) scores logprob / n^length_penalty.
+struct beam_options {
+  std::size_t width = 4;         ///< live beams B, in [1, engine_options::max_beam_width]
+  float length_penalty = 1.0f;   ///< alpha (finite)
+  search::early_stopping stopping = search::early_stopping::when_no_better;
 };
 
 /// A generation request.
@@ -144,6 +160,15 @@ struct generation_request {
   /// token's logits are sampled, samples 1 .. n - 1 draw their first token
   /// from the same row and fork its KV blocks copy-on-write.
   std::size_t n = 1;
+  /// Beam search (see `beam_options`) instead of sampling: the request runs
+  /// as `beam->width` sequences in the batch, forked copy-on-write, and its
+  /// result is the `n` best hypotheses (n <= width). Nothing streams while
+  /// it runs: when it ends, hypothesis i (best score first) is sent as
+  /// sample i (handle `submit_result::handle + i`): its token events, then
+  /// its finish event with `beam_logprob` and `beam_score`. Needs the
+  /// default "greedy" sampling string, no chain value, `top_logprobs` 0 and
+  /// no stop strings; `engine::cancel` takes sample 0's handle.
+  std::optional<beam_options> beam{};
   /// Receives every event of the request, on the engine's step thread (or
   /// on the caller's thread for a request rejected by `submit`). Must not
   /// block for long (it stalls the batch) and must not throw (an exception

@@ -19,6 +19,7 @@
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/sampling/runtime_chain.hpp"
 #include "llmkit/sched/scheduler.hpp"
+#include "llmkit/serve/detail/beam_group.hpp"
 #include "llmkit/serve/request.hpp"
 #include "llmkit/serve/text_stream.hpp"
 
@@ -40,6 +41,9 @@ struct live_request {
   bool awaiting_fork = false;             ///< a sample not yet in the scheduler
   std::vector<std::byte> kv;              ///< a prefilled request's buffer until imported
   std::int64_t staged_blocks = 0;         ///< staging blocks it holds until then
+  /// A beam-search request's beams (then `seq` stays empty, `context` is
+  /// the prompt, and `n` samples are its n best hypotheses).
+  std::optional<beam_group> beams;
 };
 
 /// The live requests by handle.
@@ -58,12 +62,16 @@ inline live_request new_live_request(generation_request request, sampling::runti
 }
 
 /// What the scheduler is told of live request `l` (handle `h`): its prompt
-/// and stop rules.
+/// and stop rules (a beam search's budget only, and its width).
 inline sched::request scheduler_request(request_id h, const live_request& l) {
   sched::request r;
   r.id = h;
   r.prompt = l.request.prompt;
   r.stop = l.request.stop;
+  if (l.beams) {  // the search ends hypotheses itself; the scheduler counts the budget and the beams' blocks
+    r.stop = {.max_new_tokens = l.request.stop.max_new_tokens};
+    r.width = static_cast<std::int64_t>(l.beams->options.width);
+  }
   return r;
 }
 

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <span>
 #include <utility>
@@ -41,6 +42,8 @@ namespace llmkit::serve::detail {
 /// `engine_options::on_step` (complete_step invalidates the plan).
 struct step_buffers {
   model::batch_builder batch;
+  std::vector<sched::step_item> beam_items;  ///< the plan's items of beam-search requests (beams.hpp)
+  std::vector<beam_rows> beam_groups;        ///< their logits rows
   std::vector<sampling::candidates> workspaces;
   std::vector<row_result> results;
   sched::step_plan plan_copy;
@@ -77,25 +80,27 @@ void look_up_prefixes(const Cache& cache, sched::scheduler& sched, const live_ma
     std::vector<std::pair<request_id, std::int64_t>> hits;
     for (std::size_t i = 0; i < waiting.size() && i < window; ++i) {
       const live_request& l = live.at(waiting[i].id);
-      hits.emplace_back(waiting[i].id, static_cast<std::int64_t>(cache.match(l.context)));
+      std::size_t n = l.beams ? std::numeric_limits<std::size_t>::max() : cache.match(l.context);
+      if (l.beams)  // every beam's sequence starts at the same position
+        for (const live_beam& b : l.beams->live) n = std::min(n, cache.match(b.context));
+      hits.emplace_back(waiting[i].id, static_cast<std::int64_t>(n));
     }
     for (const auto& [id, n] : hits) sched.set_cached_prefix(id, n);
   }
 }
 
-/// Gives admitted request `l` its cache sequence, holding its first
-/// `first_pos` context tokens (from the prefix cache when first_pos > 0),
-/// and counts them in `stats` (and in l's usage at its first admission).
+/// A new cache sequence for `[n] context` holding its first `first_pos`
+/// tokens (from the prefix cache when first_pos > 0), counted in `stats`.
 /// @throws llmkit::error when the cache holds its maximum of sequences or
 /// disagrees with the plan.
 template <engine_cache Cache>
-kv::seq_id open_sequence(Cache& cache, live_request& l, std::int64_t first_pos, prefix_reuse reuse,
-                         engine_stats& stats) {
+kv::seq_id open_context_sequence(Cache& cache, std::span<const token_id> context, std::int64_t first_pos,
+                                 prefix_reuse reuse, engine_stats& stats) {
   std::optional<kv::seq_id> seq;
   const auto n_reused = static_cast<std::size_t>(first_pos);
   if constexpr (prefix_reusing_cache<Cache>) {
     if (reuse == prefix_reuse::enabled) {
-      const auto hit = cache.add_sequence(std::span<const token_id>(l.context));
+      const auto hit = cache.add_sequence(context);
       LLMKIT_CHECK(hit.has_value(), "engine: the cache holds its maximum number of sequences");
       seq = hit->seq;
       LLMKIT_CHECK(hit->n_cached_tokens >= n_reused, "engine: the prefix cache found ", hit->n_cached_tokens,
@@ -109,24 +114,43 @@ kv::seq_id open_sequence(Cache& cache, live_request& l, std::int64_t first_pos, 
     LLMKIT_CHECK(seq.has_value(), "engine: the cache holds its maximum number of sequences");
   }
   stats.n_prompt_tokens_reused += n_reused;
-  if (!l.admitted) l.usage.n_prompt_tokens_reused = n_reused;
+  return *seq;
+}
+
+/// Gives admitted request `l` its cache sequence, holding its first
+/// `first_pos` context tokens (from the prefix cache when first_pos > 0),
+/// and counts them in `stats` (and in l's usage at its first admission).
+/// @throws llmkit::error when the cache holds its maximum of sequences or
+/// disagrees with the plan.
+template <engine_cache Cache>
+kv::seq_id open_sequence(Cache& cache, live_request& l, std::int64_t first_pos, prefix_reuse reuse,
+                         engine_stats& stats) {
+  const kv::seq_id seq = open_context_sequence(cache, l.context, first_pos, reuse, stats);
+  if (!l.admitted) l.usage.n_prompt_tokens_reused = static_cast<std::size_t>(first_pos);
   l.admitted = true;
   l.seq = seq;
-  return *seq;
+  return seq;
 }
 
 /// Packs the items of `plan` whose request is live into `batch` (cleared
 /// first), opening the sequences of newly admitted requests, and returns
 /// `[n_rows]` the request of each logits row. Prefilled tokens are counted
-/// in `stats`.
+/// in `stats`. The items of beam-search requests are left to
+/// `add_beam_rows` (beams.hpp), listed in `beam_items`.
 template <engine_cache Cache>
 std::vector<request_id> build_batch(const sched::step_plan& plan, live_map& live, Cache& cache, prefix_reuse reuse,
-                                    model::batch_builder& batch, engine_stats& stats) {
+                                    model::batch_builder& batch, engine_stats& stats,
+                                    std::vector<sched::step_item>& beam_items) {
   batch.clear();
+  beam_items.clear();
   std::vector<request_id> rows;
   for (const sched::step_item& it : plan.items) {
     if (!live.contains(it.id)) continue;
     live_request& l = live.at(it.id);
+    if (l.beams) {  // packed after the others by add_beam_rows
+      beam_items.push_back(it);
+      continue;
+    }
     const kv::seq_id seq = l.seq ? *l.seq : open_sequence(cache, l, it.first_pos, reuse, stats);
     LLMKIT_ASSERT(cache.n_tokens(seq) == static_cast<std::size_t>(it.first_pos));
     batch.add(seq,
@@ -144,7 +168,11 @@ template <engine_cache Cache>
 void commit_prefixes(Cache& cache, const sched::step_plan& plan, const live_map& live) {
   if constexpr (prefix_reusing_cache<Cache>) {
     for (const sched::step_item& it : plan.items)
-      if (const auto l = live.find(it.id); l != live.end()) cache.commit(*l->second.seq);
+      if (const auto l = live.find(it.id); l != live.end()) {
+        if (!l->second.beams) cache.commit(*l->second.seq);
+        else
+          for (const live_beam& b : l->second.beams->live) cache.commit(*b.seq);
+      }
   }
 }
 

@@ -51,7 +51,7 @@ inline void check_request(const generation_request& r, std::size_t vocab, const 
 }
 
 /// Checks a prefilled request as `check_request` does, plus: the engine
-/// has a staging area (`limits.n_swap_blocks` > 0), `n` is 1, at least one
+/// has a staging area (`limits.n_swap_blocks` > 0), `n` is 1, no beam search, at least one
 /// given token, all inside the vocabulary, and its buffer fits the whole
 /// staging area. Returns the staging blocks its buffer takes
 /// (`staged_blocks`).
@@ -62,6 +62,7 @@ inline std::int64_t check_prefilled(const prefilled_request& p, std::size_t voca
                "submit_prefilled: the engine has no staging area (engine_options::staging_blocks = 0)");
   check_request(p.request, vocab, o, has_tokenizer);
   LLMKIT_CHECK(p.request.n == 1, "submit_prefilled: n = ", p.request.n, " (a prefilled request is one sample)");
+  LLMKIT_CHECK(!p.request.beam, "submit_prefilled: a beam-search request is submitted whole (submit)");
   LLMKIT_CHECK(!p.generated.empty(), "submit_prefilled: no generated token (the first one comes with the request)");
   check_in_vocabulary("generated", p.generated, vocab);
   const std::int64_t blocks = staged_blocks(p.request, p.generated, limits.block_size);
