@@ -19,6 +19,7 @@
 #include "llmkit/core/stop.hpp"
 #include "llmkit/sampling/logprobs.hpp"
 #include "llmkit/sampling/runtime_chain.hpp"
+#include "llmkit/serve/draft.hpp"
 
 namespace llmkit::serve {
 
@@ -144,6 +145,9 @@ struct generation_request {
   /// token's logits are sampled, samples 1 .. n - 1 draw their first token
   /// from the same row and fork its KV blocks copy-on-write.
   std::size_t n = 1;
+  /// Speculative decoding (serve/draft.hpp): guesses verified in the same
+  /// batched forward; the tokens are those drawn without it.
+  speculation speculative{};
   /// Receives every event of the request, on the engine's step thread (or
   /// on the caller's thread for a request rejected by `submit`). Must not
   /// block for long (it stalls the batch) and must not throw (an exception

@@ -64,6 +64,8 @@ inline sched::request scheduler_request(request_id h, const live_request& l) {
   r.id = h;
   r.prompt = l.request.prompt;
   r.stop = l.request.stop;
+  if (l.request.speculative.drafter != draft_source::none)
+    r.n_lookahead = static_cast<std::int64_t>(l.request.speculative.max_tokens);
   return r;
 }
 
