@@ -67,7 +67,9 @@ struct engine_options {
   std::size_t max_draft_tokens = 16;
   /// Drafting is off in a step with more decodes than this: past it the
   /// batch is compute-bound and verifying guesses costs about what they
-  /// save (docs/serving.md, "Speculative decoding figures").
+  /// save. The default suits cheap drafters (prompt lookup); a draft model
+  /// whose forward costs much of the target's wants 1 (docs/serving.md,
+  /// "Speculative decoding figures").
   std::size_t max_drafting_decodes = 8;
 };
 
