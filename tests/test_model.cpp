@@ -149,6 +149,55 @@ TEST_CASE("llama: prefill equals token-by-token decode, and packed prompts equal
   for (std::size_t v = 0; v < 512; ++v) REQUIRE(std::abs(ml(2, v) - sl(0, v)) <= path_tolerance);
 }
 
+TEST_CASE("llama: a stepwise segment gives the bits of one-token decodes, beside decodes and prefills") {
+  auto& s = loaded();
+  const auto tokens = s.tok.encode("Lily saw a big red ball in the park and she ran to it", {.add_bos = true});
+  const auto other = s.tok.encode("Once upon a time", {.add_bos = true});
+  const std::size_t head = 6, n = tokens.size() - head;  // prefilled, then n tokens at once
+  auto run = [&](auto& exec, bool stepwise) {
+    kv::paged_cache<float, 16> cache(s.model.kv_shape(), {.n_blocks = 16});
+    const kv::seq_id a = *cache.add_sequence(), b = *cache.add_sequence(), c = *cache.add_sequence();
+    batch_builder pre;
+    pre.add(a, std::span(tokens).first(head), 0, last_logits::skip);
+    pre.add(b, std::span(other).first(3), 0, last_logits::skip);
+    s.model.forward(pre.view(), cache, exec);
+    std::vector<std::vector<float>> rows;
+    if (stepwise) {  // a's n tokens in one segment beside b's decode and c's prefill
+      batch_builder step;
+      step.add(b, std::span(other).subspan(3, 1), 3);
+      step.add_stepwise(a, std::span(tokens).subspan(head), static_cast<std::int32_t>(head));
+      for (std::size_t i = 0; i < n; ++i) step.request_logits(static_cast<std::int32_t>(1 + i));
+      step.add(c, other, 0);
+      const auto l = s.model.forward(step.view(), cache, exec);
+      REQUIRE(l.rows() == n + 2);
+      for (std::size_t i = 0; i < n; ++i) rows.emplace_back(l.row(1 + i).begin(), l.row(1 + i).end());
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        batch_builder one;
+        one.add(a, std::span(tokens).subspan(head + i, 1), static_cast<std::int32_t>(head + i));
+        const auto l = s.model.forward(one.view(), cache, exec);
+        rows.emplace_back(l.row(0).begin(), l.row(0).end());
+      }
+    }
+    REQUIRE(cache.n_tokens(a) == tokens.size());
+    return rows;
+  };
+  serial_executor serial;
+  thread_pool pool(2);
+  const auto decoded = run(serial, false);
+  REQUIRE(run(serial, true) == decoded);
+  REQUIRE(run(pool, true) == decoded);
+  // The same tokens as a plain segment go through prefill attention: close, not the same bits.
+  kv::paged_cache<float, 16> cache(s.model.kv_shape(), {.n_blocks = 16});
+  const kv::seq_id a = *cache.add_sequence();
+  batch_builder plain;
+  plain.add(a, tokens, 0, last_logits::skip);
+  for (std::size_t i = 0; i < n; ++i) plain.request_logits(static_cast<std::int32_t>(head + i));
+  const auto l = s.model.forward(plain.view(), cache, serial);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t v = 0; v < 512; ++v) REQUIRE(std::abs(l(i, v) - decoded[i][v]) <= path_tolerance);
+}
+
 TEST_CASE("llama: paged and reduced-precision caches serve the same forward") {
   auto& s = loaded();
   const auto prompt = s.tok.encode("Lily went to the park with her mom and dad. They saw a big tree.", {.add_bos = true});

@@ -128,10 +128,15 @@ inline std::optional<serve::beam_options> beam_of(const generation_request& r) {
 /// Turns a parsed request into the backend's: the prompt tokenized (a chat
 /// through the model's template, its end-of-turn token added to the EOS
 /// set), the completion budget checked against the context, the sampling
-/// chain (or the beam search) and the stop rules. A 400 when the model has no chat template, the
-/// template refuses the conversation, or the prompt and budget do not fit.
+/// chain (or the beam search) and the stop rules, and speculative decoding:
+/// the server's (`drafting`, from `--draft`) unless the request opts out
+/// (`"speculative": false`) or searches beams, with its own
+/// `speculative.n_max` if sent. A 400 when the model has no chat template,
+/// the template refuses the conversation, or the prompt and budget do not
+/// fit.
 inline std::variant<prepared_request, api_error> prepare_request(const generation_request& r, const backend& model,
-                                                                 std::uint64_t seed) {
+                                                                 std::uint64_t seed,
+                                                                 const serve::speculation& drafting = {}) {
   const backend_model_info& info = model.info();
   const model_limits limits{.n_ctx = info.n_ctx, .n_vocab = info.n_vocab};
   std::vector<token_id> prompt;
@@ -162,6 +167,12 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
                                       .stop = stop_rules(r, std::get<std::size_t>(budget), std::move(eos)),
                                       .top_logprobs = r.logprobs.value_or(0),
                                       .n = r.n,
+                                      .speculative = drafting.drafter != serve::draft_source::none &&
+                                                             r.speculative.value_or(true) && !r.beam
+                                                         ? serve::speculation{drafting.drafter,
+                                                                              r.speculative_n_max.value_or(
+                                                                                  drafting.max_tokens)}
+                                                         : serve::speculation{},
                                       .beam = beam_of(r),
                                       .on_event = {}},
                           .n_prompt = n_prompt};

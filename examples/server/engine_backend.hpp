@@ -10,6 +10,7 @@
 
 #include <llmkit/core/dtype.hpp>
 #include <llmkit/model/llama.hpp>
+#include <llmkit/serve/draft.hpp>
 
 #include <array>
 #include <cstddef>
@@ -57,7 +58,24 @@ struct engine_backend_options {
   bool parse_special = false;
   /// How the model is loaded (activations, weights in place, mlock).
   llmkit::model::llama_options model{};
+  /// Draft source of speculative decoding (`--draft`): empty = none,
+  /// "ngram" (prompt lookup), "self" (the model's own weights as int8 with
+  /// int8 activations), or the path of a GGUF draft model of the same
+  /// vocabulary.
+  std::string draft{};
+  /// Most guesses per request and step (`--draft-max`).
+  std::size_t draft_max = 4;
+  /// Drafting is off in steps with more decodes than this (`--draft-max-decodes`).
+  std::size_t draft_max_decodes = 8;
 };
+
+/// What a request drafts under `--draft D --draft-max k`: none for an
+/// empty D, prompt lookup for "ngram", the backend's draft model otherwise.
+inline llmkit::serve::speculation speculation_of(const std::string& draft, std::size_t draft_max) {
+  if (draft.empty()) return {};
+  return {.drafter = draft == "ngram" ? llmkit::serve::draft_source::ngram : llmkit::serve::draft_source::model,
+          .max_tokens = draft_max};
+}
 
 /// The engine backend on a `kv::prefix_cache<T, 16>`; defined for float,
 /// llmkit::f16, llmkit::bf16 and std::int8_t (one translation unit each).

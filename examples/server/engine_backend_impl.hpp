@@ -4,17 +4,22 @@
 /// @file examples/server/engine_backend_impl.hpp
 /// llmkit-server's backend on llmkit::serve::engine: continuous batching
 /// with chunked prefill, prefix reuse through a `kv::prefix_cache` of
-/// element type T, n samples forking their prompt's blocks. `backend`
+/// element type T, n samples forking their prompt's blocks, and
+/// speculative decoding (`--draft`) with prompt lookup or a draft model in
+/// a paged cache of its own. `backend`
 /// follows the engine's contract, so every call maps one to one. Included
 /// only by engine_backend_{f32,f16,bf16,int8}.cpp (one engine per
 /// translation unit); programs use engine_backend.hpp's factory.
 
 #include <llmkit/core/executor.hpp>
+#include <llmkit/kv/paged_cache.hpp>
 #include <llmkit/kv/prefix_cache.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/serve/engine.hpp>
+#include <llmkit/serve/model_draft.hpp>
 
 #include <algorithm>
+#include <memory>
 
 #include "engine_backend.hpp"
 #include "gguf_backend.hpp"
@@ -39,12 +44,16 @@ class engine_backend final : public gguf_backend {
                {.n_blocks = o.kv_blocks != 0 ? o.kv_blocks
                                              : std::max<std::size_t>(o.max_batch, 1) *
                                                    ((info_.n_ctx + block_tokens - 1) / block_tokens)}),
+        draft_(make_draft(o)),
         engine_(model_, cache_, pool_,
                 {.max_context = static_cast<std::int64_t>(info_.n_ctx),
                  .policy = {.max_batch_seqs = static_cast<std::int64_t>(std::max<std::size_t>(o.max_batch, 1)),
                             .max_step_tokens = 512,
                             .chunked_prefill = true},
-                 .max_queued = o.max_queue},
+                 .max_queued = o.max_queue,
+                 .draft_model = draft_ ? &draft_->drafter : nullptr,
+                 .max_draft_tokens = max_draft_tokens,
+                 .max_drafting_decodes = o.draft_max_decodes},
                 &tok_) {
     engine_.start();
   }
@@ -53,6 +62,9 @@ class engine_backend final : public gguf_backend {
   const backend_model_info& info() const override { return info_; }
 
   serve::submit_result submit(serve::generation_request r) override { return engine_.submit(std::move(r)); }
+
+  /// Most guesses a request may ask for (`speculative.n_max`).
+  static constexpr std::size_t max_draft_tokens = 16;
 
   void cancel(request_id handle) override { engine_.cancel(handle); }
   void cancel_all() override { engine_.cancel_all(); }
@@ -66,10 +78,40 @@ class engine_backend final : public gguf_backend {
   }
 
  private:
+  using draft_cache_type = llmkit::kv::paged_cache<float, block_tokens>;
+  // A draft model, its cache and the engine's drafter on them.
+  struct draft_parts {
+    std::optional<llmkit::model::gguf_file> file;  // a separate GGUF draft; none for the self-draft
+    llmkit::model::llama_model model;
+    draft_cache_type cache;
+    llmkit::serve::model_draft<llmkit::model::llama_model, draft_cache_type, llmkit::thread_pool> drafter;
+    draft_parts(std::optional<llmkit::model::gguf_file> f, const llmkit::model::gguf_file& weights,
+                const llmkit::model::llama_options& lo, std::size_t n_blocks, llmkit::thread_pool& pool)
+        : file(std::move(f)), model(file ? *file : weights, lo), cache(model.kv_shape(), {.n_blocks = n_blocks}),
+          drafter(model, cache, pool) {}
+  };
+  // "self": the target's weights as Q8_0 with int8 activations; a path: that GGUF as stored.
+  std::unique_ptr<draft_parts> make_draft(const engine_backend_options& o) {
+    if (o.draft.empty() || o.draft == "ngram") return nullptr;
+    const std::size_t n_blocks = std::max<std::size_t>(o.max_batch, 1) * ((info_.n_ctx + block_tokens - 1) / block_tokens);
+    if (o.draft == "self")
+      return std::make_unique<draft_parts>(
+          std::nullopt, file_,
+          llmkit::model::llama_options{.weight_type = llmkit::model::weight_type::q8_0,
+                                       .activations = llmkit::model::activation_type::q8_0},
+          n_blocks, pool_);
+    auto d = std::make_unique<draft_parts>(llmkit::model::gguf_file::open(o.draft), file_,
+                                           llmkit::model::llama_options{}, n_blocks, pool_);
+    LLMKIT_CHECK(d->model.vocab_size() == model_.vocab_size(), "--draft ", o.draft, ": its vocabulary has ",
+                 d->model.vocab_size(), " tokens, the model's ", model_.vocab_size());
+    return d;
+  }
+
   llmkit::model::llama_model model_;
   llmkit::thread_pool pool_;
   backend_model_info info_;
   cache_type cache_;
+  std::unique_ptr<draft_parts> draft_;
   engine_type engine_;
 };
 

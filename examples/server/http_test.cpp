@@ -277,6 +277,51 @@ TEST_CASE("the serial backend answers as the engine does: the same text, streame
   CHECK(serial.stop() == 0);
 }
 
+TEST_CASE("--draft ngram and --draft self answer with the text of a server without drafting, per-request switches") {
+  server_process plain({"--kv-type", "f32"});
+  const std::vector<json> requests{
+      {{"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0}},
+      {{"prompt", "The cat sat on the mat. The cat was happy. The cat"}, {"max_tokens", 40}, {"temperature", 0},
+       {"stop", {"dog"}}},
+      {{"prompt", "Lily and Ben"}, {"max_tokens", 32}, {"temperature", 0.9}, {"seed", 42}},
+      {{"prompt", "Lily and Ben"}, {"max_tokens", 16}, {"n", 2}, {"seed", 5}},
+  };
+  for (const char* draft : {"ngram", "self"}) {
+    INFO("--draft " << draft);
+    server_process spec({"--kv-type", "f32", "--draft", draft, "--draft-max", "6"});
+    for (const json& request : requests) {
+      INFO(request.dump());
+      auto p = post(plain, "/v1/completions", request.dump());
+      REQUIRE(p);
+      REQUIRE(p->status == 200);
+      json opted_out = request, fewer = request;
+      opted_out["speculative"] = false;
+      fewer["speculative.n_max"] = 2;
+      for (const json& variant : {request, opted_out, fewer}) {
+        auto r = post(spec, "/v1/completions", variant.dump());
+        REQUIRE(r);
+        REQUIRE(r->status == 200);
+        CHECK(json::parse(r->body).at("choices") == json::parse(p->body).at("choices"));
+      }
+      json streamed = request;
+      streamed["stream"] = true;
+      auto st = post(spec, "/v1/completions", streamed.dump());
+      REQUIRE(st);
+      if (request.value("n", 1) == 1) CHECK(text_of(st->body, true) == text_of(p->body, false));
+    }
+    for (const json& bad : {json{{"prompt", "Once"}, {"speculative.n_max", 0}},
+                            json{{"prompt", "Once"}, {"speculative.n_max", 17}},
+                            json{{"prompt", "Once"}, {"speculative", "yes"}}}) {
+      auto r = post(spec, "/v1/completions", bad.dump());
+      REQUIRE(r);
+      CHECK(r->status == 400);
+      CHECK(r->body.find("speculative") != std::string::npos);
+    }
+    CHECK(spec.stop() == 0);
+  }
+  CHECK(plain.stop() == 0);
+}
+
 TEST_CASE("completions on each KV element type: --kv-type f32, f16, bf16, int8") {
   const json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
   std::map<std::string, std::string> texts;

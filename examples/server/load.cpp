@@ -6,7 +6,8 @@
 //
 //   llmkit-server-load [--host 127.0.0.1] [--port 8080] [--clients 8] [--requests 32]
 //                      [--prompt TEXT] [--max-tokens 64] [--temperature 0.8] [--api-key KEY] [--json]
-//   llmkit-server-load --in-process --model PATH [--threads N] [--max-batch N] [--max-queue N] [--ctx N] ...
+//   llmkit-server-load --in-process --model PATH [--threads N] [--max-batch N] [--max-queue N] [--ctx N]
+//                      [--draft ngram|self|DRAFT.gguf] [--draft-max N] [--draft-max-decodes N] ...
 //
 // Every request streams (SSE); each client sends its requests one after
 // another, with seed = the request's index, so two runs send the same work.
@@ -101,7 +102,8 @@ request_timing run_one(const std::string& host, int port, const std::string& bod
 // The same request through llmkit-server's path without HTTP: parsed,
 // prepared and submitted as server.cpp does; pieces timed as they leave the
 // engine's callback.
-request_timing run_in_process(llmkit_server::backend& model, const std::string& body) {
+request_timing run_in_process(llmkit_server::backend& model, const std::string& body,
+                              const llmkit::serve::speculation& drafting) {
   using namespace llmkit_server;
   request_timing t;
   const auto start = steady::now();
@@ -109,7 +111,7 @@ request_timing run_in_process(llmkit_server::backend& model, const std::string& 
   auto parsed = parse_request(api_kind::completions, body, {.n_ctx = info.n_ctx, .n_vocab = info.n_vocab});
   if (!std::holds_alternative<generation_request>(parsed)) return t;
   const generation_request& r = std::get<generation_request>(parsed);
-  auto prepared = prepare_request(r, model, r.sampling.seed.value_or(0));
+  auto prepared = prepare_request(r, model, r.sampling.seed.value_or(0), drafting);
   if (!std::holds_alternative<prepared_request>(prepared)) return t;
   serve::generation_request& br = std::get<prepared_request>(prepared).request;
   std::mutex mutex;
@@ -174,7 +176,12 @@ int main(int argc, char** argv) {
   std::string kv_type_name{llmkit_server::kv_type_names[static_cast<std::size_t>(engine_options.kv)]};
   cli.add_option("--kv-type", kv_type_name, "--in-process: element type of the KV cache")
       .one_of(std::span<const std::string_view>(llmkit_server::kv_type_names));
+  cli.add_option("--draft", engine_options.draft, "--in-process: speculative decoding, as llmkit-server's --draft");
+  cli.add_option("--draft-max", engine_options.draft_max, "--in-process: guesses per request and step").in_range(1, 16);
+  cli.add_option("--draft-max-decodes", engine_options.draft_max_decodes,
+                 "--in-process: no drafting in steps with more decodes than this");
   if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
+  const auto drafting = llmkit_server::speculation_of(engine_options.draft, engine_options.draft_max);
 
   std::unique_ptr<llmkit_server::backend> engine;
   if (in_process) try {
@@ -198,7 +205,7 @@ int main(int argc, char** argv) {
         const nlohmann::json body = {{"prompt", prompt},           {"max_tokens", max_tokens},
                                      {"temperature", temperature}, {"seed", i},
                                      {"stream", true},             {"stream_options", {{"include_usage", true}}}};
-        auto t = engine ? run_in_process(*engine, body.dump()) : run_one(host, static_cast<int>(port), body.dump(), api_key);
+        auto t = engine ? run_in_process(*engine, body.dump(), drafting) : run_one(host, static_cast<int>(port), body.dump(), api_key);
         std::lock_guard lock(mutex);
         done.push_back(std::move(t));
       }

@@ -495,6 +495,10 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
     if (const auto u = bool_field(*so, "include_usage")) r.include_usage = *u;
   }
 
+  if (const auto sp = bool_field(body, "speculative")) r.speculative = *sp;
+  if (const auto k = integer_field(body, "speculative.n_max", 1, static_cast<std::int64_t>(limits.max_draft_tokens)))
+    r.speculative_n_max = static_cast<std::size_t>(*k);
+
   if (kind == api_kind::completions) {
     if (const auto k = integer_field(body, "logprobs", 0, static_cast<std::int64_t>(limits.max_logprobs)))
       r.logprobs = static_cast<std::size_t>(*k);

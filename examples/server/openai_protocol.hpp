@@ -117,6 +117,7 @@ struct request_limits {
   std::size_t max_logprobs = 5;       ///< completions `logprobs`: 0..max_logprobs
   std::size_t max_top_logprobs = 20;  ///< chat `top_logprobs`: 0..max_top_logprobs
   std::size_t max_logit_bias = 1024;  ///< entries of `logit_bias`
+  std::size_t max_draft_tokens = 16;  ///< `speculative.n_max`: 1..max_draft_tokens
 };
 
 /// The sampling fields of a request, OpenAI's defaults where absent. Every
@@ -168,6 +169,11 @@ struct generation_request {
   /// Beam search instead of sampling. Not streamed (a 400), and without
   /// sampling parameters (temperature 0 or absent), logprobs or stop strings.
   std::optional<beam_params> beam{};
+  /// `speculative`: false opts out of the server's speculative decoding
+  /// (`--draft`); absent: the server's choice. Tokens are the same either way.
+  std::optional<bool> speculative{};
+  /// `speculative.n_max` (llama-server's name): most guessed tokens per step.
+  std::optional<std::size_t> speculative_n_max{};
 };
 
 /// A request or the error that answers it.

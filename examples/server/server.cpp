@@ -4,7 +4,9 @@
 //   llmkit-server [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--ctx N]
 //                 [--max-batch N] [--max-queue N] [--api-key KEY] [--chat-template NAME]
 //                 [--backend engine|serial] [--kv-blocks N] [--kv-type f32|f16|bf16|int8]
-//                 [--activations q8_0|f32] [--no-mmap] [--mlock] [--max-body-bytes N] [--drain-seconds S]
+//                 [--activations q8_0|f32] [--no-mmap] [--mlock]
+//                 [--draft ngram|self|DRAFT.gguf] [--draft-max N] [--draft-max-decodes N]
+//                 [--max-body-bytes N] [--drain-seconds S]
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (streamed as SSE
 // with "stream": true), GET /v1/models, POST /tokenize, POST /detokenize,
@@ -61,6 +63,7 @@ struct server_state {
   std::atomic<std::uint64_t> next_id{0};
   std::uint64_t seed_base = 0;
   std::int64_t started = 0;
+  serve::speculation draft{};  // --draft, --draft-max: what a request drafts unless it opts out
 };
 
 http::response error_response(const api_error& e, server_state& s) {
@@ -241,7 +244,7 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   const generation_request& r = std::get<generation_request>(parsed);
 
   const std::uint64_t id = ++s.next_id;
-  auto prepared = prepare_request(r, s.model, r.sampling.seed.value_or(mix(s.seed_base + id)));
+  auto prepared = prepare_request(r, s.model, r.sampling.seed.value_or(mix(s.seed_base + id)), s.draft);
   if (const auto* e = std::get_if<api_error>(&prepared)) return send_error(*ex, *e, s);
   serve::generation_request& br = std::get<prepared_request>(prepared).request;
   const std::size_t n_prompt = std::get<prepared_request>(prepared).n_prompt;
@@ -356,6 +359,8 @@ int main(int argc, char** argv) {
   std::size_t kv_blocks = 0;
   std::string kv_type_name{kv_type_names[static_cast<std::size_t>(engine_backend_options{}.kv)]};
   std::string backend_name = "engine";
+  std::string draft;
+  std::size_t draft_max = 4, draft_max_decodes = engine_backend_options{}.draft_max_decodes;
   double drain_seconds = 10.0;
   std::string api_key;
   cli.add_option("--model", bo.model_path, "GGUF model file (llama or qwen2 architecture)");
@@ -374,6 +379,14 @@ int main(int argc, char** argv) {
                  "element type of the engine's KV cache: f32, f16 or bf16 (half of f32's memory), int8 (about a "
                  "quarter)")
       .one_of(std::span<const std::string_view>(kv_type_names));
+  cli.add_option("--draft", draft,
+                 "speculative decoding (engine): ngram (prompt lookup), self (the model's weights as int8), or a GGUF "
+                 "draft model of the same vocabulary; empty = off. A request opts out with \"speculative\": false");
+  cli.add_option("--draft-max", draft_max,
+                 "most guessed tokens per request and step (a request may ask for fewer: \"speculative.n_max\")")
+      .in_range(1, 16);
+  cli.add_option("--draft-max-decodes", draft_max_decodes,
+                 "drafting is off in steps with more decodes than this (the batch is compute-bound)");
   cli.add_option("--max-queue", max_queue, "requests waiting before new ones get 429")
       .count_at_least(1, "every request would get 429");
   cli.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1/ routes; empty = no key");
@@ -427,6 +440,10 @@ int main(int argc, char** argv) {
     if (threads == 0) threads = llmkit_examples::default_threads(std::filesystem::file_size(bo.model_path));
     bo.threads = threads;
     std::unique_ptr<backend> model_ptr;
+    if (!draft.empty() && backend_name == "serial") {
+      std::cerr << "llmkit-server: --draft needs the engine backend\n";
+      return 2;
+    }
     if (backend_name == "serial") {
       model_ptr = std::make_unique<serial_backend>(bo);
     } else {
@@ -439,7 +456,10 @@ int main(int argc, char** argv) {
                                        .kv = *kv_type_of(kv_type_name),
                                        .chat_template = bo.chat_template,
                                        .parse_special = bo.parse_special,
-                                       .model = bo.model});
+                                       .model = bo.model,
+                                       .draft = draft,
+                                       .draft_max = draft_max,
+                                       .draft_max_decodes = draft_max_decodes});
     }
     backend& model = *model_ptr;
     server_state s{model};
@@ -448,6 +468,7 @@ int main(int argc, char** argv) {
     s.max_body_bytes = max_body;
     s.parse_special = bo.parse_special;
     s.seed_base = std::random_device{}();
+    s.draft = speculation_of(draft, draft_max);
     s.started = static_cast<std::int64_t>(std::time(nullptr));
 
     const auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<long long>(seconds * 1000)); };
@@ -469,7 +490,9 @@ int main(int argc, char** argv) {
     std::cerr << "llmkit-server: model " << info.id << " (context " << info.n_ctx << ", vocab " << info.n_vocab << "), "
               << threads << " thread(s), backend " << backend_name
               << (backend_name == "serial" ? " (1 request at a time)"
-                                          : " (max batch " + std::to_string(max_batch) + ", KV " + kv_type_name + ")")
+                                          : " (max batch " + std::to_string(max_batch) + ", KV " + kv_type_name +
+                                                (draft.empty() ? "" : ", draft " + draft + " k " + std::to_string(draft_max)) +
+                                                ")")
               << ", queue " << max_queue << "\n";
     std::printf("llmkit-server: listening on http://%s:%d\n", host.c_str(), bound_port);
     std::fflush(stdout);

@@ -29,6 +29,10 @@ struct batch {
   std::span<const std::int32_t> positions;   ///< [n_tokens] position of each token in its sequence
   std::span<const kv::seq_id> seq_ids;       ///< [n_tokens] cache sequence of each token
   std::span<const std::int32_t> logit_rows;  ///< [n_logits] token indices whose logits to return, in this order
+  /// [n_stepwise] sequences whose segment is computed row by row: each token
+  /// attends as the one-token decode at its position would, bit for bit
+  /// (see `batch_builder::add_stepwise`). Empty: none.
+  std::span<const kv::seq_id> stepwise_seqs{};
 
   std::size_t n_tokens() const noexcept { return token_ids.size(); }
   std::size_t n_logits() const noexcept { return logit_rows.size(); }
@@ -63,6 +67,15 @@ class batch_builder {
     }
     if (logits_of_last == last_logits::keep && !tokens.empty()) logit_rows_.push_back(static_cast<std::int32_t>(token_ids_.size() - 1));
   }
+  /// Appends `[n] tokens` of sequence `seq` as `add` does (no logits
+  /// requested), to be computed row by row: token i attends to the sequence
+  /// up to its own position exactly as a one-token decode there would, so
+  /// its logits have the bits of decoding the n tokens one step at a time
+  /// (speculative decoding verifies guessed tokens this way, batched).
+  void add_stepwise(kv::seq_id seq, std::span<const token_id> tokens, std::int32_t first_position) {
+    add(seq, tokens, first_position, last_logits::skip);
+    stepwise_.push_back(seq);
+  }
   /// Requests the logits of token index `row` (already added).
   void request_logits(std::int32_t row) {
     LLMKIT_CHECK(row >= 0 && static_cast<std::size_t>(row) < token_ids_.size(), "batch_builder::request_logits: row ",
@@ -74,16 +87,18 @@ class batch_builder {
     positions_.clear();
     seq_ids_.clear();
     logit_rows_.clear();
+    stepwise_.clear();
   }
   std::size_t n_tokens() const noexcept { return token_ids_.size(); }
   /// A view valid until the builder changes.
-  batch view() const noexcept { return {token_ids_, positions_, seq_ids_, logit_rows_}; }
+  batch view() const noexcept { return {token_ids_, positions_, seq_ids_, logit_rows_, stepwise_}; }
 
  private:
   std::vector<token_id> token_ids_;
   std::vector<std::int32_t> positions_;
   std::vector<kv::seq_id> seq_ids_;
   std::vector<std::int32_t> logit_rows_;
+  std::vector<kv::seq_id> stepwise_;
 };
 
 }  // namespace llmkit::model

@@ -229,7 +229,10 @@ class llama_model {
   std::vector<segment> segments_;
   std::vector<std::int32_t> cu_seqlens_;    // [prefill segments + 1] offsets in attention order
   std::vector<kv::seq_id> prefill_seqs_;   // [prefill segments] their sequences
-  std::vector<kv::seq_id> decode_seqs_;    // [decode segments] sequences with one token in the batch
+  std::vector<kv::seq_id> decode_seqs_;    // [decode rows] sequences with one token in the batch, or stepwise rows
+  std::vector<std::int32_t> decode_last_;  // [decode rows] position of each decode row (stepwise_ only)
+  std::vector<kv::seq_id> decode_views_;   // [decode rows] 0, 1, ...: the rows' ids in a truncated_view
+  bool stepwise_ = false;                  // some decode rows come from stepwise segments
   std::vector<std::int32_t> attention_row_;  // [n_tokens] row of each token in attention order
   attention::decode_workspace decode_ws_;
   detail::q8_activations q8_x_;  // activations quantised for Q8_0 products (options_.activations == q8_0)

@@ -111,8 +111,9 @@ class step_budget {
       : layout_(layout), budget_(budget), capacity_(row_capacity) {}
 
   std::int64_t computed() const { return decodes_ + prefill_slots(pieces_, longest_); }
-  bool decode_fits() const { return computed() + 1 <= budget_; }
-  void add_decode() noexcept { ++decodes_; }
+  bool decode_fits(std::int64_t slots = 1) const { return computed() + slots <= budget_; }
+  /// A decode with `slots` token slots (1 + its lookahead).
+  void add_decode(std::int64_t slots = 1) noexcept { decodes_ += slots; }
 
   /// Tokens of a prefill piece that wants `want` tokens and can be cut
   /// (`chunked`) or not: the largest n <= want that fits, 0 when none does
@@ -270,14 +271,26 @@ inline step_plan plan_continuous(const sched_state& s, const policy& p) {
     if (is_decode(r)) return budget.decode_fits() ? 1 : 0;
     return budget.fit(r.pending(), p.chunked_prefill);
   };
-  auto add_item = [&](const seq_record& r, std::int64_t n) {
+  // Lookahead slots a decode of r gets: its own, within its budget of new
+  // tokens (the last draft is followed by the model's own token), the
+  // step's slots and the free blocks beyond its decode (never a preemption).
+  auto extra_blocks = [&](const seq_record& r, std::int64_t la) {
+    return std::max<std::int64_t>(
+        0, r.blocks(r.n_cached + 1 + la, bs) - std::max(r.n_blocks, r.blocks(r.n_cached + 1, bs)));
+  };
+  auto lookahead = [&](const seq_record& r) -> std::int64_t {
+    std::int64_t la = std::min(r.n_lookahead, r.max_new_tokens - r.n_generated - 1);
+    while (la > 0 && (!budget.decode_fits(1 + la) || extra_blocks(r, la) > free)) --la;
+    return std::max<std::int64_t>(la, 0);
+  };
+  auto add_item = [&](const seq_record& r, std::int64_t n, std::int64_t la = 0) {
     const bool decode = is_decode(r);
     if (decode)
-      budget.add_decode();
+      budget.add_decode(1 + la);
     else
       budget.add_piece(n);
     plan.items.push_back({.id = r.id, .first_pos = r.n_cached, .n_tokens = n, .samples = r.n_cached + n == r.context(),
-                          .is_prefill = !decode});
+                          .is_prefill = !decode, .n_lookahead = la});
     ++n_seqs;
   };
 
@@ -308,8 +321,10 @@ inline step_plan plan_continuous(const sched_state& s, const policy& p) {
       }
       if (removed[i]) continue;
       free -= std::max<std::int64_t>(need, 0);
+      const std::int64_t la = is_decode(r) && r.n_lookahead > 0 ? lookahead(r) : 0;
+      free -= extra_blocks(r, la);
       scheduled[i] = 1;
-      add_item(r, n);
+      add_item(r, n, la);
     }
   }
   // 2. Swapped requests come back first come, first served; 3. then new

@@ -37,6 +37,9 @@ struct request {
   /// KV sequences it runs as (`seq_record::width`): the beam width of a
   /// beam-search request, 1 otherwise. Only `scheduler::submit` reads it.
   std::int64_t width = 1;
+  /// Draft tokens each decode may carry for speculative verification
+  /// (`step_item::n_lookahead`); 0 = plain decodes.
+  std::int64_t n_lookahead = 0;
 };
 
 /// Raises `llmkit::error` naming the field when `r` cannot be served by an
@@ -46,6 +49,7 @@ inline void validate_request(const request& r, std::int64_t max_context) {
   LLMKIT_CHECK(!r.prompt.empty(), "request ", r.id, ": prompt is empty");
   r.stop.validate("request " + std::to_string(r.id));
   const auto n_prompt = static_cast<std::int64_t>(r.prompt.size());
+  LLMKIT_CHECK(r.n_lookahead >= 0, "request ", r.id, ": n_lookahead must be >= 0, got ", r.n_lookahead);
   const std::size_t max_new = r.stop.max_new_tokens;
   LLMKIT_CHECK(max_context >= n_prompt && max_new <= static_cast<std::size_t>(max_context - n_prompt), "request ", r.id,
                ": prompt length ", n_prompt, " + max_new_tokens ", max_new, " exceeds the context of ", max_context,

@@ -62,6 +62,7 @@ class scheduler {
     sched::submit(state_, r.id, static_cast<std::int64_t>(r.prompt.size()), static_cast<std::int64_t>(r.stop.max_new_tokens),
                   r.arrival_s, r.width);
     const request_id id = r.id;
+    set_lookahead(id, r.n_lookahead);
     live_.emplace(id, entry{std::move(r), {}});
   }
 
@@ -81,6 +82,7 @@ class scheduler {
                                  static_cast<std::int64_t>(generated.size()), r.arrival_s))
       return false;
     const request_id id = r.id;
+    set_lookahead(id, r.n_lookahead);
     live_.emplace(id, entry{std::move(r), std::move(generated)});
     return true;
   }
@@ -100,6 +102,7 @@ class scheduler {
         static_cast<std::int64_t>(generated.size()), n_cached,
         policy_.mode == batching::request_level ? 0 : policy_.max_batch_seqs, r.arrival_s);
     const request_id id = r.id;
+    set_lookahead(id, r.n_lookahead);
     live_.emplace(id, entry{std::move(r), std::move(generated)});
     return running;
   }
@@ -135,26 +138,61 @@ class scheduler {
   /// request's token stop rules (`request::stop`) are checked after its
   /// token (stop strings need the text: the engine checks those and cancels).
   std::vector<finished_request> complete_step(std::span<const token_id> sampled) {
+    return complete_step(sampled, {});
+  }
+
+  /// Reports a step whose sampling items took a variable number of tokens
+  /// (speculative decoding): `[plan.n_samples()] n_tokens[k]` tokens for the
+  /// k-th sampling item, in [1, 1 + its `n_lookahead`] (the accepted drafts
+  /// and the model's own token), concatenated in item order in `tokens`.
+  /// The token stop rules are applied token by token: a request that stops
+  /// keeps its tokens up to the one that fired, the rest are dropped.
+  /// Empty `n_tokens` means one token per item.
+  std::vector<finished_request> complete_step(std::span<const token_id> tokens,
+                                              std::span<const std::size_t> n_tokens) {
     LLMKIT_CHECK(planned_, "complete_step: no step was planned (call next_step first)");
-    LLMKIT_CHECK(static_cast<std::int64_t>(sampled.size()) == plan_.n_samples(), "complete_step: sampled has ",
-                 sampled.size(), " tokens, the plan samples ", plan_.n_samples());
+    const auto n_samples = static_cast<std::size_t>(plan_.n_samples());
+    LLMKIT_CHECK(n_tokens.empty() || n_tokens.size() == n_samples, "complete_step: n_tokens has ", n_tokens.size(),
+                 " counts, the plan samples ", n_samples, " items");
+    std::size_t total = n_tokens.empty() ? n_samples : 0;
+    for (std::size_t k = 0; k < n_tokens.size(); ++k) total += n_tokens[k];
+    LLMKIT_CHECK(tokens.size() == total, "complete_step: sampled has ", tokens.size(), " tokens, the plan samples ",
+                 total);
+    for (std::size_t k = 0, i = 0; const step_item& it : plan_.items) {
+      if (!it.samples) continue;
+      const std::size_t n = n_tokens.empty() ? 1 : n_tokens[k];
+      LLMKIT_CHECK(n >= 1 && n <= static_cast<std::size_t>(1 + it.n_lookahead), "complete_step: sampling item ", i,
+                   " (request ", it.id, ") took ", n, " tokens, outside [1, 1 + n_lookahead = ", 1 + it.n_lookahead,
+                   "]");
+      ++k;
+      ++i;
+    }
     planned_ = false;
     std::vector<request_id> stopped;
     std::vector<std::pair<request_id, finish_reason>> reasons;
-    std::size_t k = 0;
+    std::vector<std::int64_t> accepted;  // draft tokens taken, per sampling item
+    std::size_t k = 0, first = 0;
     for (const step_item& it : plan_.items) {
       if (!it.samples) continue;
-      const token_id t = sampled[k++];
+      const std::size_t n = n_tokens.empty() ? 1 : n_tokens[k];
+      const std::span<const token_id> mine = tokens.subspan(first, n);
+      first += n;
+      ++k;
+      accepted.push_back(0);
       auto e = live_.find(it.id);
       if (e == live_.end()) continue;
-      e->second.output.push_back(t);
-      if (const auto why = e->second.req.stop.check(e->second.output)) {
-        stopped.push_back(it.id);
-        reasons.emplace_back(it.id, *why);
+      for (std::size_t j = 0; j < n; ++j) {
+        e->second.output.push_back(mine[j]);
+        accepted.back() = static_cast<std::int64_t>(j);
+        if (const auto why = e->second.req.stop.check(e->second.output)) {
+          stopped.push_back(it.id);
+          reasons.emplace_back(it.id, *why);
+          break;
+        }
       }
     }
     std::vector<finished_request> done;
-    for (const seq_record& f : commit_step(state_, plan_, stopped)) {
+    for (const seq_record& f : commit_step(state_, plan_, stopped, accepted)) {
       auto e = live_.find(f.id);
       finish_reason why = finish_reason::max_tokens;
       for (const auto& [id, r] : reasons)
@@ -187,6 +225,10 @@ class scheduler {
     request req;
     std::vector<token_id> output;
   };
+  void set_lookahead(request_id id, std::int64_t n) {
+    for (auto* list : {&state_.waiting, &state_.running, &state_.swapped})
+      if (seq_record* r = detail::find(*list, id)) r->n_lookahead = n;
+  }
   sched_state state_;
   policy policy_;
   std::unordered_map<request_id, entry> live_;

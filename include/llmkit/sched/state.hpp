@@ -65,6 +65,10 @@ struct seq_record {
   /// holds B sequences of its context, so every block count is B times
   /// that of one sequence (an upper bound: forks share blocks).
   std::int64_t width = 1;
+  /// Lookahead slots: draft tokens a decode of this request may carry for
+  /// speculative verification (0 = plain decodes). A policy reserves their
+  /// blocks with the decode; `commit_step` keeps the accepted ones.
+  std::int64_t n_lookahead = 0;
 
   /// Prompt plus generated tokens.
   constexpr std::int64_t context() const noexcept { return n_prompt + n_generated; }
@@ -267,12 +271,15 @@ inline std::size_t n_live(const sched_state& s) noexcept {
 /// Applies a plan made by a policy from this very state (cancellations in
 /// between are allowed) after the engine ran it: preemptions and swaps,
 /// admissions, K/V growth of every item, and one sampled token per item with
-/// `samples`. A request finishes when it reaches `max_new_tokens` or when
-/// its id is in `[n] stopped` (the engine's stop criteria fired on the token
-/// just sampled). Returns the finished requests' records; their blocks are
-/// free.
+/// `samples`, plus `[n_samples] n_accepted[k]` accepted draft tokens for the
+/// k-th sampling item (empty = none; at most its `n_lookahead`): their K/V
+/// are cached and they count as generated. A request finishes when it
+/// reaches `max_new_tokens` or when its id is in `[n] stopped` (the
+/// engine's stop criteria fired on the last token it took). Returns the
+/// finished requests' records; their blocks are free.
 inline std::vector<seq_record> commit_step(sched_state& s, const step_plan& plan,
-                                           std::span<const request_id> stopped = {}) {
+                                           std::span<const request_id> stopped = {},
+                                           std::span<const std::int64_t> n_accepted = {}) {
   const std::int64_t bs = s.limits.block_size;
   for (const block_move& m : plan.preempted) {
     if (auto r = detail::take(s.running, m.id)) {
@@ -311,11 +318,16 @@ inline std::vector<seq_record> commit_step(sched_state& s, const step_plan& plan
   if (plan.static_batch_size > 0) s.static_batch_size = plan.static_batch_size;
 
   std::vector<seq_record> finished;
+  std::size_t k = 0;  // index of the sampling item
   for (const step_item& it : plan.items) {
+    const std::int64_t extra = it.samples && k < n_accepted.size() ? n_accepted[k] : 0;
+    if (it.samples) ++k;
     seq_record* r = detail::find(s.running, it.id);
     if (r == nullptr) continue;  // cancelled after planning
     LLMKIT_ASSERT(it.first_pos == r->n_cached && it.n_tokens >= 1 && r->n_cached + it.n_tokens <= r->context());
-    r->n_cached += it.n_tokens;
+    LLMKIT_ASSERT(extra >= 0 && extra <= it.n_lookahead);
+    r->n_cached += it.n_tokens + extra;
+    r->n_generated += extra;
     const std::int64_t need = r->blocks(r->n_cached, bs) - r->n_blocks;
     if (need > 0) {
       s.n_free_blocks -= need;

@@ -47,6 +47,11 @@ struct step_item {
   /// True for a prefill piece (part of the prompt, or of a context being
   /// recomputed after preemption), false for a single-token decode.
   bool is_prefill = false;
+  /// Decodes only: draft tokens the engine may append to this item for
+  /// speculative verification (positions after the newest token), their
+  /// KV blocks and step slots reserved. The step computes 1 + the drafts
+  /// actually appended; up to that many accepted ones are committed.
+  std::int64_t n_lookahead = 0;
   friend constexpr bool operator==(const step_item&, const step_item&) = default;
 };
 
@@ -115,14 +120,21 @@ struct step_plan {
     return n;
   }
 
+  /// Lookahead slots reserved for draft tokens (sum of `n_lookahead`).
+  std::int64_t n_lookahead_tokens() const noexcept {
+    std::int64_t n = 0;
+    for (const auto& it : items) n += it.n_lookahead;
+    return n;
+  }
+
   /// Token slots the forward pass computes, padding included: the prefill
   /// rows at `row_length` (or the real prefill tokens when ragged), plus the
-  /// decodes, plus the idle slots.
+  /// decodes and their lookahead slots, plus the idle slots.
   std::int64_t n_computed_tokens() const noexcept {
     const std::int64_t prefill = layout == prefill_layout::ragged
                                      ? n_prefill_tokens()
                                      : static_cast<std::int64_t>(prefill_rows.size()) * row_length;
-    return prefill + (n_tokens() - n_prefill_tokens()) + n_idle_slots;
+    return prefill + (n_tokens() - n_prefill_tokens()) + n_lookahead_tokens() + n_idle_slots;
   }
 };
 

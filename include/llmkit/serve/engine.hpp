@@ -37,7 +37,13 @@
 ///   not on what else runs, on chunking, preemption, prefix reuse, streaming
 ///   or the executor's threads (the model's products are batch invariant and
 ///   the draws counter-based), nor on whether its prompt was prefilled
-///   elsewhere when its given tokens were drawn the same way (`sample_token`);
+///   elsewhere when its given tokens were drawn the same way (`sample_token`),
+///   nor on speculative decoding (`generation_request::speculative`): a
+///   drafting request's tokens are drawn from its verification rows with the
+///   same chain, context and Philox step as without guesses, so greedy and
+///   sampled requests alike get the very tokens they get without drafting
+///   (the rows attend as one-token decodes: same logits, bit for bit, when
+///   prompts were cut in the same pieces);
 /// - a cancelled or finished request's KV blocks are free at the end of the
 ///   step that ends it.
 ///
@@ -47,7 +53,8 @@
 /// thread (intake.hpp), the requests the step thread holds and the samples
 /// waiting to be forked (live_set.hpp), the staging area of prefilled
 /// requests (staging.hpp), the parts of a step from plan to sampled tokens
-/// (step.hpp), the events streamed to callbacks (output.hpp), and
+/// (step.hpp), speculative decoding's guesses and their verification
+/// (speculate.hpp), the events streamed to callbacks (output.hpp), and
 /// beam-search requests, whose beams run as rows of the batch and fork
 /// copy-on-write (beams.hpp, beam_group.hpp).
 
@@ -77,6 +84,7 @@
 #include "llmkit/serve/detail/intake.hpp"
 #include "llmkit/serve/detail/live_set.hpp"
 #include "llmkit/serve/detail/output.hpp"
+#include "llmkit/serve/detail/speculate.hpp"
 #include "llmkit/serve/detail/staging.hpp"
 #include "llmkit/serve/detail/step.hpp"
 #include "llmkit/serve/detail/validate.hpp"
@@ -281,6 +289,10 @@ class engine {
       else
         detail::check_request(request, model_.vocab_size(), options_, tokenizer_ != nullptr);
       if (request.beam) detail::check_beam(request, model_.vocab_size(), options_, limits_);
+      LLMKIT_CHECK(detail::truncating_cache<Cache> || request.speculative.drafter == draft_source::none,
+                   "speculative decoding needs a cache that truncates sequences; this one does not");
+      LLMKIT_CHECK(!request.beam || request.speculative.drafter == draft_source::none,
+                   "speculative decoding does not run with beam search (beam and speculative are both set)");
       chain = chain_of(request);
     } catch (const std::exception& e) {
       checked.status = submit_status::invalid;
@@ -451,10 +463,11 @@ class engine {
     // A request whose import failed has ended (and left the scheduler); its
     // items are skipped and its sampled slot filled with a dummy token.
     for (const sched::block_move& m : plan.swapped_in) import_staged(m.id);
+    detail::propose_drafts(plan, live_, options_, spec_);
     const std::vector<request_id> rows =
-        detail::build_batch(plan, live_, cache_, options_.reuse, step_.batch, stats_, step_.beam_items);
-    detail::add_beam_rows(step_.beam_items, live_, cache_, options_.reuse, step_.batch, stats_, rows.size(),
-                          step_.beam_groups);
+        detail::build_batch(plan, live_, cache_, options_.reuse, step_, stats_, spec_.drafts);
+    detail::add_beam_rows(step_.beam_items, live_, cache_, options_.reuse, step_.batch, stats_,
+                          step_.n_logits, step_.beam_groups);
     // Empty only when every item's request failed its import.
     const bool forward = step_.batch.n_tokens() > 0;
     matrix_view<const float> logits;
@@ -462,28 +475,52 @@ class engine {
       logits = model_.forward(step_.batch.view(), cache_, exec_);
       ++stats_.n_steps;
     }
+    detail::sample_rows(exec_, live_, rows, logits, step_);
+    detail::verify_drafts(exec_, live_, rows, logits, step_, spec_);
+    detail::truncate_rejected(cache_, live_, rows, step_, spec_, stats_);
     detail::commit_prefixes(cache_, plan, live_);
     const std::size_t kv_used = detail::held_blocks(cache_);
     if (options_.on_step) step_.plan_copy = plan;
-
-    detail::sample_rows(exec_, live_, rows, logits, step_);
     std::vector<detail::fork_job> forks = detail::fork_samples(cache_, live_, rows, logits, step_);
 
+    detail::step_tokens(plan, rows, step_.results, spec_, spec_tokens_, spec_counts_);
     std::unordered_map<request_id, finish_reason> ended;
-    for (const sched::finished_request& f : sched_.complete_step(detail::sampled_tokens(plan, rows, step_.results)))
+    for (const sched::finished_request& f : sched_.complete_step(spec_tokens_, spec_counts_))
       ended.emplace(f.id, f.reason);
-    for (std::size_t k = 0; k < rows.size(); ++k) {
-      const request_id id = rows[k];
-      const auto it = ended.find(id);
-      if (it == ended.end())
-        accept_token(live_.find(id), step_.results[k], std::nullopt, scheduled::yes, detail::origin::sampled);
-      else
-        accept_token(live_.find(id), step_.results[k], it->second, scheduled::no, detail::origin::sampled);
-    }
+    for (std::size_t k = 0; k < rows.size(); ++k) accept_row(rows[k], k, ended);
     for (detail::fork_job& job : forks) start_fork(job);
     for (const detail::beam_rows& b : step_.beam_groups) expand_beams(b, logits);
     if (options_.on_step && forward)
       options_.on_step(step_report{.plan = step_.plan_copy, .kv_blocks_used = kv_used});
+  }
+
+  // Streams the tokens sampled row k took (its draw, then the draws on its
+  // kept guesses), one event each, until a stop rule ends the request.
+  // `ended`: the requests the scheduler finished, which stopped at their
+  // first token that fired a token rule (or at their last token).
+  void accept_row(request_id id, std::size_t k, const std::unordered_map<request_id, finish_reason>& ended) {
+    const auto it = live_.find(id);
+    const auto end = ended.find(id);
+    const std::size_t n = 1 + spec_.accepted[k];
+    for (std::size_t j = 0; j < n; ++j) {
+      detail::row_result& r = j == 0 ? step_.results[k] : spec_.extra[k][j - 1];
+      if (end == ended.end()) {
+        if (!accept_token(it, r, std::nullopt, scheduled::yes, detail::origin::sampled)) return;
+        continue;
+      }
+      std::optional<finish_reason> why = j + 1 == n ? std::optional(end->second) : token_rule(it->second, r);
+      if (!accept_token(it, r, why, scheduled::no, detail::origin::sampled)) return;
+    }
+  }
+
+  // The token rule (EOS, stop sequence, budget) that the token of `r` fires
+  // for request `l`, as the scheduler checks it.
+  static std::optional<finish_reason> token_rule(detail::live_request& l, const detail::row_result& r) {
+    if (!r.error.empty()) return std::nullopt;
+    l.context.push_back(r.sample.token);
+    const auto why = l.request.stop.check(std::span<const token_id>(l.context).subspan(l.n_prompt));
+    l.context.pop_back();
+    return why;
   }
 
   // A sample forked in this step takes its first token, then runs in the
@@ -571,6 +608,8 @@ class engine {
     detail::live_request l = std::move(it->second);
     const request_id h = it->first;
     live_.erase(it);
+    if (options_.draft_model != nullptr && l.request.speculative.drafter == draft_source::model)
+      options_.draft_model->release(h);
     detail::release_forks(live_, l, sched_);
     detail::free_sequences(cache_, l);
     unstage(l);
@@ -605,6 +644,9 @@ class engine {
   sched::scheduler sched_;
   detail::live_map live_;
   detail::step_buffers step_;
+  detail::speculation_buffers spec_;
+  std::vector<token_id> spec_tokens_;     // the step's tokens for complete_step
+  std::vector<std::size_t> spec_counts_;  // and how many each sampling item took
   engine_stats stats_;  // counters of the step thread
 
   // Any thread.

@@ -11,6 +11,7 @@
 
 #include "llmkit/sched/policy.hpp"
 #include "llmkit/sched/step_plan.hpp"
+#include "llmkit/serve/draft.hpp"
 
 namespace llmkit::serve {
 
@@ -60,6 +61,18 @@ struct engine_options {
   /// Called on the step thread at the end of every step that ran a forward
   /// pass, after that step's events (empty = nothing).
   std::function<void(const step_report&)> on_step = {};
+  /// The draft model of requests with `speculation::drafter` = model
+  /// (caller-owned, outlives the engine; nullptr = none: such requests are
+  /// rejected at submit).
+  batch_drafter* draft_model = nullptr;
+  /// Most guesses a request may ask for per step (`speculation::max_tokens`).
+  std::size_t max_draft_tokens = 16;
+  /// Drafting is off in a step with more decodes than this: past it the
+  /// batch is compute-bound and verifying guesses costs about what they
+  /// save. The default suits cheap drafters (prompt lookup); a draft model
+  /// whose forward costs much of the target's wants 1 (docs/serving.md,
+  /// "Speculative decoding figures").
+  std::size_t max_drafting_decodes = 8;
 };
 
 }  // namespace llmkit::serve

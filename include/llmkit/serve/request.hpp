@@ -20,6 +20,7 @@
 #include "llmkit/sampling/logprobs.hpp"
 #include "llmkit/sampling/runtime_chain.hpp"
 #include "llmkit/search/early_stopping.hpp"
+#include "llmkit/serve/draft.hpp"
 
 namespace llmkit::serve {
 
@@ -169,6 +170,9 @@ struct generation_request {
   /// default "greedy" sampling string, no chain value, `top_logprobs` 0 and
   /// no stop strings; `engine::cancel` takes sample 0's handle.
   std::optional<beam_options> beam{};
+  /// Speculative decoding (serve/draft.hpp): guesses verified in the same
+  /// batched forward; the tokens are those drawn without it.
+  speculation speculative{};
   /// Receives every event of the request, on the engine's step thread (or
   /// on the caller's thread for a request rejected by `submit`). Must not
   /// block for long (it stalls the batch) and must not throw (an exception

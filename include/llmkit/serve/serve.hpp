@@ -3,10 +3,13 @@
 
 /// @file llmkit/serve/serve.hpp
 /// The serving engine: requests, events, options, statistics, the
-/// incremental text stream, the engine's token draw, and the engine itself.
+/// incremental text stream, the engine's token draw, speculative decoding
+/// (request settings, draft models), and the engine itself.
 
+#include "llmkit/serve/draft.hpp"
 #include "llmkit/serve/engine.hpp"
 #include "llmkit/serve/engine_cache.hpp"
+#include "llmkit/serve/model_draft.hpp"
 #include "llmkit/serve/options.hpp"
 #include "llmkit/serve/request.hpp"
 #include "llmkit/serve/sample.hpp"

@@ -47,6 +47,9 @@ struct engine_stats {
   std::uint64_t n_prompt_tokens_reused = 0;
   /// Tokens computed by prefill pieces (prompts and recomputed contexts).
   std::uint64_t n_prompt_tokens_prefilled = 0;
+  /// Speculative decoding: guessed tokens verified, and those kept.
+  std::uint64_t n_draft_tokens = 0;
+  std::uint64_t n_draft_tokens_accepted = 0;
 
   std::uint64_t finished(finish_kind k) const noexcept { return n_finished[static_cast<std::size_t>(k)]; }
   std::uint64_t n_finished_total() const noexcept {

@@ -18,6 +18,7 @@
 #include "llmkit/attention/decode.hpp"
 #include "llmkit/attention/mask.hpp"
 #include "llmkit/attention/prefill.hpp"
+#include "llmkit/kv/truncated_view.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/executor.hpp"
 #include "llmkit/model/detail/matmul_kernels.hpp"
@@ -141,20 +142,28 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
     }
     if (!decode_seqs_.empty()) {
       const std::size_t nd = decode_seqs_.size();
-      const attention::decode_params dp{.q = std::span<const float>(q_.data() + n_prefill * qd, nd * qd),
-                                        .out = std::span<float>(att_.data() + n_prefill * qd, nd * qd),
-                                        .seq_ids = decode_seqs_,
-                                        .layer = l,
-                                        .n_heads = c.n_heads,
-                                        .workspace = &decode_ws_,
-                                        .int8_queries = options_.int8_attention_queries,
-                                        .bf16_queries = options_.bf16_attention_queries,
-                                        .bf16_probabilities = options_.bf16_attention_probabilities,
-                                        .int8_probabilities = options_.int8_attention_probabilities};
-      if (decode_parallel)
-        attention::decode(dp, std::as_const(cache), attention::causal_mask{}, exec);
-      else
-        attention::decode(dp, std::as_const(cache), attention::causal_mask{}, serial_executor{});
+      attention::decode_params dp{.q = std::span<const float>(q_.data() + n_prefill * qd, nd * qd),
+                                  .out = std::span<float>(att_.data() + n_prefill * qd, nd * qd),
+                                  .seq_ids = decode_seqs_,
+                                  .layer = l,
+                                  .n_heads = c.n_heads,
+                                  .workspace = &decode_ws_,
+                                  .int8_queries = options_.int8_attention_queries,
+                                  .bf16_queries = options_.bf16_attention_queries,
+                                  .bf16_probabilities = options_.bf16_attention_probabilities,
+                                  .int8_probabilities = options_.int8_attention_probabilities};
+      auto run = [&](const auto& source) {
+        if (decode_parallel)
+          attention::decode(dp, source, attention::causal_mask{}, exec);
+        else
+          attention::decode(dp, source, attention::causal_mask{}, serial_executor{});
+      };
+      if (stepwise_) {  // every decode row sees its sequence up to its own position
+        dp.seq_ids = decode_views_;
+        run(kv::truncated_view<Cache>(cache, decode_seqs_, decode_last_));
+      } else {
+        run(std::as_const(cache));
+      }
     }
     const float* att = att_.data();
     if (mixed) {  // back to batch order for the output projection
@@ -215,19 +224,26 @@ void llama_model::plan_segments(const batch& b, const Cache& cache) {
     segments_.push_back({s, i, j - i, base});
     i = j;
   }
-  // Segments of one token are decode rows (attention::decode); longer ones
-  // go through attention::prefill. attention_row_ maps a batch row to its
-  // row in the attention order: prefill rows first, then decode rows.
+  // Segments of one token are decode rows (attention::decode), and so is
+  // every row of a stepwise segment; longer ones go through
+  // attention::prefill. attention_row_ maps a batch row to its row in the
+  // attention order: prefill rows first, then decode rows.
+  auto stepwise = [&](const segment& seg) {
+    return seg.count > 1 && std::find(b.stepwise_seqs.begin(), b.stepwise_seqs.end(), seg.seq) != b.stepwise_seqs.end();
+  };
   cu_seqlens_.assign(1, 0);
   prefill_seqs_.clear();
   decode_seqs_.clear();
+  decode_last_.clear();
+  decode_views_.clear();
+  stepwise_ = false;
   attention_row_.resize(n);
   attention_work_ = 0;
   decode_work_ = 0;
   std::int32_t next = 0;
   const double width = double(config_.n_heads * config_.head_dim);
   for (const segment& seg : segments_) {
-    if (seg.count == 1) continue;
+    if (seg.count == 1 || stepwise(seg)) continue;
     for (std::size_t k = 0; k < seg.count; ++k) attention_row_[seg.first + k] = next++;
     cu_seqlens_.push_back(next);
     prefill_seqs_.push_back(seg.seq);
@@ -236,10 +252,15 @@ void llama_model::plan_segments(const batch& b, const Cache& cache) {
     attention_work_ += (q * k0 + q * (q + 1) / 2) * width;
   }
   for (const segment& seg : segments_) {
-    if (seg.count != 1) continue;
-    attention_row_[seg.first] = next++;
-    decode_seqs_.push_back(seg.seq);
-    decode_work_ += double(seg.base + 1) * width;
+    if (seg.count != 1 && !stepwise(seg)) continue;
+    stepwise_ = stepwise_ || seg.count > 1;
+    for (std::size_t k = 0; k < seg.count; ++k) {
+      attention_row_[seg.first + k] = next++;
+      decode_views_.push_back(static_cast<kv::seq_id>(decode_seqs_.size()));
+      decode_seqs_.push_back(seg.seq);
+      decode_last_.push_back(static_cast<std::int32_t>(seg.base + k));
+      decode_work_ += double(seg.base + k + 1) * width;
+    }
   }
 }
 

@@ -72,6 +72,8 @@ inline sched::request scheduler_request(request_id h, const live_request& l) {
     r.stop = {.max_new_tokens = l.request.stop.max_new_tokens};
     r.width = static_cast<std::int64_t>(l.beams->options.width);
   }
+  if (l.request.speculative.drafter != draft_source::none)
+    r.n_lookahead = static_cast<std::int64_t>(l.request.speculative.max_tokens);
   return r;
 }
 

@@ -6,8 +6,7 @@
 /// tokens it hands back: prefix look-ups before planning, a cache sequence
 /// for each admitted request, the packed batch of the plan's items, the
 /// sampling of every logits row (each on its own workspace and Philox
-/// stream), the samples forked from a prompt's row, and the sampled token
-/// of each plan item for `scheduler::complete_step`.
+/// stream) and the samples forked from a prompt's row.
 
 #include <algorithm>
 #include <cstddef>
@@ -38,7 +37,9 @@
 namespace llmkit::serve::detail {
 
 /// What the steps reuse: the packed batch, one sampling workspace and
-/// result per sampled row (`[n_rows]`), and a copy of the plan for
+/// result per sampled row (`[n_rows]`), the logits row of each sampled
+/// row's first position and its plan item (`[n_rows]`; a row with drafts
+/// has more logits rows after it), and a copy of the plan for
 /// `engine_options::on_step` (complete_step invalidates the plan).
 struct step_buffers {
   model::batch_builder batch;
@@ -46,6 +47,10 @@ struct step_buffers {
   std::vector<beam_rows> beam_groups;        ///< their logits rows
   std::vector<sampling::candidates> workspaces;
   std::vector<row_result> results;
+  std::vector<std::size_t> first_rows;
+  std::vector<std::size_t> row_items;
+  std::vector<token_id> segment;
+  std::size_t n_logits = 0;  ///< logits rows of the requests build_batch packed (beam rows follow)
   sched::step_plan plan_copy;
 };
 
@@ -132,19 +137,30 @@ kv::seq_id open_sequence(Cache& cache, live_request& l, std::int64_t first_pos, 
   return seq;
 }
 
-/// Packs the items of `plan` whose request is live into `batch` (cleared
-/// first), opening the sequences of newly admitted requests, and returns
-/// `[n_rows]` the request of each logits row. Prefilled tokens are counted
-/// in `stats`. The items of beam-search requests are left to
-/// `add_beam_rows` (beams.hpp), listed in `beam_items`.
+/// Packs the items of `plan` whose request is live into `batch`
+/// (`buffers.batch`, cleared first), opening the sequences of newly
+/// admitted requests, and returns `[n_rows]` the request of each sampled
+/// row. A decode item i with guesses `drafts[i]` (`[n_items]`, or empty
+/// for none) computes its newest token and the guesses, with the logits of
+/// each, row by row as one-token decodes (`batch_builder::add_stepwise`).
+/// Fills `buffers.first_rows`, `buffers.row_items` and `buffers.n_logits`
+/// (the logits rows packed). Prefilled tokens are counted in `stats`. The
+/// items of beam-search requests are left to `add_beam_rows` (beams.hpp),
+/// listed in `buffers.beam_items`.
 template <engine_cache Cache>
 std::vector<request_id> build_batch(const sched::step_plan& plan, live_map& live, Cache& cache, prefix_reuse reuse,
-                                    model::batch_builder& batch, engine_stats& stats,
-                                    std::vector<sched::step_item>& beam_items) {
+                                    step_buffers& buffers, engine_stats& stats,
+                                    std::span<const std::vector<token_id>> drafts = {}) {
+  model::batch_builder& batch = buffers.batch;
+  std::vector<sched::step_item>& beam_items = buffers.beam_items;
   batch.clear();
   beam_items.clear();
+  buffers.first_rows.clear();
+  buffers.row_items.clear();
   std::vector<request_id> rows;
-  for (const sched::step_item& it : plan.items) {
+  std::size_t n_logits = 0;
+  for (std::size_t i = 0; i < plan.items.size(); ++i) {
+    const sched::step_item& it = plan.items[i];
     if (!live.contains(it.id)) continue;
     live_request& l = live.at(it.id);
     if (l.beams) {  // packed after the others by add_beam_rows
@@ -153,13 +169,29 @@ std::vector<request_id> build_batch(const sched::step_plan& plan, live_map& live
     }
     const kv::seq_id seq = l.seq ? *l.seq : open_sequence(cache, l, it.first_pos, reuse, stats);
     LLMKIT_ASSERT(cache.n_tokens(seq) == static_cast<std::size_t>(it.first_pos));
-    batch.add(seq,
-              std::span<const token_id>(l.context)
-                  .subspan(static_cast<std::size_t>(it.first_pos), static_cast<std::size_t>(it.n_tokens)),
-              static_cast<std::int32_t>(it.first_pos), it.samples ? model::last_logits::keep : model::last_logits::skip);
+    const auto tokens = std::span<const token_id>(l.context)
+                            .subspan(static_cast<std::size_t>(it.first_pos), static_cast<std::size_t>(it.n_tokens));
+    const std::size_t n_drafts = i < drafts.size() ? drafts[i].size() : 0;
+    if (n_drafts == 0) {
+      batch.add(seq, tokens, static_cast<std::int32_t>(it.first_pos),
+                it.samples ? model::last_logits::keep : model::last_logits::skip);
+    } else {
+      LLMKIT_ASSERT(it.samples && !it.is_prefill && n_drafts <= static_cast<std::size_t>(it.n_lookahead));
+      buffers.segment.assign(tokens.begin(), tokens.end());
+      buffers.segment.insert(buffers.segment.end(), drafts[i].begin(), drafts[i].end());
+      const auto first = static_cast<std::int32_t>(batch.n_tokens());
+      batch.add_stepwise(seq, buffers.segment, static_cast<std::int32_t>(it.first_pos));
+      for (std::size_t j = 0; j <= n_drafts; ++j) batch.request_logits(first + static_cast<std::int32_t>(j));
+    }
     if (it.is_prefill) stats.n_prompt_tokens_prefilled += static_cast<std::uint64_t>(it.n_tokens);
-    if (it.samples) rows.push_back(it.id);
+    if (it.samples) {
+      rows.push_back(it.id);
+      buffers.first_rows.push_back(n_logits);
+      buffers.row_items.push_back(i);
+      n_logits += 1 + n_drafts;
+    }
   }
+  buffers.n_logits = n_logits;
   return rows;
 }
 
@@ -176,16 +208,17 @@ void commit_prefixes(Cache& cache, const sched::step_plan& plan, const live_map&
   }
 }
 
-/// Processes `[vocab] row` with l's chain in workspace `ws` and draws l's
-/// next token into `out` (or the chain's error).
-inline void sample_into(const live_request& l, std::span<const float> row, sampling::candidates& ws,
-                        row_result& out) {
+/// Processes `[vocab] row` with l's chain in workspace `ws` and draws the
+/// token that follows `[n_prompt + n] context` (l's context, or l's context
+/// and guesses) into `out` (or the chain's error).
+inline void sample_into(const live_request& l, std::span<const token_id> context, std::span<const float> row,
+                        sampling::candidates& ws, row_result& out) {
   out.error.clear();
   out.top.clear();
   try {
     out.top.resize(l.request.top_logprobs);
     std::size_t n_top = 0;
-    out.sample = sample_token(l.chain, l.request, l.context, row, ws, out.top, &n_top);
+    out.sample = sample_token(l.chain, l.request, context, row, ws, out.top, &n_top);
     out.top.resize(n_top);
   } catch (const std::exception& e) {
     out.error = e.what();
@@ -193,7 +226,13 @@ inline void sample_into(const live_request& l, std::span<const float> row, sampl
   }
 }
 
-/// Samples `[n_rows, vocab] logits` row k for request `rows[k]` into
+/// `sample_into` for l's next token.
+inline void sample_into(const live_request& l, std::span<const float> row, sampling::candidates& ws,
+                        row_result& out) {
+  sample_into(l, l.context, row, ws, out);
+}
+
+/// Samples the logits row `buffers.first_rows[k]` for request `rows[k]` into
 /// `buffers.results[k]`, rows split over `exec`'s threads. Every row has its
 /// own workspace and Philox stream: a draw does not depend on the row's
 /// place in the batch or on the thread.
@@ -203,12 +242,12 @@ void sample_rows(Exec& exec, const live_map& live, std::span<const request_id> r
   buffers.results.resize(rows.size());
   if (buffers.workspaces.size() < rows.size()) buffers.workspaces.resize(rows.size());
   exec.parallel_for(rows.size(), [&](std::size_t k) {
-    sample_into(live.at(rows[k]), logits.row(k), buffers.workspaces[k], buffers.results[k]);
+    sample_into(live.at(rows[k]), logits.row(buffers.first_rows[k]), buffers.workspaces[k], buffers.results[k]);
   });
 }
 
 /// Samples 1 .. n - 1 of a prompt whose logits were just sampled for the
-/// first time (row k of `[n_rows, vocab] logits`, request `rows[k]`) draw
+/// first time (sampled row k of `logits`, request `rows[k]`) draw
 /// from the same row and fork its sequence's blocks copy-on-write. Clears
 /// the prompts' pending forks; returns the forked samples, to be started
 /// after the step's own tokens.
@@ -224,30 +263,12 @@ std::vector<fork_job> fork_samples(Cache& cache, live_map& live, std::span<const
       if (c == live.end()) continue;
       fork_job job{h, cache.fork(*l.seq), {}};
       if (buffers.workspaces.empty()) buffers.workspaces.resize(1);
-      sample_into(c->second, logits.row(k), buffers.workspaces[0], job.row);
+      sample_into(c->second, logits.row(buffers.first_rows[k]), buffers.workspaces[0], job.row);
       forks.push_back(std::move(job));
     }
     l.pending_forks.clear();
   }
   return forks;
-}
-
-/// The token of every sampling item of `plan`, in order, for
-/// `scheduler::complete_step`: row k's token for request `rows[k]` (0 when
-/// its chain failed), 0 for a request that ended before the forward pass.
-inline std::vector<token_id> sampled_tokens(const sched::step_plan& plan, std::span<const request_id> rows,
-                                            std::span<const row_result> results) {
-  std::vector<token_id> sampled;
-  for (std::size_t k = 0; const sched::step_item& it : plan.items) {
-    if (!it.samples) continue;
-    if (k < rows.size() && rows[k] == it.id) {
-      sampled.push_back(results[k].error.empty() ? results[k].sample.token : 0);
-      ++k;
-    } else {
-      sampled.push_back(0);
-    }
-  }
-  return sampled;
 }
 
 }  // namespace llmkit::serve::detail

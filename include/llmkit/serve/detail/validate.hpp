@@ -28,6 +28,20 @@ inline void check_in_vocabulary(const char* name, std::span<const token_id> toke
                  " is outside the vocabulary of ", vocab, " tokens");
 }
 
+/// Checks a request's speculative decoding against the engine's options:
+/// k in [1, max_draft_tokens] when it drafts, and a draft model for
+/// `draft_source::model`.
+/// @throws llmkit::error naming the field and value.
+inline void check_speculation(const speculation& s, const engine_options& o) {
+  if (s.drafter == draft_source::none) return;
+  LLMKIT_CHECK(s.drafter == draft_source::ngram || s.drafter == draft_source::model,
+               "speculative.drafter = ", static_cast<int>(s.drafter), " is not a draft source");
+  LLMKIT_CHECK(s.max_tokens >= 1 && s.max_tokens <= o.max_draft_tokens, "speculative.max_tokens = ", s.max_tokens,
+               " is outside [1, max_draft_tokens = ", o.max_draft_tokens, "]");
+  LLMKIT_CHECK(s.drafter != draft_source::model || o.draft_model != nullptr,
+               "speculative.drafter = model, but the engine has no draft model (engine_options::draft_model)");
+}
+
 /// Checks a request against an engine's model (`vocab` tokens), options
 /// and tokenizer (`has_tokenizer`): a non-empty prompt inside the
 /// vocabulary, valid stop rules, prompt + `max_new_tokens` within
@@ -48,6 +62,7 @@ inline void check_request(const generation_request& r, std::size_t vocab, const 
   LLMKIT_CHECK(r.top_logprobs <= vocab, "top_logprobs = ", r.top_logprobs, " exceeds the vocabulary of ", vocab,
                " tokens");
   LLMKIT_CHECK(r.n >= 1 && r.n <= o.max_queued, "n = ", r.n, " is outside [1, max_queued = ", o.max_queued, "]");
+  check_speculation(r.speculative, o);
 }
 
 /// Checks a prefilled request as `check_request` does, plus: the engine
