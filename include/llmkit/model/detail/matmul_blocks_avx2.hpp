@@ -12,6 +12,7 @@
 /// are decoded in registers; each output is accumulated in one order
 /// whatever the batch, tile or thread.
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -110,7 +111,7 @@ inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, 
 }
 
 /// A K-quant super-block's scales as int16 words (8 for Q4_K / Q5_K, 16 for
-/// Q6_K), d, and dmin * m_s.
+/// Q3_K / Q6_K), d, and dmin * m_s.
 struct avx2_k_scales {
   alignas(32) std::int16_t sc[16];
   float d;
@@ -120,8 +121,8 @@ struct avx2_k_scales {
 template <class Block>
 inline avx2_k_scales avx2_kquant_scales(const Block& p) noexcept {
   avx2_k_scales out{};
-  if constexpr (std::is_same_v<Block, block_q6_k>) {
-    for (std::size_t j = 0; j < 16; ++j) out.sc[j] = p.scales[j];
+  if constexpr (has_k_scales16<Block>) {
+    k_scales16(p, out.sc);
     out.d = scale_f32(p.d);
     out.mins = _mm256_setzero_ps();
   } else {
@@ -149,6 +150,14 @@ inline __m256i avx2_kquant_values(const Block& p, std::size_t g, std::size_t h) 
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(int(4 * (g % 2)))), low4);
     const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(int(shift))), _mm256_set1_epi8(0x03));
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  } else if constexpr (std::is_same_v<Block, block_q3_k>) {
+    // Values 64g + 32h + l: crumb row r = 2 (g % 2) + h of half g / 2.
+    const std::size_t half = g / 2, r = 2 * (g % 2) + h;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs + 32 * half));
+    const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.hmask));
+    const __m256i c = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r))), _mm256_set1_epi8(0x03));
+    const __m256i t = _mm256_srl_epi16(m, _mm_cvtsi32_si128(int(4 * half + r)));
+    return _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi16(t, 2), _mm256_set1_epi8(0x04)));
   } else {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs + 32 * g));
     __m256i u = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(int(4 * h))), low4);
@@ -162,10 +171,10 @@ inline __m256i avx2_kquant_values(const Block& p, std::size_t g, std::size_t h) 
 }
 
 /// The scale word of each of the 16 pair sums of values [32 h, 32 h + 32)
-/// of group g: one sub-block of 32 (Q4_K / Q5_K) or two of 16 (Q6_K).
+/// of group g: one sub-block of 32 (Q4_K / Q5_K) or two of 16 (Q3_K, Q6_K).
 template <class Block>
 inline __m256i avx2_kquant_words(const avx2_k_scales& sc, std::size_t g, std::size_t h) noexcept {
-  if constexpr (std::is_same_v<Block, block_q6_k>) {
+  if constexpr (has_k_scales16<Block>) {
     const std::size_t j = 4 * g + 2 * h;
     return _mm256_setr_m128i(_mm_set1_epi16(sc.sc[j]), _mm_set1_epi16(sc.sc[j + 1]));
   } else {
@@ -215,11 +224,12 @@ inline void avx2_kquant_tile(const q8_activations& xa, const block_weights& w, f
     for (std::size_t a = 0; a < TN; ++a) {
       const std::size_t t = t0 + a;
       const float dk = xa.k_scale(t, i);
-      if constexpr (std::is_same_v<Block, block_q6_k>) {  // values are u - 32
+      if constexpr (has_k_scales16<Block>) {  // values are u - offset (a power of two)
+        constexpr int shift = std::countr_zero(unsigned(int8_form<Block>::offset));
         const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
         for (std::size_t b = 0; b < ON; ++b) {
           const __m256i words = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[b].sc));
-          iacc[a][b] = _mm256_sub_epi32(iacc[a][b], _mm256_slli_epi32(_mm256_madd_epi16(words, s16), 5));
+          iacc[a][b] = _mm256_sub_epi32(iacc[a][b], _mm256_slli_epi32(_mm256_madd_epi16(words, s16), shift));
         }
       }
       for (std::size_t b = 0; b < ON; ++b)

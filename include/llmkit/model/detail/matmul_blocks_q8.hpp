@@ -11,10 +11,10 @@
 ///
 ///     w_j = s_l * (u_j - offset) - m_b,   l = j / 4, b = j / 32
 ///
-/// with u_j an unsigned integer of 4 to 6 bits, s_l the scale of the four
+/// with u_j an unsigned integer of 3 to 6 bits, s_l the scale of the four
 /// values of lane l (Q6_K has one per 16 values, Q4_K and Q5_K one per 32,
-/// the 32-value formats their block scale), a per-format offset (8, 16, 32
-/// or 0) and a per-32-value minimum m_b (Q4_1, Q5_1, Q4_K, Q5_K; 0 for the
+/// the 32-value formats their block scale; Q3_K one per 16), a per-format
+/// offset (8, 16, 32, 4 or 0) and a per-32-value minimum m_b (Q4_1, Q5_1, Q4_K, Q5_K; 0 for the
 /// others). With x_j = d_b * q_j (q_j int8, d_b the activation block's
 /// scale) the dot product of a row is
 ///
@@ -60,6 +60,12 @@ namespace llmkit::model::detail {
 /// `[values] u`, `[values / 4] s` and (formats with minimums) `[values / 32] m`.
 template <class Block>
 struct int8_form;
+
+/// Whether a block format has an int8-activation product (an int8_form):
+/// Q4_0 ... Q6_K and Q3_K. Q2_K, IQ4_NL and IQ4_XS have none yet, so
+/// activation_type::q8_0 leaves their products exact (model/weights.hpp).
+template <class Block>
+inline constexpr bool has_int8_product = requires { int8_form<Block>::offset; };
 
 /// Q5_0 / Q5_1's values: nibble + 16 * bit j of qh.
 inline void decode_5bit(const std::uint8_t (&qs)[16], const std::uint8_t (&qh_bytes)[4], std::uint8_t* __restrict u) noexcept {
@@ -155,6 +161,21 @@ struct int8_form<block_q6_k> {
       for (std::size_t l = 0; l < 32; ++l) y[l + 32] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
       for (std::size_t l = 0; l < 32; ++l) y[l + 64] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
       for (std::size_t l = 0; l < 32; ++l) y[l + 96] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+};
+
+/// Q3_K: u = the 2-bit crumb + 4 * its hmask bit, offset 4, scale d * (sc - 32) per 16 values.
+template <>
+struct int8_form<block_q3_k> {
+  static constexpr int offset = 4;
+  static constexpr bool has_mins = false;
+  static void decode(const block_q3_k& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    const float d = scale_f32(b.d);
+    for (std::size_t i = 0; i < 16; ++i) std::fill_n(s + 4 * i, 4, d * float(int(q3_k_scale(b.scales, i)) - 32));
+    for (std::size_t j = 0; j < qk_k; ++j) {
+      const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
+      u[j] = static_cast<std::uint8_t>(((b.qs[32 * h + l] >> (2 * r)) & 3) | (((b.hmask[l] >> (4 * h + r)) & 1) << 2));
     }
   }
 };

@@ -2,7 +2,7 @@
 #pragma once
 
 /// @file llmkit/model/detail/matmul_kquants_vnni.hpp
-/// The K-quants' (Q4_K, Q5_K, Q6_K) int8-activation products with AVX-512
+/// The K-quants' (Q3_K, Q4_K, Q5_K, Q6_K) int8-activation products with AVX-512
 /// VNNI, the weights decoded in registers as they stream in, at every token
 /// count. The activations are quantised per 256-value super-block (ggml's
 /// Q8_K, q8_activations::assign_k): one activation scale per super-block
@@ -11,12 +11,13 @@
 /// sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies those
 /// by their sub-block scales into int32 lanes; per super-block one
 /// conversion and one FMA by d * d_x, plus the minimums
-/// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's offset
-/// (-32 * sum_s sc_s * sum q, in int32). Each output is accumulated in the
+/// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's and Q3_K's offset
+/// (-32 or -4 times sum_s sc_s * sum q, in int32). Each output is accumulated in the
 /// same order whatever the batch or tile, so the product is batch and
 /// thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
 /// computes the same formula in scalar code.
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -31,8 +32,25 @@ namespace llmkit::model::detail {
 
 /// K-quant formats: products with activations per 256 values (assign_k).
 template <class Block>
-inline constexpr bool is_kquant_block =
-    std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
+inline constexpr bool is_kquant_block = std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q4_k> ||
+                                        std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
+
+/// The K-quants with one signed scale per 16 values (Q3_K, Q6_K) rather
+/// than a scale and a minimum per 32.
+template <class Block>
+inline constexpr bool has_k_scales16 = std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q6_k>;
+
+/// A 16-scale K-quant's sub-block scales as int16 words (Q3_K: sc - 32).
+template <class Block>
+  requires has_k_scales16<Block>
+inline void k_scales16(const Block& p, std::int16_t (&out)[16]) noexcept {
+  for (std::size_t j = 0; j < 16; ++j) {
+    if constexpr (std::is_same_v<Block, block_q6_k>)
+      out[j] = p.scales[j];
+    else
+      out[j] = static_cast<std::int16_t>(int(q3_k_scale(p.scales, j)) - 32);
+  }
+}
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
@@ -75,6 +93,16 @@ struct k_tile_scales {
 /// pair sums of row b, as int16 words).
 template <class Block>
 struct kquant_block;
+
+/// Word w of group g (values 2w, 2w + 1) gets sub-block 4g + w / 8 of a
+/// 16-scale K-quant's scale words sc.
+inline __m512i k_scales16_group(__m512i sc, std::size_t g) noexcept {
+  const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
+                                                         0x0002000200020002, 0x0001000100010001, 0x0001000100010001,
+                                                         0, 0),
+                                        _mm512_set1_epi16(short(4 * g)));
+  return _mm512_permutexvar_epi16(pick, sc);
+}
 
 /// Q4_K / Q5_K: super-block i's scales of ON (<= 4) rows at once. Row b's
 /// 16-byte head (d, dmin, then the 6-bit scales and mins in the bit layout
@@ -143,6 +171,7 @@ template <class Block>
   requires(std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k>)
 struct kquant_block<Block> {
   static constexpr bool has_mins = true;
+  static constexpr int offset = 0;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const Block* const (&rows)[ON], std::size_t i) noexcept {
     return k_affine_scales(rows, i);
@@ -168,6 +197,7 @@ struct kquant_block<Block> {
 template <>
 struct kquant_block<block_q6_k> {
   static constexpr bool has_mins = false;
+  static constexpr int offset = 32;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const block_q6_k* const (&rows)[ON], std::size_t i) noexcept {
     k_tile_scales<ON> out;
@@ -194,12 +224,44 @@ struct kquant_block<block_q6_k> {
   }
   template <std::size_t ON>
   static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
-    // Word w of group g (values 2w, 2w + 1): sub-block 4g + w / 8.
-    const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
-                                                           0x0002000200020002, 0x0001000100010001, 0x0001000100010001,
-                                                           0, 0),
-                                          _mm512_set1_epi16(short(4 * g)));
-    return _mm512_permutexvar_epi16(pick, sc.sc[b]);
+    return k_scales16_group(sc.sc[b], g);
+  }
+};
+
+/// Q3_K: values u = crumb + 4 * hmask bit (0..7, offset 4), 16 scales sc - 32.
+template <>
+struct kquant_block<block_q3_k> {
+  static constexpr bool has_mins = false;
+  static constexpr int offset = 4;
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_q3_k* const (&rows)[ON], std::size_t i) noexcept {
+    k_tile_scales<ON> out;
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) {
+      alignas(32) std::int16_t sc[16];
+      k_scales16(rows[b][i], sc);
+      out.sc[b] = _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+      out.d[b] = scale_f32(rows[b][i].d);
+    }
+    return out;
+  }
+  static __m512i values(const block_q3_k* p, std::size_t g) noexcept {
+    // Group g is half h = g / 2, crumb rows r = 2 (g % 2) (values 0-31) and
+    // r + 1 (32-63): bits 2r.. of qs[32h + l] and bit 4h + r of hmask[l].
+    const std::size_t h = g / 2, r = 2 * (g % 2);
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qs + 32 * h)));
+    __m512i c = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r)));
+    c = _mm512_mask_srli_epi16(c, __mmask32(0xFFFF0000u), c, 2);
+    const __m512i m = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->hmask)));
+    __m512i t = _mm512_srl_epi16(m, _mm_cvtsi32_si128(int(4 * h + r)));
+    t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 1);
+    // (c & 3) | (t << 2 & 4)
+    return _mm512_or_si512(_mm512_and_si512(c, _mm512_set1_epi8(0x03)),
+                           _mm512_and_si512(_mm512_slli_epi16(t, 2), _mm512_set1_epi8(0x04)));
+  }
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
+    return k_scales16_group(sc.sc[b], g);
   }
 };
 
@@ -254,11 +316,12 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
     for (std::size_t a = 0; a < TN; ++a) {
       const std::size_t t = t0 + a;
       const float dk = xa.k_scale(t, i);
-      if constexpr (std::is_same_v<Block, block_q6_k>) {  // values are u - 32
+      if constexpr (has_k_scales16<Block>) {  // values are u - offset (a power of two)
+        constexpr int shift = std::countr_zero(unsigned(F::offset));
         const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
 #pragma GCC unroll 16
         for (std::size_t b = 0; b < ON; ++b) {
-          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(_mm512_castsi512_si256(sc.sc[b]), s16), 5);
+          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(_mm512_castsi512_si256(sc.sc[b]), s16), shift);
           iacc[a][b] = _mm512_sub_epi32(iacc[a][b], _mm512_zextsi256_si512(offset));
         }
       }
