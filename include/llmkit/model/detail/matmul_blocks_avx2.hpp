@@ -8,7 +8,10 @@
 /// (unsigned weights x int8 activations into 16-bit pair sums) and
 /// VPMADDWD in place of VPDPBUSD / VPDPWSSD: by ones for the 32-value
 /// formats (int32 sums of 4 values, started from the activations'
-/// -offset * sum q), by the sub-block scales for the K-quants. The weights
+/// -offset * sum q), by the sub-block scales for the K-quants. IQ4_NL and
+/// IQ4_XS take their levels' magnitudes and the activations with the
+/// levels' signs (VPSIGNB), as level + 128 would saturate VPMADDUBSW's
+/// 16-bit pair sums. The weights
 /// are decoded in registers; each output is accumulated in one order
 /// whatever the batch, tile or thread.
 
@@ -46,6 +49,17 @@ inline __m256i avx2_nibbles(const std::uint8_t* qs) noexcept {
   return _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
 }
 
+/// The IQ4 formats: signed levels, multiplied as magnitudes times signed activations.
+template <class Block>
+inline constexpr bool avx2_signed_levels = std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_iq4_xs>;
+
+/// 32 IQ4 indices (avx2_nibbles order) as level magnitudes, and the levels
+/// themselves in `sign` (for VPSIGNB; no level is 0).
+inline __m256i avx2_iq4_levels(__m256i index, __m256i& sign) noexcept {
+  sign = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_iq4nl))), index);
+  return _mm256_abs_epi8(sign);
+}
+
 /// Block p's 32 unsigned values, scale and (Q4_1 / Q5_1) m_b of w = d * u - m_b.
 template <class Block>
 inline __m256i avx2_block_values(const Block& p) noexcept {
@@ -62,7 +76,8 @@ inline __m256i avx2_block_values(const Block& p) noexcept {
 template <class Block, std::size_t TN, std::size_t ON>
 inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                               bool accumulate, std::size_t t0, std::size_t o0) noexcept {
-  constexpr int offset = int8_form<Block>::offset;
+  constexpr bool signed_levels = avx2_signed_levels<Block>;
+  constexpr int offset = signed_levels ? 0 : int8_form<Block>::offset;
   constexpr bool has_mins = int8_form<Block>::has_mins;
   const std::size_t stride = xa.stride, row_bytes = w.row_bytes(), blocks = w.in / 32;
   const Block* rows[ON];
@@ -78,10 +93,14 @@ inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, 
     // Rows are contiguous: each block step prefetches about its share of them.
     prefetch_lines_l2(ahead + k * step_bytes, step_bytes);
     __m256i u[ON];
+    [[maybe_unused]] __m256i sign[ON];
     __m256 s[ON];
 #pragma GCC unroll 8
     for (std::size_t b = 0; b < ON; ++b) {
-      u[b] = avx2_block_values(rows[b][k]);
+      if constexpr (signed_levels)
+        u[b] = avx2_iq4_levels(avx2_nibbles(rows[b][k].qs), sign[b]);
+      else
+        u[b] = avx2_block_values(rows[b][k]);
       s[b] = _mm256_set1_ps(scale_f32(rows[b][k].d));
     }
 #pragma GCC unroll 8
@@ -94,7 +113,8 @@ inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, 
         start = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.offset_sums.data() + t * stride / 4 + 8 * k));
 #pragma GCC unroll 8
       for (std::size_t b = 0; b < ON; ++b) {
-        __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(u[b], q), ones);
+        const __m256i qb = signed_levels ? _mm256_sign_epi8(q, sign[b]) : q;
+        __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(u[b], qb), ones);
         if constexpr (offset != 0) dot = _mm256_add_epi32(dot, start);
         acc[a][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(s[b], d), acc[a][b]);
         if constexpr (has_mins)
@@ -123,6 +143,10 @@ inline avx2_k_scales avx2_kquant_scales(const Block& p) noexcept {
   avx2_k_scales out{};
   if constexpr (has_k_scales16<Block>) {
     k_scales16(p, out.sc);
+    out.d = scale_f32(p.d);
+    out.mins = _mm256_setzero_ps();
+  } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+    for (std::size_t j = 0; j < 8; ++j) out.sc[j] = static_cast<std::int16_t>(int(iq4_xs_scale(p, j)) - 32);
     out.d = scale_f32(p.d);
     out.mins = _mm256_setzero_ps();
   } else {
@@ -182,8 +206,8 @@ inline __m256i avx2_kquant_words(const avx2_k_scales& sc, std::size_t g, std::si
   }
 }
 
-/// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant format over
-/// activations quantised by assign_k.
+/// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant format (or
+/// IQ4_XS) over activations quantised by assign_k.
 template <class Block, std::size_t TN, std::size_t ON>
 inline void avx2_kquant_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                              bool accumulate, std::size_t t0, std::size_t o0) noexcept {
@@ -208,17 +232,23 @@ inline void avx2_kquant_tile(const q8_activations& xa, const block_weights& w, f
     for (std::size_t half = 0; half < 8; ++half) {
       const std::size_t g = half / 2, h = half % 2;
       __m256i u[ON], ws[ON];
+      [[maybe_unused]] __m256i sign[ON];
 #pragma GCC unroll 8
       for (std::size_t b = 0; b < ON; ++b) {
-        u[b] = avx2_kquant_values(rows[b][i], g, h);
+        if constexpr (avx2_signed_levels<Block>)  // sub-block `half`: qs[16 half..], low nibbles then high
+          u[b] = avx2_iq4_levels(avx2_nibbles(rows[b][i].qs + 16 * half), sign[b]);
+        else
+          u[b] = avx2_kquant_values(rows[b][i], g, h);
         ws[b] = avx2_kquant_words<Block>(sc[b], g, h);
       }
 #pragma GCC unroll 8
       for (std::size_t a = 0; a < TN; ++a) {
         const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.row(t0 + a) + qk_k * i + 32 * half));
 #pragma GCC unroll 8
-        for (std::size_t b = 0; b < ON; ++b)
-          iacc[a][b] = _mm256_add_epi32(iacc[a][b], _mm256_madd_epi16(_mm256_maddubs_epi16(u[b], q), ws[b]));
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m256i qb = avx2_signed_levels<Block> ? _mm256_sign_epi8(q, sign[b]) : q;
+          iacc[a][b] = _mm256_add_epi32(iacc[a][b], _mm256_madd_epi16(_mm256_maddubs_epi16(u[b], qb), ws[b]));
+        }
       }
     }
     for (std::size_t a = 0; a < TN; ++a) {

@@ -11,10 +11,11 @@
 ///
 ///     w_j = s_l * (u_j - offset) - m_b,   l = j / 4, b = j / 32
 ///
-/// with u_j an unsigned integer of 3 to 6 bits, s_l the scale of the four
+/// with u_j an unsigned integer of 3 to 6 bits (IQ4_NL / IQ4_XS: their
+/// non-linear level + 128, 8 bits), s_l the scale of the four
 /// values of lane l (Q6_K has one per 16 values, Q4_K and Q5_K one per 32,
 /// the 32-value formats their block scale; Q3_K one per 16), a per-format
-/// offset (8, 16, 32, 4 or 0) and a per-32-value minimum m_b (Q4_1, Q5_1, Q4_K, Q5_K; 0 for the
+/// offset (8, 16, 32, 4, 128 or 0) and a per-32-value minimum m_b (Q4_1, Q5_1, Q4_K, Q5_K; 0 for the
 /// others). With x_j = d_b * q_j (q_j int8, d_b the activation block's
 /// scale) the dot product of a row is
 ///
@@ -62,7 +63,7 @@ template <class Block>
 struct int8_form;
 
 /// Whether a block format has an int8-activation product (an int8_form):
-/// Q4_0 ... Q6_K and Q3_K. Q2_K, IQ4_NL and IQ4_XS have none yet, so
+/// Q4_0 ... Q6_K, Q3_K, IQ4_NL and IQ4_XS. Q2_K has none yet, so
 /// activation_type::q8_0 leaves their products exact (model/weights.hpp).
 template <class Block>
 inline constexpr bool has_int8_product = requires { int8_form<Block>::offset; };
@@ -176,6 +177,37 @@ struct int8_form<block_q3_k> {
     for (std::size_t j = 0; j < qk_k; ++j) {
       const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
       u[j] = static_cast<std::uint8_t>(((b.qs[32 * h + l] >> (2 * r)) & 3) | (((b.hmask[l] >> (4 * h + r)) & 1) << 2));
+    }
+  }
+};
+
+/// kvalues_iq4nl + 128 (1..241): IQ4_NL / IQ4_XS values as unsigned bytes with offset 128.
+inline constexpr std::uint8_t iq4nl_biased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+static_assert(iq4nl_biased[0] == kvalues_iq4nl[0] + 128 && iq4nl_biased[15] == kvalues_iq4nl[15] + 128);
+
+/// IQ4_NL: u = level + 128, offset 128, the block's scale d.
+template <>
+struct int8_form<block_iq4_nl> {
+  static constexpr int offset = 128;
+  static constexpr bool has_mins = false;
+  static void decode(const block_iq4_nl& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    for (std::size_t j = 0; j < 16; ++j) u[j] = iq4nl_biased[b.qs[j] & 0xF];
+    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = iq4nl_biased[b.qs[j] >> 4];
+    std::fill_n(s, 8, scale_f32(b.d));
+  }
+};
+
+/// IQ4_XS: u = level + 128, offset 128, scale d * (ls - 32) per 32 values.
+template <>
+struct int8_form<block_iq4_xs> {
+  static constexpr int offset = 128;
+  static constexpr bool has_mins = false;
+  static void decode(const block_iq4_xs& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    const float d = scale_f32(b.d);
+    for (std::size_t i = 0; i < 8; ++i) {
+      std::fill_n(s + 8 * i, 8, d * float(int(iq4_xs_scale(b, i)) - 32));
+      for (std::size_t j = 0; j < 16; ++j) u[32 * i + j] = iq4nl_biased[b.qs[16 * i + j] & 0xF];
+      for (std::size_t j = 0; j < 16; ++j) u[32 * i + j + 16] = iq4nl_biased[b.qs[16 * i + j] >> 4];
     }
   }
 };

@@ -2,7 +2,7 @@
 #pragma once
 
 /// @file llmkit/model/detail/matmul_kquants_vnni.hpp
-/// The K-quants' (Q3_K, Q4_K, Q5_K, Q6_K) int8-activation products with AVX-512
+/// The K-quants' (Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS's int8-activation products with AVX-512
 /// VNNI, the weights decoded in registers as they stream in, at every token
 /// count. The activations are quantised per 256-value super-block (ggml's
 /// Q8_K, q8_activations::assign_k): one activation scale per super-block
@@ -12,7 +12,10 @@
 /// by their sub-block scales into int32 lanes; per super-block one
 /// conversion and one FMA by d * d_x, plus the minimums
 /// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's and Q3_K's offset
-/// (-32 or -4 times sum_s sc_s * sum q, in int32). Each output is accumulated in the
+/// (-32 or -4 times sum_s sc_s * sum q, in int32). IQ4_XS's values are
+/// signed levels (-127..113): VPMADDUBSW takes their magnitudes and the
+/// activations with the levels' signs (at most 2 * 127 * 127, no
+/// saturation), then its 6-bit sub-block scales as Q4_K's. Each output is accumulated in the
 /// same order whatever the batch or tile, so the product is batch and
 /// thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
 /// computes the same formula in scalar code.
@@ -22,6 +25,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "llmkit/model/detail/matmul_blocks32_vnni.hpp"
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
 
 #include "llmkit/simd/detail/diagnostics.hpp"
@@ -33,12 +37,16 @@ namespace llmkit::model::detail {
 /// K-quant formats: products with activations per 256 values (assign_k).
 template <class Block>
 inline constexpr bool is_kquant_block = std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q4_k> ||
-                                        std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
+                                        std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k> ||
+                                        std::is_same_v<Block, block_iq4_xs>;
 
 /// The K-quants with one signed scale per 16 values (Q3_K, Q6_K) rather
 /// than a scale and a minimum per 32.
 template <class Block>
 inline constexpr bool has_k_scales16 = std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q6_k>;
+
+/// The magnitudes of kvalues_iq4nl (the levels' signs: index < 8 is negative).
+inline constexpr std::int8_t iq4nl_magnitudes[16] = {127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /// A 16-scale K-quant's sub-block scales as int16 words (Q3_K: sc - 32).
 template <class Block>
@@ -171,6 +179,7 @@ template <class Block>
   requires(std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k>)
 struct kquant_block<Block> {
   static constexpr bool has_mins = true;
+  static constexpr bool signed_values = false;
   static constexpr int offset = 0;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const Block* const (&rows)[ON], std::size_t i) noexcept {
@@ -197,6 +206,7 @@ struct kquant_block<Block> {
 template <>
 struct kquant_block<block_q6_k> {
   static constexpr bool has_mins = false;
+  static constexpr bool signed_values = false;
   static constexpr int offset = 32;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const block_q6_k* const (&rows)[ON], std::size_t i) noexcept {
@@ -232,6 +242,7 @@ struct kquant_block<block_q6_k> {
 template <>
 struct kquant_block<block_q3_k> {
   static constexpr bool has_mins = false;
+  static constexpr bool signed_values = false;
   static constexpr int offset = 4;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const block_q3_k* const (&rows)[ON], std::size_t i) noexcept {
@@ -262,6 +273,42 @@ struct kquant_block<block_q3_k> {
   template <std::size_t ON>
   static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
     return k_scales16_group(sc.sc[b], g);
+  }
+};
+
+/// IQ4_XS: 8 sub-blocks of 32 with scales ls - 32; `values` gives the
+/// levels' magnitudes and sets `negative` where a level is below zero.
+template <>
+struct kquant_block<block_iq4_xs> {
+  static constexpr bool has_mins = false;
+  static constexpr bool signed_values = true;
+  static constexpr int offset = 0;
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_iq4_xs* const (&rows)[ON], std::size_t i) noexcept {
+    k_tile_scales<ON> out;
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) {
+      alignas(16) std::int16_t sc[8];
+      for (std::size_t j = 0; j < 8; ++j) sc[j] = static_cast<std::int16_t>(int(iq4_xs_scale(rows[b][i], j)) - 32);
+      out.sc[b] = _mm512_zextsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)));
+      out.d[b] = scale_f32(rows[b][i].d);
+    }
+    return out;
+  }
+  static __m512i values(const block_iq4_xs* p, std::size_t g, __mmask64& negative) noexcept {
+    // Group g is sub-blocks 2g and 2g + 1: qs[32g..] and qs[32g + 16..], each low nibbles then high.
+    const __m512i index = pair_nibbles(p->qs + 32 * g, p->qs + 32 * g + 16);
+    negative = _mm512_cmplt_epu8_mask(index, _mm512_set1_epi8(8));
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4nl_magnitudes)));
+    return _mm512_shuffle_epi8(table, index);
+  }
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
+    // Words 0-15 (values 0-31) get sub-block 2g, words 16-31 sub-block 2g + 1.
+    const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001,
+                                                           0x0001000100010001, 0, 0, 0, 0),
+                                          _mm512_set1_epi16(short(2 * g)));
+    return _mm512_permutexvar_epi16(pick, sc.sc[b]);
   }
 };
 
@@ -299,17 +346,25 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
 #pragma GCC unroll 4
     for (std::size_t g = 0; g < 4; ++g) {
       __m512i u[ON], ws[ON];
+      [[maybe_unused]] __mmask64 negative[ON];
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b) {
-        u[b] = F::values(rows[b] + i, g);
+        if constexpr (F::signed_values)
+          u[b] = F::values(rows[b] + i, g, negative[b]);
+        else
+          u[b] = F::values(rows[b] + i, g);
         ws[b] = F::group_scales(sc, b, g);
       }
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < TN; ++a) {
         const __m512i q = _mm512_load_si512(xa.row(t0 + a) + qk_k * i + 64 * g);
 #pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b)
-          iacc[a][b] = _mm512_dpwssd_epi32(iacc[a][b], _mm512_maddubs_epi16(u[b], q), ws[b]);
+        for (std::size_t b = 0; b < ON; ++b) {
+          // Signed levels: |level| times q with the level's sign (q in [-127, 127], so exact).
+          __m512i qb = q;
+          if constexpr (F::signed_values) qb = _mm512_mask_sub_epi8(q, negative[b], _mm512_setzero_si512(), q);
+          iacc[a][b] = _mm512_dpwssd_epi32(iacc[a][b], _mm512_maddubs_epi16(u[b], qb), ws[b]);
+        }
       }
     }
 #pragma GCC unroll 16
