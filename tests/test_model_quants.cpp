@@ -351,8 +351,8 @@ TEST_CASE("quants: int8-activation products of every block format match the doub
   thread_pool pool(2);
   serial_executor serial;
   for (const weight_type wt : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
-                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k, weight_type::q3_k,
-                               weight_type::iq4_nl, weight_type::iq4_xs}) {
+                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k, weight_type::q2_k,
+                               weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs}) {
     const ggml_type gt = stored_block_type(wt);
     const std::size_t k = ggml_block_elements(gt);
     // Odd block counts (a half-filled last 64-value group), one and several
@@ -414,8 +414,8 @@ TEST_CASE("quants: int8-activation products pick their kernel by the arch tag, e
   const bool avx2 = xsimd::available_architectures().fma3_avx2;
   std::size_t scalar_differs = 0, avx2_differs = 0, avx2_scalar_differs = 0;
   for (const weight_type wt : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
-                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k, weight_type::q3_k,
-                               weight_type::iq4_nl, weight_type::iq4_xs}) {
+                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k, weight_type::q2_k,
+                               weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs}) {
     const ggml_type gt = stored_block_type(wt);
     const std::size_t k = ggml_block_elements(gt);
     for (const auto& [rows, blocks, n] : {std::tuple<std::size_t, std::size_t, std::size_t>{5, 1, 1}, {7, 3, 2},
@@ -469,34 +469,17 @@ TEST_CASE("quants: int8-activation products pick their kernel by the arch tag, e
   (void)avx2_scalar_differs;
 }
 
-TEST_CASE("quants: Q2_K keeps the exact product under int8 activations") {
-  // It has no integer form yet: activation_type::q8_0 runs the exact f32
-  // product (bit-identical to activation_type::f32), and the int8 entry
-  // point refuses it by name.
-  std::mt19937 rng(43);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+TEST_CASE("quants: every block format has an int8-activation product, Q8_0 blocks are refused by name") {
+  for (const ggml_type t : quant_types)
+    REQUIRE(model::detail::has_int8_product_for(t) == (t != ggml_type::q8_0));
+  // Q8_0 weights multiply int8 activations through matmul_q8, not the block entry point.
   serial_executor serial;
-  for (const weight_type wt : {weight_type::q2_k}) {
-    INFO(weight_type_name(wt));
-    const std::size_t rows = 5, cols = 512, n = 3;
-    weight_matrix w(wt, rows, cols);
-    std::vector<float> values(cols), x(n * cols), y_f32(n * rows), y_q8(n * rows);
-    for (std::size_t r = 0; r < rows; ++r) {
-      for (auto& v : values) v = normal(rng);
-      w.set_row(r, values);
-    }
-    for (auto& v : x) v = normal(rng);
-    linear(serial, x, n, w, y_f32, rows);
-    linear(serial, x, n, w, y_q8, rows, output_mode::overwrite, activation_type::q8_0);
-    REQUIRE(y_q8 == y_f32);
-    REQUIRE_FALSE(model::detail::has_int8_product_for(stored_block_type(wt)));
-    REQUIRE_THROWS_WITH(int8_product<simd::default_arch>(w, x, n),
-                        "matmul_blocks_q8: " + type_name(stored_block_type(wt)) +
-                            " weights have no int8-activation product");
-  }
-  REQUIRE(model::detail::has_int8_product_for(ggml_type::q4_k));
-  for (const ggml_type t : {ggml_type::q3_k, ggml_type::iq4_nl, ggml_type::iq4_xs})
-    REQUIRE(model::detail::has_int8_product_for(t));
+  model::detail::q8_activations xa;
+  std::vector<float> x(64, 1.0f), y(2);
+  REQUIRE_THROWS_WITH(model::detail::matmul_blocks_q8(serial, x.data(), 1,
+                                                      model::detail::block_weights{ggml_type::q8_0, nullptr, 64}, 2,
+                                                      y.data(), 2, false, xa),
+                      "matmul_blocks_q8: Q8_0 weights have no int8-activation product");
 }
 
 TEST_CASE("quants: Q2_K, Q3_K, IQ4_NL and IQ4_XS tensors with non-finite scales are refused by name") {

@@ -96,8 +96,7 @@ constexpr std::size_t weight_block_size(weight_type t) noexcept {
 
 /// What a product does with its f32 activations. `f32`: multiplies them as
 /// they are (the exact stored weights, f32 arithmetic). `q8_0`: when the
-/// weights are quantised (Q8_0 and the block formats Q4_0 ... Q6_K, Q3_K,
-/// IQ4_NL and IQ4_XS; Q2_K has no integer product yet and stays exact),
+/// weights are quantised (Q8_0 and every block format),
 /// quantises each 32-value block of an activation row to int8 (scale
 /// amax / 127, like quantize_q8_0) and multiplies integers by int8
 /// (model/detail/matmul_q8.hpp, matmul_blocks_q8.hpp); f32 and f16 weights
@@ -273,8 +272,7 @@ void linear(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, f
   if (activations == activation_type::q8_0 && w.type() == weight_type::q8_0)
     return matmul_q8<Arch>(exec, x, n, w.cols(), q8_weights{w.q8_data(), w.q8_scales(), w.cols()}, w.rows(), y,
                            y_stride, accumulate, scratch);
-  if (activations == activation_type::q8_0 && stored_block_type(w.type()) != ggml_type::f32 &&
-      has_int8_product_for(stored_block_type(w.type())))
+  if (activations == activation_type::q8_0 && stored_block_type(w.type()) != ggml_type::f32)
     return matmul_blocks_q8<Arch>(exec, x, n, block_weights{stored_block_type(w.type()), w.block_data(), w.cols()},
                                   w.rows(), y, y_stride, accumulate, scratch);
   w.visit([&](const auto& acc) { matmul<Arch>(exec, x, n, w.cols(), acc, w.rows(), y, y_stride, accumulate); });
@@ -286,7 +284,7 @@ void linear(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, f
 /// for large products. Batch invariant (each output is one dot product
 /// summed in a fixed order whatever n, the tile or the thread).
 /// `activations`: see activation_type (q8_0 changes the product of Q8_0
-/// and of the block formats other than Q2_K only; it is batch invariant too).
+/// and of the block formats only; it is batch invariant too).
 /// @throws llmkit::error if x.size() is not n * cols, y_stride < rows, or y is too small.
 template <class Arch = simd::default_arch, executor Exec>
 void linear(Exec& exec, std::span<const float> x, std::size_t n, const weight_matrix& w, std::span<float> y,

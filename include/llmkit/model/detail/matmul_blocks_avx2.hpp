@@ -136,6 +136,8 @@ struct avx2_k_scales {
   alignas(32) std::int16_t sc[16];
   float d;
   __m256 mins;
+  alignas(32) std::int16_t m16[16];  ///< Q2_K: its 16 minimums
+  float dmin;                        ///< Q2_K
 };
 
 template <class Block>
@@ -144,6 +146,11 @@ inline avx2_k_scales avx2_kquant_scales(const Block& p) noexcept {
   if constexpr (has_k_scales16<Block>) {
     k_scales16(p, out.sc);
     out.d = scale_f32(p.d);
+    out.mins = _mm256_setzero_ps();
+  } else if constexpr (std::is_same_v<Block, block_q2_k>) {
+    q2_k_words(p, out.sc, out.m16);
+    out.d = scale_f32(p.d);
+    out.dmin = scale_f32(p.dmin);
     out.mins = _mm256_setzero_ps();
   } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
     for (std::size_t j = 0; j < 8; ++j) out.sc[j] = static_cast<std::int16_t>(int(iq4_xs_scale(p, j)) - 32);
@@ -174,14 +181,18 @@ inline __m256i avx2_kquant_values(const Block& p, std::size_t g, std::size_t h) 
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(int(4 * (g % 2)))), low4);
     const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(int(shift))), _mm256_set1_epi8(0x03));
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-  } else if constexpr (std::is_same_v<Block, block_q3_k>) {
-    // Values 64g + 32h + l: crumb row r = 2 (g % 2) + h of half g / 2.
+  } else if constexpr (std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q2_k>) {
+    // Values 64g + 32h + l: crumb row r = 2 (g % 2) + h of half g / 2 (Q3_K: plus 4 * its hmask bit).
     const std::size_t half = g / 2, r = 2 * (g % 2) + h;
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs + 32 * half));
-    const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.hmask));
     const __m256i c = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r))), _mm256_set1_epi8(0x03));
-    const __m256i t = _mm256_srl_epi16(m, _mm_cvtsi32_si128(int(4 * half + r)));
-    return _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi16(t, 2), _mm256_set1_epi8(0x04)));
+    if constexpr (std::is_same_v<Block, block_q2_k>) {
+      return c;
+    } else {
+      const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.hmask));
+      const __m256i t = _mm256_srl_epi16(m, _mm_cvtsi32_si128(int(4 * half + r)));
+      return _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi16(t, 2), _mm256_set1_epi8(0x04)));
+    }
   } else {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs + 32 * g));
     __m256i u = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(int(4 * h))), low4);
@@ -195,10 +206,10 @@ inline __m256i avx2_kquant_values(const Block& p, std::size_t g, std::size_t h) 
 }
 
 /// The scale word of each of the 16 pair sums of values [32 h, 32 h + 32)
-/// of group g: one sub-block of 32 (Q4_K / Q5_K) or two of 16 (Q3_K, Q6_K).
+/// of group g: one sub-block of 32 (Q4_K / Q5_K, IQ4_XS) or two of 16 (Q2_K, Q3_K, Q6_K).
 template <class Block>
 inline __m256i avx2_kquant_words(const avx2_k_scales& sc, std::size_t g, std::size_t h) noexcept {
-  if constexpr (has_k_scales16<Block>) {
+  if constexpr (has_k_scales16<Block> || std::is_same_v<Block, block_q2_k>) {
     const std::size_t j = 4 * g + 2 * h;
     return _mm256_setr_m128i(_mm_set1_epi16(sc.sc[j]), _mm_set1_epi16(sc.sc[j + 1]));
   } else {
@@ -211,7 +222,8 @@ inline __m256i avx2_kquant_words(const avx2_k_scales& sc, std::size_t g, std::si
 template <class Block, std::size_t TN, std::size_t ON>
 inline void avx2_kquant_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                              bool accumulate, std::size_t t0, std::size_t o0) noexcept {
-  constexpr bool has_mins = int8_form<Block>::has_mins;
+  // Q2_K's minimums are per 16: mins16 below, not the per-32 block sums.
+  constexpr bool has_mins = int8_form<Block>::has_mins && min_values<Block> == 32;
   const std::size_t stride = xa.stride, row_bytes = w.row_bytes(), units = w.in / qk_k;
   const Block* rows[ON];
   for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
@@ -264,6 +276,14 @@ inline void avx2_kquant_tile(const q8_activations& xa, const block_weights& w, f
       }
       for (std::size_t b = 0; b < ON; ++b)
         acc[a][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[a][b]), _mm256_set1_ps(sc[b].d * dk), acc[a][b]);
+      if constexpr (std::is_same_v<Block, block_q2_k>) {  // - dmin * d_x * sum_s m_s * sum q (int32)
+        const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m256i words = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[b].m16));
+          acc[a][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(words, s16)), _mm256_set1_ps(-(sc[b].dmin * dk)),
+                                      acc[a][b]);
+        }
+      }
       if constexpr (has_mins) {
         const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + t * stride / 32 + 8 * i);
         for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc[b].mins, xs, macc[a][b]);

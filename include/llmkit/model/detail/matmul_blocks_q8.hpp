@@ -62,9 +62,8 @@ namespace llmkit::model::detail {
 template <class Block>
 struct int8_form;
 
-/// Whether a block format has an int8-activation product (an int8_form):
-/// Q4_0 ... Q6_K, Q3_K, IQ4_NL and IQ4_XS. Q2_K has none yet, so
-/// activation_type::q8_0 leaves their products exact (model/weights.hpp).
+/// Whether a block format has an int8-activation product here (an
+/// int8_form): every block format but Q8_0 (which has matmul_q8.hpp).
 template <class Block>
 inline constexpr bool has_int8_product = requires { int8_form<Block>::offset; };
 
@@ -212,16 +211,40 @@ struct int8_form<block_iq4_xs> {
   }
 };
 
+/// Q2_K: u = the 2-bit crumb, offset 0, scale d * sc and minimum dmin * m
+/// per 16 values (its minimums are per 16, not 32: min_values).
+template <>
+struct int8_form<block_q2_k> {
+  static constexpr int offset = 0;
+  static constexpr bool has_mins = true;
+  static constexpr std::size_t min_values = 16;
+  static void decode(const block_q2_k& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
+    const float d = scale_f32(b.d), dmin = scale_f32(b.dmin);
+    for (std::size_t i = 0; i < 16; ++i) {
+      std::fill_n(s + 4 * i, 4, d * float(b.scales[i] & 0xF));
+      m[i] = dmin * float(b.scales[i] >> 4);
+    }
+    for (std::size_t j = 0; j < qk_k; ++j) u[j] = (b.qs[32 * (j / 128) + j % 32] >> (2 * ((j % 128) / 32))) & 3;
+  }
+};
+
+/// Values per minimum of a format with minimums (32, Q2_K's 16).
+template <class Block>
+inline constexpr std::size_t min_values = 32;
+template <>
+inline constexpr std::size_t min_values<block_q2_k> = 16;
+
 /// A strip of W's rows [o_base, o_base + rows) in integer form, row stride
 /// `stride` values (in rounded up to 64; the padding is u = 0, s = 0, m = 0).
 struct int8_strip {
   const std::uint8_t* u;  ///< [rows, stride]
   const float* s;         ///< [rows, stride / 4]
-  const float* m;         ///< [rows, stride / 32] (formats with minimums)
+  const float* m;         ///< [rows, stride / min_values] (formats with minimums)
   std::size_t stride;
   std::size_t o_base;
   int offset;
   bool has_mins;
+  std::size_t min_values;  ///< values per minimum: 32, or 16 (Q2_K, over activations per 256)
 };
 
 /// The per-thread buffers a strip is decoded into.
@@ -238,20 +261,21 @@ int8_strip decode_int8_strip(const block_weights& w, std::size_t o, std::size_t 
   constexpr std::size_t k = block_values<Block>;
   if (buf.u.size() < rows * stride) buf.u.resize(rows * stride);
   if (buf.s.size() < rows * stride / 4) buf.s.resize(rows * stride / 4);
-  if (buf.m.size() < rows * stride / 32) buf.m.resize(rows * stride / 32);
+  constexpr std::size_t mv = min_values<Block>;
+  if (buf.m.size() < rows * stride / mv) buf.m.resize(rows * stride / mv);
   const std::size_t blocks = w.in / k, row_bytes = w.row_bytes();
   for (std::size_t r = 0; r < rows; ++r) {
     const auto* src = reinterpret_cast<const Block*>(w.data + (o + r) * row_bytes);
     prefetch_lines_l2(reinterpret_cast<std::uintptr_t>(src) + matmul_prefetch_bytes, row_bytes);
     std::uint8_t* u = buf.u.data() + r * stride;
     float* s = buf.s.data() + r * stride / 4;
-    float* m = buf.m.data() + r * stride / 32;
-    for (std::size_t b = 0; b < blocks; ++b) form::decode(src[b], u + b * k, s + b * k / 4, m + b * k / 32);
+    float* m = buf.m.data() + r * stride / mv;
+    for (std::size_t b = 0; b < blocks; ++b) form::decode(src[b], u + b * k, s + b * k / 4, m + b * k / mv);
     std::fill(u + w.in, u + stride, std::uint8_t{0});
     std::fill(s + w.in / 4, s + stride / 4, 0.0f);
-    std::fill(m + (form::has_mins ? w.in / 32 : 0), m + stride / 32, 0.0f);
+    std::fill(m + (form::has_mins ? w.in / mv : 0), m + stride / mv, 0.0f);
   }
-  return {buf.u.data(), buf.s.data(), buf.m.data(), stride, o, form::offset, form::has_mins};
+  return {buf.u.data(), buf.s.data(), buf.m.data(), stride, o, form::offset, form::has_mins, mv};
 }
 
 #if defined(__AVX__)
@@ -305,9 +329,16 @@ inline void int8_strip_product(const q8_activations& xa, const int8_strip& w, st
         for (std::size_t i = 4 * l; i < 4 * l + 4; ++i) dot += (int(u[i]) - w.offset) * int(q[i]);
         v = std::fma(float(dot), s[l] * xa.pair_scales(t, l / 16)[l % 16], v);
       }
-      if (w.has_mins)
+      if (w.has_mins && w.min_values == 32) {
         v -= int8_min_dot(w.m + r * stride / 32, xa.block_sums.data() + t * stride / 32, stride / 32,
                           xsimd::default_arch{});
+      } else if (w.has_mins) {  // per 16 over activations per 256: their int16 sums times the super-block's scale
+        const float* m = w.m + r * stride / 16;
+        float mv = 0.0f;
+        for (std::size_t j = 0; j < stride / 16; ++j)
+          mv = std::fma(m[j], xa.k_scale(t, j / 16) * float(xa.sums16[t * stride / 16 + j]), mv);
+        v -= mv;
+      }
       float& out = y[t * y_stride + w.o_base + r];
       out = accumulate ? out + v : v;
     }

@@ -2,7 +2,7 @@
 #pragma once
 
 /// @file llmkit/model/detail/matmul_kquants_vnni.hpp
-/// The K-quants' (Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS's int8-activation products with AVX-512
+/// The K-quants' (Q2_K ... Q6_K) and IQ4_XS's int8-activation products with AVX-512
 /// VNNI, the weights decoded in registers as they stream in, at every token
 /// count. The activations are quantised per 256-value super-block (ggml's
 /// Q8_K, q8_activations::assign_k): one activation scale per super-block
@@ -12,7 +12,9 @@
 /// by their sub-block scales into int32 lanes; per super-block one
 /// conversion and one FMA by d * d_x, plus the minimums
 /// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's and Q3_K's offset
-/// (-32 or -4 times sum_s sc_s * sum q, in int32). IQ4_XS's values are
+/// (-32 or -4 times sum_s sc_s * sum q, in int32); Q2_K's minimums are per
+/// 16 values, so -dmin * d_x * sum_s m_s * sum q in int32 too (VPMADDWD of
+/// its 4-bit mins by the activations' sums of 16). IQ4_XS's values are
 /// signed levels (-127..113): VPMADDUBSW takes their magnitudes and the
 /// activations with the levels' signs (at most 2 * 127 * 127, no
 /// saturation), then its 6-bit sub-block scales as Q4_K's. Each output is accumulated in the
@@ -36,7 +38,8 @@ namespace llmkit::model::detail {
 
 /// K-quant formats: products with activations per 256 values (assign_k).
 template <class Block>
-inline constexpr bool is_kquant_block = std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q4_k> ||
+inline constexpr bool is_kquant_block = std::is_same_v<Block, block_q2_k> || std::is_same_v<Block, block_q3_k> ||
+                                        std::is_same_v<Block, block_q4_k> ||
                                         std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k> ||
                                         std::is_same_v<Block, block_iq4_xs>;
 
@@ -44,6 +47,14 @@ inline constexpr bool is_kquant_block = std::is_same_v<Block, block_q3_k> || std
 /// than a scale and a minimum per 32.
 template <class Block>
 inline constexpr bool has_k_scales16 = std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q6_k>;
+
+/// Q2_K's 16 scales (low nibbles) and 16 minimums (high nibbles) as int16 words.
+inline void q2_k_words(const block_q2_k& p, std::int16_t (&sc)[16], std::int16_t (&m)[16]) noexcept {
+  for (std::size_t j = 0; j < 16; ++j) {
+    sc[j] = static_cast<std::int16_t>(p.scales[j] & 0xF);
+    m[j] = static_cast<std::int16_t>(p.scales[j] >> 4);
+  }
+}
 
 /// The magnitudes of kvalues_iq4nl (the levels' signs: index < 8 is negative).
 inline constexpr std::int8_t iq4nl_magnitudes[16] = {127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -93,6 +104,8 @@ struct k_tile_scales {
   __m512i sc[ON];
   float d[ON];
   __m256 mins[ON];
+  __m256i min_words[ON];  ///< Q2_K: row b's 16 minimums as int16 words
+  float dmin[ON];         ///< Q2_K: row b's dmin
 };
 
 /// K-quant register decoders: `scales<ON>(rows, i)` (super-block i of each
@@ -181,6 +194,7 @@ struct kquant_block<Block> {
   static constexpr bool has_mins = true;
   static constexpr bool signed_values = false;
   static constexpr int offset = 0;
+  static constexpr bool mins16 = false;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const Block* const (&rows)[ON], std::size_t i) noexcept {
     return k_affine_scales(rows, i);
@@ -208,6 +222,7 @@ struct kquant_block<block_q6_k> {
   static constexpr bool has_mins = false;
   static constexpr bool signed_values = false;
   static constexpr int offset = 32;
+  static constexpr bool mins16 = false;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const block_q6_k* const (&rows)[ON], std::size_t i) noexcept {
     k_tile_scales<ON> out;
@@ -244,6 +259,7 @@ struct kquant_block<block_q3_k> {
   static constexpr bool has_mins = false;
   static constexpr bool signed_values = false;
   static constexpr int offset = 4;
+  static constexpr bool mins16 = false;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const block_q3_k* const (&rows)[ON], std::size_t i) noexcept {
     k_tile_scales<ON> out;
@@ -276,6 +292,42 @@ struct kquant_block<block_q3_k> {
   }
 };
 
+/// Q2_K: crumbs (0..3) with 16 4-bit scales; its 16 4-bit minimums go
+/// through mins16 (tile_scales' min_words and dmin).
+template <>
+struct kquant_block<block_q2_k> {
+  static constexpr bool has_mins = false;
+  static constexpr bool signed_values = false;
+  static constexpr int offset = 0;
+  static constexpr bool mins16 = true;
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_q2_k* const (&rows)[ON], std::size_t i) noexcept {
+    k_tile_scales<ON> out;
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) {
+      alignas(32) std::int16_t sc[16], m[16];
+      q2_k_words(rows[b][i], sc, m);
+      out.sc[b] = _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+      out.min_words[b] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
+      out.d[b] = scale_f32(rows[b][i].d);
+      out.dmin[b] = scale_f32(rows[b][i].dmin);
+    }
+    return out;
+  }
+  static __m512i values(const block_q2_k* p, std::size_t g) noexcept {
+    // As Q3_K's crumbs: half g / 2, rows 2 (g % 2) and 2 (g % 2) + 1.
+    const std::size_t h = g / 2, r = 2 * (g % 2);
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qs + 32 * h)));
+    __m512i c = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r)));
+    c = _mm512_mask_srli_epi16(c, __mmask32(0xFFFF0000u), c, 2);
+    return _mm512_and_si512(c, _mm512_set1_epi8(0x03));
+  }
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
+    return k_scales16_group(sc.sc[b], g);
+  }
+};
+
 /// IQ4_XS: 8 sub-blocks of 32 with scales ls - 32; `values` gives the
 /// levels' magnitudes and sets `negative` where a level is below zero.
 template <>
@@ -283,6 +335,7 @@ struct kquant_block<block_iq4_xs> {
   static constexpr bool has_mins = false;
   static constexpr bool signed_values = true;
   static constexpr int offset = 0;
+  static constexpr bool mins16 = false;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const block_iq4_xs* const (&rows)[ON], std::size_t i) noexcept {
     k_tile_scales<ON> out;
@@ -383,6 +436,14 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b)
         acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[a][b]), _mm512_set1_ps(sc.d[b] * dk), acc[a][b]);
+      if constexpr (F::mins16) {  // - dmin * d_x * sum_s m_s * sum q (int32 in 8 lanes)
+        const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+#pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m512 m = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16)));
+          acc[a][b] = _mm512_fmadd_ps(m, _mm512_set1_ps(-(sc.dmin[b] * dk)), acc[a][b]);
+        }
+      }
       if constexpr (F::has_mins) {
         const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + t * stride / 32 + 8 * i);
 #pragma GCC unroll 16
