@@ -143,17 +143,24 @@ struct avx2_k_scales {
 template <class Block>
 inline avx2_k_scales avx2_kquant_scales(const Block& p) noexcept {
   avx2_k_scales out{};
-  if constexpr (has_k_scales16<Block>) {
+  if constexpr (std::is_same_v<Block, block_q3_k>) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.sc), q3_k_scale_words(p.scales));
+    out.d = scale_f32(p.d);
+    out.mins = _mm256_setzero_ps();
+  } else if constexpr (has_k_scales16<Block>) {
     k_scales16(p, out.sc);
     out.d = scale_f32(p.d);
     out.mins = _mm256_setzero_ps();
   } else if constexpr (std::is_same_v<Block, block_q2_k>) {
-    q2_k_words(p, out.sc, out.m16);
+    __m256i sc, m;
+    q2_k_scale_words(p, sc, m);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.sc), sc);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.m16), m);
     out.d = scale_f32(p.d);
     out.dmin = scale_f32(p.dmin);
     out.mins = _mm256_setzero_ps();
   } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
-    for (std::size_t j = 0; j < 8; ++j) out.sc[j] = static_cast<std::int16_t>(int(iq4_xs_scale(p, j)) - 32);
+    _mm_store_si128(reinterpret_cast<__m128i*>(out.sc), iq4_xs_scale_words(p));
     out.d = scale_f32(p.d);
     out.mins = _mm256_setzero_ps();
   } else {

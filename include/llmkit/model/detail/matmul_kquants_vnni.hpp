@@ -25,9 +25,9 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
-#include "llmkit/model/detail/matmul_blocks32_vnni.hpp"
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
 
 #include "llmkit/simd/detail/diagnostics.hpp"
@@ -48,13 +48,46 @@ inline constexpr bool is_kquant_block = std::is_same_v<Block, block_q2_k> || std
 template <class Block>
 inline constexpr bool has_k_scales16 = std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q6_k>;
 
-/// Q2_K's 16 scales (low nibbles) and 16 minimums (high nibbles) as int16 words.
-inline void q2_k_words(const block_q2_k& p, std::int16_t (&sc)[16], std::int16_t (&m)[16]) noexcept {
-  for (std::size_t j = 0; j < 16; ++j) {
-    sc[j] = static_cast<std::int16_t>(p.scales[j] & 0xF);
-    m[j] = static_cast<std::int16_t>(p.scales[j] >> 4);
-  }
+#if defined(__AVX2__)
+/// Q3_K's 16 scales - 32 as int16 words, unpacked in a vector: a scalar
+/// loop over the split 6-bit fields costs more than the super-block's
+/// products.
+inline __m256i q3_k_scale_words(const std::uint8_t (&scales)[12]) noexcept {
+  std::uint64_t low;
+  std::uint32_t high;
+  std::memcpy(&low, scales, 8);
+  std::memcpy(&high, scales + 8, 4);
+  // Bytes 0-7: low nibbles of scales[0..7] (s 0-7); 8-15: their high nibbles (s 8-15).
+  const __m128i l = _mm_cvtsi64_si128(std::int64_t(low));
+  const __m128i nibbles = _mm_and_si128(_mm_unpacklo_epi64(l, _mm_srli_epi16(l, 4)), _mm_set1_epi8(0x0F));
+  // Byte s: bits 2 (s / 4).. of scales[8 + s % 4] (dword s / 4 is high >> 2 (s / 4)).
+  const __m128i h = _mm_setr_epi32(int(high), int(high >> 2), int(high >> 4), int(high >> 6));
+  const __m128i top = _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi8(0x03)), 4);
+  return _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_or_si128(nibbles, top)), _mm256_set1_epi16(32));
 }
+
+/// Q2_K's 16 scales and minimums as int16 words, in vectors.
+inline void q2_k_scale_words(const block_q2_k& p, __m256i& sc, __m256i& m) noexcept {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales));
+  sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, _mm_set1_epi8(0x0F)));
+  m = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F)));
+}
+
+/// IQ4_XS's 8 scales - 32 as int16 words (low 128 bits).
+inline __m128i iq4_xs_scale_words(const block_iq4_xs& p) noexcept {
+#if defined(__BMI2__)
+  std::uint32_t low;
+  std::memcpy(&low, p.scales_l, 4);
+  // Nibble j of scales_l and bits 2j.. of scales_h to byte j.
+  const std::uint64_t bytes = _pdep_u64(low, 0x0F0F0F0F0F0F0F0Full) | (_pdep_u64(p.scales_h, 0x0303030303030303ull) << 4);
+  return _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(std::int64_t(bytes))), _mm_set1_epi16(32));
+#else
+  alignas(16) std::int16_t sc[8];
+  for (std::size_t j = 0; j < 8; ++j) sc[j] = static_cast<std::int16_t>(int(iq4_xs_scale(p, j)) - 32);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(sc));
+#endif
+}
+#endif
 
 /// The magnitudes of kvalues_iq4nl (the levels' signs: index < 8 is negative).
 inline constexpr std::int8_t iq4nl_magnitudes[16] = {127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -92,6 +125,24 @@ inline __m512i k_nibbles(const std::uint8_t* qs, std::size_t g) noexcept {
   return _mm512_gf2p8affine_epi64_epi8(z, split, 0);
 #else
   return _mm512_and_si512(_mm512_mask_srli_epi16(z, __mmask32(0xFFFF0000u), z, 4), _mm512_set1_epi8(0x0F));
+#endif
+}
+
+/// Group g of Q2_K's / Q3_K's 2-bit crumbs (values 0-31: bits 2r.. of
+/// qs[32h + l], values 32-63: bits 2r + 2.., h = g / 2, r = 2 (g % 2)).
+inline __m512i k_crumbs(const std::uint8_t* qs, std::size_t g) noexcept {
+  const std::size_t h = g / 2, r = 2 * (g % 2);
+  const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * h)));
+#if defined(__AVX512VBMI__)
+  // One VPMULTISHIFTQB: byte j of each qword takes the 8 bits from bit 8j + 2r (+ 2 in the high half).
+  const __m512i at = _mm512_add_epi8(_mm512_set1_epi64(0x3830282018100800),
+                                     _mm512_mask_blend_epi8(__mmask64(0xFFFFFFFF00000000ull), _mm512_set1_epi8(char(2 * r)),
+                                                            _mm512_set1_epi8(char(2 * r + 2))));
+  return _mm512_and_si512(_mm512_multishift_epi64_epi8(at, q), _mm512_set1_epi8(0x03));
+#else
+  __m512i c = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r)));
+  c = _mm512_mask_srli_epi16(c, __mmask32(0xFFFF0000u), c, 2);
+  return _mm512_and_si512(c, _mm512_set1_epi8(0x03));
 #endif
 }
 
@@ -265,26 +316,20 @@ struct kquant_block<block_q3_k> {
     k_tile_scales<ON> out;
 #pragma GCC unroll 4
     for (std::size_t b = 0; b < ON; ++b) {
-      alignas(32) std::int16_t sc[16];
-      k_scales16(rows[b][i], sc);
-      out.sc[b] = _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+      out.sc[b] = _mm512_zextsi256_si512(q3_k_scale_words(rows[b][i].scales));
       out.d[b] = scale_f32(rows[b][i].d);
     }
     return out;
   }
   static __m512i values(const block_q3_k* p, std::size_t g) noexcept {
     // Group g is half h = g / 2, crumb rows r = 2 (g % 2) (values 0-31) and
-    // r + 1 (32-63): bits 2r.. of qs[32h + l] and bit 4h + r of hmask[l].
+    // r + 1 (32-63): the crumbs plus 4 where bit 4h + r (4h + r + 1) of hmask[l] is set.
     const std::size_t h = g / 2, r = 2 * (g % 2);
-    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qs + 32 * h)));
-    __m512i c = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r)));
-    c = _mm512_mask_srli_epi16(c, __mmask32(0xFFFF0000u), c, 2);
     const __m512i m = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->hmask)));
-    __m512i t = _mm512_srl_epi16(m, _mm_cvtsi32_si128(int(4 * h + r)));
-    t = _mm512_mask_srli_epi16(t, __mmask32(0xFFFF0000u), t, 1);
-    // (c & 3) | (t << 2 & 4)
-    return _mm512_or_si512(_mm512_and_si512(c, _mm512_set1_epi8(0x03)),
-                           _mm512_and_si512(_mm512_slli_epi16(t, 2), _mm512_set1_epi8(0x04)));
+    const __m512i bit = _mm512_mask_blend_epi8(__mmask64(0xFFFFFFFF00000000ull), _mm512_set1_epi8(char(1u << (4 * h + r))),
+                                               _mm512_set1_epi8(char(1u << (4 * h + r + 1))));
+    const __m512i c = k_crumbs(p->qs, g);
+    return _mm512_mask_add_epi8(c, _mm512_test_epi8_mask(m, bit), c, _mm512_set1_epi8(4));
   }
   template <std::size_t ON>
   static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
@@ -305,23 +350,15 @@ struct kquant_block<block_q2_k> {
     k_tile_scales<ON> out;
 #pragma GCC unroll 4
     for (std::size_t b = 0; b < ON; ++b) {
-      alignas(32) std::int16_t sc[16], m[16];
-      q2_k_words(rows[b][i], sc, m);
-      out.sc[b] = _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
-      out.min_words[b] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
+      __m256i sc;
+      q2_k_scale_words(rows[b][i], sc, out.min_words[b]);
+      out.sc[b] = _mm512_zextsi256_si512(sc);
       out.d[b] = scale_f32(rows[b][i].d);
       out.dmin[b] = scale_f32(rows[b][i].dmin);
     }
     return out;
   }
-  static __m512i values(const block_q2_k* p, std::size_t g) noexcept {
-    // As Q3_K's crumbs: half g / 2, rows 2 (g % 2) and 2 (g % 2) + 1.
-    const std::size_t h = g / 2, r = 2 * (g % 2);
-    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qs + 32 * h)));
-    __m512i c = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r)));
-    c = _mm512_mask_srli_epi16(c, __mmask32(0xFFFF0000u), c, 2);
-    return _mm512_and_si512(c, _mm512_set1_epi8(0x03));
-  }
+  static __m512i values(const block_q2_k* p, std::size_t g) noexcept { return k_crumbs(p->qs, g); }
   template <std::size_t ON>
   static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
     return k_scales16_group(sc.sc[b], g);
@@ -341,16 +378,16 @@ struct kquant_block<block_iq4_xs> {
     k_tile_scales<ON> out;
 #pragma GCC unroll 4
     for (std::size_t b = 0; b < ON; ++b) {
-      alignas(16) std::int16_t sc[8];
-      for (std::size_t j = 0; j < 8; ++j) sc[j] = static_cast<std::int16_t>(int(iq4_xs_scale(rows[b][i], j)) - 32);
-      out.sc[b] = _mm512_zextsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)));
+      out.sc[b] = _mm512_zextsi128_si512(iq4_xs_scale_words(rows[b][i]));
       out.d[b] = scale_f32(rows[b][i].d);
     }
     return out;
   }
   static __m512i values(const block_iq4_xs* p, std::size_t g, __mmask64& negative) noexcept {
-    // Group g is sub-blocks 2g and 2g + 1: qs[32g..] and qs[32g + 16..], each low nibbles then high.
-    const __m512i index = pair_nibbles(p->qs + 32 * g, p->qs + 32 * g + 16);
+    // Group g is sub-blocks 2g and 2g + 1: qs[32g..] and qs[32g + 16..], each
+    // low nibbles then high; k_nibbles gives both low halves first.
+    const __m512i split = k_nibbles(p->qs, g);
+    const __m512i index = _mm512_shuffle_i64x2(split, split, _MM_SHUFFLE(3, 1, 2, 0));
     negative = _mm512_cmplt_epu8_mask(index, _mm512_set1_epi8(8));
     const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4nl_magnitudes)));
     return _mm512_shuffle_epi8(table, index);
