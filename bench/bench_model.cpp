@@ -19,7 +19,8 @@
 // the first run, and the synthetic TinyLlama1.1B shape (dim 2048, 22 layers,
 // 32/4 heads, ffn 5632, vocab 32000), written once per storage as the GGUF
 // files people run (<source>/build/bench-model-tinyllama-<type>.gguf: Q8_0,
-// Q4_0, Q6_K and llama-quantize's Q4_K_M mix). Under LLMKIT_BENCH_SMOKE=1
+// Q4_0, Q6_K, llama-quantize's Q4_K_M mix, and all-Q4_K, Q2_K, Q3_K, IQ4_NL
+// and IQ4_XS files). Under LLMKIT_BENCH_SMOKE=1
 // all synthetic models are small.
 //
 // Weights of the F32 files: f32, q8_0 (llama_options::weight_type; exact
@@ -111,7 +112,10 @@ model::llama_config tinyllama_config() {
 }
 
 /// The GGUF file a model runs from.
-enum class file_kind { stories, synthetic_f32, tiny_q8_0, tiny_q4_0, tiny_q6_k, tiny_q4_k_m };
+enum class file_kind {
+  stories, synthetic_f32, tiny_q8_0, tiny_q4_0, tiny_q6_k, tiny_q4_k_m,
+  tiny_q4_k, tiny_q2_k, tiny_q3_k, tiny_iq4_nl, tiny_iq4_xs,
+};
 
 /// Writes the synthetic model `o` to `p` once (through a temporary file).
 const std::string& write_once(const std::string& p, const model::synthetic_options& o) {
@@ -137,6 +141,11 @@ const std::string& model_path(file_kind f) {
     case file_kind::tiny_q8_0: o.weight_type = model::ggml_type::q8_0; name = "q8_0"; break;
     case file_kind::tiny_q4_0: o.weight_type = model::ggml_type::q4_0; name = "q4_0"; break;
     case file_kind::tiny_q6_k: o.weight_type = model::ggml_type::q6_k; name = "q6_k"; break;
+    case file_kind::tiny_q4_k: o.weight_type = model::ggml_type::q4_k; name = "q4_k"; break;
+    case file_kind::tiny_q2_k: o.weight_type = model::ggml_type::q2_k; name = "q2_k"; break;
+    case file_kind::tiny_q3_k: o.weight_type = model::ggml_type::q3_k; name = "q3_k"; break;
+    case file_kind::tiny_iq4_nl: o.weight_type = model::ggml_type::iq4_nl; name = "iq4_nl"; break;
+    case file_kind::tiny_iq4_xs: o.weight_type = model::ggml_type::iq4_xs; name = "iq4_xs"; break;
     default: o.tensor_types = model::q4_k_m_types(o); name = "q4_k_m"; break;
   }
   const std::string p = build_dir() + "bench-model-tinyllama-" + name + (smoke() ? "-smoke" : "") + ".gguf";
@@ -177,6 +186,12 @@ const weights_variant tiny_variants[] = {
     {"q4_k_mxq8", {.activations = int8_act}, file_kind::tiny_q4_k_m},
     {"q4_0xq8", {.activations = int8_act}, file_kind::tiny_q4_0},
     {"q6_kxq8", {.activations = int8_act}, file_kind::tiny_q6_k},
+    // Every matrix in one format (the output projection too): the new formats against Q4_K.
+    {"q4_kxq8", {.activations = int8_act}, file_kind::tiny_q4_k},
+    {"q2_kxq8", {.activations = int8_act}, file_kind::tiny_q2_k},
+    {"q3_kxq8", {.activations = int8_act}, file_kind::tiny_q3_k},
+    {"iq4_nlxq8", {.activations = int8_act}, file_kind::tiny_iq4_nl},
+    {"iq4_xsxq8", {.activations = int8_act}, file_kind::tiny_iq4_xs},
 };
 
 /// Loaded models, kept for the process: (model, variant) -> copies.

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -43,7 +44,7 @@ std::size_t cols() { return smoke() ? 512 : 2048; }
 
 /// `copies` copies of one random W of format t (one when copies == 0).
 const std::vector<std::unique_ptr<model::weight_matrix>>& matrices(model::weight_type t, std::size_t copies) {
-  static std::vector<std::unique_ptr<model::weight_matrix>> cache[16];
+  static std::vector<std::unique_ptr<model::weight_matrix>> cache[std::size(model::all_weight_types)];
   auto& v = cache[static_cast<std::size_t>(t)];
   if (v.empty()) {
     std::mt19937 rng(5);
@@ -111,7 +112,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   using model::weight_type;
   for (const weight_type t : {weight_type::q8_0, weight_type::q4_0, weight_type::q4_1, weight_type::q5_0,
-                              weight_type::q5_1, weight_type::q4_k, weight_type::q5_k, weight_type::q6_k})
+                              weight_type::q5_1, weight_type::q4_k, weight_type::q5_k, weight_type::q6_k,
+                              weight_type::q2_k, weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs})
     for (const auto act : {model::activation_type::f32, model::activation_type::q8_0}) {
       const std::string suffix =
           std::string(model::weight_type_name(t)) + (act == model::activation_type::f32 ? "/f32" : "/q8");

@@ -31,13 +31,25 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
 
 namespace eval = llmkit::eval;
 namespace model = llmkit::model;
+
+// Every model::weight_type's name, for --weight-type.
+std::span<const std::string_view> weight_type_names() {
+  static const auto names = [] {
+    std::vector<std::string_view> v;
+    for (const model::weight_type t : model::all_weight_types) v.push_back(model::weight_type_name(t));
+    return v;
+  }();
+  return names;
+}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -62,7 +74,7 @@ int main(int argc, char** argv) {
   cli.add_option("--threads", threads, "threads; 0 = by the model's size");
   std::string weights_name = "native", activations_name = "q8_0";
   cli.add_option("--weight-type", weights_name, "how the weights are kept in memory (see llmkit-generate)")
-      .one_of({"native", "f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"});
+      .one_of(weight_type_names());
   cli.add_option("--activations", activations_name, "what quantised matrices multiply: q8_0 or f32 (exact)")
       .one_of({"f32", "q8_0"});
   const auto save_option =

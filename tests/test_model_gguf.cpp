@@ -299,10 +299,18 @@ TEST_CASE("gguf: hostile metadata lengths, types and nesting are refused") {
 TEST_CASE("gguf: bad tensor infos are refused") {
   const auto good = small_image();
   auto image = good;
-  poke<std::uint32_t>(image, tensor_type_at, 11);
+  poke<std::uint32_t>(image, tensor_type_at, 19);
   REQUIRE_THROWS_WITH(gguf_file(as_span(image)),
-                      "gguf: tensor 't' has unsupported type Q3_K (11) at offset 104; supported: F32, F16, BF16, Q8_0, "
-                      "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
+                      "gguf: tensor 't' has unsupported type IQ1_S (19) at offset 104; supported: F32, F16, BF16, Q8_0, "
+                      "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS");
+  // The other I-quants (IQ2, IQ3, IQ1_M) and the ternary types are refused by name too.
+  for (const std::uint32_t code : {16u, 17u, 18u, 21u, 22u, 29u, 34u, 35u}) {
+    image = good;
+    poke<std::uint32_t>(image, tensor_type_at, code);
+    REQUIRE_THROWS_WITH(gguf_file(as_span(image)),
+                        Catch::Contains("unsupported type " + std::string(ggml_type_name(code)) + " (" +
+                                        std::to_string(code) + ")"));
+  }
   image = good;
   poke<std::uint32_t>(image, tensor_type_at, 1000);
   REQUIRE_THROWS_WITH(gguf_file(as_span(image)), Catch::Contains("unsupported type ? (1000)"));

@@ -15,10 +15,12 @@
 
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <span>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -31,14 +33,18 @@ using namespace llmkit::model;
 namespace {
 
 constexpr ggml_type quant_types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-                                     ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
+                                     ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k,
+                                     ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_nl, ggml_type::iq4_xs};
 
 std::string type_name(ggml_type t) { return std::string(ggml_type_name(std::uint32_t(t))); }
 
 // Offsets of the f16 scales of each block format (to plant chosen values).
 std::vector<std::size_t> scale_offsets(ggml_type t) {
   switch (t) {
-    case ggml_type::q4_0: case ggml_type::q5_0: case ggml_type::q8_0: return {0};
+    case ggml_type::q4_0: case ggml_type::q5_0: case ggml_type::q8_0: case ggml_type::iq4_nl:
+    case ggml_type::iq4_xs: return {0};
+    case ggml_type::q2_k: return {80, 82};
+    case ggml_type::q3_k: return {108};
     case ggml_type::q4_1: case ggml_type::q5_1: case ggml_type::q4_k: case ggml_type::q5_k: return {0, 2};
     case ggml_type::q6_k: return {208};
     default: return {};
@@ -130,6 +136,17 @@ TEST_CASE("quants: block sizes and type codes match GGUF") {
   REQUIRE(ggml_block_bytes(ggml_type::q4_k) == sizeof(block_q4_k));
   REQUIRE(ggml_block_bytes(ggml_type::q5_k) == sizeof(block_q5_k));
   REQUIRE(ggml_block_bytes(ggml_type::q6_k) == sizeof(block_q6_k));
+  REQUIRE(ggml_block_bytes(ggml_type::q2_k) == sizeof(block_q2_k));
+  REQUIRE(ggml_block_bytes(ggml_type::q3_k) == sizeof(block_q3_k));
+  REQUIRE(ggml_block_bytes(ggml_type::iq4_nl) == sizeof(block_iq4_nl));
+  REQUIRE(ggml_block_bytes(ggml_type::iq4_xs) == sizeof(block_iq4_xs));
+  REQUIRE(offsetof(block_q2_k, d) == 80);
+  REQUIRE(offsetof(block_q3_k, d) == 108);
+  REQUIRE(offsetof(block_iq4_xs, qs) == 8);
+  REQUIRE(ggml_type_name(std::uint32_t(ggml_type::q2_k)) == "Q2_K");
+  REQUIRE(ggml_type_name(std::uint32_t(ggml_type::q3_k)) == "Q3_K");
+  REQUIRE(ggml_type_name(std::uint32_t(ggml_type::iq4_nl)) == "IQ4_NL");
+  REQUIRE(ggml_type_name(std::uint32_t(ggml_type::iq4_xs)) == "IQ4_XS");
   REQUIRE(ggml_type_name(std::uint32_t(ggml_type::q4_k)) == "Q4_K");
   REQUIRE(ggml_type_name(std::uint32_t(ggml_type::q6_k)) == "Q6_K");
   REQUIRE(ggml_type_name(std::uint32_t(ggml_type::q5_1)) == "Q5_1");
@@ -185,6 +202,46 @@ TEST_CASE("quants: decoding edge cases: zero blocks, extreme values, negative ze
   k_scale_min(k.scales, 5, sc, m);
   REQUIRE(sc == 10 + 48);
   REQUIRE(m == 2 + 16);
+  // Q3_K: scale 14 has low nibble 0xB (high nibble of scales[6]) and high
+  // bits 0b10 (bits 6-7 of scales[10]): 0x2B - 32 = 11; value 128 + 96 + 0
+  // (half 1, crumb row 3, sub-block 14) with crumb 2 and its hmask bit 7
+  // clear is 2 - 4.
+  block_q3_k q3{};
+  q3.d = f16{f32_to_f16_bits(0.5f)};
+  q3.scales[6] = 0xB0;
+  q3.scales[10] = 0x80;
+  REQUIRE(q3_k_scale(q3.scales, 14) == 0x2B);
+  REQUIRE(q3_k_scale(q3.scales, 13) == 0);
+  q3.qs[32] = 2 << 6;
+  float out3[256];
+  dequantize_block(q3, out3);
+  REQUIRE(out3[224] == 0.5f * 11.0f * -2.0f);
+  q3.hmask[0] = 0x80;  // bit 4h + r = 7 set: the crumb as is
+  dequantize_block(q3, out3);
+  REQUIRE(out3[224] == 0.5f * 11.0f * 2.0f);
+  // Q2_K: value 16 is sub-block 1 (scales[1]: sc 3, m 5), crumb 0 of qs[16].
+  block_q2_k q2{};
+  q2.d = f16{f32_to_f16_bits(0.25f)};
+  q2.dmin = f16{f32_to_f16_bits(0.5f)};
+  q2.scales[1] = 0x53;
+  q2.qs[16] = 3;
+  float out2[256];
+  dequantize_block(q2, out2);
+  REQUIRE(out2[16] == 0.25f * 3.0f * 3.0f - 0.5f * 5.0f);
+  REQUIRE(out2[17] == -0.5f * 5.0f);
+  // IQ4_XS: sub-block 3's scale is the high nibble of scales_l[1] and bits
+  // 6-7 of scales_h; index 0 is the level -127, index 8 the level 1.
+  block_iq4_xs x4{};
+  x4.d = f16{f32_to_f16_bits(1.0f)};
+  x4.scales_l[1] = 0x70;
+  x4.scales_h = 0b11 << 6;
+  REQUIRE(iq4_xs_scale(x4, 3) == 0x37);
+  for (auto& q : x4.qs) q = 0x80;
+  float out4[256];
+  dequantize_block(x4, out4);
+  REQUIRE(out4[96] == float(0x37 - 32) * -127.0f);
+  REQUIRE(out4[96 + 16] == float(0x37 - 32) * 1.0f);
+  REQUIRE(out4[0] == -32.0f * -127.0f);  // scale field 0 is -32
 }
 
 TEST_CASE("quants: encoding rounds each value to within one step of its block") {
@@ -210,9 +267,13 @@ TEST_CASE("quants: encoding rounds each value to within one step of its block") 
       // A step of the coarsest type (4 bits over the block's range); the
       // K-quants add the 6-bit rounding of their sub-block scales and mins.
       const double bits = t == ggml_type::q8_0 ? 8 : (t == ggml_type::q5_0 || t == ggml_type::q5_1 || t == ggml_type::q5_k) ? 5
-                        : t == ggml_type::q6_k ? 6 : 4;
+                        : t == ggml_type::q6_k ? 6 : t == ggml_type::q3_k ? 3 : t == ggml_type::q2_k ? 2 : 4;
       const double step = double(hi - lo) / (std::pow(2.0, bits) - 1);
-      const double bound = (t == ggml_type::q4_k || t == ggml_type::q5_k || t == ggml_type::q6_k) ? 2.0 * step : 1.01 * step;
+      // IQ4's widest gap between levels (24 of the 240 from -127 to 113)
+      // is 1.5 uniform 4-bit steps.
+      const bool k_scaled = t == ggml_type::q4_k || t == ggml_type::q5_k || t == ggml_type::q6_k ||
+                            t == ggml_type::q2_k || t == ggml_type::q3_k || t == ggml_type::iq4_xs;
+      const double bound = k_scaled ? 2.0 * step : t == ggml_type::iq4_nl ? 1.5 * step : 1.01 * step;
       for (std::size_t j = 0; j < k; ++j) {
         INFO(type_name(t) << " block " << b << " value " << j << ": " << x[b * k + j] << " -> " << y[b * k + j]);
         REQUIRE(std::abs(double(y[b * k + j]) - double(x[b * k + j])) <= bound + 1e-7);
@@ -290,7 +351,8 @@ TEST_CASE("quants: int8-activation products of every block format match the doub
   thread_pool pool(2);
   serial_executor serial;
   for (const weight_type wt : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
-                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k}) {
+                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k, weight_type::q2_k,
+                               weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs}) {
     const ggml_type gt = stored_block_type(wt);
     const std::size_t k = ggml_block_elements(gt);
     // Odd block counts (a half-filled last 64-value group), one and several
@@ -352,7 +414,8 @@ TEST_CASE("quants: int8-activation products pick their kernel by the arch tag, e
   const bool avx2 = xsimd::available_architectures().fma3_avx2;
   std::size_t scalar_differs = 0, avx2_differs = 0, avx2_scalar_differs = 0;
   for (const weight_type wt : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
-                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k}) {
+                               weight_type::q4_k, weight_type::q5_k, weight_type::q6_k, weight_type::q2_k,
+                               weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs}) {
     const ggml_type gt = stored_block_type(wt);
     const std::size_t k = ggml_block_elements(gt);
     for (const auto& [rows, blocks, n] : {std::tuple<std::size_t, std::size_t, std::size_t>{5, 1, 1}, {7, 3, 2},
@@ -404,4 +467,43 @@ TEST_CASE("quants: int8-activation products pick their kernel by the arch tag, e
   (void)avx2;
   (void)avx2_differs;
   (void)avx2_scalar_differs;
+}
+
+TEST_CASE("quants: every block format has an int8-activation product, Q8_0 blocks are refused by name") {
+  for (const ggml_type t : quant_types)
+    REQUIRE(model::detail::has_int8_product_for(t) == (t != ggml_type::q8_0));
+  // Q8_0 weights multiply int8 activations through matmul_q8, not the block entry point.
+  serial_executor serial;
+  model::detail::q8_activations xa;
+  std::vector<float> x(64, 1.0f), y(2);
+  REQUIRE_THROWS_WITH(model::detail::matmul_blocks_q8(serial, x.data(), 1,
+                                                      model::detail::block_weights{ggml_type::q8_0, nullptr, 64}, 2,
+                                                      y.data(), 2, false, xa),
+                      "matmul_blocks_q8: Q8_0 weights have no int8-activation product");
+}
+
+TEST_CASE("quants: Q2_K, Q3_K, IQ4_NL and IQ4_XS tensors with non-finite scales are refused by name") {
+  // d (and Q2_K's dmin) of the second block of a 2-block row made NaN / Inf.
+  for (const ggml_type t : {ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_nl, ggml_type::iq4_xs}) {
+    for (const std::size_t at : scale_offsets(t)) {
+      const std::size_t k = ggml_block_elements(t), cols = 2 * k;
+      std::vector<float> x(cols, 0.25f);
+      std::vector<std::byte> bytes(2 * ggml_block_bytes(t));
+      quantize_row(t, x.data(), bytes.data(), cols);
+      const std::uint16_t inf = 0x7C00;
+      std::memcpy(bytes.data() + ggml_block_bytes(t) + at, &inf, 2);
+      gguf_writer w;
+      w.add_tensor("blk.0.ffn_up.weight", t, {cols, 1}, bytes);
+      const auto image = w.bytes();
+      const gguf_file f(std::span<const std::byte>(image.data(), image.size()));
+      for (const weight_type wt : {weight_type::native, weight_type::f32}) {
+        weight_matrix m(resolve_weight_type(wt, t, cols), 1, cols);
+        INFO(type_name(t) << " scale at " << at);
+        REQUIRE_THROWS_WITH(m.copy_from(f.tensor("blk.0.ffn_up.weight"), 0),
+                            Catch::Contains("tensor 'blk.0.ffn_up.weight' (" + type_name(t) +
+                                            ") has a non-finite scale in the block of column " + std::to_string(k) +
+                                            " at byte " + std::to_string(ggml_block_bytes(t))));
+      }
+    }
+  }
 }

@@ -34,6 +34,9 @@ inline unsigned k_field(const std::byte* sc, std::size_t s, int which) {
   return low4 | (high2 << 4);
 }
 
+// ggml's kvalues_iq4nl, written out here rather than taken from the library.
+inline constexpr int iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 /// Value i of a tensor of quantised type t whose data start at `data`.
 inline float quant_value(model::ggml_type t, const std::byte* data, std::size_t i) {
   using model::ggml_type;
@@ -80,6 +83,37 @@ inline float quant_value(model::ggml_type t, const std::byte* data, std::size_t 
       const int q = int(low | (high << 4)) - 32;
       const float scale = f16_at(b + 208) * float(static_cast<std::int8_t>(byte_at(b + 192, j / 16)));
       return scale * float(q);
+    }
+    case ggml_type::q2_k:
+    case ggml_type::q3_k: {
+      // Q2_K: scales[16] @0, qs[64] @16, d @80, dmin @82.
+      // Q3_K: hmask[32] @0, qs[64] @32, scales[12] @96, d @108.
+      const bool three = t == ggml_type::q3_k;
+      const std::byte* b = data + (i / 256) * (three ? 110 : 84);
+      const std::size_t j = i % 256, h = j / 128, r = (j % 128) / 32, l = j % 32, s = j / 16;
+      const unsigned crumb = (byte_at(b + (three ? 32 : 16), 32 * h + l) >> (2 * r)) & 3;
+      if (!three) {
+        const unsigned sm = byte_at(b, s);
+        return std::fma(f16_at(b + 80) * float(sm & 15), float(crumb), -(f16_at(b + 82) * float(sm >> 4)));
+      }
+      const unsigned high_bit = (byte_at(b, l) >> (4 * h + r)) & 1;
+      const unsigned low4 = s < 8 ? byte_at(b + 96, s) & 15 : byte_at(b + 96, s - 8) >> 4;
+      const unsigned high2 = (byte_at(b + 96, 8 + s % 4) >> (2 * (s / 4))) & 3;
+      const int scale = int(low4 | (high2 << 4)) - 32;
+      return (f16_at(b + 108) * float(scale)) * float(int(crumb + 4 * high_bit) - 4);
+    }
+    case ggml_type::iq4_nl: {
+      const std::byte* b = data + (i / 32) * 18;
+      return f16_at(b) * float(iq4nl_levels[nibble32(b + 2, i % 32)]);
+    }
+    case ggml_type::iq4_xs: {
+      // d @0, scales_h (u16 LE) @2, scales_l[4] @4, qs[128] @8.
+      const std::byte* b = data + (i / 256) * 136;
+      const std::size_t j = i % 256, s = j / 32;
+      const unsigned scales_h = byte_at(b, 2) | (byte_at(b, 3) << 8);
+      const unsigned low4 = (byte_at(b + 4, s / 2) >> (4 * (s % 2))) & 15;
+      const int scale = int(low4 | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
+      return (f16_at(b) * float(scale)) * float(iq4nl_levels[nibble32(b + 8 + 16 * s, j % 32)]);
     }
     default: return NAN;
   }

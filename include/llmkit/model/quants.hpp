@@ -3,9 +3,10 @@
 
 /// @file llmkit/model/quants.hpp
 /// ggml's quantised block formats as GGUF files store them (Q4_0, Q4_1,
-/// Q5_0, Q5_1; the K-quants Q4_K, Q5_K, Q6_K over 256-value super-blocks;
-/// Q8_0 is `block_q8_0` in core/dtype.hpp), with the scalar decoding that
-/// defines each value and a round-to-nearest encoder.
+/// Q5_0, Q5_1; the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K over 256-value
+/// super-blocks; the non-linear IQ4_NL and IQ4_XS; Q8_0 is `block_q8_0` in
+/// core/dtype.hpp), with the scalar decoding that defines each value and a
+/// round-to-nearest encoder.
 ///
 /// Decoding (`dequantize_block`) is exact in this sense: every value is
 /// one f32 expression of the block's integers and f16 scales, evaluated as
@@ -22,6 +23,10 @@
 /// | Q4_K | 256 | 144 | `fma(d * sc_s, q_j, -(dmin * m_s))`, s = j / 32, 6-bit sc/m packed in scales[12] |
 /// | Q5_K | 256 | 176 | as Q4_K with q_j = nibble + 16 * high bit from qh |
 /// | Q6_K | 256 | 210 | `(d * sc_s) * (q_j - 32)`, s = j / 16, 8-bit signed sc, q_j 6 bits (4 in ql, 2 in qh) |
+/// | Q2_K | 256 | 84 | `fma(d * sc_s, q_j, -(dmin * m_s))`, s = j / 16, 4-bit sc (low) and m (high nibble) of scales[s], q_j 2 bits |
+/// | Q3_K | 256 | 110 | `(d * (sc_s - 32)) * (q_j - 4)`, s = j / 16, 6-bit sc packed in scales[12], q_j 2 bits + a high bit in hmask |
+/// | IQ4_NL | 32 | 18 | `d * kvalues_iq4nl[q_j]`, q_j a nibble as Q4_0 |
+/// | IQ4_XS | 256 | 136 | `(d * (ls_s - 32)) * kvalues_iq4nl[q_j]`, s = j / 32, 6-bit ls (4 in scales_l, 2 in scales_h), nibbles as IQ4_NL per 32 |
 ///
 /// K-quant nibble order: a super-block is 4 chunks of 64 values; chunk c
 /// takes qs[32c .. 32c + 31], low nibbles for values 64c + 0..31, high
@@ -31,6 +36,11 @@
 /// bits from ql[64h + l + 32 * (r % 2)] (low nibble for r < 2, high for r >= 2)
 /// and high 2 bits at bit 2r of qh[32h + l].
 ///
+/// Q2_K / Q3_K crumb order: 2 halves of 128; in half h, value 128h + 32r + l
+/// (r = 0..3, l = 0..31) is bits 2r..2r+1 of qs[32h + l]; Q3_K's q_j adds
+/// 4 times bit 4h + r of hmask[l] to them. Q3_K's scale s has its low 4 bits in
+/// scales[s] (s < 8, low nibble) or scales[s - 8] (high nibble) and its high
+/// 2 bits at bit 2 (s / 4) of scales[8 + s % 4].
 /// The encoders (`quantize_block`) round to nearest with ggml's reference
 /// scale rules for the 32-value types (Q4_0/Q5_0: d = the signed value of
 /// largest magnitude / -8 or -16; Q4_1/Q5_1: d = (max - min) / 15 or 31,
@@ -38,7 +48,10 @@
 /// range, then its scale and min rounded to 6 or 8 bits against the
 /// super-block's largest) rather than ggml's iterative search: files they
 /// write are valid and decode exactly as above, with slightly larger
-/// rounding error than llama-quantize's.
+/// rounding error than llama-quantize's. Q2_K and Q3_K take the same kind of
+/// direct rule per sub-block of 16; IQ4_NL / IQ4_XS scale each 32 values so
+/// that the value of largest magnitude lands on the table's -127 and pick
+/// the nearest table entry for each value.
 
 #include <algorithm>
 #include <cmath>
@@ -99,6 +112,39 @@ struct block_q6_k {
   std::int8_t scales[qk_k / 16];
   f16 d;
 };
+/// Q2_K: 256 values in 16 sub-blocks of 16 with 4-bit scales and mins, 2-bit values.
+struct block_q2_k {
+  std::uint8_t scales[qk_k / 16];
+  std::uint8_t qs[qk_k / 4];
+  f16 d, dmin;
+};
+/// Q3_K: 256 values in 16 sub-blocks of 16 with 6-bit scales offset by 32,
+/// 3-bit values offset by 4 (the third bits in hmask).
+struct block_q3_k {
+  std::uint8_t hmask[qk_k / 8];
+  std::uint8_t qs[qk_k / 4];
+  std::uint8_t scales[12];
+  f16 d;
+};
+/// IQ4_NL: 32 values, one f16 scale, 4-bit indices into kvalues_iq4nl.
+struct block_iq4_nl {
+  f16 d;
+  std::uint8_t qs[16];
+};
+/// IQ4_XS: 256 values in 8 sub-blocks of 32 with 6-bit scales offset by
+/// 32, 4-bit indices into kvalues_iq4nl.
+struct block_iq4_xs {
+  f16 d;
+  std::uint16_t scales_h;
+  std::uint8_t scales_l[qk_k / 64];
+  std::uint8_t qs[qk_k / 2];
+};
+/// The 16 levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
+inline constexpr std::int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                  1,    13,   25,  38,  53,  69,  89,  113};
+static_assert(sizeof(block_q2_k) == 84 && sizeof(block_q3_k) == 110 && sizeof(block_iq4_nl) == 18 &&
+                  sizeof(block_iq4_xs) == 136,
+              "block layouts must match GGUF");
 static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
                   sizeof(block_q5_1) == 24 && sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 &&
                   sizeof(block_q6_k) == 210,
@@ -117,6 +163,8 @@ template <>
 inline constexpr std::size_t block_values<block_q5_1> = 32;
 template <>
 inline constexpr std::size_t block_values<block_q8_0> = q8_block_size;
+template <>
+inline constexpr std::size_t block_values<block_iq4_nl> = 32;
 
 /// Sub-block s (0..7) scale and min of a Q4_K / Q5_K block: 6 bits each,
 /// s < 4 in the low 6 bits of scales[s] and scales[s + 4], the others split
@@ -130,6 +178,23 @@ constexpr void k_scale_min(const std::uint8_t (&scales)[12], std::size_t s, std:
     sc = static_cast<std::uint8_t>((scales[s + 4] & 0xF) | ((scales[s - 4] >> 6) << 4));
     m = static_cast<std::uint8_t>((scales[s + 4] >> 4) | ((scales[s] >> 6) << 4));
   }
+}
+
+/// Sub-block s (0..15) scale of a Q3_K block, 0..63 (the value's scale is
+/// d * (sc - 32)): low 4 bits from a nibble of scales[s % 8], high 2 bits
+/// from scales[8 + s % 4].
+constexpr std::uint8_t q3_k_scale(const std::uint8_t (&scales)[12], std::size_t s) noexcept {
+  const unsigned low = s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4;
+  const unsigned high = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return static_cast<std::uint8_t>(low | (high << 4));
+}
+
+/// Sub-block s (0..7) scale of an IQ4_XS block, 0..63 (the value's scale
+/// is d * (ls - 32)).
+constexpr std::uint8_t iq4_xs_scale(const block_iq4_xs& b, std::size_t s) noexcept {
+  const unsigned low = (b.scales_l[s / 2] >> (4 * (s % 2))) & 0xF;
+  const unsigned high = (b.scales_h >> (2 * s)) & 3;
+  return static_cast<std::uint8_t>(low | (high << 4));
 }
 
 namespace detail {
@@ -222,6 +287,45 @@ inline void dequantize_block(const block_q6_k& b, float* __restrict out) noexcep
     }
   }
 }
+// Q2_K and Q3_K: loops of 16 values with one scale each (sub-block 8h + 2r
+// + g for values 128h + 32r + 16g + 0..15), so that they vectorise.
+inline void dequantize_block(const block_q2_k& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d), dmin = detail::scale_f32(b.dmin);
+  for (std::size_t s = 0; s < 16; ++s) {
+    const std::size_t h = s / 8, r = (s % 8) / 2, first = 16 * (s % 2);
+    const float ds = d * float(b.scales[s] & 0xF), ms = -(dmin * float(b.scales[s] >> 4));
+    const std::uint8_t* q = b.qs + 32 * h + first;
+    float* y = out + 128 * h + 32 * r + first;
+    for (std::size_t l = 0; l < 16; ++l) y[l] = std::fma(ds, float((q[l] >> (2 * r)) & 3), ms);
+  }
+}
+inline void dequantize_block(const block_q3_k& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d);
+  for (std::size_t s = 0; s < 16; ++s) {
+    const std::size_t h = s / 8, r = (s % 8) / 2, first = 16 * (s % 2);
+    const float ds = d * float(int(q3_k_scale(b.scales, s)) - 32);
+    const std::uint8_t* q = b.qs + 32 * h + first;
+    const std::uint8_t* hm = b.hmask + first;
+    float* y = out + 128 * h + 32 * r + first;
+    for (std::size_t l = 0; l < 16; ++l)
+      y[l] = ds * float(int((q[l] >> (2 * r)) & 3) - ((hm[l] >> (4 * h + r)) & 1 ? 0 : 4));
+  }
+}
+inline void dequantize_block(const block_iq4_nl& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d);
+  for (std::size_t j = 0; j < 16; ++j) out[j] = d * float(kvalues_iq4nl[b.qs[j] & 0xF]);
+  for (std::size_t j = 0; j < 16; ++j) out[j + 16] = d * float(kvalues_iq4nl[b.qs[j] >> 4]);
+}
+inline void dequantize_block(const block_iq4_xs& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d);
+  for (std::size_t s = 0; s < 8; ++s) {
+    const float ds = d * float(int(iq4_xs_scale(b, s)) - 32);
+    const std::uint8_t* q = b.qs + 16 * s;
+    float* y = out + 32 * s;
+    for (std::size_t j = 0; j < 16; ++j) y[j] = ds * float(kvalues_iq4nl[q[j] & 0xF]);
+    for (std::size_t j = 0; j < 16; ++j) y[j + 16] = ds * float(kvalues_iq4nl[q[j] >> 4]);
+  }
+}
 
 namespace detail {
 /// Rounds to the nearest integer in [lo, hi] (ties away from zero).
@@ -304,6 +408,25 @@ inline void quantize_k_affine(const float* x, int levels, f16& d_out, f16& dmin_
       q[32 * s + l] = ds != 0.0f ? round_clamp((x[32 * s + l] + ms) / ds, 0, levels) : 0;
   }
 }
+/// The index of the kvalues_iq4nl level nearest to v (the lower on ties).
+inline std::uint8_t nearest_iq4nl(float v) noexcept {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < 16; ++i)
+    if (std::fabs(v - float(kvalues_iq4nl[i])) < std::fabs(v - float(kvalues_iq4nl[best]))) best = i;
+  return static_cast<std::uint8_t>(best);
+}
+/// 32 values with scale d into IQ4_NL nibbles (low nibbles j = 0..15, high 16..31).
+inline void quantize_iq4_32(const float* x, float d, std::uint8_t* qs) noexcept {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  std::uint8_t q[32];
+  for (std::size_t j = 0; j < 32; ++j) q[j] = nearest_iq4nl(x[j] * id);
+  for (std::size_t j = 0; j < 16; ++j) qs[j] = static_cast<std::uint8_t>(q[j] | (q[j + 16] << 4));
+}
+/// Q2_K / Q3_K crumb j (0..255, 2 bits) into qs in the crumb order of the file comment.
+inline void put_crumb(std::uint8_t* qs, std::size_t j, int q) noexcept {
+  const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
+  qs[32 * h + l] = static_cast<std::uint8_t>(qs[32 * h + l] | ((q & 3) << (2 * r)));
+}
 }  // namespace detail
 
 /// Encodes 32 (or 256 for the K-quants) values, rounding to nearest (see
@@ -368,6 +491,75 @@ inline void quantize_block(const float* x, block_q6_k& b) noexcept {
     b.qh[32 * h + l] = static_cast<std::uint8_t>(b.qh[32 * h + l] | ((q >> 4) << (2 * r)));
   }
 }
+inline void quantize_block(const float* x, block_q2_k& b) noexcept {
+  // Per sub-block of 16: the range [min(0, lo), hi] over 3 steps; scales
+  // and mins in 4 bits against the largest of each (as quantize_k_affine).
+  float scale[16], minv[16];
+  for (std::size_t s = 0; s < 16; ++s) {
+    const float* xs = x + 16 * s;
+    const float lo = std::min(0.0f, *std::min_element(xs, xs + 16)), hi = *std::max_element(xs, xs + 16);
+    scale[s] = (hi - lo) / 3.0f;
+    minv[s] = -lo;
+  }
+  b.d = f16{f32_to_f16_bits(*std::max_element(scale, scale + 16) / 15.0f)};
+  b.dmin = f16{f32_to_f16_bits(*std::max_element(minv, minv + 16) / 15.0f)};
+  const float dd = to_f32(b.d), dm = to_f32(b.dmin);
+  std::memset(b.qs, 0, sizeof(b.qs));
+  for (std::size_t s = 0; s < 16; ++s) {
+    const int sc = dd != 0.0f ? detail::round_clamp(scale[s] / dd, 0, 15) : 0;
+    const int m = dm != 0.0f ? detail::round_clamp(minv[s] / dm, 0, 15) : 0;
+    b.scales[s] = static_cast<std::uint8_t>(sc | (m << 4));
+    const float ds = dd * float(sc), ms = dm * float(m);
+    for (std::size_t l = 0; l < 16; ++l)
+      detail::put_crumb(b.qs, 16 * s + l, ds != 0.0f ? detail::round_clamp((x[16 * s + l] + ms) / ds, 0, 3) : 0);
+  }
+}
+inline void quantize_block(const float* x, block_q3_k& b) noexcept {
+  // Per sub-block of 16: scale = signed amax / -4; the scales in 6 bits
+  // against the largest magnitude (d = max / -32), as Q6_K does in 8.
+  float scale[16];
+  for (std::size_t s = 0; s < 16; ++s) scale[s] = detail::signed_amax(x + 16 * s, 16) / -4.0f;
+  b.d = f16{f32_to_f16_bits(detail::signed_amax(scale, 16) / -32.0f)};
+  const float dd = to_f32(b.d);
+  std::memset(b.hmask, 0, sizeof(b.hmask));
+  std::memset(b.qs, 0, sizeof(b.qs));
+  std::memset(b.scales, 0, sizeof(b.scales));
+  for (std::size_t s = 0; s < 16; ++s) {
+    const int sc = dd != 0.0f ? detail::round_clamp(scale[s] / dd, -32, 31) : 0;
+    const unsigned u = unsigned(sc + 32);
+    b.scales[s % 8] = static_cast<std::uint8_t>(b.scales[s % 8] | ((u & 0xF) << (s < 8 ? 0 : 4)));
+    b.scales[8 + s % 4] = static_cast<std::uint8_t>(b.scales[8 + s % 4] | ((u >> 4) << (2 * (s / 4))));
+    const float ds = dd * float(sc);
+    for (std::size_t l = 0; l < 16; ++l) {
+      const std::size_t j = 16 * s + l;
+      const int q = (ds != 0.0f ? detail::round_clamp(x[j] / ds, -4, 3) : 0) + 4;
+      detail::put_crumb(b.qs, j, q);
+      const std::size_t h = j / 128, r = (j % 128) / 32;
+      b.hmask[j % 32] = static_cast<std::uint8_t>(b.hmask[j % 32] | ((q >> 2) << (4 * h + r)));
+    }
+  }
+}
+inline void quantize_block(const float* x, block_iq4_nl& b) noexcept {
+  b.d = f16{f32_to_f16_bits(detail::signed_amax(x, 32) / float(kvalues_iq4nl[0]))};
+  detail::quantize_iq4_32(x, to_f32(b.d), b.qs);
+}
+inline void quantize_block(const float* x, block_iq4_xs& b) noexcept {
+  // Per sub-block of 32: scale = signed amax / -127; the scales in 6 bits
+  // against the largest magnitude (d = max / -32).
+  float scale[8];
+  for (std::size_t s = 0; s < 8; ++s) scale[s] = detail::signed_amax(x + 32 * s, 32) / float(kvalues_iq4nl[0]);
+  b.d = f16{f32_to_f16_bits(detail::signed_amax(scale, 8) / -32.0f)};
+  const float dd = to_f32(b.d);
+  b.scales_h = 0;
+  std::memset(b.scales_l, 0, sizeof(b.scales_l));
+  for (std::size_t s = 0; s < 8; ++s) {
+    const int ls = dd != 0.0f ? detail::round_clamp(scale[s] / dd, -32, 31) : 0;
+    const unsigned u = unsigned(ls + 32);
+    b.scales_l[s / 2] = static_cast<std::uint8_t>(b.scales_l[s / 2] | ((u & 0xF) << (4 * (s % 2))));
+    b.scales_h = static_cast<std::uint16_t>(b.scales_h | ((u >> 4) << (2 * s)));
+    detail::quantize_iq4_32(x + 32 * s, dd * float(ls), b.qs + 16 * s);
+  }
+}
 inline void quantize_block(const float* x, block_q8_0& b) noexcept {
   float amax = 0.0f;
   for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -388,6 +580,10 @@ decltype(auto) visit_block(ggml_type t, Fn&& fn) {
     case ggml_type::q4_k: return fn(block_q4_k{});
     case ggml_type::q5_k: return fn(block_q5_k{});
     case ggml_type::q6_k: return fn(block_q6_k{});
+    case ggml_type::q2_k: return fn(block_q2_k{});
+    case ggml_type::q3_k: return fn(block_q3_k{});
+    case ggml_type::iq4_nl: return fn(block_iq4_nl{});
+    case ggml_type::iq4_xs: return fn(block_iq4_xs{});
     default: return fn(block_q8_0{});
   }
 }
@@ -404,6 +600,8 @@ inline bool block_scales_finite(ggml_type t, const std::byte* p) noexcept {
     case ggml_type::q4_1: case ggml_type::q5_1: case ggml_type::q4_k: case ggml_type::q5_k:
       return finite_at(0) && finite_at(2);
     case ggml_type::q6_k: return finite_at(offsetof(block_q6_k, d));
+    case ggml_type::q2_k: return finite_at(offsetof(block_q2_k, d)) && finite_at(offsetof(block_q2_k, dmin));
+    case ggml_type::q3_k: return finite_at(offsetof(block_q3_k, d));
     default: return finite_at(0);
   }
 }

@@ -59,7 +59,8 @@ struct synthetic_options {
   bool tied_output = false;                ///< omit output.weight
   /// Per-matrix storage, overriding weight_type. A type whose block does not
   /// divide the matrix's row length falls back as llama-quantize does (Q4_K
-  /// -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0); if that does not divide it either,
+  /// -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K / Q3_K / IQ4_XS -> IQ4_NL); if
+  /// that does not divide it either,
   /// synthetic_llama throws naming the tensor.
   tensor_type_rule tensor_types{};
 };

@@ -10,7 +10,8 @@
 /// convert at load (f32 -> f16 rounds to nearest even; anything -> a block
 /// type quantises like ggml, model/quants.hpp). Q8_0 rows are stored as an
 /// int8 matrix plus one f32 scale per block (the f16 scale of the file,
-/// widened exactly); Q4_0 ... Q6_K keep the file's blocks byte for byte.
+/// widened exactly); Q4_0 ... Q6_K, Q2_K, Q3_K, IQ4_NL and IQ4_XS keep the
+/// file's blocks byte for byte.
 ///
 /// `linear(exec, x, w, y)`: f32 matrices are kept in panels of 64 rows and
 /// multiplied by an outer-product kernel (model/detail/matmul_panels.hpp);
@@ -64,9 +65,13 @@ enum class weight_type : std::uint8_t {
   q4_k,    ///< GGUF Q4_K blocks (4.5 bits per weight)
   q5_k,    ///< GGUF Q5_K blocks (5.5 bits per weight)
   q6_k,    ///< GGUF Q6_K blocks (6.5625 bits per weight)
+  q2_k,    ///< GGUF Q2_K blocks (2.625 bits per weight)
+  q3_k,    ///< GGUF Q3_K blocks (3.4375 bits per weight)
+  iq4_nl,  ///< GGUF IQ4_NL blocks (4.5 bits per weight, non-linear levels)
+  iq4_xs,  ///< GGUF IQ4_XS blocks (4.25 bits per weight, non-linear levels)
 };
 
-/// The GGUF block type a weight_type stores as-is (Q4_0 ... Q6_K), or
+/// The GGUF block type a weight_type stores as-is (Q4_0 ... IQ4_XS), or
 /// ggml_type::f32 for the others (f32, f16 and Q8_0 have their own layouts).
 constexpr ggml_type stored_block_type(weight_type t) noexcept {
   switch (t) {
@@ -77,6 +82,10 @@ constexpr ggml_type stored_block_type(weight_type t) noexcept {
     case weight_type::q4_k: return ggml_type::q4_k;
     case weight_type::q5_k: return ggml_type::q5_k;
     case weight_type::q6_k: return ggml_type::q6_k;
+    case weight_type::q2_k: return ggml_type::q2_k;
+    case weight_type::q3_k: return ggml_type::q3_k;
+    case weight_type::iq4_nl: return ggml_type::iq4_nl;
+    case weight_type::iq4_xs: return ggml_type::iq4_xs;
     default: return ggml_type::f32;
   }
 }
@@ -88,7 +97,7 @@ constexpr std::size_t weight_block_size(weight_type t) noexcept {
 
 /// What a product does with its f32 activations. `f32`: multiplies them as
 /// they are (the exact stored weights, f32 arithmetic). `q8_0`: when the
-/// weights are quantised (Q8_0 and the block formats Q4_0 ... Q6_K),
+/// weights are quantised (Q8_0 and every block format),
 /// quantises each 32-value block of an activation row to int8 (scale
 /// amax / 127, like quantize_q8_0) and multiplies integers by int8
 /// (model/detail/matmul_q8.hpp, matmul_blocks_q8.hpp); f32 and f16 weights
@@ -102,7 +111,7 @@ enum class activation_type { f32, q8_0 };
 enum class output_mode : std::uint8_t { overwrite, accumulate };
 
 /// "native", "f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
-/// "q5_k" or "q6_k".
+/// "q5_k", "q6_k", "q2_k", "q3_k", "iq4_nl" or "iq4_xs".
 constexpr std::string_view weight_type_name(weight_type t) noexcept {
   switch (t) {
     case weight_type::native: return "native";
@@ -116,6 +125,10 @@ constexpr std::string_view weight_type_name(weight_type t) noexcept {
     case weight_type::q4_k: return "q4_k";
     case weight_type::q5_k: return "q5_k";
     case weight_type::q6_k: return "q6_k";
+    case weight_type::q2_k: return "q2_k";
+    case weight_type::q3_k: return "q3_k";
+    case weight_type::iq4_nl: return "iq4_nl";
+    case weight_type::iq4_xs: return "iq4_xs";
   }
   return "?";
 }
@@ -124,7 +137,8 @@ constexpr std::string_view weight_type_name(weight_type t) noexcept {
 inline constexpr weight_type all_weight_types[] = {
     weight_type::native, weight_type::f32,  weight_type::f16,  weight_type::q8_0,
     weight_type::q4_0,   weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
-    weight_type::q4_k,   weight_type::q5_k, weight_type::q6_k};
+    weight_type::q4_k,   weight_type::q5_k, weight_type::q6_k, weight_type::q2_k,
+    weight_type::q3_k,   weight_type::iq4_nl, weight_type::iq4_xs};
 
 /// The weight_type named `name` (weight_type_name's names).
 /// @throws llmkit::error naming the value and the valid names.
@@ -148,6 +162,10 @@ constexpr weight_type resolve_weight_type(weight_type wanted, ggml_type file_typ
       case ggml_type::q4_k: t = weight_type::q4_k; break;
       case ggml_type::q5_k: t = weight_type::q5_k; break;
       case ggml_type::q6_k: t = weight_type::q6_k; break;
+      case ggml_type::q2_k: t = weight_type::q2_k; break;
+      case ggml_type::q3_k: t = weight_type::q3_k; break;
+      case ggml_type::iq4_nl: t = weight_type::iq4_nl; break;
+      case ggml_type::iq4_xs: t = weight_type::iq4_xs; break;
       default: t = weight_type::f32; break;
     }
   }
@@ -299,7 +317,7 @@ void linear(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, f
 /// for large products. Batch invariant (each output is one dot product
 /// summed in a fixed order whatever n, the tile or the thread).
 /// `activations`: see activation_type (q8_0 changes the product of Q8_0
-/// weights only; it is batch invariant too).
+/// and of the block formats only; it is batch invariant too).
 /// @throws llmkit::error if x.size() is not n * cols, y_stride < rows, or y is too small.
 template <class Arch = simd::default_arch, executor Exec>
 void linear(Exec& exec, std::span<const float> x, std::size_t n, const weight_matrix& w, std::span<float> y,

@@ -8,10 +8,14 @@
 /// (unsigned weights x int8 activations into 16-bit pair sums) and
 /// VPMADDWD in place of VPDPBUSD / VPDPWSSD: by ones for the 32-value
 /// formats (int32 sums of 4 values, started from the activations'
-/// -offset * sum q), by the sub-block scales for the K-quants. The weights
+/// -offset * sum q), by the sub-block scales for the K-quants. IQ4_NL and
+/// IQ4_XS take their levels' magnitudes and the activations with the
+/// levels' signs (VPSIGNB), as level + 128 would saturate VPMADDUBSW's
+/// 16-bit pair sums. The weights
 /// are decoded in registers; each output is accumulated in one order
 /// whatever the batch, tile or thread.
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -45,6 +49,17 @@ inline __m256i avx2_nibbles(const std::uint8_t* qs) noexcept {
   return _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
 }
 
+/// The IQ4 formats: signed levels, multiplied as magnitudes times signed activations.
+template <class Block>
+inline constexpr bool avx2_signed_levels = std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_iq4_xs>;
+
+/// 32 IQ4 indices (avx2_nibbles order) as level magnitudes, and the levels
+/// themselves in `sign` (for VPSIGNB; no level is 0).
+inline __m256i avx2_iq4_levels(__m256i index, __m256i& sign) noexcept {
+  sign = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_iq4nl))), index);
+  return _mm256_abs_epi8(sign);
+}
+
 /// Block p's 32 unsigned values, scale and (Q4_1 / Q5_1) m_b of w = d * u - m_b.
 template <class Block>
 inline __m256i avx2_block_values(const Block& p) noexcept {
@@ -61,7 +76,8 @@ inline __m256i avx2_block_values(const Block& p) noexcept {
 template <class Block, std::size_t TN, std::size_t ON>
 inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                               bool accumulate, std::size_t t0, std::size_t o0) noexcept {
-  constexpr int offset = int8_form<Block>::offset;
+  constexpr bool signed_levels = avx2_signed_levels<Block>;
+  constexpr int offset = signed_levels ? 0 : int8_form<Block>::offset;
   constexpr bool has_mins = int8_form<Block>::has_mins;
   const std::size_t stride = xa.stride, row_bytes = w.row_bytes(), blocks = w.in / 32;
   const Block* rows[ON];
@@ -77,10 +93,14 @@ inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, 
     // Rows are contiguous: each block step prefetches about its share of them.
     prefetch_lines_l2(ahead + k * step_bytes, step_bytes);
     __m256i u[ON];
+    [[maybe_unused]] __m256i sign[ON];
     __m256 s[ON];
 #pragma GCC unroll 8
     for (std::size_t b = 0; b < ON; ++b) {
-      u[b] = avx2_block_values(rows[b][k]);
+      if constexpr (signed_levels)
+        u[b] = avx2_iq4_levels(avx2_nibbles(rows[b][k].qs), sign[b]);
+      else
+        u[b] = avx2_block_values(rows[b][k]);
       s[b] = _mm256_set1_ps(scale_f32(rows[b][k].d));
     }
 #pragma GCC unroll 8
@@ -93,7 +113,8 @@ inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, 
         start = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.offset_sums.data() + t * stride / 4 + 8 * k));
 #pragma GCC unroll 8
       for (std::size_t b = 0; b < ON; ++b) {
-        __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(u[b], q), ones);
+        const __m256i qb = signed_levels ? _mm256_sign_epi8(q, sign[b]) : q;
+        __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(u[b], qb), ones);
         if constexpr (offset != 0) dot = _mm256_add_epi32(dot, start);
         acc[a][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(s[b], d), acc[a][b]);
         if constexpr (has_mins)
@@ -110,18 +131,36 @@ inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, 
 }
 
 /// A K-quant super-block's scales as int16 words (8 for Q4_K / Q5_K, 16 for
-/// Q6_K), d, and dmin * m_s.
+/// Q3_K / Q6_K), d, and dmin * m_s.
 struct avx2_k_scales {
   alignas(32) std::int16_t sc[16];
   float d;
   __m256 mins;
+  alignas(32) std::int16_t m16[16];  ///< Q2_K: its 16 minimums
+  float dmin;                        ///< Q2_K
 };
 
 template <class Block>
 inline avx2_k_scales avx2_kquant_scales(const Block& p) noexcept {
   avx2_k_scales out{};
-  if constexpr (std::is_same_v<Block, block_q6_k>) {
-    for (std::size_t j = 0; j < 16; ++j) out.sc[j] = p.scales[j];
+  if constexpr (std::is_same_v<Block, block_q3_k>) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.sc), q3_k_scale_words(p.scales));
+    out.d = scale_f32(p.d);
+    out.mins = _mm256_setzero_ps();
+  } else if constexpr (has_k_scales16<Block>) {
+    k_scales16(p, out.sc);
+    out.d = scale_f32(p.d);
+    out.mins = _mm256_setzero_ps();
+  } else if constexpr (std::is_same_v<Block, block_q2_k>) {
+    __m256i sc, m;
+    q2_k_scale_words(p, sc, m);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.sc), sc);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.m16), m);
+    out.d = scale_f32(p.d);
+    out.dmin = scale_f32(p.dmin);
+    out.mins = _mm256_setzero_ps();
+  } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(out.sc), iq4_xs_scale_words(p));
     out.d = scale_f32(p.d);
     out.mins = _mm256_setzero_ps();
   } else {
@@ -149,6 +188,18 @@ inline __m256i avx2_kquant_values(const Block& p, std::size_t g, std::size_t h) 
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(int(4 * (g % 2)))), low4);
     const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(int(shift))), _mm256_set1_epi8(0x03));
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  } else if constexpr (std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q2_k>) {
+    // Values 64g + 32h + l: crumb row r = 2 (g % 2) + h of half g / 2 (Q3_K: plus 4 * its hmask bit).
+    const std::size_t half = g / 2, r = 2 * (g % 2) + h;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs + 32 * half));
+    const __m256i c = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r))), _mm256_set1_epi8(0x03));
+    if constexpr (std::is_same_v<Block, block_q2_k>) {
+      return c;
+    } else {
+      const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.hmask));
+      const __m256i t = _mm256_srl_epi16(m, _mm_cvtsi32_si128(int(4 * half + r)));
+      return _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi16(t, 2), _mm256_set1_epi8(0x04)));
+    }
   } else {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs + 32 * g));
     __m256i u = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(int(4 * h))), low4);
@@ -162,10 +213,10 @@ inline __m256i avx2_kquant_values(const Block& p, std::size_t g, std::size_t h) 
 }
 
 /// The scale word of each of the 16 pair sums of values [32 h, 32 h + 32)
-/// of group g: one sub-block of 32 (Q4_K / Q5_K) or two of 16 (Q6_K).
+/// of group g: one sub-block of 32 (Q4_K / Q5_K, IQ4_XS) or two of 16 (Q2_K, Q3_K, Q6_K).
 template <class Block>
 inline __m256i avx2_kquant_words(const avx2_k_scales& sc, std::size_t g, std::size_t h) noexcept {
-  if constexpr (std::is_same_v<Block, block_q6_k>) {
+  if constexpr (has_k_scales16<Block> || std::is_same_v<Block, block_q2_k>) {
     const std::size_t j = 4 * g + 2 * h;
     return _mm256_setr_m128i(_mm_set1_epi16(sc.sc[j]), _mm_set1_epi16(sc.sc[j + 1]));
   } else {
@@ -173,12 +224,13 @@ inline __m256i avx2_kquant_words(const avx2_k_scales& sc, std::size_t g, std::si
   }
 }
 
-/// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant format over
-/// activations quantised by assign_k.
+/// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant format (or
+/// IQ4_XS) over activations quantised by assign_k.
 template <class Block, std::size_t TN, std::size_t ON>
 inline void avx2_kquant_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                              bool accumulate, std::size_t t0, std::size_t o0) noexcept {
-  constexpr bool has_mins = int8_form<Block>::has_mins;
+  // Q2_K's minimums are per 16: mins16 below, not the per-32 block sums.
+  constexpr bool has_mins = int8_form<Block>::has_mins && min_values<Block> == 32;
   const std::size_t stride = xa.stride, row_bytes = w.row_bytes(), units = w.in / qk_k;
   const Block* rows[ON];
   for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
@@ -199,31 +251,46 @@ inline void avx2_kquant_tile(const q8_activations& xa, const block_weights& w, f
     for (std::size_t half = 0; half < 8; ++half) {
       const std::size_t g = half / 2, h = half % 2;
       __m256i u[ON], ws[ON];
+      [[maybe_unused]] __m256i sign[ON];
 #pragma GCC unroll 8
       for (std::size_t b = 0; b < ON; ++b) {
-        u[b] = avx2_kquant_values(rows[b][i], g, h);
+        if constexpr (avx2_signed_levels<Block>)  // sub-block `half`: qs[16 half..], low nibbles then high
+          u[b] = avx2_iq4_levels(avx2_nibbles(rows[b][i].qs + 16 * half), sign[b]);
+        else
+          u[b] = avx2_kquant_values(rows[b][i], g, h);
         ws[b] = avx2_kquant_words<Block>(sc[b], g, h);
       }
 #pragma GCC unroll 8
       for (std::size_t a = 0; a < TN; ++a) {
         const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.row(t0 + a) + qk_k * i + 32 * half));
 #pragma GCC unroll 8
-        for (std::size_t b = 0; b < ON; ++b)
-          iacc[a][b] = _mm256_add_epi32(iacc[a][b], _mm256_madd_epi16(_mm256_maddubs_epi16(u[b], q), ws[b]));
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m256i qb = avx2_signed_levels<Block> ? _mm256_sign_epi8(q, sign[b]) : q;
+          iacc[a][b] = _mm256_add_epi32(iacc[a][b], _mm256_madd_epi16(_mm256_maddubs_epi16(u[b], qb), ws[b]));
+        }
       }
     }
     for (std::size_t a = 0; a < TN; ++a) {
       const std::size_t t = t0 + a;
       const float dk = xa.k_scale(t, i);
-      if constexpr (std::is_same_v<Block, block_q6_k>) {  // values are u - 32
+      if constexpr (has_k_scales16<Block>) {  // values are u - offset (a power of two)
+        constexpr int shift = std::countr_zero(unsigned(int8_form<Block>::offset));
         const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
         for (std::size_t b = 0; b < ON; ++b) {
           const __m256i words = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[b].sc));
-          iacc[a][b] = _mm256_sub_epi32(iacc[a][b], _mm256_slli_epi32(_mm256_madd_epi16(words, s16), 5));
+          iacc[a][b] = _mm256_sub_epi32(iacc[a][b], _mm256_slli_epi32(_mm256_madd_epi16(words, s16), shift));
         }
       }
       for (std::size_t b = 0; b < ON; ++b)
         acc[a][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[a][b]), _mm256_set1_ps(sc[b].d * dk), acc[a][b]);
+      if constexpr (std::is_same_v<Block, block_q2_k>) {  // - dmin * d_x * sum_s m_s * sum q (int32)
+        const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m256i words = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[b].m16));
+          acc[a][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(words, s16)), _mm256_set1_ps(-(sc[b].dmin * dk)),
+                                      acc[a][b]);
+        }
+      }
       if constexpr (has_mins) {
         const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + t * stride / 32 + 8 * i);
         for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc[b].mins, xs, macc[a][b]);

@@ -11,10 +11,11 @@
 ///
 ///     w_j = s_l * (u_j - offset) - m_b,   l = j / 4, b = j / 32
 ///
-/// with u_j an unsigned integer of 4 to 6 bits, s_l the scale of the four
+/// with u_j an unsigned integer of 3 to 6 bits (IQ4_NL / IQ4_XS: their
+/// non-linear level + 128, 8 bits), s_l the scale of the four
 /// values of lane l (Q6_K has one per 16 values, Q4_K and Q5_K one per 32,
-/// the 32-value formats their block scale), a per-format offset (8, 16, 32
-/// or 0) and a per-32-value minimum m_b (Q4_1, Q5_1, Q4_K, Q5_K; 0 for the
+/// the 32-value formats their block scale; Q3_K one per 16), a per-format
+/// offset (8, 16, 32, 4, 128 or 0) and a per-32-value minimum m_b (Q4_1, Q5_1, Q4_K, Q5_K; 0 for the
 /// others). With x_j = d_b * q_j (q_j int8, d_b the activation block's
 /// scale) the dot product of a row is
 ///
@@ -60,6 +61,11 @@ namespace llmkit::model::detail {
 /// `[values] u`, `[values / 4] s` and (formats with minimums) `[values / 32] m`.
 template <class Block>
 struct int8_form;
+
+/// Whether a block format has an int8-activation product here (an
+/// int8_form): every block format but Q8_0 (which has matmul_q8.hpp).
+template <class Block>
+inline constexpr bool has_int8_product = requires { int8_form<Block>::offset; };
 
 /// Q5_0 / Q5_1's values: nibble + 16 * bit j of qh.
 inline void decode_5bit(const std::uint8_t (&qs)[16], const std::uint8_t (&qh_bytes)[4], std::uint8_t* __restrict u) noexcept {
@@ -159,16 +165,86 @@ struct int8_form<block_q6_k> {
   }
 };
 
+/// Q3_K: u = the 2-bit crumb + 4 * its hmask bit, offset 4, scale d * (sc - 32) per 16 values.
+template <>
+struct int8_form<block_q3_k> {
+  static constexpr int offset = 4;
+  static constexpr bool has_mins = false;
+  static void decode(const block_q3_k& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    const float d = scale_f32(b.d);
+    for (std::size_t i = 0; i < 16; ++i) std::fill_n(s + 4 * i, 4, d * float(int(q3_k_scale(b.scales, i)) - 32));
+    for (std::size_t j = 0; j < qk_k; ++j) {
+      const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
+      u[j] = static_cast<std::uint8_t>(((b.qs[32 * h + l] >> (2 * r)) & 3) | (((b.hmask[l] >> (4 * h + r)) & 1) << 2));
+    }
+  }
+};
+
+/// kvalues_iq4nl + 128 (1..241): IQ4_NL / IQ4_XS values as unsigned bytes with offset 128.
+inline constexpr std::uint8_t iq4nl_biased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+static_assert(iq4nl_biased[0] == kvalues_iq4nl[0] + 128 && iq4nl_biased[15] == kvalues_iq4nl[15] + 128);
+
+/// IQ4_NL: u = level + 128, offset 128, the block's scale d.
+template <>
+struct int8_form<block_iq4_nl> {
+  static constexpr int offset = 128;
+  static constexpr bool has_mins = false;
+  static void decode(const block_iq4_nl& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    for (std::size_t j = 0; j < 16; ++j) u[j] = iq4nl_biased[b.qs[j] & 0xF];
+    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = iq4nl_biased[b.qs[j] >> 4];
+    std::fill_n(s, 8, scale_f32(b.d));
+  }
+};
+
+/// IQ4_XS: u = level + 128, offset 128, scale d * (ls - 32) per 32 values.
+template <>
+struct int8_form<block_iq4_xs> {
+  static constexpr int offset = 128;
+  static constexpr bool has_mins = false;
+  static void decode(const block_iq4_xs& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    const float d = scale_f32(b.d);
+    for (std::size_t i = 0; i < 8; ++i) {
+      std::fill_n(s + 8 * i, 8, d * float(int(iq4_xs_scale(b, i)) - 32));
+      for (std::size_t j = 0; j < 16; ++j) u[32 * i + j] = iq4nl_biased[b.qs[16 * i + j] & 0xF];
+      for (std::size_t j = 0; j < 16; ++j) u[32 * i + j + 16] = iq4nl_biased[b.qs[16 * i + j] >> 4];
+    }
+  }
+};
+
+/// Q2_K: u = the 2-bit crumb, offset 0, scale d * sc and minimum dmin * m
+/// per 16 values (its minimums are per 16, not 32: min_values).
+template <>
+struct int8_form<block_q2_k> {
+  static constexpr int offset = 0;
+  static constexpr bool has_mins = true;
+  static constexpr std::size_t min_values = 16;
+  static void decode(const block_q2_k& b, std::uint8_t* __restrict u, float* __restrict s, float* m) noexcept {
+    const float d = scale_f32(b.d), dmin = scale_f32(b.dmin);
+    for (std::size_t i = 0; i < 16; ++i) {
+      std::fill_n(s + 4 * i, 4, d * float(b.scales[i] & 0xF));
+      m[i] = dmin * float(b.scales[i] >> 4);
+    }
+    for (std::size_t j = 0; j < qk_k; ++j) u[j] = (b.qs[32 * (j / 128) + j % 32] >> (2 * ((j % 128) / 32))) & 3;
+  }
+};
+
+/// Values per minimum of a format with minimums (32, Q2_K's 16).
+template <class Block>
+inline constexpr std::size_t min_values = 32;
+template <>
+inline constexpr std::size_t min_values<block_q2_k> = 16;
+
 /// A strip of W's rows [o_base, o_base + rows) in integer form, row stride
 /// `stride` values (in rounded up to 64; the padding is u = 0, s = 0, m = 0).
 struct int8_strip {
   const std::uint8_t* u;  ///< [rows, stride]
   const float* s;         ///< [rows, stride / 4]
-  const float* m;         ///< [rows, stride / 32] (formats with minimums)
+  const float* m;         ///< [rows, stride / min_values] (formats with minimums)
   std::size_t stride;
   std::size_t o_base;
   int offset;
   bool has_mins;
+  std::size_t min_values;  ///< values per minimum: 32, or 16 (Q2_K, over activations per 256)
 };
 
 /// The per-thread buffers a strip is decoded into.
@@ -185,20 +261,21 @@ int8_strip decode_int8_strip(const block_weights& w, std::size_t o, std::size_t 
   constexpr std::size_t k = block_values<Block>;
   if (buf.u.size() < rows * stride) buf.u.resize(rows * stride);
   if (buf.s.size() < rows * stride / 4) buf.s.resize(rows * stride / 4);
-  if (buf.m.size() < rows * stride / 32) buf.m.resize(rows * stride / 32);
+  constexpr std::size_t mv = min_values<Block>;
+  if (buf.m.size() < rows * stride / mv) buf.m.resize(rows * stride / mv);
   const std::size_t blocks = w.in / k, row_bytes = w.row_bytes();
   for (std::size_t r = 0; r < rows; ++r) {
     const auto* src = reinterpret_cast<const Block*>(w.data + (o + r) * row_bytes);
     prefetch_lines_l2(reinterpret_cast<std::uintptr_t>(src) + matmul_prefetch_bytes, row_bytes);
     std::uint8_t* u = buf.u.data() + r * stride;
     float* s = buf.s.data() + r * stride / 4;
-    float* m = buf.m.data() + r * stride / 32;
-    for (std::size_t b = 0; b < blocks; ++b) form::decode(src[b], u + b * k, s + b * k / 4, m + b * k / 32);
+    float* m = buf.m.data() + r * stride / mv;
+    for (std::size_t b = 0; b < blocks; ++b) form::decode(src[b], u + b * k, s + b * k / 4, m + b * k / mv);
     std::fill(u + w.in, u + stride, std::uint8_t{0});
     std::fill(s + w.in / 4, s + stride / 4, 0.0f);
-    std::fill(m + (form::has_mins ? w.in / 32 : 0), m + stride / 32, 0.0f);
+    std::fill(m + (form::has_mins ? w.in / mv : 0), m + stride / mv, 0.0f);
   }
-  return {buf.u.data(), buf.s.data(), buf.m.data(), stride, o, form::offset, form::has_mins};
+  return {buf.u.data(), buf.s.data(), buf.m.data(), stride, o, form::offset, form::has_mins, mv};
 }
 
 #if defined(__AVX__)
@@ -252,9 +329,16 @@ inline void int8_strip_product(const q8_activations& xa, const int8_strip& w, st
         for (std::size_t i = 4 * l; i < 4 * l + 4; ++i) dot += (int(u[i]) - w.offset) * int(q[i]);
         v = std::fma(float(dot), s[l] * xa.pair_scales(t, l / 16)[l % 16], v);
       }
-      if (w.has_mins)
+      if (w.has_mins && w.min_values == 32) {
         v -= int8_min_dot(w.m + r * stride / 32, xa.block_sums.data() + t * stride / 32, stride / 32,
                           xsimd::default_arch{});
+      } else if (w.has_mins) {  // per 16 over activations per 256: their int16 sums times the super-block's scale
+        const float* m = w.m + r * stride / 16;
+        float mv = 0.0f;
+        for (std::size_t j = 0; j < stride / 16; ++j)
+          mv = std::fma(m[j], xa.k_scale(t, j / 16) * float(xa.sums16[t * stride / 16 + j]), mv);
+        v -= mv;
+      }
       float& out = y[t * y_stride + w.o_base + r];
       out = accumulate ? out + v : v;
     }

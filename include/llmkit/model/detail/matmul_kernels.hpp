@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "llmkit/core/error.hpp"
 #include "llmkit/model/detail/matmul.hpp"
 #include "llmkit/model/detail/matmul_blocks.hpp"
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
@@ -120,8 +121,9 @@ void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w
                                 bool accumulate, std::size_t row_first, std::size_t row_last) {
   visit_block(w.type, [&](auto block) {
     using B = decltype(block);
-    // Q8_0 weights take the overload above (matmul_q8.hpp).
-    if constexpr (!std::is_same_v<B, block_q8_0>)
+    // Q8_0 weights take the overload above (matmul_q8.hpp); formats without
+    // an integer form never reach here (matmul_blocks_q8 refuses them).
+    if constexpr (has_int8_product<B>)
       int8_block_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last, simd::kernel_arch<Arch>{});
   });
 }
@@ -185,20 +187,30 @@ void matmul_q8(Exec& exec, const float* x, std::size_t n, std::size_t in, const 
              });
 }
 
+/// True when block type t has an int8-activation product (matmul_blocks_q8).
+inline bool has_int8_product_for(ggml_type t) {
+  return visit_block(t, []<class B>(B) { return has_int8_product<B>; });
+}
+
 /// `[n, out] y (row stride y_stride) (+)= quantise([n, in] x) * ([out, in] w)^T`
 /// for w in a quantised block format (not Q8_0: matmul_q8), x quantised
 /// into `xa` (the caller's scratch, reused across calls).
+/// @throws llmkit::error when w's format has no int8 product (has_int8_product_for)
 template <class Arch = simd::default_arch, class Exec>
 void matmul_blocks_q8(Exec& exec, const float* x, std::size_t n, const block_weights& w, std::size_t out, float* y,
                       std::size_t y_stride, bool accumulate, q8_activations& xa) {
+  LLMKIT_CHECK(has_int8_product_for(w.type), "matmul_blocks_q8: ", ggml_type_name(std::uint32_t(w.type)),
+               " weights have no int8-activation product");
   if (n == 0 || out == 0) return;
   visit_block(w.type, [&](auto block) {
     using B = decltype(block);
-    if constexpr (is_kquant_block<B>)
-      matmul_kernels<Arch>::quantize_k(xa, x, n, w.in);
-    else
-      matmul_kernels<Arch>::quantize(xa, x, n, w.in);
-    if constexpr (!std::is_same_v<B, block_q8_0>) xa.assign_sums(int8_form<B>::offset);
+    if constexpr (has_int8_product<B>) {
+      if constexpr (is_kquant_block<B>)
+        matmul_kernels<Arch>::quantize_k(xa, x, n, w.in);
+      else
+        matmul_kernels<Arch>::quantize(xa, x, n, w.in);
+      xa.assign_sums(int8_form<B>::offset);
+    }
   });
   const double work = double(n) * double(w.in) * double(out);
   split_rows(exec, out, matmul_q8_block_rows, n <= matmul_stream_max_tokens, work < 4 * matmul_parallel_min_work,

@@ -2,7 +2,7 @@
 #pragma once
 
 /// @file llmkit/model/detail/matmul_kquants_vnni.hpp
-/// The K-quants' (Q4_K, Q5_K, Q6_K) int8-activation products with AVX-512
+/// The K-quants' (Q2_K ... Q6_K) and IQ4_XS's int8-activation products with AVX-512
 /// VNNI, the weights decoded in registers as they stream in, at every token
 /// count. The activations are quantised per 256-value super-block (ggml's
 /// Q8_K, q8_activations::assign_k): one activation scale per super-block
@@ -11,14 +11,21 @@
 /// sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies those
 /// by their sub-block scales into int32 lanes; per super-block one
 /// conversion and one FMA by d * d_x, plus the minimums
-/// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's offset
-/// (-32 * sum_s sc_s * sum q, in int32). Each output is accumulated in the
+/// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's and Q3_K's offset
+/// (-32 or -4 times sum_s sc_s * sum q, in int32); Q2_K's minimums are per
+/// 16 values, so -dmin * d_x * sum_s m_s * sum q in int32 too (VPMADDWD of
+/// its 4-bit mins by the activations' sums of 16). IQ4_XS's values are
+/// signed levels (-127..113): VPMADDUBSW takes their magnitudes and the
+/// activations with the levels' signs (at most 2 * 127 * 127, no
+/// saturation), then its 6-bit sub-block scales as Q4_K's. Each output is accumulated in the
 /// same order whatever the batch or tile, so the product is batch and
 /// thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
 /// computes the same formula in scalar code.
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
@@ -31,8 +38,71 @@ namespace llmkit::model::detail {
 
 /// K-quant formats: products with activations per 256 values (assign_k).
 template <class Block>
-inline constexpr bool is_kquant_block =
-    std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
+inline constexpr bool is_kquant_block = std::is_same_v<Block, block_q2_k> || std::is_same_v<Block, block_q3_k> ||
+                                        std::is_same_v<Block, block_q4_k> ||
+                                        std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k> ||
+                                        std::is_same_v<Block, block_iq4_xs>;
+
+/// The K-quants with one signed scale per 16 values (Q3_K, Q6_K) rather
+/// than a scale and a minimum per 32.
+template <class Block>
+inline constexpr bool has_k_scales16 = std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_q6_k>;
+
+#if defined(__AVX2__)
+/// Q3_K's 16 scales - 32 as int16 words, unpacked in a vector: a scalar
+/// loop over the split 6-bit fields costs more than the super-block's
+/// products.
+inline __m256i q3_k_scale_words(const std::uint8_t (&scales)[12]) noexcept {
+  std::uint64_t low;
+  std::uint32_t high;
+  std::memcpy(&low, scales, 8);
+  std::memcpy(&high, scales + 8, 4);
+  // Bytes 0-7: low nibbles of scales[0..7] (s 0-7); 8-15: their high nibbles (s 8-15).
+  const __m128i l = _mm_cvtsi64_si128(std::int64_t(low));
+  const __m128i nibbles = _mm_and_si128(_mm_unpacklo_epi64(l, _mm_srli_epi16(l, 4)), _mm_set1_epi8(0x0F));
+  // Byte s: bits 2 (s / 4).. of scales[8 + s % 4] (dword s / 4 is high >> 2 (s / 4)).
+  const __m128i h = _mm_setr_epi32(int(high), int(high >> 2), int(high >> 4), int(high >> 6));
+  const __m128i top = _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi8(0x03)), 4);
+  return _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_or_si128(nibbles, top)), _mm256_set1_epi16(32));
+}
+
+/// Q2_K's 16 scales and minimums as int16 words, in vectors.
+inline void q2_k_scale_words(const block_q2_k& p, __m256i& sc, __m256i& m) noexcept {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales));
+  sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, _mm_set1_epi8(0x0F)));
+  m = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F)));
+}
+
+/// IQ4_XS's 8 scales - 32 as int16 words (low 128 bits).
+inline __m128i iq4_xs_scale_words(const block_iq4_xs& p) noexcept {
+#if defined(__BMI2__)
+  std::uint32_t low;
+  std::memcpy(&low, p.scales_l, 4);
+  // Nibble j of scales_l and bits 2j.. of scales_h to byte j.
+  const std::uint64_t bytes = _pdep_u64(low, 0x0F0F0F0F0F0F0F0Full) | (_pdep_u64(p.scales_h, 0x0303030303030303ull) << 4);
+  return _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(std::int64_t(bytes))), _mm_set1_epi16(32));
+#else
+  alignas(16) std::int16_t sc[8];
+  for (std::size_t j = 0; j < 8; ++j) sc[j] = static_cast<std::int16_t>(int(iq4_xs_scale(p, j)) - 32);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(sc));
+#endif
+}
+#endif
+
+/// The magnitudes of kvalues_iq4nl (the levels' signs: index < 8 is negative).
+inline constexpr std::int8_t iq4nl_magnitudes[16] = {127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/// A 16-scale K-quant's sub-block scales as int16 words (Q3_K: sc - 32).
+template <class Block>
+  requires has_k_scales16<Block>
+inline void k_scales16(const Block& p, std::int16_t (&out)[16]) noexcept {
+  for (std::size_t j = 0; j < 16; ++j) {
+    if constexpr (std::is_same_v<Block, block_q6_k>)
+      out[j] = p.scales[j];
+    else
+      out[j] = static_cast<std::int16_t>(int(q3_k_scale(p.scales, j)) - 32);
+  }
+}
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
@@ -58,6 +128,24 @@ inline __m512i k_nibbles(const std::uint8_t* qs, std::size_t g) noexcept {
 #endif
 }
 
+/// Group g of Q2_K's / Q3_K's 2-bit crumbs (values 0-31: bits 2r.. of
+/// qs[32h + l], values 32-63: bits 2r + 2.., h = g / 2, r = 2 (g % 2)).
+inline __m512i k_crumbs(const std::uint8_t* qs, std::size_t g) noexcept {
+  const std::size_t h = g / 2, r = 2 * (g % 2);
+  const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * h)));
+#if defined(__AVX512VBMI__)
+  // One VPMULTISHIFTQB: byte j of each qword takes the 8 bits from bit 8j + 2r (+ 2 in the high half).
+  const __m512i at = _mm512_add_epi8(_mm512_set1_epi64(0x3830282018100800),
+                                     _mm512_mask_blend_epi8(__mmask64(0xFFFFFFFF00000000ull), _mm512_set1_epi8(char(2 * r)),
+                                                            _mm512_set1_epi8(char(2 * r + 2))));
+  return _mm512_and_si512(_mm512_multishift_epi64_epi8(at, q), _mm512_set1_epi8(0x03));
+#else
+  __m512i c = _mm512_srl_epi16(q, _mm_cvtsi32_si128(int(2 * r)));
+  c = _mm512_mask_srli_epi16(c, __mmask32(0xFFFF0000u), c, 2);
+  return _mm512_and_si512(c, _mm512_set1_epi8(0x03));
+#endif
+}
+
 /// A super-block's scales for the ON rows of a tile: `sc` the sub-block
 /// scales as int16 words (Q6_K: row b's 16 in sc[b]; Q4_K / Q5_K: every
 /// row's 8 in sc[0], row b's from word 8b), `d[b]` row b's super-block
@@ -67,6 +155,8 @@ struct k_tile_scales {
   __m512i sc[ON];
   float d[ON];
   __m256 mins[ON];
+  __m256i min_words[ON];  ///< Q2_K: row b's 16 minimums as int16 words
+  float dmin[ON];         ///< Q2_K: row b's dmin
 };
 
 /// K-quant register decoders: `scales<ON>(rows, i)` (super-block i of each
@@ -75,6 +165,16 @@ struct k_tile_scales {
 /// pair sums of row b, as int16 words).
 template <class Block>
 struct kquant_block;
+
+/// Word w of group g (values 2w, 2w + 1) gets sub-block 4g + w / 8 of a
+/// 16-scale K-quant's scale words sc.
+inline __m512i k_scales16_group(__m512i sc, std::size_t g) noexcept {
+  const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
+                                                         0x0002000200020002, 0x0001000100010001, 0x0001000100010001,
+                                                         0, 0),
+                                        _mm512_set1_epi16(short(4 * g)));
+  return _mm512_permutexvar_epi16(pick, sc);
+}
 
 /// Q4_K / Q5_K: super-block i's scales of ON (<= 4) rows at once. Row b's
 /// 16-byte head (d, dmin, then the 6-bit scales and mins in the bit layout
@@ -143,6 +243,9 @@ template <class Block>
   requires(std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k>)
 struct kquant_block<Block> {
   static constexpr bool has_mins = true;
+  static constexpr bool signed_values = false;
+  static constexpr int offset = 0;
+  static constexpr bool mins16 = false;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const Block* const (&rows)[ON], std::size_t i) noexcept {
     return k_affine_scales(rows, i);
@@ -168,6 +271,9 @@ struct kquant_block<Block> {
 template <>
 struct kquant_block<block_q6_k> {
   static constexpr bool has_mins = false;
+  static constexpr bool signed_values = false;
+  static constexpr int offset = 32;
+  static constexpr bool mins16 = false;
   template <std::size_t ON>
   static k_tile_scales<ON> scales(const block_q6_k* const (&rows)[ON], std::size_t i) noexcept {
     k_tile_scales<ON> out;
@@ -194,11 +300,104 @@ struct kquant_block<block_q6_k> {
   }
   template <std::size_t ON>
   static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
-    // Word w of group g (values 2w, 2w + 1): sub-block 4g + w / 8.
-    const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
-                                                           0x0002000200020002, 0x0001000100010001, 0x0001000100010001,
-                                                           0, 0),
-                                          _mm512_set1_epi16(short(4 * g)));
+    return k_scales16_group(sc.sc[b], g);
+  }
+};
+
+/// Q3_K: values u = crumb + 4 * hmask bit (0..7, offset 4), 16 scales sc - 32.
+template <>
+struct kquant_block<block_q3_k> {
+  static constexpr bool has_mins = false;
+  static constexpr bool signed_values = false;
+  static constexpr int offset = 4;
+  static constexpr bool mins16 = false;
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_q3_k* const (&rows)[ON], std::size_t i) noexcept {
+    k_tile_scales<ON> out;
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) {
+      out.sc[b] = _mm512_zextsi256_si512(q3_k_scale_words(rows[b][i].scales));
+      out.d[b] = scale_f32(rows[b][i].d);
+    }
+    return out;
+  }
+  static __m512i values(const block_q3_k* p, std::size_t g) noexcept {
+    // Group g is half h = g / 2, crumb rows r = 2 (g % 2) (values 0-31) and
+    // r + 1 (32-63): the crumbs plus 4 where bit 4h + r (4h + r + 1) of hmask[l] is set.
+    const std::size_t h = g / 2, r = 2 * (g % 2);
+    const __m512i m = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->hmask)));
+    const __m512i bit = _mm512_mask_blend_epi8(__mmask64(0xFFFFFFFF00000000ull), _mm512_set1_epi8(char(1u << (4 * h + r))),
+                                               _mm512_set1_epi8(char(1u << (4 * h + r + 1))));
+    const __m512i c = k_crumbs(p->qs, g);
+    return _mm512_mask_add_epi8(c, _mm512_test_epi8_mask(m, bit), c, _mm512_set1_epi8(4));
+  }
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
+    return k_scales16_group(sc.sc[b], g);
+  }
+};
+
+/// Q2_K: crumbs (0..3) with 16 4-bit scales; its 16 4-bit minimums go
+/// through mins16 (tile_scales' min_words and dmin).
+template <>
+struct kquant_block<block_q2_k> {
+  static constexpr bool has_mins = false;
+  static constexpr bool signed_values = false;
+  static constexpr int offset = 0;
+  static constexpr bool mins16 = true;
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_q2_k* const (&rows)[ON], std::size_t i) noexcept {
+    k_tile_scales<ON> out;
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) {
+      __m256i sc;
+      q2_k_scale_words(rows[b][i], sc, out.min_words[b]);
+      out.sc[b] = _mm512_zextsi256_si512(sc);
+      out.d[b] = scale_f32(rows[b][i].d);
+      out.dmin[b] = scale_f32(rows[b][i].dmin);
+    }
+    return out;
+  }
+  static __m512i values(const block_q2_k* p, std::size_t g) noexcept { return k_crumbs(p->qs, g); }
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
+    return k_scales16_group(sc.sc[b], g);
+  }
+};
+
+/// IQ4_XS: 8 sub-blocks of 32 with scales ls - 32; `values` gives the
+/// levels' magnitudes and sets `negative` where a level is below zero.
+template <>
+struct kquant_block<block_iq4_xs> {
+  static constexpr bool has_mins = false;
+  static constexpr bool signed_values = true;
+  static constexpr int offset = 0;
+  static constexpr bool mins16 = false;
+  template <std::size_t ON>
+  static k_tile_scales<ON> scales(const block_iq4_xs* const (&rows)[ON], std::size_t i) noexcept {
+    k_tile_scales<ON> out;
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) {
+      out.sc[b] = _mm512_zextsi128_si512(iq4_xs_scale_words(rows[b][i]));
+      out.d[b] = scale_f32(rows[b][i].d);
+    }
+    return out;
+  }
+  static __m512i values(const block_iq4_xs* p, std::size_t g, __mmask64& negative) noexcept {
+    // Group g is sub-blocks 2g and 2g + 1: qs[32g..] and qs[32g + 16..], each
+    // low nibbles then high; k_nibbles gives both low halves first.
+    const __m512i split = k_nibbles(p->qs, g);
+    const __m512i index = _mm512_shuffle_i64x2(split, split, _MM_SHUFFLE(3, 1, 2, 0));
+    negative = _mm512_cmplt_epu8_mask(index, _mm512_set1_epi8(8));
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4nl_magnitudes)));
+    return _mm512_shuffle_epi8(table, index);
+  }
+  template <std::size_t ON>
+  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
+    // Words 0-15 (values 0-31) get sub-block 2g, words 16-31 sub-block 2g + 1.
+    const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001,
+                                                           0x0001000100010001, 0, 0, 0, 0),
+                                          _mm512_set1_epi16(short(2 * g)));
     return _mm512_permutexvar_epi16(pick, sc.sc[b]);
   }
 };
@@ -237,34 +436,51 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
 #pragma GCC unroll 4
     for (std::size_t g = 0; g < 4; ++g) {
       __m512i u[ON], ws[ON];
+      [[maybe_unused]] __mmask64 negative[ON];
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b) {
-        u[b] = F::values(rows[b] + i, g);
+        if constexpr (F::signed_values)
+          u[b] = F::values(rows[b] + i, g, negative[b]);
+        else
+          u[b] = F::values(rows[b] + i, g);
         ws[b] = F::group_scales(sc, b, g);
       }
 #pragma GCC unroll 16
       for (std::size_t a = 0; a < TN; ++a) {
         const __m512i q = _mm512_load_si512(xa.row(t0 + a) + qk_k * i + 64 * g);
 #pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b)
-          iacc[a][b] = _mm512_dpwssd_epi32(iacc[a][b], _mm512_maddubs_epi16(u[b], q), ws[b]);
+        for (std::size_t b = 0; b < ON; ++b) {
+          // Signed levels: |level| times q with the level's sign (q in [-127, 127], so exact).
+          __m512i qb = q;
+          if constexpr (F::signed_values) qb = _mm512_mask_sub_epi8(q, negative[b], _mm512_setzero_si512(), q);
+          iacc[a][b] = _mm512_dpwssd_epi32(iacc[a][b], _mm512_maddubs_epi16(u[b], qb), ws[b]);
+        }
       }
     }
 #pragma GCC unroll 16
     for (std::size_t a = 0; a < TN; ++a) {
       const std::size_t t = t0 + a;
       const float dk = xa.k_scale(t, i);
-      if constexpr (std::is_same_v<Block, block_q6_k>) {  // values are u - 32
+      if constexpr (has_k_scales16<Block>) {  // values are u - offset (a power of two)
+        constexpr int shift = std::countr_zero(unsigned(F::offset));
         const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
 #pragma GCC unroll 16
         for (std::size_t b = 0; b < ON; ++b) {
-          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(_mm512_castsi512_si256(sc.sc[b]), s16), 5);
+          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(_mm512_castsi512_si256(sc.sc[b]), s16), shift);
           iacc[a][b] = _mm512_sub_epi32(iacc[a][b], _mm512_zextsi256_si512(offset));
         }
       }
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b)
         acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[a][b]), _mm512_set1_ps(sc.d[b] * dk), acc[a][b]);
+      if constexpr (F::mins16) {  // - dmin * d_x * sum_s m_s * sum q (int32 in 8 lanes)
+        const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+#pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b) {
+          const __m512 m = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16)));
+          acc[a][b] = _mm512_fmadd_ps(m, _mm512_set1_ps(-(sc.dmin[b] * dk)), acc[a][b]);
+        }
+      }
       if constexpr (F::has_mins) {
         const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + t * stride / 32 + 8 * i);
 #pragma GCC unroll 16

@@ -231,7 +231,8 @@ LLMKIT_DECL void gguf_file::parse(std::span<const std::byte> bytes) {
     const auto type_code = c.read<std::uint32_t>("tensor type");
     LLMKIT_CHECK(is_supported_ggml_type(type_code), "gguf: tensor '", t.name, "' has unsupported type ",
                  ggml_type_name(type_code), " (", type_code, ") at offset ", type_at,
-                 "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
+                 "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, ",
+                 "IQ4_NL, IQ4_XS");
     t.type = static_cast<ggml_type>(type_code);
     const std::size_t block = ggml_block_elements(t.type);
     LLMKIT_CHECK(t.dims[0] % block == 0, "gguf: tensor '", t.name, "' of type ", ggml_type_name(type_code),

@@ -59,6 +59,7 @@ inline ggml_type fitting_type(ggml_type wanted, const std::string& name, std::si
     case ggml_type::q4_k: fallback = ggml_type::q5_0; break;
     case ggml_type::q5_k: fallback = ggml_type::q5_1; break;
     case ggml_type::q6_k: fallback = ggml_type::q8_0; break;
+    case ggml_type::q2_k: case ggml_type::q3_k: case ggml_type::iq4_xs: fallback = ggml_type::iq4_nl; break;
     default: break;
   }
   LLMKIT_CHECK(cols % ggml_block_elements(fallback) == 0, "synthetic_llama: tensor '", name, "' has rows of ", cols,
