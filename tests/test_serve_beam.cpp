@@ -312,6 +312,9 @@ TEST_CASE("engine beam search: bad settings are refused at submit with a message
   r.top_logprobs = 2;
   refused(r, "top_logprobs = 2 is not supported with beam search");
   r = base();
+  r.speculative = serve::speculation{.drafter = serve::draft_source::ngram, .max_tokens = 2};
+  refused(r, "speculative decoding does not run with beam search");
+  r = base();
   r.stop.max_new_tokens = 60;  // 6 beams x 16 blocks of 4 > 64 blocks
   r.beam->width = 6;
   refused(r, "beam.width = 6 sequences of up to 62 tokens need 96 KV blocks, the cache holds 64");
