@@ -169,14 +169,23 @@ std::vector<float> test_freq_factors(std::size_t n) {
 // `image` read back and written again as `arch` (its `<old arch>.*` keys
 // renamed), without the tensor `drop` and with the F32 vectors `extra`
 // added: malformed variants of valid synthetic files.
+// A `keys` value that removes the key.
+constexpr std::uint32_t drop_key = 0xffffffffu;
+
+// `keys` sets (or adds) `<arch>.<key>` = a u32 value (drop_key: removes it).
 std::vector<std::byte> rewrite(const gguf_file& f, std::string_view arch, std::string_view drop,
-                               const std::vector<std::pair<std::string, std::vector<float>>>& extra = {}) {
+                               const std::vector<std::pair<std::string, std::vector<float>>>& extra = {},
+                               const std::vector<std::pair<std::string, std::uint32_t>>& keys = {}) {
   const std::string old_prefix = std::string(f.get<std::string_view>("general.architecture")) + ".";
   gguf_writer w;
   w.add("general.architecture", arch);
+  for (const auto& [key, value] : keys)
+    if (value != drop_key) w.add(std::string(arch) + "." + key, value);
   for (const auto& [key, value] : f.metadata()) {
     if (!key.starts_with(old_prefix)) continue;
     const std::string renamed = std::string(arch) + "." + std::string(key.substr(old_prefix.size()));
+    if (std::ranges::any_of(keys, [&](const auto& k) { return std::string(arch) + "." + k.first == renamed; }))
+      continue;
     std::visit(
         [&](const auto& v) {
           if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, gguf_array>) w.add(renamed, v);
@@ -426,7 +435,7 @@ TEST_CASE("architectures: bad files raise llmkit::error naming the architecture,
   w.add("general.architecture", std::string_view("gpt2"));
   const auto unknown = w.bytes();
   REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(unknown))),
-                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2)");
+                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2, qwen3)");
 
   synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 3};
   o.config.arch = architecture::qwen2;
@@ -484,5 +493,140 @@ TEST_CASE("architectures: the fuzzer's qwen2 seed is synthetic_llama's output, a
     synthetic_llama(o).write("tiny_qwen2_rope_freqs.gguf");
     FAIL("tests/fuzz/gguf/tiny_qwen2_rope_freqs.gguf is missing or stale: copy the tiny_qwen2_rope_freqs.gguf "
          "this test just wrote to its working directory there");
+  }
+}
+
+TEST_CASE("architectures: qwen3 (per-head Q/K norms, wide heads) matches the double-precision oracle") {
+  struct shape {
+    std::size_t dim, heads, kv_heads, head_dim, ffn, vocab;
+  };
+  // Heads as wide as dim / heads, and wider (Qwen3 0.6B: dim 1024, 16 heads
+  // of 128), in GQA, MHA and MQA.
+  const std::vector<shape> shapes{{64, 4, 2, 16, 96, 300}, {64, 4, 2, 32, 96, 300}, {48, 3, 1, 32, 80, 40},
+                                  {32, 2, 2, 32, 64, 37}};
+  std::mt19937 rng(11);
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const shape sh = shapes[si];
+    synthetic_options o{.config = small_config(sh.dim, sh.heads, sh.kv_heads, sh.ffn, sh.vocab),
+                        .seed = 400 + si,
+                        .tied_output = si % 2 == 1};
+    o.config.arch = architecture::qwen3;
+    o.config.head_dim = sh.head_dim;
+    o.config.rope.theta = 1000000.0f;
+    o.config.rms_eps = 1e-6f;
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.find_tensor("blk.1.attn_q_norm.weight") != nullptr);
+    REQUIRE(f.find_tensor("blk.1.attn_k_norm.weight") != nullptr);
+    REQUIRE(f.find_tensor("blk.1.attn_q.bias") == nullptr);
+    llama_model m(f);
+    REQUIRE(m.config().arch == architecture::qwen3);
+    REQUIRE(m.config().head_dim == sh.head_dim);
+    REQUIRE(m.config().rope.layout == simd::rope_layout::half_split);
+    for (std::size_t n : {1u, 9u, 20u}) {
+      std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(sh.vocab) - 1);
+      std::vector<std::int32_t> tokens(n);
+      for (auto& t : tokens) t = token(rng);
+      INFO("shape " << si << " n " << n);
+      REQUIRE(max_error(m, f, tokens) <= 2e-5);
+    }
+  }
+
+  // Q4_K_M mix (Q6_K attn_v / ffn_down in some layers), head_dim 128.
+  synthetic_options q{.config = small_config(256, 2, 1, 512, 300), .seed = 12};
+  q.config.arch = architecture::qwen3;
+  q.config.head_dim = 128;
+  q.config.n_layers = 3;
+  q.tensor_types = q4_k_m_types(q);
+  const auto qimage = synthetic_llama(q).bytes();
+  const gguf_file qf(as_span(qimage));
+  llama_model qm(qf);
+  REQUIRE(qm.weight_types()[0] == weight_type::q4_k);
+  REQUIRE(max_error(qm, qf, {1, 17, 299, 3, 42, 42, 8}) <= 2e-5);
+}
+
+TEST_CASE("architectures: qwen3 prefill equals decode, and packed sequences equal sequences alone") {
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 23};
+  o.config.arch = architecture::qwen3;
+  o.config.head_dim = 32;
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);
+  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}};
+  std::vector<std::vector<float>> last(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    batch_builder b;
+    b.add(*cache.add_sequence(), prompts[p], 0);
+    const auto l = m.forward(b.view(), cache);
+    last[p].assign(l.row(0).begin(), l.row(0).end());
+    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    const kv::seq_id s = *step.add_sequence();
+    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
+      batch_builder one;
+      one.add(s, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
+      const auto d = m.forward(one.view(), step);
+      if (i + 1 == prompts[p].size())
+        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
+    }
+  }
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
+  batch_builder b;
+  std::vector<kv::seq_id> ids;
+  for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
+  for (std::size_t p : {1u, 2u, 0u}) b.add(ids[p], prompts[p], 0);
+  const auto l = m.forward(b.view(), cache);
+  std::size_t r = 0;
+  for (std::size_t p : {1u, 2u, 0u}) {
+    for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);
+    ++r;
+  }
+}
+
+TEST_CASE("architectures: bad qwen3 files raise llmkit::error naming the tensor or key") {
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 3};
+  o.config.arch = architecture::qwen3;
+  o.config.head_dim = 32;
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "")))));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "blk.1.attn_k_norm.weight")))),
+                      "gguf: missing tensor 'blk.1.attn_k_norm.weight'");
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "blk.0.attn_q_norm.weight")))),
+                      "gguf: missing tensor 'blk.0.attn_q_norm.weight'");
+  const std::vector<float> short_norm(16, 1.0f);
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(
+                          rewrite(f, "qwen3", "blk.0.attn_q_norm.weight", {{"blk.0.attn_q_norm.weight", short_norm}})))),
+                      Catch::Contains("tensor 'blk.0.attn_q_norm.weight' has dims [16,") &&
+                          Catch::Contains("expected [32, 1]"));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "", {}, {{"attention.value_length", 16}})))),
+                      "llama_config: qwen3.attention.value_length = 16 differs from the key length 32 (unsupported)");
+  // A key length that does not match the projections' rows.
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "", {}, {{"attention.key_length", 16},
+                                                                                {"attention.value_length", 16}})))),
+                      Catch::Contains("tensor 'blk.0.attn_q.weight' has dims [64, 128"));
+}
+
+TEST_CASE("architectures: the fuzzer's qwen3 seed is synthetic_llama's output, and loads") {
+  synthetic_options o{.config = small_config(16, 2, 1, 32, 40), .seed = 36};
+  o.config.n_layers = 1;
+  o.config.arch = architecture::qwen3;
+  o.config.head_dim = 16;
+  o.weight_type = ggml_type::f16;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_qwen3.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    synthetic_llama(o).write("tiny_qwen3.gguf");
+    FAIL("tests/fuzz/gguf/tiny_qwen3.gguf is missing or stale: copy the tiny_qwen3.gguf this test just wrote to "
+         "its working directory there");
   }
 }

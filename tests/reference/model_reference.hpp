@@ -3,8 +3,10 @@
 // Naive oracles for model/: an O(n^2) SentencePiece-BPE encoder and a
 // double-precision Llama-family forward pass over whole sequences (no cache),
 // written from the architectures' definitions: llama (interleaved RoPE
-// pairs (2i, 2i+1)) and qwen2 (Q/K/V biases, split-half pairs (i, i+rot/2)),
-// each with optional rope_freqs.weight frequency divisors.
+// pairs (2i, 2i+1)), qwen2 (Q/K/V biases, split-half pairs (i, i+rot/2)) and
+// qwen3 (split-half pairs, RMSNorm of every Q and K head before RoPE, heads
+// of attention.key_length), each with optional rope_freqs.weight frequency
+// divisors.
 
 #include <algorithm>
 #include <cmath>
@@ -81,19 +83,22 @@ struct llama_reference {
   double eps = 1e-5, theta = 10000.0, freq_scale = 1.0;
   bool neox = false;       // split-half RoPE pairs (qwen2)
   bool qkv_bias = false;   // blk.N.attn_{q,k,v}.bias (qwen2)
+  bool qk_norm = false;    // blk.N.attn_{q,k}_norm.weight (qwen3)
   std::vector<double> freq_factors;  // rope_freqs.weight, empty when absent
   const model::gguf_file* file = nullptr;
 
   explicit llama_reference(const model::gguf_file& f) : file(&f) {
     const std::string arch(f.get<std::string_view>("general.architecture"));
     const std::string p = arch + ".";
-    neox = qkv_bias = arch == "qwen2";
+    neox = arch == "qwen2" || arch == "qwen3";
+    qkv_bias = arch == "qwen2";
+    qk_norm = arch == "qwen3";
     dim = f.get<std::size_t>(p + "embedding_length");
     n_layers = f.get<std::size_t>(p + "block_count");
     n_heads = f.get<std::size_t>(p + "attention.head_count");
     n_kv_heads = f.get_optional<std::size_t>(p + "attention.head_count_kv").value_or(n_heads);
     ffn = f.get<std::size_t>(p + "feed_forward_length");
-    head_dim = dim / n_heads;
+    head_dim = f.get_optional<std::size_t>(p + "attention.key_length").value_or(dim / n_heads);
     rot = f.get_optional<std::size_t>(p + "rope.dimension_count").value_or(head_dim);
     eps = f.get_optional<double>(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
     theta = f.get_optional<double>(p + "rope.freq_base").value_or(10000.0);
@@ -145,6 +150,15 @@ struct llama_reference {
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
     return y;
   }
+  // RMSNorm of each head_dim-wide head of v, one weight for all heads.
+  void head_norm(std::vector<double>& v, std::size_t n_h, const std::vector<double>& w) const {
+    for (std::size_t h = 0; h < n_h; ++h) {
+      const std::vector<double> head(v.begin() + std::ptrdiff_t(h * head_dim),
+                                     v.begin() + std::ptrdiff_t((h + 1) * head_dim));
+      const auto normed = rmsnorm(head, w);
+      std::copy(normed.begin(), normed.end(), v.begin() + std::ptrdiff_t(h * head_dim));
+    }
+  }
   // Pair i turns by pos * freq_scale * theta^(-2i/rot) / freq_factors[i].
   void rope(std::vector<double>& v, std::size_t n_h, std::size_t pos) const {
     for (std::size_t h = 0; h < n_h; ++h)
@@ -177,6 +191,11 @@ struct llama_reference {
         bk = load(b + "attn_k.bias");
         bv = load(b + "attn_v.bias");
       }
+      std::vector<double> qn, kn;
+      if (qk_norm) {
+        qn = load(b + "attn_q_norm.weight");
+        kn = load(b + "attn_k_norm.weight");
+      }
       std::vector<std::vector<double>> q(n), k(n), v(n);
       for (std::size_t t = 0; t < n; ++t) {
         const auto xn = rmsnorm(x[t], an);
@@ -186,6 +205,10 @@ struct llama_reference {
         for (std::size_t j = 0; j < qd; ++j) q[t][j] += bq[j];
         for (std::size_t j = 0; j < kvd; ++j) k[t][j] += bk[j];
         for (std::size_t j = 0; j < kvd; ++j) v[t][j] += bv[j];
+        if (qk_norm) {
+          head_norm(q[t], n_heads, qn);
+          head_norm(k[t], n_kv_heads, kn);
+        }
         rope(q[t], n_heads, t);
         rope(k[t], n_kv_heads, t);
       }

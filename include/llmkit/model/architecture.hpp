@@ -26,6 +26,7 @@ namespace llmkit::model {
 enum class architecture {
   llama,  ///< Llama 1/2/3/3.1, Mistral, TinyLlama, ... (interleaved RoPE)
   qwen2,  ///< Qwen2 / Qwen2.5 (Q/K/V biases, split-half RoPE)
+  qwen3,  ///< Qwen3 dense (per-head Q/K RMSNorm, split-half RoPE, no biases)
 };
 
 /// What the loader and the forward pass need to know about an architecture.
@@ -40,12 +41,29 @@ struct architecture_traits {
   /// Whether each layer has F32 biases `blk.N.attn_q.bias`, `attn_k.bias`,
   /// `attn_v.bias`, added to the projections before RoPE.
   bool qkv_bias;
+  /// Whether each layer has F32 `blk.N.attn_q_norm.weight` and
+  /// `attn_k_norm.weight` ([head_dim]): an RMSNorm of every query and key
+  /// head, after the projections and before RoPE.
+  bool qk_norm;
 };
 
 /// Every supported architecture, one row each.
-inline constexpr std::array<architecture_traits, 2> architectures{{
-    {.id = architecture::llama, .name = "llama", .rope_layout = simd::rope_layout::interleaved, .qkv_bias = false},
-    {.id = architecture::qwen2, .name = "qwen2", .rope_layout = simd::rope_layout::half_split, .qkv_bias = true},
+inline constexpr std::array<architecture_traits, 3> architectures{{
+    {.id = architecture::llama,
+     .name = "llama",
+     .rope_layout = simd::rope_layout::interleaved,
+     .qkv_bias = false,
+     .qk_norm = false},
+    {.id = architecture::qwen2,
+     .name = "qwen2",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = true,
+     .qk_norm = false},
+    {.id = architecture::qwen3,
+     .name = "qwen3",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = false,
+     .qk_norm = true},
 }};
 
 /// The traits of `a`.
@@ -55,7 +73,7 @@ constexpr const architecture_traits& traits(architecture a) noexcept {
   return architectures[0];  // unreachable: every enumerator has a row
 }
 
-/// "llama, qwen2": the supported names, for error messages.
+/// "llama, qwen2, qwen3": the supported names, for error messages.
 inline std::string supported_architectures_text() {
   std::string s;
   for (const auto& t : architectures) {

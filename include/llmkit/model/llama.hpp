@@ -3,9 +3,9 @@
 
 /// @file llmkit/model/llama.hpp
 /// Reference Llama-family model driven by GGUF metadata (the architectures
-/// of model/architecture.hpp: llama, qwen2): token embedding, per layer
-/// RMSNorm -> Q/K/V projections (+ biases where the architecture has them)
-/// -> RoPE (the architecture's pair layout) -> grouped-query
+/// of model/architecture.hpp: llama, qwen2, qwen3): token embedding, per
+/// layer RMSNorm -> Q/K/V projections (+ biases where the architecture has
+/// them; + a per-head RMSNorm of Q and K where it has those) -> RoPE (the architecture's pair layout) -> grouped-query
 /// causal attention over a KV cache -> output projection (residual), RMSNorm ->
 /// SwiGLU feed-forward (residual); final RMSNorm and the output projection
 /// (separate `output.weight`, or tied to the embedding when absent).
@@ -117,7 +117,8 @@ class llama_model {
     std::size_t bytes = (c_output().bytes()) + output_norm_.size() * sizeof(float);
     for (const layer& w : layers_)
       bytes += w.wqkv.bytes() + w.wo.bytes() + w.w_gate_up.bytes() + w.w_down.bytes() +
-               (w.attn_norm.size() + w.ffn_norm.size() + w.bqkv.size()) * sizeof(float);
+               (w.attn_norm.size() + w.ffn_norm.size() + w.bqkv.size() + w.q_norm.size() + w.k_norm.size()) *
+                   sizeof(float);
     return bytes;
   }
 
@@ -166,6 +167,7 @@ class llama_model {
   struct layer {
     aligned_vector<float> attn_norm, ffn_norm;          // [dim] f32
     aligned_vector<float> bqkv;                         // [qd + 2 kvd] Q|K|V biases; empty without
+    aligned_vector<float> q_norm, k_norm;               // [head_dim] per-head norms; empty without
     stacked_matrix wqkv, w_gate_up;                     // Q|K|V, gate|up
     weight_matrix wo, w_down;                           // attention output, down
   };

@@ -48,6 +48,15 @@ inline void swiglu(const float* g, const float* u, float* h, std::size_t f) noex
   }
   for (; j < f; ++j) h[j] = g[j] / (1.0f + simd::detail::exp_scalar<Arch>(-g[j])) * u[j];
 }
+
+/// RMSNorm of each of the `n_heads` heads of `heads` in place, with one
+/// weight vector shared by all heads (Qwen3's attn_q_norm / attn_k_norm).
+/// ([n_heads * head_dim] heads, [head_dim] weight)
+inline void head_rmsnorm(float* heads, std::size_t n_heads, std::span<const float> weight, float eps) {
+  const std::size_t hd = weight.size();
+  for (std::size_t h = 0; h < n_heads; ++h)
+    simd::rmsnorm(std::span<const float>(heads + h * hd, hd), weight, std::span(heads + h * hd, hd), eps);
+}
 }  // namespace detail
 
 template <kv::kv_cache Cache, executor Exec>
@@ -104,6 +113,10 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
       float* row = qkv_.data() + i * qkvd;
       if (!w.bqkv.empty())
         for (std::size_t j = 0; j < qkvd; ++j) row[j] += w.bqkv[j];
+      if (!w.q_norm.empty()) {
+        detail::head_rmsnorm(row, c.n_heads, w.q_norm, c.rms_eps);
+        detail::head_rmsnorm(row + qd, c.n_kv_heads, w.k_norm, c.rms_eps);
+      }
       rope(std::span(row, qd), b.positions[i]);
       rope(std::span(row + qd, kvd), b.positions[i]);
     }

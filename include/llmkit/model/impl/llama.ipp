@@ -48,7 +48,7 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
   detail::check_tensor(file, "token_embd.weight", c.n_vocab, c.dim);
   detail::check_tensor(file, "output_norm.weight", 1, c.dim);
   if (!c.tied_output) detail::check_tensor(file, "output.weight", c.n_vocab, c.dim);
-  const bool qkv_bias = traits(c.arch).qkv_bias;
+  const bool qkv_bias = traits(c.arch).qkv_bias, qk_norm = traits(c.arch).qk_norm;
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     detail::check_tensor(file, b + "attn_norm.weight", 1, c.dim);
@@ -59,6 +59,10 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
       detail::check_tensor(file, b + "attn_q.bias", 1, qd);
       detail::check_tensor(file, b + "attn_k.bias", 1, kvd);
       detail::check_tensor(file, b + "attn_v.bias", 1, kvd);
+    }
+    if (qk_norm) {
+      detail::check_tensor(file, b + "attn_q_norm.weight", 1, c.head_dim);
+      detail::check_tensor(file, b + "attn_k_norm.weight", 1, c.head_dim);
     }
     detail::check_tensor(file, b + "attn_output.weight", c.dim, qd);
     detail::check_tensor(file, b + "ffn_norm.weight", 1, c.dim);
@@ -124,6 +128,10 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
     w.attn_norm = load_norm(b + "attn_norm.weight");
     w.wqkv = load_stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, c.dim);
     if (qkv_bias) w.bqkv = load_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, qd + 2 * kvd);
+    if (qk_norm) {
+      w.q_norm = load_vector({b + "attn_q_norm.weight"}, c.head_dim);
+      w.k_norm = load_vector({b + "attn_k_norm.weight"}, c.head_dim);
+    }
     w.wo = load_matrix(b + "attn_output.weight", c.dim, qd);
     w.ffn_norm = load_norm(b + "ffn_norm.weight");
     w.w_gate_up = load_stacked({b + "ffn_gate.weight", b + "ffn_up.weight"}, c.dim);

@@ -39,6 +39,10 @@ LLMKIT_DECL llama_config llama_config::from_gguf(const gguf_file& file) {
   LLMKIT_CHECK(c.n_heads > 0, "llama_config: ", p, "attention.head_count must be > 0");
   c.head_dim = c.dim / c.n_heads;
   if (auto kl = file.get_optional<std::size_t>(p + "attention.key_length")) c.head_dim = *kl;
+  // One head width for keys and values: the cache stores both at head_dim.
+  if (auto vl = file.get_optional<std::size_t>(p + "attention.value_length"))
+    LLMKIT_CHECK(*vl == c.head_dim, "llama_config: ", p, "attention.value_length = ", *vl, " differs from the key length ",
+                 c.head_dim, " (unsupported)");
   c.rope.theta = file.get_optional<float>(p + "rope.freq_base").value_or(10000.0f);
   c.rope.layout = traits(c.arch).rope_layout;
   c.rope.rotary_dim = file.get_optional<std::size_t>(p + "rope.dimension_count").value_or(c.head_dim);

@@ -88,8 +88,6 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
   if (c.rope.rotary_dim == 0) c.rope.rotary_dim = c.head_dim;
   c.validate();
-  LLMKIT_CHECK(c.dim == c.n_heads * c.head_dim, "synthetic_llama: dim = ", c.dim, " is not n_heads * head_dim = ",
-               c.n_heads * c.head_dim);
   LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
   if (!options.tensor_types) {
     const std::size_t block = ggml_block_elements(options.weight_type);
@@ -111,6 +109,10 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   w.add(p + "attention.head_count", std::uint32_t(c.n_heads));
   w.add(p + "attention.head_count_kv", std::uint32_t(c.n_kv_heads));
   w.add(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.head_dim != c.dim / c.n_heads) {  // Qwen3: heads wider than dim / n_heads
+    w.add(p + "attention.key_length", std::uint32_t(c.head_dim));
+    w.add(p + "attention.value_length", std::uint32_t(c.head_dim));
+  }
   w.add(p + "rope.freq_base", c.rope.theta);
   w.add(p + "rope.dimension_count", std::uint32_t(c.rope.rotary_dim));
   if (c.rope.freq_scale != 1.0f) {
@@ -185,6 +187,10 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
       vector(b + "attn_q.bias", qd, 0.0f, 0.5f);
       vector(b + "attn_k.bias", kvd, 0.0f, 0.5f);
       vector(b + "attn_v.bias", kvd, 0.0f, 0.5f);
+    }
+    if (arch.qk_norm) {
+      norm(b + "attn_q_norm.weight", c.head_dim);
+      norm(b + "attn_k_norm.weight", c.head_dim);
     }
     matrix(b + "attn_output.weight", c.dim, qd, in_q);
     norm(b + "attn_norm.weight", c.dim);
