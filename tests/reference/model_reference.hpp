@@ -5,8 +5,11 @@
 // written from the architectures' definitions: llama (interleaved RoPE
 // pairs (2i, 2i+1)), qwen2 (Q/K/V biases, split-half pairs (i, i+rot/2)) and
 // qwen3 (split-half pairs, RMSNorm of every Q and K head before RoPE, heads
-// of attention.key_length), each with optional rope_freqs.weight frequency
-// divisors.
+// of attention.key_length), gemma2 / gemma3 (embeddings times sqrt(dim),
+// RMSNorms of the attention and FFN outputs, GELU-tanh gate, local layers
+// seeing the last `window` positions with their own RoPE base, attention
+// and final soft-capping, Q/K norms for gemma3), and llama with a sliding
+// window, each with optional rope_freqs.weight frequency divisors.
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +20,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <llmkit/core/dtype.hpp>
@@ -83,16 +87,22 @@ struct llama_reference {
   double eps = 1e-5, theta = 10000.0, freq_scale = 1.0;
   bool neox = false;       // split-half RoPE pairs (qwen2)
   bool qkv_bias = false;   // blk.N.attn_{q,k,v}.bias (qwen2)
-  bool qk_norm = false;    // blk.N.attn_{q,k}_norm.weight (qwen3)
+  bool qk_norm = false;    // blk.N.attn_{q,k}_norm.weight (qwen3, gemma3)
+  bool gemma = false;      // sqrt(dim) embeddings, post-norms, GELU-tanh gate
+  std::size_t window = 0;  // sliding window of the local layers, 0: none
+  std::vector<bool> local; // [n_layers] local layers
+  double local_theta = 10000.0, local_freq_scale = 1.0;
+  double scale = 0.0, attn_cap = 0.0, final_cap = 0.0;  // 0: 1/sqrt(head_dim), none, none
   std::vector<double> freq_factors;  // rope_freqs.weight, empty when absent
   const model::gguf_file* file = nullptr;
 
   explicit llama_reference(const model::gguf_file& f) : file(&f) {
     const std::string arch(f.get<std::string_view>("general.architecture"));
     const std::string p = arch + ".";
-    neox = arch == "qwen2" || arch == "qwen3";
+    gemma = arch == "gemma2" || arch == "gemma3";
+    neox = arch == "qwen2" || arch == "qwen3" || gemma;
     qkv_bias = arch == "qwen2";
-    qk_norm = arch == "qwen3";
+    qk_norm = arch == "qwen3" || arch == "gemma3";
     dim = f.get<std::size_t>(p + "embedding_length");
     n_layers = f.get<std::size_t>(p + "block_count");
     n_heads = f.get<std::size_t>(p + "attention.head_count");
@@ -105,6 +115,26 @@ struct llama_reference {
     if (auto factor = f.get_optional<double>(p + "rope.scaling.factor")) freq_scale = 1.0 / *factor;
     if (f.find_tensor("rope_freqs.weight")) freq_factors = load("rope_freqs.weight");
     n_vocab = f.tensor("token_embd.weight").rows();
+    scale = f.get_optional<double>(p + "attention.scale").value_or(0.0);
+    attn_cap = f.get_optional<double>(p + "attn_logit_softcapping").value_or(0.0);
+    final_cap = f.get_optional<double>(p + "final_logit_softcapping").value_or(0.0);
+    window = f.get_optional<std::size_t>(p + "attention.sliding_window").value_or(0);
+    local.assign(n_layers, false);
+    local_theta = theta;
+    local_freq_scale = freq_scale;
+    if (window == 0) return;
+    if (const auto* a = f.find(p + "attention.sliding_window_pattern");
+        a != nullptr && std::holds_alternative<model::gguf_array>(*a)) {
+      for (std::size_t l = 0; l < n_layers; ++l) local[l] = std::get<model::gguf_array>(*a).get<bool>(l);
+    } else {
+      // Gemma 2: even layers local; Gemma 3: five local, then one global.
+      const std::size_t every = arch == "gemma2" ? 2 : arch == "gemma3" ? 6 : 0;
+      for (std::size_t l = 0; l < n_layers; ++l) local[l] = every == 0 || (l + 1) % every != 0;
+    }
+    if (arch == "gemma3") {
+      local_theta = 10000.0;
+      local_freq_scale = 1.0;
+    }
   }
 
   // Element i of a tensor as double, decoded from the file's bytes.
@@ -160,11 +190,12 @@ struct llama_reference {
     }
   }
   // Pair i turns by pos * freq_scale * theta^(-2i/rot) / freq_factors[i].
-  void rope(std::vector<double>& v, std::size_t n_h, std::size_t pos) const {
+  void rope(std::vector<double>& v, std::size_t n_h, std::size_t pos, bool is_local = false) const {
+    const double th = is_local ? local_theta : theta, fs = is_local ? local_freq_scale : freq_scale;
     for (std::size_t h = 0; h < n_h; ++h)
       for (std::size_t i = 0; i < rot / 2; ++i) {
         const double divisor = freq_factors.empty() ? 1.0 : freq_factors[i];
-        const double angle = double(pos) * freq_scale * std::pow(theta, -2.0 * double(i) / double(rot)) / divisor;
+        const double angle = double(pos) * fs * std::pow(th, -2.0 * double(i) / double(rot)) / divisor;
         double& a = v[h * head_dim + (neox ? i : 2 * i)];
         double& b = v[h * head_dim + (neox ? i + rot / 2 : 2 * i + 1)];
         const double a0 = a, b0 = b;
@@ -179,7 +210,8 @@ struct llama_reference {
     const auto emb = load("token_embd.weight");
     std::vector<std::vector<double>> x(n, std::vector<double>(dim));
     for (std::size_t t = 0; t < n; ++t)
-      for (std::size_t d = 0; d < dim; ++d) x[t][d] = emb[std::size_t(tokens[t]) * dim + d];
+      for (std::size_t d = 0; d < dim; ++d)
+        x[t][d] = emb[std::size_t(tokens[t]) * dim + d] * (gemma ? std::sqrt(double(dim)) : 1.0);
     for (std::size_t l = 0; l < n_layers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
       const auto an = load(b + "attn_norm.weight"), wq = load(b + "attn_q.weight"), wk = load(b + "attn_k.weight"),
@@ -191,7 +223,11 @@ struct llama_reference {
         bk = load(b + "attn_k.bias");
         bv = load(b + "attn_v.bias");
       }
-      std::vector<double> qn, kn;
+      std::vector<double> qn, kn, pan, pfn;
+      if (gemma) {
+        pan = load(b + "post_attention_norm.weight");
+        pfn = load(b + "post_ffw_norm.weight");
+      }
       if (qk_norm) {
         qn = load(b + "attn_q_norm.weight");
         kn = load(b + "attn_k_norm.weight");
@@ -209,40 +245,55 @@ struct llama_reference {
           head_norm(q[t], n_heads, qn);
           head_norm(k[t], n_kv_heads, kn);
         }
-        rope(q[t], n_heads, t);
-        rope(k[t], n_kv_heads, t);
+        rope(q[t], n_heads, t, local[l]);
+        rope(k[t], n_kv_heads, t, local[l]);
       }
       for (std::size_t t = 0; t < n; ++t) {
         std::vector<double> att(qd, 0.0);
         for (std::size_t h = 0; h < n_heads; ++h) {
           const std::size_t g = h / (n_heads / n_kv_heads);
-          std::vector<double> s(t + 1);
+          std::vector<double> s(t + 1, 0.0);
           double m = -1e300;
-          for (std::size_t j = 0; j <= t; ++j) {
+          // Keys j <= t, and t - j < window in a local layer.
+          const std::size_t first = local[l] && t + 1 > window ? t + 1 - window : 0;
+          for (std::size_t j = first; j <= t; ++j) {
             double d = 0;
             for (std::size_t e = 0; e < head_dim; ++e) d += q[t][h * head_dim + e] * k[j][g * head_dim + e];
-            s[j] = d / std::sqrt(double(head_dim));
+            s[j] = d * (scale != 0.0 ? scale : 1.0 / std::sqrt(double(head_dim)));
+            if (attn_cap != 0.0) s[j] = attn_cap * std::tanh(s[j] / attn_cap);
             m = std::max(m, s[j]);
           }
           double z = 0;
-          for (auto& e : s) z += (e = std::exp(e - m));
-          for (std::size_t j = 0; j <= t; ++j)
+          for (std::size_t j = first; j <= t; ++j) z += (s[j] = std::exp(s[j] - m));
+          for (std::size_t j = first; j <= t; ++j)
             for (std::size_t e = 0; e < head_dim; ++e) att[h * head_dim + e] += s[j] / z * v[j][g * head_dim + e];
         }
-        const auto o = matvec(wo, att, dim);
+        auto o = matvec(wo, att, dim);
+        if (gemma) o = rmsnorm(o, pan);
         for (std::size_t d = 0; d < dim; ++d) x[t][d] += o[d];
         const auto xn = rmsnorm(x[t], fn);
         const auto gate = matvec(wg, xn, ffn), up = matvec(wu, xn, ffn);
         std::vector<double> h(ffn);
-        for (std::size_t j = 0; j < ffn; ++j) h[j] = gate[j] / (1.0 + std::exp(-gate[j])) * up[j];
-        const auto down = matvec(wd, h, dim);
+        for (std::size_t j = 0; j < ffn; ++j) {
+          const double gv = gate[j];
+          const double act = gemma ? 0.5 * gv * (1.0 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) *
+                                                                 (gv + 0.044715 * gv * gv * gv)))
+                                   : gv / (1.0 + std::exp(-gv));
+          h[j] = act * up[j];
+        }
+        auto down = matvec(wd, h, dim);
+        if (gemma) down = rmsnorm(down, pfn);
         for (std::size_t d = 0; d < dim; ++d) x[t][d] += down[d];
       }
     }
     const auto on = load("output_norm.weight");
     const auto wout = load(file->find_tensor("output.weight") ? "output.weight" : "token_embd.weight");
     std::vector<std::vector<double>> out(n);
-    for (std::size_t t = 0; t < n; ++t) out[t] = matvec(wout, rmsnorm(x[t], on), n_vocab);
+    for (std::size_t t = 0; t < n; ++t) {
+      out[t] = matvec(wout, rmsnorm(x[t], on), n_vocab);
+      if (final_cap != 0.0)
+        for (auto& v : out[t]) v = final_cap * std::tanh(v / final_cap);
+    }
     return out;
   }
 };

@@ -39,7 +39,11 @@ inline const gguf_tensor& check_tensor(const gguf_file& file, const std::string&
 LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options& options)
     : config_(llama_config::from_gguf(file)),
       options_(options),
-      rope_table_(config_.rope, config_.head_dim, std::min<std::size_t>(config_.context_length, rope_table_max_positions)) {
+      rope_table_(config_.rope, config_.head_dim, std::min<std::size_t>(config_.context_length, rope_table_max_positions)),
+      local_rope_table_(config_.sliding_window != 0 ? config_.local_rope : config_.rope, config_.head_dim,
+                        config_.sliding_window != 0
+                            ? std::min<std::size_t>(config_.context_length, rope_table_max_positions)
+                            : 1) {
   const auto& c = config_;
   const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   // Every shape is checked against the file before anything is allocated,
@@ -48,7 +52,8 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
   detail::check_tensor(file, "token_embd.weight", c.n_vocab, c.dim);
   detail::check_tensor(file, "output_norm.weight", 1, c.dim);
   if (!c.tied_output) detail::check_tensor(file, "output.weight", c.n_vocab, c.dim);
-  const bool qkv_bias = traits(c.arch).qkv_bias, qk_norm = traits(c.arch).qk_norm;
+  const bool qkv_bias = traits(c.arch).qkv_bias, qk_norm = traits(c.arch).qk_norm,
+             post_norms = traits(c.arch).post_norms;
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     detail::check_tensor(file, b + "attn_norm.weight", 1, c.dim);
@@ -66,6 +71,10 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
     }
     detail::check_tensor(file, b + "attn_output.weight", c.dim, qd);
     detail::check_tensor(file, b + "ffn_norm.weight", 1, c.dim);
+    if (post_norms) {
+      detail::check_tensor(file, b + "post_attention_norm.weight", 1, c.dim);
+      detail::check_tensor(file, b + "post_ffw_norm.weight", 1, c.dim);
+    }
     detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
     detail::check_tensor(file, b + "ffn_up.weight", c.ffn_dim, c.dim);
     detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
@@ -134,6 +143,10 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
     }
     w.wo = load_matrix(b + "attn_output.weight", c.dim, qd);
     w.ffn_norm = load_norm(b + "ffn_norm.weight");
+    if (post_norms) {
+      w.post_attn_norm = load_norm(b + "post_attention_norm.weight");
+      w.post_ffn_norm = load_norm(b + "post_ffw_norm.weight");
+    }
     w.w_gate_up = load_stacked({b + "ffn_gate.weight", b + "ffn_up.weight"}, c.dim);
     w.w_down = load_matrix(b + "ffn_down.weight", c.dim, c.ffn_dim);
   }

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "llmkit/attention/head_dims.hpp"
@@ -59,6 +60,13 @@ LLMKIT_DECL llama_config llama_config::from_gguf(const gguf_file& file) {
   const gguf_tensor& emb = file.tensor("token_embd.weight");
   c.n_vocab = static_cast<std::size_t>(emb.rows());
   c.tied_output = file.find_tensor("output.weight") == nullptr;
+  const architecture_traits& t = traits(c.arch);
+  c.attention_scale = file.get_optional<float>(p + "attention.scale").value_or(0.0f);
+  if (!file.contains(p + "attention.scale") && t.wide_query_scale_layers != 0 && c.n_layers == t.wide_query_scale_layers)
+    c.attention_scale = 1.0f / std::sqrt(float(c.dim / c.n_heads));
+  c.attention_softcap = file.get_optional<float>(p + "attn_logit_softcapping").value_or(0.0f);
+  c.final_softcap = file.get_optional<float>(p + "final_logit_softcapping").value_or(0.0f);
+  read_sliding_window(file, p, c);
   c.validate();
   return c;
 }
@@ -90,6 +98,64 @@ LLMKIT_DECL void llama_config::validate() const {
   for (std::size_t i = 0; i < rope.freq_factors.size(); ++i)
     LLMKIT_CHECK(rope.freq_factors[i] > 0.0f && std::isfinite(rope.freq_factors[i]), "llama_config: rope.freq_factors[",
                  i, "] = ", rope.freq_factors[i], " must be finite and > 0");
+  for (auto [name, value] : {std::pair{"attention_scale", attention_scale},
+                             std::pair{"attention_softcap", attention_softcap},
+                             std::pair{"final_softcap", final_softcap}})
+    LLMKIT_CHECK(value >= 0.0f && std::isfinite(value), "llama_config: ", name, " = ", value,
+                 " must be finite and >= 0");
+  LLMKIT_CHECK(sliding_window <= context_length, "llama_config: sliding_window = ", sliding_window,
+               " exceeds context_length = ", context_length);
+  LLMKIT_CHECK((sliding_window == 0) == local_layers.empty(), "llama_config: local_layers has ", local_layers.size(),
+               " entries with sliding_window = ", sliding_window, " (both or neither)");
+  if (sliding_window == 0) return;
+  LLMKIT_CHECK(local_layers.size() == n_layers, "llama_config: local_layers has ", local_layers.size(),
+               " entries for ", n_layers, " layers");
+  LLMKIT_CHECK(local_rope.layout == rope.layout && local_rope.rotary_dim == rope.rotary_dim &&
+                   local_rope.theta > 0.0f && std::isfinite(local_rope.theta) && std::isfinite(local_rope.freq_scale),
+               "llama_config: local_rope (theta ", local_rope.theta, ", rotary_dim ", local_rope.rotary_dim,
+               ") must have a finite theta > 0 and the layout and rotary_dim of rope");
+}
+
+LLMKIT_DECL void llama_config::read_sliding_window(const gguf_file& file, const std::string& p, llama_config& c) {
+  const architecture_traits& t = traits(c.arch);
+  const auto window = file.get_optional<std::size_t>(p + "attention.sliding_window");
+  LLMKIT_CHECK(window || t.window_pattern == 0, "llama_config: missing ", p, "attention.sliding_window (", t.name,
+               " has sliding-window layers)");
+  if (!window) return;
+  LLMKIT_CHECK(*window > 0, "llama_config: ", p, "attention.sliding_window must be > 0");
+  LLMKIT_CHECK(*window <= c.context_length, "llama_config: ", p, "attention.sliding_window = ", *window,
+               " exceeds the context_length ", c.context_length);
+  c.sliding_window = *window;
+  const std::string pattern_key = p + "attention.sliding_window_pattern";
+  const gguf_value* pattern = file.find(pattern_key);
+  if (pattern != nullptr && std::holds_alternative<gguf_array>(*pattern)) {
+    // One flag per layer, true = local (llama.cpp's swa_layers).
+    const gguf_array& a = std::get<gguf_array>(*pattern);
+    LLMKIT_CHECK(a.size() == c.n_layers, "llama_config: ", pattern_key, " has ", a.size(), " entries for ", c.n_layers,
+                 " layers");
+    c.local_layers.resize(c.n_layers);
+    for (std::size_t l = 0; l < c.n_layers; ++l) {
+      const auto v = a.type() == gguf_type::boolean ? std::uint32_t(a.get<bool>(l)) : a.get<std::uint32_t>(l);
+      LLMKIT_CHECK(v <= 1, "llama_config: ", pattern_key, "[", l, "] = ", v, " is not a flag (0 or 1)");
+      c.local_layers[l] = std::uint8_t(v);
+    }
+  } else {
+    const std::size_t every = pattern != nullptr ? file.get<std::size_t>(pattern_key) : t.window_pattern;
+    LLMKIT_CHECK(pattern == nullptr || every >= 1, "llama_config: unknown layer pattern ", pattern_key, " = ", every,
+                 " (expected every n-th layer global, n >= 1, or one flag per layer)");
+    c.local_layers = every == 0 ? std::vector<std::uint8_t>(c.n_layers, 1) : local_layer_pattern(c.n_layers, every);
+  }
+  c.local_rope = c.rope;
+  const float local_theta = t.local_rope_theta != 0.0f ? t.local_rope_theta : c.rope.theta;
+  c.local_rope.theta = file.get_optional<float>(p + "rope.freq_base_swa").value_or(local_theta);
+  if (t.local_rope_unscaled) c.local_rope.freq_scale = 1.0f;
+}
+
+LLMKIT_DECL std::vector<std::uint8_t> local_layer_pattern(std::size_t n_layers, std::size_t every) {
+  LLMKIT_CHECK(every >= 1, "local_layer_pattern: every must be >= 1, got ", every);
+  std::vector<std::uint8_t> out(n_layers);
+  for (std::size_t l = 0; l < n_layers; ++l) out[l] = (l + 1) % every != 0;
+  return out;
 }
 
 LLMKIT_DECL std::vector<float> llama_config::read_rope_freqs(const gguf_tensor& t, const llama_config& c) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -87,6 +88,16 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   c.tied_output = options.tied_output;
   if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
   if (c.rope.rotary_dim == 0) c.rope.rotary_dim = c.head_dim;
+  const architecture_traits& arch = traits(c.arch);
+  LLMKIT_CHECK(c.sliding_window > 0 || arch.window_pattern == 0, "synthetic_llama: ", arch.name,
+               " needs config.sliding_window > 0");
+  // The pattern is written only when the caller gives one; otherwise the
+  // reader's default (the architecture's, or every layer) applies.
+  const bool write_pattern = !c.local_layers.empty();
+  if (c.sliding_window > 0 && c.local_layers.empty())
+    c.local_layers = arch.window_pattern != 0 ? local_layer_pattern(c.n_layers, arch.window_pattern)
+                                              : std::vector<std::uint8_t>(c.n_layers, 1);
+  if (c.sliding_window > 0) c.local_rope = c.rope;  // the reader derives it
   c.validate();
   LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
   if (!options.tensor_types) {
@@ -97,7 +108,6 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
                  ") to be multiples of ", block);
   }
 
-  const architecture_traits& arch = traits(c.arch);
   const std::string p = std::string(arch.name) + ".";
   gguf_writer w;
   w.add("general.architecture", arch.name);
@@ -113,6 +123,17 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
     w.add(p + "attention.key_length", std::uint32_t(c.head_dim));
     w.add(p + "attention.value_length", std::uint32_t(c.head_dim));
   }
+  if (c.sliding_window > 0) {
+    w.add(p + "attention.sliding_window", std::uint32_t(c.sliding_window));
+    if (write_pattern) {
+      const auto flags = std::make_unique<bool[]>(c.n_layers);  // one bool per layer, true = local
+      for (std::size_t l = 0; l < c.n_layers; ++l) flags[l] = c.local_layers[l] != 0;
+      w.add_array(p + "attention.sliding_window_pattern", std::span<const bool>(flags.get(), c.n_layers));
+    }
+  }
+  if (c.attention_scale != 0.0f) w.add(p + "attention.scale", c.attention_scale);
+  if (c.attention_softcap != 0.0f) w.add(p + "attn_logit_softcapping", c.attention_softcap);
+  if (c.final_softcap != 0.0f) w.add(p + "final_logit_softcapping", c.final_softcap);
   w.add(p + "rope.freq_base", c.rope.theta);
   w.add(p + "rope.dimension_count", std::uint32_t(c.rope.rotary_dim));
   if (c.rope.freq_scale != 1.0f) {
@@ -198,6 +219,10 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
     matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, in_ffn);
     matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, in_dim);
     norm(b + "ffn_norm.weight", c.dim);
+    if (arch.post_norms) {
+      norm(b + "post_attention_norm.weight", c.dim);
+      norm(b + "post_ffw_norm.weight", c.dim);
+    }
   }
   return w;
 }
