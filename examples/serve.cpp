@@ -384,7 +384,7 @@ int main(int argc, char** argv) {
 #endif
   llmkit_examples::command_line cli{"llmkit-serve: compare scheduling policies on a stream of requests"};
   cli.show_defaults();
-  cli.add_option("--model", o.model, "GGUF model (an architecture of model/architecture.hpp: llama, qwen2, qwen3)");
+  cli.add_option("--model", o.model, "GGUF model (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
   cli.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights) instead of --model");
   cli.add_flag("--simulate", o.simulate, "virtual time with the roofline cost model (no forward pass)");
   cli.add_flag("--json", o.json, "one JSON object per policy on stdout");

@@ -46,18 +46,22 @@ llama_config small_config(std::size_t dim, std::size_t n_heads, std::size_t n_kv
 std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.data(), v.size()}; }
 
 // Max |model - oracle| over all positions of `tokens`, relative to max(1, |oracle|).
-double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
+double max_error(llama_model& m, const reference::llama_reference& oracle, const std::vector<std::int32_t>& tokens) {
   kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 128});
   batch_builder b;
   b.add(*cache.add_sequence(), tokens, 0, last_logits::skip);
   for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
   const auto logits = m.forward(b.view(), cache);
-  const auto ref = reference::llama_reference(f).logits(tokens);
+  const auto ref = oracle.logits(tokens);
   double worst = 0;
   for (std::size_t t = 0; t < tokens.size(); ++t)
     for (std::size_t v = 0; v < m.vocab_size(); ++v)
       worst = std::max(worst, std::abs(double(logits(t, v)) - ref[t][v]) / std::max(1.0, std::abs(ref[t][v])));
   return worst;
+}
+
+double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
+  return max_error(m, reference::llama_reference(f), tokens);
 }
 }  // namespace
 
@@ -435,7 +439,7 @@ TEST_CASE("architectures: bad files raise llmkit::error naming the architecture,
   w.add("general.architecture", std::string_view("gpt2"));
   const auto unknown = w.bytes();
   REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(unknown))),
-                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2, qwen3, gemma2, gemma3)");
+                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
 
   synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 3};
   o.config.arch = architecture::qwen2;
@@ -866,4 +870,147 @@ TEST_CASE("architectures: a sliding window in a llama file's metadata is honoure
   const gguf_file f(as_span(image));
   REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "llama", "", {}, {{"context_length", 3}})))),
                       "llama_config: llama.attention.sliding_window = 4 exceeds the context_length 3");
+}
+
+namespace {
+// LongRoPE-like divisors: short ones near 1, long ones growing with the pair.
+std::vector<float> longrope_factors(std::size_t n, bool long_set) {
+  std::vector<float> f(n);
+  for (std::size_t i = 0; i < n; ++i) f[i] = long_set ? 1.0f + 3.0f * float(i) : 1.0f + 0.05f * float(i % 5);
+  return f;
+}
+}  // namespace
+
+TEST_CASE("architectures: phi3 (fused Q|K|V and gate|up, partial rotary, LongRoPE) matches the oracle") {
+  struct shape {
+    std::size_t dim, heads, kv_heads, head_dim, rotary;
+    bool longrope;
+  };
+  // Phi-3.5-mini: MHA, rotary = head; Phi-4-mini: GQA, rotary 3/4 of the head.
+  const std::vector<shape> shapes{{64, 4, 4, 16, 16, false}, {64, 4, 4, 16, 16, true}, {64, 2, 1, 32, 24, true},
+                                  {96, 3, 1, 32, 16, true}};
+  std::mt19937 rng(17);
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const shape sh = shapes[si];
+    synthetic_options o{.config = small_config(sh.dim, sh.heads, sh.kv_heads, 96, 300),
+                        .seed = 700 + si,
+                        .tied_output = si % 2 == 1};
+    o.config.arch = architecture::phi3;
+    o.config.head_dim = sh.head_dim;
+    o.config.rope.rotary_dim = sh.rotary;
+    if (sh.longrope) {
+      o.config.rope_long_factors = longrope_factors(sh.rotary / 2, true);
+      o.config.rope_short_factors = longrope_factors(sh.rotary / 2, false);
+      o.config.original_context_length = 16;
+      o.config.rope_attn_factor = 1.19f;
+    }
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.find_tensor("blk.0.attn_qkv.weight") != nullptr);
+    REQUIRE(f.find_tensor("blk.0.attn_q.weight") == nullptr);
+    REQUIRE(f.find_tensor("blk.0.ffn_gate.weight") == nullptr);
+    REQUIRE(f.tensor("blk.0.ffn_up.weight").rows() == 2 * 96);
+    // The file's context (64) is past the original 16: the long factors;
+    // a 16-token run takes the short ones.
+    for (const std::size_t context : {0u, 16u}) {
+      llama_model m(f, {.context_length = context});
+      INFO("shape " << si << " context " << context);
+      if (sh.longrope)
+        REQUIRE(m.config().rope.freq_factors == (context == 0 ? o.config.rope_long_factors : o.config.rope_short_factors));
+      reference::llama_reference ref(f);
+      if (context != 0) ref.context = context;
+      for (std::size_t n : {1u, 9u, 20u}) {
+        std::uniform_int_distribution<std::int32_t> token(0, 299);
+        std::vector<std::int32_t> tokens(n);
+        for (auto& t : tokens) t = token(rng);
+        INFO("n " << n);
+        REQUIRE(max_error(m, ref, tokens) <= 2e-5);
+      }
+    }
+  }
+  // Q4_K_M: the fused tensors are Q4_K (layer 0 is not one of the two
+  // layers' "more bits" ones), the output Q6_K.
+  synthetic_options q{.config = small_config(256, 2, 2, 256, 300), .seed = 13};
+  q.config.arch = architecture::phi3;
+  q.tensor_types = q4_k_m_types(q);
+  const auto qimage = synthetic_llama(q).bytes();
+  const gguf_file qf(as_span(qimage));
+  REQUIRE(qf.tensor("blk.1.ffn_down.weight").type == ggml_type::q6_k);
+  llama_model qm(qf);
+  REQUIRE(qm.weight_types() == std::array{weight_type::q4_k, weight_type::q4_k, weight_type::q4_k,
+                                          weight_type::q4_k, weight_type::q6_k});
+  REQUIRE(max_error(qm, qf, {1, 17, 299, 3, 42, 42, 8}) <= 2e-5);
+}
+
+TEST_CASE("architectures: phi3 sliding windows, and bad phi3 files") {
+  synthetic_options o{.config = small_config(64, 4, 4, 96, 300), .seed = 43};
+  o.config.arch = architecture::phi3;
+  o.config.sliding_window = 3;  // Phi-3-mini-4k: 2047 of 4096
+  o.config.rope_long_factors = longrope_factors(8, true);
+  o.config.rope_short_factors = longrope_factors(8, false);
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);
+  REQUIRE(m.config().sliding_window == 3);
+  REQUIRE(max_error(m, f, {5, 9, 200, 7, 7, 1, 3, 44, 12, 250}) <= 2e-5);
+  // Phi-3.5-mini / Phi-4-mini files: window 262144 > context 131072, full attention.
+  for (const std::uint32_t window : {64u, 100u}) {
+    const llama_model full(gguf_file(as_span(rewrite(f, "phi3", "", {}, {{"attention.sliding_window", window}}))));
+    REQUIRE(full.config().sliding_window == 0);
+  }
+
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "phi3", "blk.1.attn_qkv.weight")))),
+                      "gguf: missing tensor 'blk.1.attn_qkv.weight'");
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "phi3", "rope_factors_short.weight")))),
+                      "llama_config: tensor 'rope_factors_long.weight' without 'rope_factors_short.weight'");
+  REQUIRE_THROWS_WITH(
+      llama_model(gguf_file(as_span(rewrite(f, "phi3", "rope_factors_long.weight",
+                                            {{"rope_factors_long.weight", longrope_factors(7, true)}})))),
+      "llama_config: tensor 'rope_factors_long.weight' has 7 values in 1 dims, expected [rotary_dim / 2 = 8]");
+  std::vector<float> zero = longrope_factors(8, false);
+  zero[2] = 0.0f;
+  REQUIRE_THROWS_WITH(
+      llama_model(gguf_file(as_span(rewrite(f, "phi3", "rope_factors_short.weight", {{"rope_factors_short.weight", zero}})))),
+      "llama_config: tensor 'rope_factors_short.weight' value 2 = 0 must be finite and > 0");
+  // The projections as llama's separate tensors are not phi3's.
+  synthetic_options split = o;
+  split.config.arch = architecture::llama;
+  const auto llama_image = synthetic_llama(split).bytes();
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(gguf_file(as_span(llama_image)), "phi3", "")))),
+                      "gguf: missing tensor 'blk.0.attn_qkv.weight'");
+  synthetic_options bad = o;
+  bad.config.rope_attn_factor = 0.0f;
+  REQUIRE_THROWS_WITH(synthetic_llama(bad), "llama_config: rope_attn_factor = 0 must be finite and > 0");
+  bad = o;
+  bad.config.rope_short_factors.pop_back();
+  REQUIRE_THROWS_WITH(synthetic_llama(bad), "llama_config: LongRoPE factors have 8 (long) and 7 (short) values, "
+                                            "expected rotary_dim / 2 = 8 each");
+}
+
+TEST_CASE("architectures: the fuzzer's phi3 seed is synthetic_llama's output, and loads") {
+  synthetic_options o{.config = small_config(16, 2, 1, 32, 40), .seed = 39};
+  o.config.n_layers = 1;
+  o.config.arch = architecture::phi3;
+  o.config.rope.rotary_dim = 4;
+  o.config.rope_long_factors = {1.0f, 4.0f};
+  o.config.rope_short_factors = {1.0f, 1.5f};
+  o.config.original_context_length = 16;
+  o.config.rope_attn_factor = 1.2f;
+  o.weight_type = ggml_type::f16;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_phi3.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    synthetic_llama(o).write("tiny_phi3.gguf");
+    FAIL("tests/fuzz/gguf/tiny_phi3.gguf is missing or stale: copy the tiny_phi3.gguf this test just wrote to "
+         "its working directory there");
+  }
 }

@@ -8,8 +8,10 @@
 // of attention.key_length), gemma2 / gemma3 (embeddings times sqrt(dim),
 // RMSNorms of the attention and FFN outputs, GELU-tanh gate, local layers
 // seeing the last `window` positions with their own RoPE base, attention
-// and final soft-capping, Q/K norms for gemma3), and llama with a sliding
-// window, each with optional rope_freqs.weight frequency divisors.
+// and final soft-capping, Q/K norms for gemma3), phi3 (Q|K|V and gate|up
+// each one tensor, LongRoPE divisors chosen by the context, cos and sin
+// times rope.scaling.attn_factor) and llama with a sliding window, each with
+// optional rope_freqs.weight frequency divisors.
 
 #include <algorithm>
 #include <cmath>
@@ -93,6 +95,10 @@ struct llama_reference {
   std::vector<bool> local; // [n_layers] local layers
   double local_theta = 10000.0, local_freq_scale = 1.0;
   double scale = 0.0, attn_cap = 0.0, final_cap = 0.0;  // 0: 1/sqrt(head_dim), none, none
+  bool fused = false;         // attn_qkv, ffn_up = gate|up (phi3)
+  double attn_factor = 1.0;   // rope.scaling.attn_factor
+  std::size_t context = 0, original_context = 0;  // LongRoPE: long factors when context > original_context
+  std::vector<double> long_factors, short_factors;
   std::vector<double> freq_factors;  // rope_freqs.weight, empty when absent
   const model::gguf_file* file = nullptr;
 
@@ -100,7 +106,8 @@ struct llama_reference {
     const std::string arch(f.get<std::string_view>("general.architecture"));
     const std::string p = arch + ".";
     gemma = arch == "gemma2" || arch == "gemma3";
-    neox = arch == "qwen2" || arch == "qwen3" || gemma;
+    fused = arch == "phi3";
+    neox = arch == "qwen2" || arch == "qwen3" || gemma || fused;
     qkv_bias = arch == "qwen2";
     qk_norm = arch == "qwen3" || arch == "gemma3";
     dim = f.get<std::size_t>(p + "embedding_length");
@@ -115,6 +122,13 @@ struct llama_reference {
     if (auto factor = f.get_optional<double>(p + "rope.scaling.factor")) freq_scale = 1.0 / *factor;
     if (f.find_tensor("rope_freqs.weight")) freq_factors = load("rope_freqs.weight");
     n_vocab = f.tensor("token_embd.weight").rows();
+    context = f.get_optional<std::size_t>(p + "context_length").value_or(2048);
+    original_context = f.get_optional<std::size_t>(p + "rope.scaling.original_context_length").value_or(context);
+    attn_factor = f.get_optional<double>(p + "rope.scaling.attn_factor").value_or(1.0);
+    if (f.find_tensor("rope_factors_long.weight")) {
+      long_factors = load("rope_factors_long.weight");
+      short_factors = load("rope_factors_short.weight");
+    }
     scale = f.get_optional<double>(p + "attention.scale").value_or(0.0);
     attn_cap = f.get_optional<double>(p + "attn_logit_softcapping").value_or(0.0);
     final_cap = f.get_optional<double>(p + "final_logit_softcapping").value_or(0.0);
@@ -122,7 +136,11 @@ struct llama_reference {
     local.assign(n_layers, false);
     local_theta = theta;
     local_freq_scale = freq_scale;
-    if (window == 0) return;
+    // A phi3 window at or beyond the context is full attention.
+    if (window == 0 || (arch == "phi3" && window >= context)) {
+      window = 0;
+      return;
+    }
     if (const auto* a = f.find(p + "attention.sliding_window_pattern");
         a != nullptr && std::holds_alternative<model::gguf_array>(*a)) {
       for (std::size_t l = 0; l < n_layers; ++l) local[l] = std::get<model::gguf_array>(*a).get<bool>(l);
@@ -194,13 +212,16 @@ struct llama_reference {
     const double th = is_local ? local_theta : theta, fs = is_local ? local_freq_scale : freq_scale;
     for (std::size_t h = 0; h < n_h; ++h)
       for (std::size_t i = 0; i < rot / 2; ++i) {
-        const double divisor = freq_factors.empty() ? 1.0 : freq_factors[i];
+        const std::vector<double>& ff =
+            long_factors.empty() ? freq_factors : context > original_context ? long_factors : short_factors;
+        const double divisor = ff.empty() ? 1.0 : ff[i];
         const double angle = double(pos) * fs * std::pow(th, -2.0 * double(i) / double(rot)) / divisor;
         double& a = v[h * head_dim + (neox ? i : 2 * i)];
         double& b = v[h * head_dim + (neox ? i + rot / 2 : 2 * i + 1)];
         const double a0 = a, b0 = b;
-        a = a0 * std::cos(angle) - b0 * std::sin(angle);
-        b = b0 * std::cos(angle) + a0 * std::sin(angle);
+        const double c = std::cos(angle) * attn_factor, s = std::sin(angle) * attn_factor;
+        a = a0 * c - b0 * s;
+        b = b0 * c + a0 * s;
       }
   }
 
@@ -214,9 +235,26 @@ struct llama_reference {
         x[t][d] = emb[std::size_t(tokens[t]) * dim + d] * (gemma ? std::sqrt(double(dim)) : 1.0);
     for (std::size_t l = 0; l < n_layers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
-      const auto an = load(b + "attn_norm.weight"), wq = load(b + "attn_q.weight"), wk = load(b + "attn_k.weight"),
-                 wv = load(b + "attn_v.weight"), wo = load(b + "attn_output.weight"), fn = load(b + "ffn_norm.weight"),
-                 wg = load(b + "ffn_gate.weight"), wu = load(b + "ffn_up.weight"), wd = load(b + "ffn_down.weight");
+      const auto an = load(b + "attn_norm.weight"), wo = load(b + "attn_output.weight"),
+                 fn = load(b + "ffn_norm.weight"), wd = load(b + "ffn_down.weight");
+      std::vector<double> wq, wk, wv, wg, wu;
+      if (fused) {  // rows [0, qd) | [qd, qd + kvd) | [qd + kvd, qd + 2 kvd); gate rows, then up rows
+        const auto qkv = load(b + "attn_qkv.weight"), gu = load(b + "ffn_up.weight");
+        const auto rows = [&](const std::vector<double>& m, std::size_t first, std::size_t count) {
+          return std::vector<double>(m.begin() + std::ptrdiff_t(first * dim), m.begin() + std::ptrdiff_t((first + count) * dim));
+        };
+        wq = rows(qkv, 0, qd);
+        wk = rows(qkv, qd, kvd);
+        wv = rows(qkv, qd + kvd, kvd);
+        wg = rows(gu, 0, ffn);
+        wu = rows(gu, ffn, ffn);
+      } else {
+        wq = load(b + "attn_q.weight");
+        wk = load(b + "attn_k.weight");
+        wv = load(b + "attn_v.weight");
+        wg = load(b + "ffn_gate.weight");
+        wu = load(b + "ffn_up.weight");
+      }
       std::vector<double> bq(qd, 0.0), bk(kvd, 0.0), bv(kvd, 0.0);
       if (qkv_bias) {
         bq = load(b + "attn_q.bias");

@@ -32,6 +32,7 @@ enum class architecture {
   qwen3,  ///< Qwen3 dense (per-head Q/K RMSNorm, split-half RoPE, no biases)
   gemma2, ///< Gemma 2 (post-norms, GeGLU, local/global layers, soft-capping)
   gemma3, ///< Gemma 3 text (Gemma 2 + Q/K norms, 5 local : 1 global, local RoPE base)
+  phi3,   ///< Phi-3 / Phi-3.5-mini, Phi-4-mini (fused QKV and gate|up, LongRoPE)
 };
 
 /// The feed-forward's gate activation: h = act(gate) * up.
@@ -79,10 +80,17 @@ struct architecture_traits {
   /// `query_pre_attn_scalar`, which GGUF files do not carry), when the file
   /// has no `attention.scale`; 0: none.
   std::uint32_t wide_query_scale_layers;
+  /// Whether Q|K|V come as one `blk.N.attn_qkv.weight` ([qd + 2 kvd, dim])
+  /// and gate|up as one `blk.N.ffn_up.weight` ([2 ffn, dim], gate first).
+  bool fused_projections;
+  /// Whether `attention.sliding_window` at or beyond context_length means
+  /// full attention instead of an error (Phi-3.5-mini and Phi-4-mini files
+  /// carry 262144 with a context of 131072, from their Hugging Face config).
+  bool window_beyond_context_is_full;
 };
 
 /// Every supported architecture, one row each.
-inline constexpr std::array<architecture_traits, 5> architectures{{
+inline constexpr std::array<architecture_traits, 6> architectures{{
     {.id = architecture::llama,
      .name = "llama",
      .rope_layout = simd::rope_layout::interleaved,
@@ -94,7 +102,9 @@ inline constexpr std::array<architecture_traits, 5> architectures{{
      .window_pattern = 0,
      .local_rope_theta = 0.0f,
      .local_rope_unscaled = false,
-     .wide_query_scale_layers = 0},
+     .wide_query_scale_layers = 0,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
     {.id = architecture::qwen2,
      .name = "qwen2",
      .rope_layout = simd::rope_layout::half_split,
@@ -106,7 +116,9 @@ inline constexpr std::array<architecture_traits, 5> architectures{{
      .window_pattern = 0,
      .local_rope_theta = 0.0f,
      .local_rope_unscaled = false,
-     .wide_query_scale_layers = 0},
+     .wide_query_scale_layers = 0,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
     {.id = architecture::qwen3,
      .name = "qwen3",
      .rope_layout = simd::rope_layout::half_split,
@@ -118,7 +130,9 @@ inline constexpr std::array<architecture_traits, 5> architectures{{
      .window_pattern = 0,
      .local_rope_theta = 0.0f,
      .local_rope_unscaled = false,
-     .wide_query_scale_layers = 0},
+     .wide_query_scale_layers = 0,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
     {.id = architecture::gemma2,
      .name = "gemma2",
      .rope_layout = simd::rope_layout::half_split,
@@ -130,7 +144,9 @@ inline constexpr std::array<architecture_traits, 5> architectures{{
      .window_pattern = 2,
      .local_rope_theta = 0.0f,
      .local_rope_unscaled = false,
-     .wide_query_scale_layers = 46},
+     .wide_query_scale_layers = 46,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
     {.id = architecture::gemma3,
      .name = "gemma3",
      .rope_layout = simd::rope_layout::half_split,
@@ -142,7 +158,23 @@ inline constexpr std::array<architecture_traits, 5> architectures{{
      .window_pattern = 6,
      .local_rope_theta = 10000.0f,
      .local_rope_unscaled = true,
-     .wide_query_scale_layers = 62},
+     .wide_query_scale_layers = 62,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
+    {.id = architecture::phi3,
+     .name = "phi3",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = false,
+     .qk_norm = false,
+     .post_norms = false,
+     .scaled_embedding = false,
+     .activation = ffn_activation::silu,
+     .window_pattern = 0,
+     .local_rope_theta = 0.0f,
+     .local_rope_unscaled = false,
+     .wide_query_scale_layers = 0,
+     .fused_projections = true,
+     .window_beyond_context_is_full = true},
 }};
 
 /// The traits of `a`.
@@ -152,7 +184,7 @@ constexpr const architecture_traits& traits(architecture a) noexcept {
   return architectures[0];  // unreachable: every enumerator has a row
 }
 
-/// "llama, qwen2, qwen3, gemma2, gemma3": the supported names, for error messages.
+/// "llama, qwen2, qwen3, gemma2, gemma3, phi3": the supported names, for error messages.
 inline std::string supported_architectures_text() {
   std::string s;
   for (const auto& t : architectures) {

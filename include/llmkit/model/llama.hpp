@@ -3,7 +3,7 @@
 
 /// @file llmkit/model/llama.hpp
 /// Reference Llama-family model driven by GGUF metadata (the architectures
-/// of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3): token
+/// of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3): token
 /// embedding (times sqrt(dim) for Gemma), per
 /// layer RMSNorm -> Q/K/V projections (+ biases where the architecture has
 /// them; + a per-head RMSNorm of Q and K where it has those) -> RoPE (the architecture's pair layout) -> grouped-query
@@ -94,6 +94,10 @@ struct llama_options {
   /// probabilities to 8-bit levels before they multiply the values
   /// (attention::decode_params::int8_probabilities); other caches ignore it.
   bool int8_attention_probabilities = false;
+  /// Tokens per sequence the caller will run (0: the file's
+  /// context_length): picks Phi-3's LongRoPE factors (long beyond
+  /// `rope.scaling.original_context_length`), as llama.cpp's n_ctx does.
+  std::size_t context_length = 0;
 };
 
 /// A Llama-architecture model with its weights in memory (f32, f16 or Q8_0,

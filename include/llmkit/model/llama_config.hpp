@@ -52,6 +52,26 @@ struct llama_config {
   float attention_scale = 0.0f;   ///< softmax scale of q.k; 0: 1/sqrt(head_dim)
   float attention_softcap = 0.0f; ///< scores s become cap * tanh(s / cap) (Gemma 2); 0: none
   float final_softcap = 0.0f;     ///< the same for the logits (Gemma 2); 0: none
+  /// Phi-3's LongRoPE: `[rotary_dim / 2]` frequency divisors for contexts up
+  /// to `original_context_length` (short) and beyond it (long), from
+  /// `rope_factors_short.weight` / `rope_factors_long.weight`; both empty
+  /// without. use_context() copies the right set to rope.freq_factors.
+  std::vector<float> rope_short_factors{}, rope_long_factors{};
+  /// `rope.scaling.original_context_length` (0: context_length).
+  std::size_t original_context_length = 0;
+  /// `rope.scaling.attn_factor`: multiplies the rotated part of every query
+  /// and key (ggml's rope attn_factor: cos and sin times it).
+  float rope_attn_factor = 1.0f;
+
+  /// Chooses the LongRoPE factors for a run of `context` tokens per
+  /// sequence: long when context > original_context_length, as llama.cpp
+  /// does; no-op without LongRoPE factors. from_gguf calls it with
+  /// context_length.
+  void use_context(std::size_t context) {
+    if (rope_long_factors.empty()) return;
+    const std::size_t original = original_context_length == 0 ? context_length : original_context_length;
+    rope.freq_factors = context > original ? rope_long_factors : rope_short_factors;
+  }
 
   /// Whether layer l attends through the sliding window.
   bool is_local(std::size_t l) const noexcept { return l < local_layers.size() && local_layers[l] != 0; }
@@ -76,6 +96,7 @@ struct llama_config {
   // attention.sliding_window, its layer pattern and the local layers' RoPE.
   static void read_sliding_window(const gguf_file& file, const std::string& prefix, llama_config& c);
   // rope_freqs.weight: an F32 vector of rotary_dim / 2 frequency divisors.
+  // (also rope_factors_long / _short.weight: the same shape)
   static std::vector<float> read_rope_freqs(const gguf_tensor& t, const llama_config& c);
 };
 

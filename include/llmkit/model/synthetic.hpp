@@ -12,7 +12,9 @@
 ///
 /// Weights: matrices uniform in +-sqrt(3 / in) (unit-variance activations),
 /// norm weights (qwen3's Q/K head norms too) 1 + uniform(+-0.1), embedding
-/// uniform(+-1), qwen2's Q/K/V biases uniform(+-0.5); `rope_freqs.weight` when config.rope.freq_factors
+/// uniform(+-1), qwen2's Q/K/V biases uniform(+-0.5); phi3's fused
+/// attn_qkv / gate|up ffn_up, and the LongRoPE factors, sliding window, soft-caps
+/// and scales of the config when set; `rope_freqs.weight` when config.rope.freq_factors
 /// is set. Matrices are stored in one type (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 /// Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) or per tensor (synthetic_options::
 /// tensor_types, e.g. the Q4_K_M mix of q4_k_m_types). The same options and

@@ -339,6 +339,11 @@ inline void llama_model::rope(std::span<float> heads, std::int32_t position, boo
     simd::apply_rope(heads, config_.head_dim, position, table);
   else
     simd::apply_rope(heads, config_.head_dim, position, local ? config_.local_rope : config_.rope);
+  if (config_.rope_attn_factor != 1.0f) {  // LongRoPE: cos and sin times the factor, so the rotated dims
+    const std::size_t hd = config_.head_dim, rotary = config_.rope.rotary_dim == 0 ? hd : config_.rope.rotary_dim;
+    for (std::size_t h = 0; h < heads.size() / hd; ++h)
+      for (std::size_t j = 0; j < rotary; ++j) heads[h * hd + j] *= config_.rope_attn_factor;
+  }
 }
 
 }  // namespace llmkit::model

@@ -57,6 +57,19 @@ LLMKIT_DECL llama_config llama_config::from_gguf(const gguf_file& file) {
     LLMKIT_CHECK(scaling == "none", "llama_config: unsupported ", p, "rope.scaling.type '", scaling, "'");
   }
   if (const gguf_tensor* t = file.find_tensor("rope_freqs.weight")) c.rope.freq_factors = read_rope_freqs(*t, c);
+  const gguf_tensor* long_factors = file.find_tensor("rope_factors_long.weight");
+  const gguf_tensor* short_factors = file.find_tensor("rope_factors_short.weight");
+  LLMKIT_CHECK((long_factors == nullptr) == (short_factors == nullptr), "llama_config: tensor '",
+               long_factors ? "rope_factors_long.weight" : "rope_factors_short.weight", "' without '",
+               long_factors ? "rope_factors_short.weight" : "rope_factors_long.weight", "'");
+  if (long_factors != nullptr) {
+    LLMKIT_CHECK(c.rope.freq_factors.empty(), "llama_config: rope_freqs.weight and LongRoPE factors together");
+    c.rope_long_factors = read_rope_freqs(*long_factors, c);
+    c.rope_short_factors = read_rope_freqs(*short_factors, c);
+  }
+  c.original_context_length = file.get_optional<std::size_t>(p + "rope.scaling.original_context_length").value_or(0);
+  c.rope_attn_factor = file.get_optional<float>(p + "rope.scaling.attn_factor").value_or(1.0f);
+  c.use_context(c.context_length);
   const gguf_tensor& emb = file.tensor("token_embd.weight");
   c.n_vocab = static_cast<std::size_t>(emb.rows());
   c.tied_output = file.find_tensor("output.weight") == nullptr;
@@ -103,6 +116,16 @@ LLMKIT_DECL void llama_config::validate() const {
                              std::pair{"final_softcap", final_softcap}})
     LLMKIT_CHECK(value >= 0.0f && std::isfinite(value), "llama_config: ", name, " = ", value,
                  " must be finite and >= 0");
+  LLMKIT_CHECK(rope_attn_factor > 0.0f && std::isfinite(rope_attn_factor), "llama_config: rope_attn_factor = ",
+               rope_attn_factor, " must be finite and > 0");
+  LLMKIT_CHECK(rope_long_factors.size() == rope_short_factors.size() &&
+                   (rope_long_factors.empty() || rope_long_factors.size() == rotary / 2),
+               "llama_config: LongRoPE factors have ", rope_long_factors.size(), " (long) and ",
+               rope_short_factors.size(), " (short) values, expected rotary_dim / 2 = ", rotary / 2, " each");
+  for (const auto* set : {&rope_long_factors, &rope_short_factors})
+    for (std::size_t i = 0; i < set->size(); ++i)
+      LLMKIT_CHECK((*set)[i] > 0.0f && std::isfinite((*set)[i]), "llama_config: LongRoPE factor ", i, " = ",
+                   (*set)[i], " must be finite and > 0");
   LLMKIT_CHECK(sliding_window <= context_length, "llama_config: sliding_window = ", sliding_window,
                " exceeds context_length = ", context_length);
   LLMKIT_CHECK((sliding_window == 0) == local_layers.empty(), "llama_config: local_layers has ", local_layers.size(),
@@ -123,6 +146,7 @@ LLMKIT_DECL void llama_config::read_sliding_window(const gguf_file& file, const 
                " has sliding-window layers)");
   if (!window) return;
   LLMKIT_CHECK(*window > 0, "llama_config: ", p, "attention.sliding_window must be > 0");
+  if (*window >= c.context_length && t.window_beyond_context_is_full) return;
   LLMKIT_CHECK(*window <= c.context_length, "llama_config: ", p, "attention.sliding_window = ", *window,
                " exceeds the context_length ", c.context_length);
   c.sliding_window = *window;
@@ -160,14 +184,14 @@ LLMKIT_DECL std::vector<std::uint8_t> local_layer_pattern(std::size_t n_layers, 
 
 LLMKIT_DECL std::vector<float> llama_config::read_rope_freqs(const gguf_tensor& t, const llama_config& c) {
   const std::size_t rotary = c.rope.rotary_dim == 0 ? c.head_dim : c.rope.rotary_dim;
-  LLMKIT_CHECK(t.type == ggml_type::f32, "llama_config: tensor 'rope_freqs.weight' has type ",
+  LLMKIT_CHECK(t.type == ggml_type::f32, "llama_config: tensor '", t.name, "' has type ",
                ggml_type_name(std::uint32_t(t.type)), ", expected F32");
-  LLMKIT_CHECK(t.n_dims == 1 && t.dims[0] == rotary / 2, "llama_config: tensor 'rope_freqs.weight' has ",
+  LLMKIT_CHECK(t.n_dims == 1 && t.dims[0] == rotary / 2, "llama_config: tensor '", t.name, "' has ",
                t.n_elements, " values in ", t.n_dims, " dims, expected [rotary_dim / 2 = ", rotary / 2, "]");
   std::vector<float> v(rotary / 2);
   std::memcpy(v.data(), t.data, v.size() * sizeof(float));
   for (std::size_t i = 0; i < v.size(); ++i)
-    LLMKIT_CHECK(v[i] > 0.0f && std::isfinite(v[i]), "llama_config: tensor 'rope_freqs.weight' value ", i, " = ",
+    LLMKIT_CHECK(v[i] > 0.0f && std::isfinite(v[i]), "llama_config: tensor '", t.name, "' value ", i, " = ",
                  v[i], " must be finite and > 0");
   return v;
 }

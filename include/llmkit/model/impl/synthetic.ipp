@@ -131,6 +131,9 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
       w.add_array(p + "attention.sliding_window_pattern", std::span<const bool>(flags.get(), c.n_layers));
     }
   }
+  if (c.original_context_length != 0)
+    w.add(p + "rope.scaling.original_context_length", std::uint32_t(c.original_context_length));
+  if (c.rope_attn_factor != 1.0f) w.add(p + "rope.scaling.attn_factor", c.rope_attn_factor);
   if (c.attention_scale != 0.0f) w.add(p + "attention.scale", c.attention_scale);
   if (c.attention_softcap != 0.0f) w.add(p + "attn_logit_softcapping", c.attention_softcap);
   if (c.final_softcap != 0.0f) w.add(p + "final_logit_softcapping", c.final_softcap);
@@ -193,6 +196,12 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   if (!c.rope.freq_factors.empty())
     w.add_tensor("rope_freqs.weight", ggml_type::f32, {c.rope.freq_factors.size()},
                  std::as_bytes(std::span<const float>(c.rope.freq_factors)));
+  if (!c.rope_long_factors.empty()) {
+    w.add_tensor("rope_factors_long.weight", ggml_type::f32, {c.rope_long_factors.size()},
+                 std::as_bytes(std::span<const float>(c.rope_long_factors)));
+    w.add_tensor("rope_factors_short.weight", ggml_type::f32, {c.rope_short_factors.size()},
+                 std::as_bytes(std::span<const float>(c.rope_short_factors)));
+  }
   const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float in_dim = std::sqrt(3.0f / float(c.dim)), in_q = std::sqrt(3.0f / float(qd)),
               in_ffn = std::sqrt(3.0f / float(c.ffn_dim));
@@ -201,9 +210,13 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   if (!c.tied_output) matrix("output.weight", c.n_vocab, c.dim, in_dim);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    matrix(b + "attn_q.weight", qd, c.dim, in_dim);
-    matrix(b + "attn_k.weight", kvd, c.dim, in_dim);
-    matrix(b + "attn_v.weight", kvd, c.dim, in_dim);
+    if (arch.fused_projections) {
+      matrix(b + "attn_qkv.weight", qd + 2 * kvd, c.dim, in_dim);
+    } else {
+      matrix(b + "attn_q.weight", qd, c.dim, in_dim);
+      matrix(b + "attn_k.weight", kvd, c.dim, in_dim);
+      matrix(b + "attn_v.weight", kvd, c.dim, in_dim);
+    }
     if (arch.qkv_bias) {
       vector(b + "attn_q.bias", qd, 0.0f, 0.5f);
       vector(b + "attn_k.bias", kvd, 0.0f, 0.5f);
@@ -215,9 +228,9 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
     }
     matrix(b + "attn_output.weight", c.dim, qd, in_q);
     norm(b + "attn_norm.weight", c.dim);
-    matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
+    if (!arch.fused_projections) matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
     matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, in_ffn);
-    matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, in_dim);
+    matrix(b + "ffn_up.weight", arch.fused_projections ? 2 * c.ffn_dim : c.ffn_dim, c.dim, in_dim);
     norm(b + "ffn_norm.weight", c.dim);
     if (arch.post_norms) {
       norm(b + "post_attention_norm.weight", c.dim);
