@@ -1014,3 +1014,32 @@ TEST_CASE("architectures: the fuzzer's phi3 seed is synthetic_llama's output, an
          "its working directory there");
   }
 }
+
+TEST_CASE("architectures: the fuzzer's gemma2 seed is synthetic_llama's output, and loads") {
+  // Gemma 2's soft-caps and an explicit flag pattern, Q8_0 matrices.
+  synthetic_options o{.config = small_config(32, 2, 1, 64, 40), .seed = 40, .tied_output = true};
+  o.config.n_layers = 2;
+  o.config.arch = architecture::gemma2;
+  o.config.sliding_window = 2;
+  o.config.local_layers = {1, 0};
+  o.config.attention_softcap = 3.0f;
+  o.config.final_softcap = 5.0f;
+  o.weight_type = ggml_type::q8_0;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f);
+  REQUIRE(m.config().attention_softcap == 3.0f);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_gemma2.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    synthetic_llama(o).write("tiny_gemma2.gguf");
+    FAIL("tests/fuzz/gguf/tiny_gemma2.gguf is missing or stale: copy the tiny_gemma2.gguf this test just wrote to "
+         "its working directory there");
+  }
+}
