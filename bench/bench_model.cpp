@@ -29,6 +29,17 @@
 // e.g. all of stories260K under q4_k). A name ending in "xq8" multiplies
 // int8-quantised activations instead (llama_options::activations = q8_0:
 // the VNNI integer products). TinyLlama's files load as they are stored.
+//
+//   arch_prefill/<shape>/<arch>/threads:N, arch_decode/...  the same on the
+//   synthetic Gemma 3 1B shape (dim 1152, 26 layers, 4/1 heads of 256, ffn
+//   6912, vocab 262144 tied, window 512 on 5 of 6 layers) and Qwen3 1.7B
+//   shape (dim 2048, 28 layers, 16/8 heads of 128, ffn 6144, vocab 151936
+//   tied), each as its architecture and as `llama` with the same matrices
+//   (the same weight bytes and FLOPs without the architecture's extra
+//   pieces: norms, window, GELU, embedding scale), Q4_K_M files
+//   (<source>/build/bench-model-<shape>-<arch>-q4_k_m.gguf), int8
+//   activations. The ratio of the two is the cost of the extra pieces.
+//
 // vs_llamacpp compares with llama.cpp on stories260K on this machine
 // (2 threads: 11.8k prompt tokens/s, 1.75k generated tokens/s). One thread
 // is timed by the thread's CPU time, two by wall time.
@@ -194,6 +205,39 @@ const weights_variant tiny_variants[] = {
     {"iq4_xsxq8", {.activations = int8_act}, file_kind::tiny_iq4_xs},
 };
 
+/// The architecture benchmarks' shapes (smoke: small stand-ins).
+model::llama_config arch_shape(std::string_view shape) {
+  model::llama_config c = model::synthetic_100m_config();
+  if (shape == "gemma3_1B") {
+    c.dim = 1152, c.n_layers = 26, c.n_heads = 4, c.n_kv_heads = 1, c.head_dim = 256, c.ffn_dim = 6912;
+    c.n_vocab = 262144, c.context_length = 32768, c.sliding_window = 512;
+    c.rope.theta = 1000000.0f;
+  } else {  // qwen3_1.7B
+    c.dim = 2048, c.n_layers = 28, c.n_heads = 16, c.n_kv_heads = 8, c.head_dim = 128, c.ffn_dim = 6144;
+    c.n_vocab = 151936, c.context_length = 40960;
+    c.rope.theta = 1000000.0f;
+  }
+  if (smoke()) c.n_layers = 2, c.n_vocab = 4096, c.ffn_dim = 512;
+  c.rope.rotary_dim = c.head_dim;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
+/// The loaded model of `shape` as `arch` (its own architecture, or llama).
+model::llama_model& arch_model(std::string_view shape, std::string_view arch) {
+  static std::map<std::string, std::unique_ptr<model::llama_model>> cache;
+  const std::string key = std::string(shape) + "-" + std::string(arch);
+  if (auto it = cache.find(key); it != cache.end()) return *it->second;
+  model::synthetic_options o{.config = arch_shape(shape), .seed = 3, .tied_output = true};
+  o.config.arch = model::architecture_from_name(arch);
+  if (arch == "llama") o.config.sliding_window = 0;
+  o.tensor_types = model::q4_k_m_types(o);
+  const std::string p = build_dir() + "bench-model-" + key + "-q4_k_m" + (smoke() ? "-smoke" : "") + ".gguf";
+  write_once(p, o);
+  return *(cache[key] = std::make_unique<model::llama_model>(
+               model::llama_model::load(p, {.activations = model::activation_type::q8_0})));
+}
+
 /// Loaded models, kept for the process: (model, variant) -> copies.
 std::vector<std::unique_ptr<model::llama_model>>& models(int which, const weights_variant& wt, std::size_t copies) {
   static std::map<std::string, std::vector<std::unique_ptr<model::llama_model>>> cache;
@@ -313,6 +357,50 @@ void bm_decode(benchmark::State& state, int which, const weights_variant& wt, st
   if (which == 0) state.counters["vs_llamacpp"] = tokens / seconds / llamacpp_decode_tps;
 }
 
+void bm_arch_prefill(benchmark::State& state, const std::string& shape, const std::string& arch,
+                     std::size_t threads) {
+  auto& m = arch_model(shape, arch);
+  thread_pool pool(threads);
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 2 * prompt_tokens});
+  const auto seq = *cache.add_sequence();
+  const auto p = prompt(m.vocab_size());
+  model::batch_builder b;
+  b.add(seq, p, 0);
+  for (auto _ : state) {
+    cache.truncate(seq, 0);
+    benchmark::DoNotOptimize(m.forward(b.view(), cache, pool).data());
+  }
+  state.counters["tokens"] =
+      benchmark::Counter(double(state.iterations()) * double(prompt_tokens), benchmark::Counter::kIsRate);
+  state.counters["weight_MB"] = double(m.weight_bytes_per_step()) * 1e-6;
+}
+
+void bm_arch_decode(benchmark::State& state, const std::string& shape, const std::string& arch,
+                    std::size_t threads) {
+  auto& m = arch_model(shape, arch);
+  thread_pool pool(threads);
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 2 * prompt_tokens});
+  const auto seq = *cache.add_sequence();
+  const auto p = prompt(m.vocab_size());
+  {
+    model::batch_builder b;
+    b.add(seq, p, 0);
+    m.forward(b.view(), cache, pool);
+  }
+  std::int32_t token = p.back();
+  std::size_t step = 0;
+  model::batch_builder b;
+  for (auto _ : state) {
+    if (cache.n_tokens(seq) == 2 * prompt_tokens) cache.truncate(seq, prompt_tokens);
+    b.clear();
+    b.add(seq, {&token, 1}, static_cast<std::int32_t>(cache.n_tokens(seq)));
+    benchmark::DoNotOptimize(m.forward(b.view(), cache, pool).data());
+    token = static_cast<std::int32_t>(3 + (++step * 7919) % (m.vocab_size() - 3));
+  }
+  state.counters["tokens"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["weight_MB"] = double(m.weight_bytes_per_step()) * 1e-6;
+}
+
 void timing(benchmark::internal::Benchmark* b, std::size_t threads) {
   if (threads > 1) b->UseRealTime();
 }
@@ -346,6 +434,24 @@ int main(int argc, char** argv) {
                      ->Unit(benchmark::kMicrosecond),
                  threads);
       }
+  }
+  // Each architecture next to its llama twin, so that a run alternates them.
+  for (const std::string shape : {"gemma3_1B", "qwen3_1.7B"}) {
+    const std::string arch = shape.starts_with("gemma3") ? "gemma3" : "qwen3";
+    for (const auto t : llmkit_bench::thread_counts()) {
+      const auto threads = static_cast<std::size_t>(t);
+      for (const std::string& a : {arch, std::string("llama")}) {
+        const std::string suffix = shape + "/" + a + "/threads:" + std::to_string(threads);
+        timing(benchmark::RegisterBenchmark(("arch_prefill/" + suffix).c_str(),
+                                            [=](benchmark::State& s) { bm_arch_prefill(s, shape, a, threads); })
+                   ->Unit(benchmark::kMillisecond),
+               threads);
+        timing(benchmark::RegisterBenchmark(("arch_decode/" + suffix).c_str(),
+                                            [=](benchmark::State& s) { bm_arch_decode(s, shape, a, threads); })
+                   ->Unit(benchmark::kMillisecond),
+               threads);
+      }
+    }
   }
   llmkit_bench::add_roofline_context();
   benchmark::RunSpecifiedBenchmarks();

@@ -385,8 +385,10 @@ int main(int argc, char** argv) {
   options o;
   llmkit_examples::command_line cli{"llmkit-serve: compare scheduling policies on a stream of requests"};
   cli.show_defaults();
-  const auto model_option =
-      cli.add_option("--model", o.model, "GGUF model (llama or qwen2 architecture); without it, the synthetic ~100M Llama");
+  const auto model_option = cli.add_option(
+      "--model", o.model,
+      "GGUF model (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3); without it, "
+      "the synthetic ~100M Llama");
   cli.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights; the default)")
       .excludes(model_option);
   cli.add_flag("--simulate", o.simulate, "virtual time with the roofline cost model (no forward pass)");

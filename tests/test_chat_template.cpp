@@ -204,6 +204,49 @@ const std::string phi3_jinja =
     "message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}{% elif (message['role'] == 'assistant') "
     "%}{{message['content'] + '<|end|>' + '\n'}}{% endif %}{% endfor %}";
 
+// Vicuna-style "USER: ... ASSISTANT:" turns: no built-in family.
+const std::string vicuna_jinja =
+    "{% for message in messages %}{% if message['role'] == 'user' %}{{ 'USER: ' + message['content'] + '\n' }}{% "
+    "else %}{{ 'ASSISTANT: ' + message['content'] + eos_token + '\n' }}{% endif %}{% endfor %}{% if "
+    "add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}";
+
+// microsoft/Phi-3.5-mini-instruct
+const std::string phi3_5_jinja =
+    "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\n' + "
+    "message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + "
+    "'<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + "
+    "'<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ "
+    "eos_token }}{% endif %}";
+
+// microsoft/Phi-4-mini-instruct
+const std::string phi4_mini_jinja =
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is "
+    "not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + "
+    "'<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor "
+    "%}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}";
+
+// microsoft/phi-4
+const std::string phi4_jinja =
+    "{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + "
+    "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
+    "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}{{'<|im_start|>assistant<|im_sep|>' "
+    "+ message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant<|im_sep|>' }}{% endif %}";
+
+// Qwen/Qwen3-0.6B: its generation prompt and thinking switch (the ~4 KB
+// template also handles tools and splits answers at </think>).
+const std::string qwen3_jinja = R"({%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %})";
+
 // mistralai/Mistral-Nemo-Instruct-2407 ("v3-tekken": no space after [INST]): no built-in family.
 const std::string mistral_tekken_jinja = R"({%- if tools is not none and (message == user_messages[-1]) %}
     {{- "[AVAILABLE_TOOLS][" }}
@@ -354,7 +397,7 @@ TEST_CASE("chat_template: leading_bos::omit drops exactly the BOS the template w
     const auto t = chat_template::by_name(name);
     const std::string with = t.format(conversation, exact);
     const std::string without = t.format(conversation);  // the default: omit, generation prompt added
-    const bool writes_bos = name.starts_with("llama") || name.starts_with("mistral");
+    const bool writes_bos = name.starts_with("llama") || name.starts_with("mistral") || name == "gemma";
     if (writes_bos) {
       REQUIRE(with.starts_with(t.bos_text()));
       REQUIRE(without == with.substr(t.bos_text().size()));
@@ -388,7 +431,9 @@ TEST_CASE("chat_template: detects the family of real templates") {
       {&llama3_jinja, "llama3"},        {&llama3_1_jinja, "llama3.1"},         {&qwen2_jinja, "qwen2"},
       {&qwen2_5_jinja, "qwen2.5"},      {&chatml_jinja, "chatml"},             {&llama2_jinja, "llama2"},
       {&mistral_v0_1_jinja, "mistral"}, {&mistral_v0_2_jinja, "mistral"},      {&mistral_v1_jinja, "mistral-v1"},
-      {&mistral_v3_jinja, "mistral-v3"}, {&zephyr_jinja, "zephyr"}};
+      {&mistral_v3_jinja, "mistral-v3"}, {&zephyr_jinja, "zephyr"},           {&gemma_jinja, "gemma"},
+      {&phi3_jinja, "phi3"},            {&phi3_5_jinja, "phi3"},               {&phi4_mini_jinja, "phi4-mini"},
+      {&phi4_jinja, "phi4"},            {&qwen3_jinja, "qwen3"}};
   for (const auto& [jinja, name] : cases) {
     INFO(name);
     REQUIRE(chat_template::detect(*jinja).name() == name);
@@ -396,11 +441,12 @@ TEST_CASE("chat_template: detects the family of real templates") {
 }
 
 TEST_CASE("chat_template: an unknown template is an error naming the built-in families") {
-  for (const std::string* jinja : {&gemma_jinja, &phi3_jinja, &mistral_tekken_jinja}) {
+  for (const std::string* jinja : {&vicuna_jinja, &mistral_tekken_jinja}) {
     const std::string e = error_of([&] { chat_template::detect(*jinja); });
     INFO(e);
     REQUIRE(e.find("is not one of the built-in families") != std::string::npos);
-    REQUIRE(e.find("llama3, llama3.1, chatml, qwen2, qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr") !=
+    REQUIRE(e.find("llama3, llama3.1, chatml, qwen2, qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr, "
+                   "gemma, phi3, phi4-mini, phi4, qwen3") !=
             std::string::npos);
     REQUIRE(e.find("choose one of them by name") != std::string::npos);
   }
@@ -418,7 +464,7 @@ TEST_CASE("chat_template: by_name") {
   const std::string e = error_of([] { chat_template::by_name("vicuna"); });
   REQUIRE(e ==
           "chat_template: no built-in template named 'vicuna'; the built-in ones are llama3, llama3.1, chatml, qwen2, "
-          "qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr");
+          "qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr, gemma, phi3, phi4-mini, phi4, qwen3");
   REQUIRE_THROWS_AS(chat_template::by_name(""), llmkit::error);
   REQUIRE_THROWS_AS(chat_template::by_name("Llama3"), llmkit::error);
   REQUIRE(chat_template::by_name("llama3").end_of_turn_text() == "<|eot_id|>");
@@ -486,11 +532,12 @@ TEST_CASE("chat_template: from_gguf reads tokenizer.chat_template and the vocabu
     const std::string e = error_of([&] { chat_template::from_gguf(f); });
     REQUIRE(e ==
             "chat_template: the model has no tokenizer.chat_template; choose a built-in template by name (llama3, "
-            "llama3.1, chatml, qwen2, qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr)");
+            "llama3.1, chatml, qwen2, qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr, gemma, phi3, "
+            "phi4-mini, phi4, qwen3)");
     REQUIRE(chat_template::from_gguf(f, "llama2").family() == chat_family::llama2);
   }
   {
-    const auto f = write_gguf(&gemma_jinja, image);
+    const auto f = write_gguf(&vicuna_jinja, image);
     REQUIRE(error_of([&] { chat_template::from_gguf(f); }).find("is not one of the built-in families") !=
             std::string::npos);
   }
@@ -565,4 +612,85 @@ TEST_CASE("chat_template: format_marked follows the template's trimming") {
   const auto h = llama2.format_marked(std::vector<chat_message>{{"system", "S"}, {"user", " Hi "}});
   REQUIRE(h.text == "[INST] <<SYS>>\nS\n<</SYS>>\n\n Hi [/INST]");
   REQUIRE(h.contents == std::vector<text_span>{{.offset = 15, .length = 1}, {.offset = 27, .length = 3}});
+}
+
+TEST_CASE("chat_template: gemma writes <start_of_turn> turns, model answers, the system message in the first turn") {
+  REQUIRE(format("gemma", conversation) ==
+          "<bos><start_of_turn>user\nYou are a pirate.\n\nHello<end_of_turn>\n<start_of_turn>model\nAhoy!<end_of_turn>\n"
+          "<start_of_turn>user\nWho are you?<end_of_turn>\n<start_of_turn>model\n");
+  REQUIRE(chat_template::by_name("gemma").format(one_turn) ==
+          "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  REQUIRE(format("gemma", one_turn, exact_no_prompt) == "<bos><start_of_turn>user\nHi<end_of_turn>\n");
+  const auto marked = chat_template::by_name("gemma").format_marked(conversation);
+  REQUIRE(marked.contents.size() == 4);
+  REQUIRE(marked.text.substr(marked.contents[0].offset, marked.contents[0].length) == "You are a pirate.");
+  REQUIRE(marked.text.substr(marked.contents[1].offset, marked.contents[1].length) == "Hello");
+  REQUIRE(chat_template::by_name("gemma").end_of_turn_text() == "<end_of_turn>");
+  const std::vector<chat_message> two_users{{"user", "a"}, {"user", "b"}};
+  REQUIRE(error_of([&] { chat_template::by_name("gemma").format(two_users); }) ==
+          "chat_template gemma: after the optional system message the roles must alternate user / assistant / user / "
+          "..., but message 1 is 'user'");
+}
+
+TEST_CASE("chat_template: phi3, phi4-mini and phi4") {
+  REQUIRE(format("phi3", conversation) ==
+          "<|system|>\nYou are a pirate.<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\n  Ahoy!  <|end|>\n"
+          "<|user|>\nWho are you?<|end|>\n<|assistant|>\n");
+  REQUIRE(format("phi3", one_turn, exact_no_prompt) == "<|user|>\nHi<|end|>\n<|endoftext|>");
+  const std::vector<chat_message> empty_system{{"system", ""}, {"user", "Hi"}};
+  REQUIRE(format("phi3", empty_system) == "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  REQUIRE(format("phi4-mini", conversation) ==
+          "<|system|>You are a pirate.<|end|><|user|>Hello<|end|><|assistant|>  Ahoy!  <|end|><|user|>Who are "
+          "you?<|end|><|assistant|>");
+  REQUIRE(format("phi4-mini", one_turn, exact_no_prompt) == "<|user|>Hi<|end|><|endoftext|>");
+  REQUIRE(format("phi4", conversation) ==
+          "<|im_start|>system<|im_sep|>You are a pirate.<|im_end|><|im_start|>user<|im_sep|>Hello<|im_end|>"
+          "<|im_start|>assistant<|im_sep|>  Ahoy!  <|im_end|><|im_start|>user<|im_sep|>Who are you?<|im_end|>"
+          "<|im_start|>assistant<|im_sep|>");
+  REQUIRE(format("phi4", one_turn, exact_no_prompt) == "<|im_start|>user<|im_sep|>Hi<|im_end|>");
+  REQUIRE(chat_template::by_name("phi3").end_of_turn_text() == "<|end|>");
+  REQUIRE(chat_template::by_name("phi4-mini").end_of_turn_text() == "<|end|>");
+  REQUIRE(chat_template::by_name("phi4").end_of_turn_text() == "<|im_end|>");
+}
+
+TEST_CASE("chat_template: qwen3 thinking blocks and enable_thinking") {
+  const std::string body =
+      "<|im_start|>system\nYou are a pirate.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+      "<|im_start|>assistant\n  Ahoy!  <|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n";
+  REQUIRE(format("qwen3", conversation) == body + "<|im_start|>assistant\n");
+  chat_format_options no_thinking = exact;
+  no_thinking.enable_thinking = false;
+  REQUIRE(format("qwen3", conversation, no_thinking) == body + "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // No default system message (unlike qwen2 / qwen2.5).
+  REQUIRE(format("qwen3", one_turn) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // An earlier answer loses its reasoning; the last one, after the last
+  // user message, keeps it (and gets an empty block when it has none).
+  const std::vector<chat_message> history{
+      {"user", "Hi"}, {"assistant", "<think>\nhmm\n</think>\n\nHello!"}, {"user", "Again"}};
+  REQUIRE(format("qwen3", history, exact_no_prompt) ==
+          "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n");
+  const std::vector<chat_message> last{{"user", "Hi"}, {"assistant", "<think>\nhmm\n</think>\n\nHello!"}};
+  REQUIRE(format("qwen3", last, exact_no_prompt) ==
+          "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nhmm\n</think>\n\nHello!<|im_end|>\n");
+  const std::vector<chat_message> plain{{"user", "Hi"}, {"assistant", "Hello!"}};
+  REQUIRE(format("qwen3", plain, exact_no_prompt) ==
+          "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>\n");
+  REQUIRE(chat_template::by_name("qwen3").has_reasoning());
+  REQUIRE_FALSE(chat_template::by_name("qwen2.5").has_reasoning());
+  REQUIRE(chat_template::by_name("qwen3").end_of_turn_text() == "<|im_end|>");
+}
+
+TEST_CASE("chat_template: split_reasoning separates a thinking block from the answer") {
+  auto check = [](std::string_view text, std::string_view reasoning, std::string_view content) {
+    const auto s = split_reasoning(text);
+    INFO(text);
+    REQUIRE(s.reasoning == reasoning);
+    REQUIRE(s.content == content);
+  };
+  check("<think>\nLet me see.\n</think>\n\nFour.", "Let me see.", "Four.");
+  check("Let me see.\n</think>\n\nFour.", "Let me see.", "Four.");  // <think> was in the prompt
+  check("<think>\n\n</think>\n\nFour.", "", "Four.");
+  check("Four.", "", "Four.");
+  check("<think>\nStill thinking", "Still thinking", "");  // cut off by max_tokens
+  check("", "", "");
 }

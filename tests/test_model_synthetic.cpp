@@ -50,18 +50,22 @@ std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.
 const llama_options exact{.activations = activation_type::f32};
 
 // Max |model - oracle| over all positions of `tokens`, relative to max(1, |oracle|).
-double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
+double max_error(llama_model& m, const reference::llama_reference& oracle, const std::vector<std::int32_t>& tokens) {
   kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 128});
   batch_builder b;
   b.add(*cache.add_sequence(), tokens, 0, last_logits::skip);
   for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
   const auto logits = m.forward(b.view(), cache);
-  const auto ref = reference::llama_reference(f).logits(tokens);
+  const auto ref = oracle.logits(tokens);
   double worst = 0;
   for (std::size_t t = 0; t < tokens.size(); ++t)
     for (std::size_t v = 0; v < m.vocab_size(); ++v)
       worst = std::max(worst, std::abs(double(logits(t, v)) - ref[t][v]) / std::max(1.0, std::abs(ref[t][v])));
   return worst;
+}
+
+double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
+  return max_error(m, reference::llama_reference(f), tokens);
 }
 }  // namespace
 
@@ -174,14 +178,23 @@ std::vector<float> test_freq_factors(std::size_t n) {
 // `image` read back and written again as `arch` (its `<old arch>.*` keys
 // renamed), without the tensor `drop` and with the F32 vectors `extra`
 // added: malformed variants of valid synthetic files.
+// A `keys` value that removes the key.
+constexpr std::uint32_t drop_key = 0xffffffffu;
+
+// `keys` sets (or adds) `<arch>.<key>` = a u32 value (drop_key: removes it).
 std::vector<std::byte> rewrite(const gguf_file& f, std::string_view arch, std::string_view drop,
-                               const std::vector<std::pair<std::string, std::vector<float>>>& extra = {}) {
+                               const std::vector<std::pair<std::string, std::vector<float>>>& extra = {},
+                               const std::vector<std::pair<std::string, std::uint32_t>>& keys = {}) {
   const std::string old_prefix = std::string(f.get<std::string_view>("general.architecture")) + ".";
   gguf_writer w;
   w.add("general.architecture", arch);
+  for (const auto& [key, value] : keys)
+    if (value != drop_key) w.add(std::string(arch) + "." + key, value);
   for (const auto& [key, value] : f.metadata()) {
     if (!key.starts_with(old_prefix)) continue;
     const std::string renamed = std::string(arch) + "." + std::string(key.substr(old_prefix.size()));
+    if (std::ranges::any_of(keys, [&](const auto& k) { return std::string(arch) + "." + k.first == renamed; }))
+      continue;
     std::visit(
         [&](const auto& v) {
           if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, gguf_array>) w.add(renamed, v);
@@ -431,7 +444,7 @@ TEST_CASE("architectures: bad files raise llmkit::error naming the architecture,
   w.add("general.architecture", std::string_view("gpt2"));
   const auto unknown = w.bytes();
   REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(unknown))),
-                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2)");
+                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
 
   synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 3};
   o.config.arch = architecture::qwen2;
@@ -489,5 +502,549 @@ TEST_CASE("architectures: the fuzzer's qwen2 seed is synthetic_llama's output, a
     synthetic_llama(o).write("tiny_qwen2_rope_freqs.gguf");
     FAIL("tests/fuzz/gguf/tiny_qwen2_rope_freqs.gguf is missing or stale: copy the tiny_qwen2_rope_freqs.gguf "
          "this test just wrote to its working directory there");
+  }
+}
+
+TEST_CASE("architectures: qwen3 (per-head Q/K norms, wide heads) matches the double-precision oracle") {
+  struct shape {
+    std::size_t dim, heads, kv_heads, head_dim, ffn, vocab;
+  };
+  // Heads as wide as dim / heads, and wider (Qwen3 0.6B: dim 1024, 16 heads
+  // of 128), in GQA, MHA and MQA.
+  const std::vector<shape> shapes{{64, 4, 2, 16, 96, 300}, {64, 4, 2, 32, 96, 300}, {48, 3, 1, 32, 80, 40},
+                                  {32, 2, 2, 32, 64, 37}};
+  std::mt19937 rng(11);
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const shape sh = shapes[si];
+    synthetic_options o{.config = small_config(sh.dim, sh.heads, sh.kv_heads, sh.ffn, sh.vocab),
+                        .seed = 400 + si,
+                        .tied_output = si % 2 == 1};
+    o.config.arch = architecture::qwen3;
+    o.config.head_dim = sh.head_dim;
+    o.config.rope.theta = 1000000.0f;
+    o.config.rms_eps = 1e-6f;
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.find_tensor("blk.1.attn_q_norm.weight") != nullptr);
+    REQUIRE(f.find_tensor("blk.1.attn_k_norm.weight") != nullptr);
+    REQUIRE(f.find_tensor("blk.1.attn_q.bias") == nullptr);
+    llama_model m(f, exact);
+    REQUIRE(m.config().arch == architecture::qwen3);
+    REQUIRE(m.config().head_dim == sh.head_dim);
+    REQUIRE(m.config().rope.layout == simd::rope_layout::half_split);
+    for (std::size_t n : {1u, 9u, 20u}) {
+      std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(sh.vocab) - 1);
+      std::vector<std::int32_t> tokens(n);
+      for (auto& t : tokens) t = token(rng);
+      INFO("shape " << si << " n " << n);
+      REQUIRE(max_error(m, f, tokens) <= 2e-5);
+    }
+  }
+
+  // Q4_K_M mix (Q6_K attn_v / ffn_down in some layers), head_dim 128.
+  synthetic_options q{.config = small_config(256, 2, 1, 512, 300), .seed = 12};
+  q.config.arch = architecture::qwen3;
+  q.config.head_dim = 128;
+  q.config.n_layers = 3;
+  q.tensor_types = q4_k_m_types(q);
+  const auto qimage = synthetic_llama(q).bytes();
+  const gguf_file qf(as_span(qimage));
+  llama_model qm(qf, exact);
+  REQUIRE(qm.weight_types()[0] == weight_type::q4_k);
+  REQUIRE(max_error(qm, qf, {1, 17, 299, 3, 42, 42, 8}) <= 2e-5);
+}
+
+TEST_CASE("architectures: qwen3 prefill equals decode, and packed sequences equal sequences alone") {
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 23};
+  o.config.arch = architecture::qwen3;
+  o.config.head_dim = 32;
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f, exact);
+  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}};
+  std::vector<std::vector<float>> last(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    batch_builder b;
+    b.add(*cache.add_sequence(), prompts[p], 0);
+    const auto l = m.forward(b.view(), cache);
+    last[p].assign(l.row(0).begin(), l.row(0).end());
+    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    const kv::seq_id s = *step.add_sequence();
+    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
+      batch_builder one;
+      one.add(s, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
+      const auto d = m.forward(one.view(), step);
+      if (i + 1 == prompts[p].size())
+        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
+    }
+  }
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
+  batch_builder b;
+  std::vector<kv::seq_id> ids;
+  for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
+  for (std::size_t p : {1u, 2u, 0u}) b.add(ids[p], prompts[p], 0);
+  const auto l = m.forward(b.view(), cache);
+  std::size_t r = 0;
+  for (std::size_t p : {1u, 2u, 0u}) {
+    for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);
+    ++r;
+  }
+}
+
+TEST_CASE("architectures: bad qwen3 files raise llmkit::error naming the tensor or key") {
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 3};
+  o.config.arch = architecture::qwen3;
+  o.config.head_dim = 32;
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "")))));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "blk.1.attn_k_norm.weight")))),
+                      "gguf: missing tensor 'blk.1.attn_k_norm.weight'");
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "blk.0.attn_q_norm.weight")))),
+                      "gguf: missing tensor 'blk.0.attn_q_norm.weight'");
+  const std::vector<float> short_norm(16, 1.0f);
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(
+                          rewrite(f, "qwen3", "blk.0.attn_q_norm.weight", {{"blk.0.attn_q_norm.weight", short_norm}})))),
+                      Catch::Contains("tensor 'blk.0.attn_q_norm.weight' has dims [16,") &&
+                          Catch::Contains("expected [32, 1]"));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "", {}, {{"attention.value_length", 16}})))),
+                      "llama_config: qwen3.attention.value_length = 16 differs from the key length 32 (unsupported)");
+  // A key length that does not match the projections' rows.
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "qwen3", "", {}, {{"attention.key_length", 16},
+                                                                                {"attention.value_length", 16},
+                                                                                {"rope.dimension_count", 16}})))),
+                      Catch::Contains("tensor 'blk.0.attn_q.weight' has dims [64, 128"));
+}
+
+TEST_CASE("architectures: the fuzzer's qwen3 seed is synthetic_llama's output, and loads") {
+  synthetic_options o{.config = small_config(16, 2, 1, 32, 40), .seed = 36};
+  o.config.n_layers = 1;
+  o.config.arch = architecture::qwen3;
+  o.config.head_dim = 16;
+  o.weight_type = ggml_type::f16;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f, exact);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_qwen3.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    synthetic_llama(o).write("tiny_qwen3.gguf");
+    FAIL("tests/fuzz/gguf/tiny_qwen3.gguf is missing or stale: copy the tiny_qwen3.gguf this test just wrote to "
+         "its working directory there");
+  }
+}
+
+namespace {
+// A Gemma config: tied output, a window of 4 so that sequences of 9-20
+// tokens reach past it, ffn wider than dim.
+llama_config gemma_config(architecture arch, std::size_t n_layers) {
+  llama_config c = small_config(64, 4, 2, 128, 300);
+  c.arch = arch;
+  c.n_layers = n_layers;
+  c.sliding_window = 4;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("architectures: gemma3 and gemma2 match the double-precision oracle") {
+  struct variant {
+    architecture arch;
+    std::size_t n_layers;
+    float freq_scale, scale, attention_softcap, final_softcap;
+    bool explicit_pattern;
+  };
+  // gemma3: layers 0-4 local, 5 global, 6 local (6 on 7 layers), linear RoPE
+  // scaling on the global layers only, base 10000 on the local ones; gemma2:
+  // even layers local, soft-capping with caps small enough to bite.
+  const std::vector<variant> variants{
+      {architecture::gemma3, 7, 0.125f, 0.0f, 0.0f, 0.0f, false},
+      {architecture::gemma3, 3, 1.0f, 0.3f, 0.0f, 0.0f, true},
+      {architecture::gemma2, 4, 1.0f, 0.0f, 1.5f, 3.0f, false},
+      {architecture::gemma2, 3, 1.0f, 0.2f, 4.0f, 0.0f, true},
+  };
+  std::mt19937 rng(13);
+  for (std::size_t vi = 0; vi < variants.size(); ++vi) {
+    const variant& va = variants[vi];
+    synthetic_options o{.config = gemma_config(va.arch, va.n_layers), .seed = 500 + vi, .tied_output = true};
+    o.config.rope.theta = 1000000.0f;
+    o.config.rope.freq_scale = va.freq_scale;
+    o.config.attention_scale = va.scale;
+    o.config.attention_softcap = va.attention_softcap;
+    o.config.final_softcap = va.final_softcap;
+    if (va.explicit_pattern) o.config.local_layers = {0, 1, 0};
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    llama_model m(f, exact);
+    const llama_config& c = m.config();
+    REQUIRE(c.arch == va.arch);
+    REQUIRE(c.sliding_window == 4);
+    REQUIRE(c.tied_output);
+    if (va.explicit_pattern) {
+      REQUIRE(c.local_layers == std::vector<std::uint8_t>{0, 1, 0});
+    } else if (va.arch == architecture::gemma3) {
+      REQUIRE(c.local_layers == std::vector<std::uint8_t>{1, 1, 1, 1, 1, 0, 1});
+    } else {
+      REQUIRE(c.local_layers == std::vector<std::uint8_t>{1, 0, 1, 0});
+    }
+    if (va.arch == architecture::gemma3) {
+      REQUIRE(c.local_rope.theta == 10000.0f);
+      REQUIRE(c.local_rope.freq_scale == 1.0f);
+      REQUIRE(c.rope.freq_scale == va.freq_scale);
+    } else {
+      REQUIRE(c.local_rope.theta == c.rope.theta);
+    }
+    REQUIRE(c.attention_softcap == va.attention_softcap);
+    REQUIRE(c.final_softcap == va.final_softcap);
+    for (std::size_t n : {1u, 9u, 20u}) {
+      std::uniform_int_distribution<std::int32_t> token(0, 299);
+      std::vector<std::int32_t> tokens(n);
+      for (auto& t : tokens) t = token(rng);
+      INFO("variant " << vi << " n " << n);
+      REQUIRE(max_error(m, f, tokens) <= 2e-5);
+    }
+  }
+}
+
+TEST_CASE("architectures: gemma3 decode through the window equals prefill, and packs bit-identically") {
+  synthetic_options o{.config = gemma_config(architecture::gemma3, 7), .seed = 31, .tied_output = true};
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f, exact);
+  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1, 3, 44, 12, 250}, {42}, {3, 299, 8, 100}};
+  std::vector<std::vector<float>> last(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    batch_builder b;
+    b.add(*cache.add_sequence(), prompts[p], 0);
+    const auto l = m.forward(b.view(), cache);
+    last[p].assign(l.row(0).begin(), l.row(0).end());
+    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    const kv::seq_id s = *step.add_sequence();
+    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
+      batch_builder one;
+      one.add(s, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
+      const auto d = m.forward(one.view(), step);
+      if (i + 1 == prompts[p].size())
+        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
+    }
+  }
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
+  batch_builder b;
+  std::vector<kv::seq_id> ids;
+  for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
+  for (std::size_t p : {2u, 0u, 1u}) b.add(ids[p], prompts[p], 0);
+  const auto l = m.forward(b.view(), cache);
+  std::size_t r = 0;
+  for (std::size_t p : {2u, 0u, 1u}) {
+    for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);
+    ++r;
+  }
+}
+
+TEST_CASE("architectures: a gemma3 file with the 262144-token vocabulary") {
+  synthetic_options o{.config = gemma_config(architecture::gemma3, 1), .seed = 37, .tied_output = true};
+  o.config.dim = 32;
+  o.config.n_heads = 2;
+  o.config.n_kv_heads = 1;
+  o.config.head_dim = 16;
+  o.config.ffn_dim = 64;
+  o.config.n_vocab = 262144;
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f, exact);
+  REQUIRE(m.vocab_size() == 262144);
+  REQUIRE(tokenizer::from_gguf(f).vocab_size() == 262144);
+  REQUIRE(max_error(m, f, {262143, 0, 131072, 65536, 262000}) <= 2e-5);
+}
+
+TEST_CASE("architectures: bad gemma files raise llmkit::error naming the key or tensor") {
+  synthetic_options o{.config = gemma_config(architecture::gemma3, 3), .seed = 41, .tied_output = true};
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(rewrite(f, "gemma3", "")))));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "gemma3", "blk.2.post_ffw_norm.weight")))),
+                      "gguf: missing tensor 'blk.2.post_ffw_norm.weight'");
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "gemma3", "blk.0.post_attention_norm.weight")))),
+                      "gguf: missing tensor 'blk.0.post_attention_norm.weight'");
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "gemma3", "blk.1.attn_k_norm.weight")))),
+                      "gguf: missing tensor 'blk.1.attn_k_norm.weight'");
+  // gemma2 has no Q/K norms: the same tensors load without them.
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(rewrite(f, "gemma2", "blk.1.attn_k_norm.weight")))));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "gemma3", "", {}, {{"attention.sliding_window", drop_key}})))),
+                      "llama_config: missing gemma3.attention.sliding_window (gemma3 has sliding-window layers)");
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "gemma3", "", {}, {{"attention.sliding_window", 0}})))),
+                      "llama_config: gemma3.attention.sliding_window must be > 0");
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "gemma3", "", {}, {{"attention.sliding_window", 65}})))),
+                      "llama_config: gemma3.attention.sliding_window = 65 exceeds the context_length 64");
+  REQUIRE_THROWS_WITH(
+      llama_model(gguf_file(as_span(rewrite(f, "gemma3", "", {}, {{"attention.sliding_window_pattern", 0}})))),
+      "llama_config: unknown layer pattern gemma3.attention.sliding_window_pattern = 0 (expected every n-th layer "
+      "global, n >= 1, or one flag per layer)");
+  // A pattern of 1: every layer global.
+  const llama_model every(gguf_file(as_span(rewrite(f, "gemma3", "", {}, {{"attention.sliding_window_pattern", 1}}))), exact);
+  REQUIRE(every.config().local_layers == std::vector<std::uint8_t>{0, 0, 0});
+
+  // Pattern arrays: one flag per layer.
+  synthetic_options wrong = o;
+  wrong.config.local_layers = {1, 0};
+  REQUIRE_THROWS_WITH(synthetic_llama(wrong), "llama_config: local_layers has 2 entries for 3 layers");
+  gguf_writer w = synthetic_llama(o);
+  const std::array<bool, 2> two{true, false};
+  w.add_array("gemma3.attention.sliding_window_pattern", std::span<const bool>(two));
+  const auto short_pattern = w.bytes();
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(short_pattern))),
+                      "llama_config: gemma3.attention.sliding_window_pattern has 2 entries for 3 layers");
+  gguf_writer w2 = synthetic_llama(o);
+  const std::array<std::uint32_t, 3> non_flags{1, 2, 0};
+  w2.add_array("gemma3.attention.sliding_window_pattern", std::span<const std::uint32_t>(non_flags));
+  const auto non_flag = w2.bytes();
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(non_flag))),
+                      "llama_config: gemma3.attention.sliding_window_pattern[1] = 2 is not a flag (0 or 1)");
+  synthetic_options no_window = o;
+  no_window.config.sliding_window = 0;
+  REQUIRE_THROWS_WITH(synthetic_llama(no_window), "synthetic_llama: gemma3 needs config.sliding_window > 0");
+}
+
+TEST_CASE("architectures: the fuzzer's gemma3 seed is synthetic_llama's output, and loads") {
+  synthetic_options o{.config = small_config(16, 2, 1, 32, 40), .seed = 38, .tied_output = true};
+  o.config.n_layers = 2;
+  o.config.arch = architecture::gemma3;
+  o.config.sliding_window = 2;
+  o.config.final_softcap = 10.0f;
+  o.weight_type = ggml_type::f16;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f, exact);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_gemma3.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    synthetic_llama(o).write("tiny_gemma3.gguf");
+    FAIL("tests/fuzz/gguf/tiny_gemma3.gguf is missing or stale: copy the tiny_gemma3.gguf this test just wrote to "
+         "its working directory there");
+  }
+}
+
+TEST_CASE("architectures: a sliding window in a llama file's metadata is honoured") {
+  // Mistral 7B v0.1 style: every layer sees the last `window` positions.
+  for (const std::size_t window : {1u, 3u, 8u}) {
+    synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 600 + window};
+    o.config.sliding_window = window;
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.get<std::size_t>("llama.attention.sliding_window") == window);
+    llama_model m(f, exact);
+    REQUIRE(m.config().sliding_window == window);
+    REQUIRE(m.config().local_layers == std::vector<std::uint8_t>{1, 1});
+    REQUIRE(m.config().local_rope.theta == m.config().rope.theta);
+    const std::vector<std::int32_t> tokens{5, 9, 200, 7, 7, 1, 3, 44, 12, 250, 17, 2};
+    INFO("window " << window);
+    REQUIRE(max_error(m, f, tokens) <= 2e-5);
+    // The same weights without the key attend to everything: the last
+    // position's logits move once the sequence is longer than the window.
+    llama_model full(gguf_file(as_span(rewrite(f, "llama", "", {}, {{"attention.sliding_window", drop_key}}))), exact);
+    REQUIRE(full.config().sliding_window == 0);
+    auto last = [&](llama_model& model) {
+      kv::contiguous_cache<float> cache(model.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+      batch_builder b;
+      b.add(*cache.add_sequence(), tokens, 0);
+      const auto l = model.forward(b.view(), cache);
+      return std::vector<float>(l.row(0).begin(), l.row(0).end());
+    };
+    REQUIRE(last(m) != last(full));
+  }
+  // A window wider than the context is refused, by the writer and the reader.
+  synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 7};
+  o.config.sliding_window = 65;
+  REQUIRE_THROWS_WITH(synthetic_llama(o), "llama_config: sliding_window = 65 exceeds context_length = 64");
+  o.config.sliding_window = 4;
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "llama", "", {}, {{"context_length", 3}})))),
+                      "llama_config: llama.attention.sliding_window = 4 exceeds the context_length 3");
+}
+
+namespace {
+// LongRoPE-like divisors: short ones near 1, long ones growing with the pair.
+std::vector<float> longrope_factors(std::size_t n, bool long_set) {
+  std::vector<float> f(n);
+  for (std::size_t i = 0; i < n; ++i) f[i] = long_set ? 1.0f + 3.0f * float(i) : 1.0f + 0.05f * float(i % 5);
+  return f;
+}
+}  // namespace
+
+TEST_CASE("architectures: phi3 (fused Q|K|V and gate|up, partial rotary, LongRoPE) matches the oracle") {
+  struct shape {
+    std::size_t dim, heads, kv_heads, head_dim, rotary;
+    bool longrope;
+  };
+  // Phi-3.5-mini: MHA, rotary = head; Phi-4-mini: GQA, rotary 3/4 of the head.
+  const std::vector<shape> shapes{{64, 4, 4, 16, 16, false}, {64, 4, 4, 16, 16, true}, {64, 2, 1, 32, 24, true},
+                                  {96, 3, 1, 32, 16, true}};
+  std::mt19937 rng(17);
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const shape sh = shapes[si];
+    synthetic_options o{.config = small_config(sh.dim, sh.heads, sh.kv_heads, 96, 300),
+                        .seed = 700 + si,
+                        .tied_output = si % 2 == 1};
+    o.config.arch = architecture::phi3;
+    o.config.head_dim = sh.head_dim;
+    o.config.rope.rotary_dim = sh.rotary;
+    if (sh.longrope) {
+      o.config.rope_long_factors = longrope_factors(sh.rotary / 2, true);
+      o.config.rope_short_factors = longrope_factors(sh.rotary / 2, false);
+      o.config.original_context_length = 16;
+      o.config.rope_attn_factor = 1.19f;
+    }
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.find_tensor("blk.0.attn_qkv.weight") != nullptr);
+    REQUIRE(f.find_tensor("blk.0.attn_q.weight") == nullptr);
+    REQUIRE(f.find_tensor("blk.0.ffn_gate.weight") == nullptr);
+    REQUIRE(f.tensor("blk.0.ffn_up.weight").rows() == 2 * 96);
+    // The file's context (64) is past the original 16: the long factors;
+    // a 16-token run takes the short ones.
+    for (const std::size_t context : {0u, 16u}) {
+      llama_model m(f, {.activations = activation_type::f32, .context_length = context});
+      INFO("shape " << si << " context " << context);
+      if (sh.longrope)
+        REQUIRE(m.config().rope.freq_factors == (context == 0 ? o.config.rope_long_factors : o.config.rope_short_factors));
+      reference::llama_reference ref(f);
+      if (context != 0) ref.context = context;
+      for (std::size_t n : {1u, 9u, 20u}) {
+        std::uniform_int_distribution<std::int32_t> token(0, 299);
+        std::vector<std::int32_t> tokens(n);
+        for (auto& t : tokens) t = token(rng);
+        INFO("n " << n);
+        REQUIRE(max_error(m, ref, tokens) <= 2e-5);
+      }
+    }
+  }
+  // Q4_K_M: the fused tensors are Q4_K (layer 0 is not one of the two
+  // layers' "more bits" ones), the output Q6_K.
+  synthetic_options q{.config = small_config(256, 2, 2, 256, 300), .seed = 13};
+  q.config.arch = architecture::phi3;
+  q.tensor_types = q4_k_m_types(q);
+  const auto qimage = synthetic_llama(q).bytes();
+  const gguf_file qf(as_span(qimage));
+  REQUIRE(qf.tensor("blk.1.ffn_down.weight").type == ggml_type::q6_k);
+  llama_model qm(qf, exact);
+  REQUIRE(qm.weight_types() == std::array{weight_type::q4_k, weight_type::q4_k, weight_type::q4_k,
+                                          weight_type::q4_k, weight_type::q6_k});
+  REQUIRE(max_error(qm, qf, {1, 17, 299, 3, 42, 42, 8}) <= 2e-5);
+}
+
+TEST_CASE("architectures: phi3 sliding windows, and bad phi3 files") {
+  synthetic_options o{.config = small_config(64, 4, 4, 96, 300), .seed = 43};
+  o.config.arch = architecture::phi3;
+  o.config.sliding_window = 3;  // Phi-3-mini-4k: 2047 of 4096
+  o.config.rope_long_factors = longrope_factors(8, true);
+  o.config.rope_short_factors = longrope_factors(8, false);
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f, exact);
+  REQUIRE(m.config().sliding_window == 3);
+  REQUIRE(max_error(m, f, {5, 9, 200, 7, 7, 1, 3, 44, 12, 250}) <= 2e-5);
+  // Phi-3.5-mini / Phi-4-mini files: window 262144 > context 131072, full attention.
+  for (const std::uint32_t window : {64u, 100u}) {
+    const llama_model full(gguf_file(as_span(rewrite(f, "phi3", "", {}, {{"attention.sliding_window", window}}))), exact);
+    REQUIRE(full.config().sliding_window == 0);
+  }
+
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "phi3", "blk.1.attn_qkv.weight")))),
+                      "gguf: missing tensor 'blk.1.attn_qkv.weight'");
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "phi3", "rope_factors_short.weight")))),
+                      "llama_config: tensor 'rope_factors_long.weight' without 'rope_factors_short.weight'");
+  REQUIRE_THROWS_WITH(
+      llama_model(gguf_file(as_span(rewrite(f, "phi3", "rope_factors_long.weight",
+                                            {{"rope_factors_long.weight", longrope_factors(7, true)}})))),
+      "llama_config: tensor 'rope_factors_long.weight' has 7 values in 1 dims, expected [rotary_dim / 2 = 8]");
+  std::vector<float> zero = longrope_factors(8, false);
+  zero[2] = 0.0f;
+  REQUIRE_THROWS_WITH(
+      llama_model(gguf_file(as_span(rewrite(f, "phi3", "rope_factors_short.weight", {{"rope_factors_short.weight", zero}})))),
+      "llama_config: tensor 'rope_factors_short.weight' value 2 = 0 must be finite and > 0");
+  // The projections as llama's separate tensors are not phi3's.
+  synthetic_options split = o;
+  split.config.arch = architecture::llama;
+  const auto llama_image = synthetic_llama(split).bytes();
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(gguf_file(as_span(llama_image)), "phi3", "")))),
+                      "gguf: missing tensor 'blk.0.attn_qkv.weight'");
+  synthetic_options bad = o;
+  bad.config.rope_attn_factor = 0.0f;
+  REQUIRE_THROWS_WITH(synthetic_llama(bad), "llama_config: rope_attn_factor = 0 must be finite and > 0");
+  bad = o;
+  bad.config.rope_short_factors.pop_back();
+  REQUIRE_THROWS_WITH(synthetic_llama(bad), "llama_config: LongRoPE factors have 8 (long) and 7 (short) values, "
+                                            "expected rotary_dim / 2 = 8 each");
+}
+
+TEST_CASE("architectures: the fuzzer's phi3 seed is synthetic_llama's output, and loads") {
+  synthetic_options o{.config = small_config(16, 2, 1, 32, 40), .seed = 39};
+  o.config.n_layers = 1;
+  o.config.arch = architecture::phi3;
+  o.config.rope.rotary_dim = 4;
+  o.config.rope_long_factors = {1.0f, 4.0f};
+  o.config.rope_short_factors = {1.0f, 1.5f};
+  o.config.original_context_length = 16;
+  o.config.rope_attn_factor = 1.2f;
+  o.weight_type = ggml_type::f16;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f, exact);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_phi3.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    synthetic_llama(o).write("tiny_phi3.gguf");
+    FAIL("tests/fuzz/gguf/tiny_phi3.gguf is missing or stale: copy the tiny_phi3.gguf this test just wrote to "
+         "its working directory there");
+  }
+}
+
+TEST_CASE("architectures: the fuzzer's gemma2 seed is synthetic_llama's output, and loads") {
+  // Gemma 2's soft-caps and an explicit flag pattern, Q8_0 matrices.
+  synthetic_options o{.config = small_config(32, 2, 1, 64, 40), .seed = 40, .tied_output = true};
+  o.config.n_layers = 2;
+  o.config.arch = architecture::gemma2;
+  o.config.sliding_window = 2;
+  o.config.local_layers = {1, 0};
+  o.config.attention_softcap = 3.0f;
+  o.config.final_softcap = 5.0f;
+  o.weight_type = ggml_type::q8_0;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f, exact);
+  REQUIRE(m.config().attention_softcap == 3.0f);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_gemma2.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    synthetic_llama(o).write("tiny_gemma2.gguf");
+    FAIL("tests/fuzz/gguf/tiny_gemma2.gguf is missing or stale: copy the tiny_gemma2.gguf this test just wrote to "
+         "its working directory there");
   }
 }

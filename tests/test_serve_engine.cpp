@@ -9,6 +9,7 @@
 #include <llmkit/kv/paged_cache.hpp>
 #include <llmkit/kv/prefix_cache.hpp>
 #include <llmkit/model/llama.hpp>
+#include <llmkit/model/synthetic.hpp>
 #include <llmkit/model/tokenizer.hpp>
 #include <llmkit/serve/serve.hpp>
 
@@ -1033,4 +1034,55 @@ TEST_CASE("engine: a corrupt KV buffer ends only its request, staged requests ca
   small.policy.mode = sched::batching::request_level;
   small.policy.max_step_tokens = 256;
   REQUIRE_THROWS_WITH(serve::engine(s.model, cache, serial, small), Catch::Contains("needs continuous batching"));
+}
+
+TEST_CASE("engine: every architecture runs, its greedy tokens equal the model's own greedy decoding") {
+  // Synthetic files of each architecture; a window of 4 positions (gemma,
+  // phi3) that 20 new tokens after a 6-token prompt run far past.
+  for (const auto arch : {model::architecture::qwen3, model::architecture::gemma2, model::architecture::gemma3,
+                          model::architecture::phi3, model::architecture::qwen2, model::architecture::llama}) {
+    model::llama_config c;
+    c.arch = arch;
+    c.n_vocab = 300;
+    c.dim = 64;
+    c.n_layers = 3;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = arch == model::architecture::qwen3 ? 32 : 16;
+    c.ffn_dim = 96;
+    c.context_length = 64;
+    c.sliding_window = arch == model::architecture::gemma2 || arch == model::architecture::gemma3 ||
+                               arch == model::architecture::phi3
+                           ? 4
+                           : 0;
+    if (arch == model::architecture::gemma2) c.final_softcap = 5.0f;
+    const auto image = model::synthetic_llama({.config = c, .seed = 77, .tied_output = true}).bytes();
+    const model::gguf_file file{std::span<const std::byte>(image)};
+    model::llama_model m(file);
+    INFO(model::traits(arch).name);
+    serial_executor serial;
+    recorder rec;
+    cache_t cache(m.kv_shape(), {.n_blocks = 16});
+    serve::engine eng(m, cache, serial, small_steps());
+    const std::vector<token_id> prompt{1, 17, 299, 3, 42, 8};
+    const auto h = eng.submit({.prompt = prompt, .stop = {.max_new_tokens = 20}, .on_event = rec.sink()}).handle;
+    eng.run_until_idle();
+    const record r = rec.get(h);
+
+    cache_t ref(m.kv_shape(), {.n_blocks = 16});
+    const auto seq = *ref.add_sequence();
+    std::vector<token_id> ctx = prompt, expected;
+    std::size_t done = 0;
+    model::batch_builder b;
+    while (expected.size() < 20) {
+      b.clear();
+      b.add(seq, std::span<const token_id>(ctx).subspan(done), static_cast<std::int32_t>(done));
+      done = ctx.size();
+      const auto row = m.forward(b.view(), ref).row(0);
+      const auto t = static_cast<token_id>(std::max_element(row.begin(), row.end()) - row.begin());
+      expected.push_back(t);
+      ctx.push_back(t);
+    }
+    REQUIRE(r.tokens == expected);
+  }
 }

@@ -1056,3 +1056,66 @@ TEST_CASE("chatml: a user cannot forge a system turn (stories260K's vocabulary w
   CHECK(count(benign_ids, im_start) == 3);
   CHECK(benign_ids == tok.encode(q.text, {.add_bos = true, .parse_special = true}));
 }
+
+TEST_CASE("chat_template_kwargs.enable_thinking (vLLM's and llama-server's switch)") {
+  CHECK(ok(api_kind::chat_completions, chat_body()).enable_thinking);
+  json off = chat_body();
+  off["chat_template_kwargs"] = {{"enable_thinking", false}};
+  CHECK_FALSE(ok(api_kind::chat_completions, off).enable_thinking);
+  json other = chat_body();
+  other["chat_template_kwargs"] = {{"custom", 3}};
+  CHECK(ok(api_kind::chat_completions, other).enable_thinking);
+  json bad = chat_body();
+  bad["chat_template_kwargs"] = {{"enable_thinking", "no"}};
+  const api_error e = error_of(api_kind::chat_completions, bad.dump());
+  CHECK(e.status == 400);
+  CHECK(e.param == "chat_template_kwargs.enable_thinking");
+  CHECK(e.message.find("must be a boolean") != std::string::npos);
+  bad["chat_template_kwargs"] = json::array({1});
+  CHECK(error_of(api_kind::chat_completions, bad.dump()).param == "chat_template_kwargs");
+}
+
+TEST_CASE("reasoning_content: the whole answer and streamed deltas") {
+  choice_result c{.text = "Four.", .finish = serve::finish_kind::stop};
+  c.reasoning = "2 + 2";
+  const json chat = json::parse(completion_response(api_kind::chat_completions, header, {c}, {4, 9}, false));
+  CHECK(chat.at("choices")[0].at("message") ==
+        json{{"role", "assistant"}, {"content", "Four."}, {"reasoning_content", "2 + 2"}});
+  const json chunk = json::parse(reasoning_chunk(header, 1, "Let"));
+  CHECK(chunk.at("object") == "chat.completion.chunk");
+  CHECK(chunk.at("choices")[0].at("index") == 1);
+  CHECK(chunk.at("choices")[0].at("delta") == json{{"reasoning_content", "Let"}});
+
+  // Pieces as Qwen3 emits them (<think> and </think> are single tokens), or
+  // with the markers cut across pieces: the same split.
+  const std::vector<std::vector<std::string>> streams{
+      {"<think>", "\n", "Let me", " see.", "\n", "</think>", "\n\n", "Four", "."},
+      {"<th", "ink>\nLet", " me see.\n</th", "ink>", "\n", "\nFour."},
+      {"<think>\nLet me see.\n</think>\n\nFour."}};
+  for (const auto& pieces : streams) {
+    reasoning_stream s;
+    std::string reasoning, content;
+    for (const auto& p : pieces) {
+      const auto parts = s.feed(p);
+      reasoning += parts.reasoning;
+      content += parts.content;
+    }
+    const auto rest = s.finish();
+    reasoning += rest.reasoning;
+    content += rest.content;
+    INFO(pieces.size() << " pieces");
+    CHECK(reasoning == "Let me see.\n");  // the newline before </think> was sent before the marker came
+    CHECK(content == "Four.");
+  }
+  // No <think> first: no thinking block, all content.
+  reasoning_stream plain;
+  CHECK(plain.feed("\n").content.empty());
+  CHECK(plain.feed("Four").content == "\nFour");
+  CHECK(plain.feed(".</think>").content == ".</think>");
+  CHECK(plain.finish().content.empty());
+  // Cut off while thinking: everything is reasoning, a partial marker too.
+  reasoning_stream s;
+  CHECK(s.feed("<think>\nhmm").reasoning == "hmm");
+  CHECK(s.feed(" </thi").reasoning == " ");
+  CHECK(s.finish().reasoning == "</thi");
+}

@@ -55,6 +55,9 @@ struct chat_prompt {
   /// (everything else is the template's), sorted, not overlapping.
   std::vector<llmkit::model::text_span> contents{};
   std::vector<token_id> end_of_turn{};
+  /// Whether the answer opens with a thinking block (Qwen3 with thinking
+  /// on): the server returns it as `reasoning_content`.
+  bool reasoning = false;
 };
 
 /// What special-token texts (`</s>`, `<|im_start|>`, `<|eot_id|>`) in a
@@ -87,7 +90,9 @@ class backend {
   /// nullopt when there is none.
   /// @throws llmkit::error when the template refuses the conversation
   ///         (e.g. Llama 2's turns must alternate user / assistant)
-  virtual std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const = 0;
+  /// `enable_thinking`: chat_template_kwargs.enable_thinking (Qwen3).
+  virtual std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages,
+                                                 bool enable_thinking) const = 0;
   /// The text of one token (for logprobs).
   virtual std::string token_text(token_id token) const = 0;
   /// POST /tokenize: `text` to ids, BOS in front only when `add_special`
@@ -114,6 +119,7 @@ class backend {
 struct prepared_request {
   serve::generation_request request;
   std::size_t n_prompt = 0;
+  bool reasoning = false;  ///< the answer opens with a thinking block (chat_prompt::reasoning)
 };
 
 /// The engine's beam search for a parsed request's `beam` (nullopt: sampling).
@@ -141,12 +147,13 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   const model_limits limits{.n_ctx = info.n_ctx, .n_vocab = info.n_vocab};
   std::vector<token_id> prompt;
   std::vector<token_id> eos = info.eos_tokens;
+  bool reasoning = false;
   if (r.kind == api_kind::completions) {
     prompt = r.prompt_is_tokens ? r.prompt_tokens : model.tokenize(r.prompt_text);
   } else {
     std::optional<chat_prompt> chat;
     try {
-      chat = model.format_chat(r.messages);
+      chat = model.format_chat(r.messages, r.enable_thinking);
     } catch (const llmkit::error& e) {
       std::string what = e.what();
       if (what.size() > 300) what = what.substr(0, 300) + "...";
@@ -156,6 +163,7 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
       return invalid_request("messages", "the model has no chat template (tokenizer.chat_template); start "
                                          "llmkit-server with --chat-template NAME");
     prompt = model.tokenize_chat(*chat);
+    reasoning = chat->reasoning;
     eos.insert(eos.end(), chat->end_of_turn.begin(), chat->end_of_turn.end());
   }
   const auto budget = completion_budget(r, prompt.size(), limits);
@@ -167,15 +175,16 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
                                       .stop = stop_rules(r, std::get<std::size_t>(budget), std::move(eos)),
                                       .top_logprobs = r.logprobs.value_or(0),
                                       .n = r.n,
+                                      .beam = beam_of(r),
                                       .speculative = drafting.drafter != serve::draft_source::none &&
                                                              r.speculative.value_or(true) && !r.beam
                                                          ? serve::speculation{drafting.drafter,
                                                                               r.speculative_n_max.value_or(
                                                                                   drafting.max_tokens)}
                                                          : serve::speculation{},
-                                      .beam = beam_of(r),
                                       .on_event = {}},
-                          .n_prompt = n_prompt};
+                          .n_prompt = n_prompt,
+                          .reasoning = reasoning};
 }
 
 }  // namespace llmkit_server

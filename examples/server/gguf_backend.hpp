@@ -40,12 +40,13 @@ inline std::vector<token_id> encode_chat(const llmkit::model::tokenizer& tok, co
 /// end-of-turn token looked up in `tok`.
 /// @throws llmkit::error when the template refuses the conversation
 inline chat_prompt format_chat_prompt(const llmkit::model::tokenizer& tok, const llmkit::model::chat_template& t,
-                                      const std::vector<chat_message>& messages) {
+                                      const std::vector<chat_message>& messages, bool enable_thinking = true) {
   std::vector<llmkit::model::chat_message> m;
   m.reserve(messages.size());
   for (const auto& x : messages) m.push_back({x.role, x.content});
-  llmkit::model::formatted_chat f = t.format_marked(m);
+  llmkit::model::formatted_chat f = t.format_marked(m, {.enable_thinking = enable_thinking});
   chat_prompt p{.text = std::move(f.text), .contents = std::move(f.contents)};
+  p.reasoning = t.has_reasoning() && enable_thinking;
   if (const auto eot = tok.find(t.end_of_turn_text())) p.end_of_turn.push_back(*eot);
   return p;
 }
@@ -59,9 +60,10 @@ class gguf_backend : public backend {
 
   std::vector<token_id> tokenize_chat(const chat_prompt& chat) const override { return encode_chat(tok_, chat, user_); }
 
-  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages) const override {
+  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages,
+                                         bool enable_thinking) const override {
     if (!template_) return std::nullopt;
-    return format_chat_prompt(tok_, *template_, messages);
+    return format_chat_prompt(tok_, *template_, messages, enable_thinking);
   }
 
   std::string token_text(token_id token) const override {

@@ -490,6 +490,13 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
   if (!beam && field(body, "length_penalty") != nullptr)
     reject("length_penalty", "'length_penalty' needs 'use_beam_search': true");
   if (const auto s = bool_field(body, "stream")) r.stream = *s;
+  if (const json* kw = field(body, "chat_template_kwargs"); kw && kind == api_kind::chat_completions) {
+    if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
+    if (const json* t = field(*kw, "enable_thinking")) {
+      if (!t->is_boolean()) wrong_type("chat_template_kwargs.enable_thinking", "a boolean", *t);
+      r.enable_thinking = t->get<bool>();
+    }
+  }
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
     if (const auto u = bool_field(*so, "include_usage")) r.include_usage = *u;
@@ -841,6 +848,7 @@ std::string completion_response(api_kind kind, const response_header& h, const s
       ordered_json message;
       message["role"] = "assistant";
       message["content"] = c.text;
+      if (c.reasoning) message["reasoning_content"] = *c.reasoning;
       choice["message"] = std::move(message);
       if (with_logprobs) {
         ordered_json content = ordered_json::array();
@@ -908,6 +916,79 @@ std::string piece_chunk(api_kind kind, const response_header& h, std::size_t ind
   choice["finish_reason"] = nullptr;
   j["choices"] = ordered_json::array({std::move(choice)});
   return dump(j);
+}
+
+std::string reasoning_chunk(const response_header& h, std::size_t index, std::string_view text) {
+  ordered_json j = chunk_head(api_kind::chat_completions, h);
+  ordered_json choice;
+  choice["index"] = index;
+  ordered_json delta;
+  delta["reasoning_content"] = std::string(text);
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return dump(j);
+}
+
+namespace {
+// The length of the longest suffix of `s` that is a proper prefix of `marker`.
+std::size_t partial_marker(std::string_view s, std::string_view marker) {
+  for (std::size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
+    if (marker.starts_with(s.substr(s.size() - n))) return n;
+  return 0;
+}
+}  // namespace
+
+reasoning_stream::parts reasoning_stream::feed(std::string_view text) {
+  held_ += text;
+  parts out;
+  if (!opened_) {  // a leading "<think>" (after newlines) is the block's marker, not reasoning
+    const std::size_t start = held_.find_first_not_of('\n');
+    if (start == std::string::npos) return out;
+    const std::string_view rest = std::string_view(held_).substr(start);
+    if (rest.size() < 7 && std::string_view("<think>").starts_with(rest)) return out;
+    // An answer that does not open with "<think>" has no thinking block (as
+    // llama-server parses Qwen3's): all of it is content.
+    thinking_ = rest.starts_with("<think>");
+    answered_ = !thinking_;  // its text is kept as generated, leading newlines too
+    held_.erase(0, thinking_ ? start + 7 : 0);
+    opened_ = true;
+  }
+  if (thinking_) {
+    const std::size_t close = held_.find("</think>");
+    if (close == std::string::npos) {
+      const std::size_t keep = partial_marker(held_, "</think>");
+      out.reasoning = held_.substr(0, held_.size() - keep);
+      held_.erase(0, held_.size() - keep);
+    } else {
+      out.reasoning = held_.substr(0, close);
+      held_.erase(0, close + 8);
+      thinking_ = false;
+    }
+    if (!reasoned_) {  // newlines right after "<think>" are the block's layout
+      const std::size_t start = out.reasoning.find_first_not_of('\n');
+      out.reasoning.erase(0, start == std::string::npos ? out.reasoning.size() : start);
+      reasoned_ = !out.reasoning.empty();
+    }
+  }
+  if (!thinking_) {
+    if (!answered_) {
+      const std::size_t start = held_.find_first_not_of('\n');
+      held_.erase(0, start == std::string::npos ? held_.size() : start);
+      answered_ = !held_.empty();
+    }
+    out.content = std::move(held_);
+    held_.clear();
+  }
+  return out;
+}
+
+reasoning_stream::parts reasoning_stream::finish() {
+  parts out;
+  (thinking_ ? out.reasoning : out.content) = std::move(held_);
+  held_.clear();
+  return out;
 }
 
 std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, serve::finish_kind finish) {

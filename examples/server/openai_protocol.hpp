@@ -174,6 +174,10 @@ struct generation_request {
   std::optional<bool> speculative{};
   /// `speculative.n_max` (llama-server's name): most guessed tokens per step.
   std::optional<std::size_t> speculative_n_max{};
+  /// Chat: `chat_template_kwargs.enable_thinking` (vLLM's and llama-server's
+  /// switch of Qwen3's thinking block); other keys of chat_template_kwargs
+  /// are ignored, as the built-in templates take no others.
+  bool enable_thinking = true;
 };
 
 /// A request or the error that answers it.
@@ -262,6 +266,9 @@ struct token_piece {
 /// A finished choice.
 struct choice_result {
   std::string text{};
+  /// A reasoning model's thinking (chat): the message's `reasoning_content`,
+  /// `text` then being the answer after it; nullopt: no such field.
+  std::optional<std::string> reasoning{};
   std::vector<token_piece> pieces{};  ///< per token, when logprobs were asked for
   serve::finish_kind finish = serve::finish_kind::stop;  ///< its `finish_reason`: serve::to_string(finish)
 };
@@ -296,6 +303,34 @@ std::string chat_role_chunk(const response_header& h, std::size_t index);
 /// `piece.top` and `piece.logprob` are reported when `with_logprobs`.
 std::string piece_chunk(api_kind kind, const response_header& h, std::size_t index, const token_piece& piece,
                         bool with_logprobs);
+/// A streamed piece of a reasoning model's thinking: `delta: {"reasoning_content": text}`.
+std::string reasoning_chunk(const response_header& h, std::size_t index, std::string_view text);
+
+/// A reasoning model's streamed answer split as it arrives: when it opens
+/// with `<think>`, the text up to `</think>` is reasoning (the `<think>` and
+/// the newlines after it dropped) and the rest content (its leading
+/// newlines dropped), as llmkit::model::split_reasoning splits a whole
+/// answer, except that newlines just before `</think>` are already sent; an
+/// answer that does not open with `<think>` is all content. Text that may be the
+/// start of a marker is held back until the next piece (or finish()).
+class reasoning_stream {
+ public:
+  struct parts {
+    std::string reasoning{}, content{};
+  };
+  /// The next piece of generated text.
+  parts feed(std::string_view text);
+  /// What is held back, at the end of the answer.
+  parts finish();
+
+ private:
+  std::string held_{};
+  bool opened_ = false;    // past a leading "<think>" (or text that is not one)
+  bool thinking_ = true;   // before "</think>"
+  bool reasoned_ = false;  // reasoning other than newlines has been sent
+  bool answered_ = false;  // content other than newlines has been sent
+};
+
 /// The last chunk of choice `index`: empty text / delta and its finish_reason.
 std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, serve::finish_kind finish);
 /// stream_options.include_usage: a chunk with empty `choices` and `usage`.

@@ -36,6 +36,8 @@
 #include <vector>
 
 #include "../example_cli.hpp"
+#include <llmkit/model/chat_template.hpp>
+
 #include "backend.hpp"
 #include "http_server.hpp"
 #include "engine_backend.hpp"
@@ -111,6 +113,9 @@ struct generation {
   bool stream = false;
   bool include_usage = false;
   bool with_logprobs = false;
+  /// The answers open with a thinking block: split into reasoning_content and content.
+  bool reasoning = false;
+  std::vector<reasoning_stream> splitters;  // per choice, when streaming a reasoning answer
   response_header header;
   std::size_t n_prompt = 0;
   steady::time_point arrival = steady::now();
@@ -171,6 +176,7 @@ struct generation {
       add_piece(index, piece, with_logprobs ? piece_content::text_and_logprobs : piece_content::text);
     } else {
       if (!e.text.empty()) add_piece(index, piece, piece_content::text);
+      if (stream && reasoning) flush_reasoning(index);
       choices[index].finish = e.finish;
       state.metrics.record_finish(e.finish);
       if (e.finish == serve::finish_kind::error && !failure) failure = internal_error("generation failed: " + e.error);
@@ -202,6 +208,18 @@ struct generation {
     answered = true;
     if (stream) return ex->finish();
     if (failure) return send_error(*ex, *failure, state);
+    if (reasoning)
+      for (choice_result& c : choices) {
+        // As the stream splits it: only an answer that opens with <think> has reasoning.
+        const std::size_t start = c.text.find_first_not_of('\n');
+        if (start == std::string::npos || !std::string_view(c.text).substr(start).starts_with("<think>")) {
+          c.reasoning = std::string();
+          continue;
+        }
+        const auto split = llmkit::model::split_reasoning(c.text);
+        c.reasoning = std::string(split.reasoning);
+        c.text = std::string(split.content);
+      }
     ex->reply({.body = completion_response(kind, header, choices, {n_prompt, n_generated}, with_logprobs)});
   }
 
@@ -221,8 +239,26 @@ struct generation {
     answer_if_done();
   }
 
+  // Under the mutex: what choice `index`'s splitter held back, at its end.
+  void flush_reasoning(std::size_t index) {
+    const auto parts = splitters[index].finish();
+    if (!parts.reasoning.empty()) emit(sse_event(reasoning_chunk(header, index, parts.reasoning)));
+    if (!parts.content.empty()) emit(sse_event(piece_chunk(kind, header, index, {.text = parts.content}, false)));
+  }
+
   void add_piece(std::size_t index, const token_piece& piece, piece_content content) {
     const bool keep_token = content == piece_content::text_and_logprobs;
+    if (stream && reasoning) {
+      // Thinking goes out as reasoning_content deltas; logprobs ride on the content chunk.
+      const auto parts = splitters[index].feed(piece.text);
+      if (!parts.reasoning.empty()) emit(sse_event(reasoning_chunk(header, index, parts.reasoning)));
+      if (!parts.content.empty() || (keep_token && parts.reasoning.empty())) {
+        token_piece content = piece;
+        content.text = parts.content;
+        emit(sse_event(piece_chunk(kind, header, index, content, keep_token)));
+      }
+      return;
+    }
     if (stream) {
       if (!piece.text.empty() || keep_token) emit(sse_event(piece_chunk(kind, header, index, piece, keep_token)));
       return;
@@ -253,6 +289,8 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   gen->stream = r.stream;
   gen->include_usage = r.include_usage;
   gen->with_logprobs = r.logprobs.has_value();
+  gen->reasoning = std::get<prepared_request>(prepared).reasoning;
+  gen->splitters.resize(r.n);
   gen->header = {.id = (kind == api_kind::completions ? "cmpl-" : "chatcmpl-") + std::to_string(id),
                  .created = static_cast<std::int64_t>(std::time(nullptr)),
                  .model = info.id};
@@ -363,7 +401,7 @@ int main(int argc, char** argv) {
   std::size_t draft_max = 4, draft_max_decodes = engine_backend_options{}.draft_max_decodes;
   double drain_seconds = 10.0;
   std::string api_key;
-  cli.add_option("--model", bo.model_path, "GGUF model file (llama or qwen2 architecture)");
+  cli.add_option("--model", bo.model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
   cli.add_option("--host", host, "address to listen on (loopback unless told otherwise)");
   cli.add_option("--port", port, "TCP port; 0 = any free port (printed on stdout)").in_range(0, 65535);
   cli.add_option("--threads", threads, "forward-pass threads; 0 = by the model's size");

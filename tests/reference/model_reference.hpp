@@ -3,8 +3,15 @@
 // Naive oracles for model/: an O(n^2) SentencePiece-BPE encoder and a
 // double-precision Llama-family forward pass over whole sequences (no cache),
 // written from the architectures' definitions: llama (interleaved RoPE
-// pairs (2i, 2i+1)) and qwen2 (Q/K/V biases, split-half pairs (i, i+rot/2)),
-// each with optional rope_freqs.weight frequency divisors.
+// pairs (2i, 2i+1)), qwen2 (Q/K/V biases, split-half pairs (i, i+rot/2)) and
+// qwen3 (split-half pairs, RMSNorm of every Q and K head before RoPE, heads
+// of attention.key_length), gemma2 / gemma3 (embeddings times sqrt(dim),
+// RMSNorms of the attention and FFN outputs, GELU-tanh gate, local layers
+// seeing the last `window` positions with their own RoPE base, attention
+// and final soft-capping, Q/K norms for gemma3), phi3 (Q|K|V and gate|up
+// each one tensor, LongRoPE divisors chosen by the context, cos and sin
+// times rope.scaling.attn_factor) and llama with a sliding window, each with
+// optional rope_freqs.weight frequency divisors.
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +22,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <llmkit/core/dtype.hpp>
@@ -81,25 +89,70 @@ struct llama_reference {
   double eps = 1e-5, theta = 10000.0, freq_scale = 1.0;
   bool neox = false;       // split-half RoPE pairs (qwen2)
   bool qkv_bias = false;   // blk.N.attn_{q,k,v}.bias (qwen2)
+  bool qk_norm = false;    // blk.N.attn_{q,k}_norm.weight (qwen3, gemma3)
+  bool gemma = false;      // sqrt(dim) embeddings, post-norms, GELU-tanh gate
+  std::size_t window = 0;  // sliding window of the local layers, 0: none
+  std::vector<bool> local; // [n_layers] local layers
+  double local_theta = 10000.0, local_freq_scale = 1.0;
+  double scale = 0.0, attn_cap = 0.0, final_cap = 0.0;  // 0: 1/sqrt(head_dim), none, none
+  bool fused = false;         // attn_qkv, ffn_up = gate|up (phi3)
+  double attn_factor = 1.0;   // rope.scaling.attn_factor
+  std::size_t context = 0, original_context = 0;  // LongRoPE: long factors when context > original_context
+  std::vector<double> long_factors, short_factors;
   std::vector<double> freq_factors;  // rope_freqs.weight, empty when absent
   const model::gguf_file* file = nullptr;
 
   explicit llama_reference(const model::gguf_file& f) : file(&f) {
     const std::string arch(f.get<std::string_view>("general.architecture"));
     const std::string p = arch + ".";
-    neox = qkv_bias = arch == "qwen2";
+    gemma = arch == "gemma2" || arch == "gemma3";
+    fused = arch == "phi3";
+    neox = arch == "qwen2" || arch == "qwen3" || gemma || fused;
+    qkv_bias = arch == "qwen2";
+    qk_norm = arch == "qwen3" || arch == "gemma3";
     dim = f.get<std::size_t>(p + "embedding_length");
     n_layers = f.get<std::size_t>(p + "block_count");
     n_heads = f.get<std::size_t>(p + "attention.head_count");
     n_kv_heads = f.get_optional<std::size_t>(p + "attention.head_count_kv").value_or(n_heads);
     ffn = f.get<std::size_t>(p + "feed_forward_length");
-    head_dim = dim / n_heads;
+    head_dim = f.get_optional<std::size_t>(p + "attention.key_length").value_or(dim / n_heads);
     rot = f.get_optional<std::size_t>(p + "rope.dimension_count").value_or(head_dim);
     eps = f.get_optional<double>(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
     theta = f.get_optional<double>(p + "rope.freq_base").value_or(10000.0);
     if (auto factor = f.get_optional<double>(p + "rope.scaling.factor")) freq_scale = 1.0 / *factor;
     if (f.find_tensor("rope_freqs.weight")) freq_factors = load("rope_freqs.weight");
     n_vocab = f.tensor("token_embd.weight").rows();
+    context = f.get_optional<std::size_t>(p + "context_length").value_or(2048);
+    original_context = f.get_optional<std::size_t>(p + "rope.scaling.original_context_length").value_or(context);
+    attn_factor = f.get_optional<double>(p + "rope.scaling.attn_factor").value_or(1.0);
+    if (f.find_tensor("rope_factors_long.weight")) {
+      long_factors = load("rope_factors_long.weight");
+      short_factors = load("rope_factors_short.weight");
+    }
+    scale = f.get_optional<double>(p + "attention.scale").value_or(0.0);
+    attn_cap = f.get_optional<double>(p + "attn_logit_softcapping").value_or(0.0);
+    final_cap = f.get_optional<double>(p + "final_logit_softcapping").value_or(0.0);
+    window = f.get_optional<std::size_t>(p + "attention.sliding_window").value_or(0);
+    local.assign(n_layers, false);
+    local_theta = theta;
+    local_freq_scale = freq_scale;
+    // A phi3 window at or beyond the context is full attention.
+    if (window == 0 || (arch == "phi3" && window >= context)) {
+      window = 0;
+      return;
+    }
+    if (const auto* a = f.find(p + "attention.sliding_window_pattern");
+        a != nullptr && std::holds_alternative<model::gguf_array>(*a)) {
+      for (std::size_t l = 0; l < n_layers; ++l) local[l] = std::get<model::gguf_array>(*a).get<bool>(l);
+    } else {
+      // Gemma 2: even layers local; Gemma 3: five local, then one global.
+      const std::size_t every = arch == "gemma2" ? 2 : arch == "gemma3" ? 6 : 0;
+      for (std::size_t l = 0; l < n_layers; ++l) local[l] = every == 0 || (l + 1) % every != 0;
+    }
+    if (arch == "gemma3") {
+      local_theta = 10000.0;
+      local_freq_scale = 1.0;
+    }
   }
 
   // Element i of a tensor as double, decoded from the file's bytes.
@@ -145,17 +198,30 @@ struct llama_reference {
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
     return y;
   }
+  // RMSNorm of each head_dim-wide head of v, one weight for all heads.
+  void head_norm(std::vector<double>& v, std::size_t n_h, const std::vector<double>& w) const {
+    for (std::size_t h = 0; h < n_h; ++h) {
+      const std::vector<double> head(v.begin() + std::ptrdiff_t(h * head_dim),
+                                     v.begin() + std::ptrdiff_t((h + 1) * head_dim));
+      const auto normed = rmsnorm(head, w);
+      std::copy(normed.begin(), normed.end(), v.begin() + std::ptrdiff_t(h * head_dim));
+    }
+  }
   // Pair i turns by pos * freq_scale * theta^(-2i/rot) / freq_factors[i].
-  void rope(std::vector<double>& v, std::size_t n_h, std::size_t pos) const {
+  void rope(std::vector<double>& v, std::size_t n_h, std::size_t pos, bool is_local = false) const {
+    const double th = is_local ? local_theta : theta, fs = is_local ? local_freq_scale : freq_scale;
     for (std::size_t h = 0; h < n_h; ++h)
       for (std::size_t i = 0; i < rot / 2; ++i) {
-        const double divisor = freq_factors.empty() ? 1.0 : freq_factors[i];
-        const double angle = double(pos) * freq_scale * std::pow(theta, -2.0 * double(i) / double(rot)) / divisor;
+        const std::vector<double>& ff =
+            long_factors.empty() ? freq_factors : context > original_context ? long_factors : short_factors;
+        const double divisor = ff.empty() ? 1.0 : ff[i];
+        const double angle = double(pos) * fs * std::pow(th, -2.0 * double(i) / double(rot)) / divisor;
         double& a = v[h * head_dim + (neox ? i : 2 * i)];
         double& b = v[h * head_dim + (neox ? i + rot / 2 : 2 * i + 1)];
         const double a0 = a, b0 = b;
-        a = a0 * std::cos(angle) - b0 * std::sin(angle);
-        b = b0 * std::cos(angle) + a0 * std::sin(angle);
+        const double c = std::cos(angle) * attn_factor, s = std::sin(angle) * attn_factor;
+        a = a0 * c - b0 * s;
+        b = b0 * c + a0 * s;
       }
   }
 
@@ -165,17 +231,44 @@ struct llama_reference {
     const auto emb = load("token_embd.weight");
     std::vector<std::vector<double>> x(n, std::vector<double>(dim));
     for (std::size_t t = 0; t < n; ++t)
-      for (std::size_t d = 0; d < dim; ++d) x[t][d] = emb[std::size_t(tokens[t]) * dim + d];
+      for (std::size_t d = 0; d < dim; ++d)
+        x[t][d] = emb[std::size_t(tokens[t]) * dim + d] * (gemma ? std::sqrt(double(dim)) : 1.0);
     for (std::size_t l = 0; l < n_layers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
-      const auto an = load(b + "attn_norm.weight"), wq = load(b + "attn_q.weight"), wk = load(b + "attn_k.weight"),
-                 wv = load(b + "attn_v.weight"), wo = load(b + "attn_output.weight"), fn = load(b + "ffn_norm.weight"),
-                 wg = load(b + "ffn_gate.weight"), wu = load(b + "ffn_up.weight"), wd = load(b + "ffn_down.weight");
+      const auto an = load(b + "attn_norm.weight"), wo = load(b + "attn_output.weight"),
+                 fn = load(b + "ffn_norm.weight"), wd = load(b + "ffn_down.weight");
+      std::vector<double> wq, wk, wv, wg, wu;
+      if (fused) {  // rows [0, qd) | [qd, qd + kvd) | [qd + kvd, qd + 2 kvd); gate rows, then up rows
+        const auto qkv = load(b + "attn_qkv.weight"), gu = load(b + "ffn_up.weight");
+        const auto rows = [&](const std::vector<double>& m, std::size_t first, std::size_t count) {
+          return std::vector<double>(m.begin() + std::ptrdiff_t(first * dim), m.begin() + std::ptrdiff_t((first + count) * dim));
+        };
+        wq = rows(qkv, 0, qd);
+        wk = rows(qkv, qd, kvd);
+        wv = rows(qkv, qd + kvd, kvd);
+        wg = rows(gu, 0, ffn);
+        wu = rows(gu, ffn, ffn);
+      } else {
+        wq = load(b + "attn_q.weight");
+        wk = load(b + "attn_k.weight");
+        wv = load(b + "attn_v.weight");
+        wg = load(b + "ffn_gate.weight");
+        wu = load(b + "ffn_up.weight");
+      }
       std::vector<double> bq(qd, 0.0), bk(kvd, 0.0), bv(kvd, 0.0);
       if (qkv_bias) {
         bq = load(b + "attn_q.bias");
         bk = load(b + "attn_k.bias");
         bv = load(b + "attn_v.bias");
+      }
+      std::vector<double> qn, kn, pan, pfn;
+      if (gemma) {
+        pan = load(b + "post_attention_norm.weight");
+        pfn = load(b + "post_ffw_norm.weight");
+      }
+      if (qk_norm) {
+        qn = load(b + "attn_q_norm.weight");
+        kn = load(b + "attn_k_norm.weight");
       }
       std::vector<std::vector<double>> q(n), k(n), v(n);
       for (std::size_t t = 0; t < n; ++t) {
@@ -186,40 +279,59 @@ struct llama_reference {
         for (std::size_t j = 0; j < qd; ++j) q[t][j] += bq[j];
         for (std::size_t j = 0; j < kvd; ++j) k[t][j] += bk[j];
         for (std::size_t j = 0; j < kvd; ++j) v[t][j] += bv[j];
-        rope(q[t], n_heads, t);
-        rope(k[t], n_kv_heads, t);
+        if (qk_norm) {
+          head_norm(q[t], n_heads, qn);
+          head_norm(k[t], n_kv_heads, kn);
+        }
+        rope(q[t], n_heads, t, local[l]);
+        rope(k[t], n_kv_heads, t, local[l]);
       }
       for (std::size_t t = 0; t < n; ++t) {
         std::vector<double> att(qd, 0.0);
         for (std::size_t h = 0; h < n_heads; ++h) {
           const std::size_t g = h / (n_heads / n_kv_heads);
-          std::vector<double> s(t + 1);
+          std::vector<double> s(t + 1, 0.0);
           double m = -1e300;
-          for (std::size_t j = 0; j <= t; ++j) {
+          // Keys j <= t, and t - j < window in a local layer.
+          const std::size_t first = local[l] && t + 1 > window ? t + 1 - window : 0;
+          for (std::size_t j = first; j <= t; ++j) {
             double d = 0;
             for (std::size_t e = 0; e < head_dim; ++e) d += q[t][h * head_dim + e] * k[j][g * head_dim + e];
-            s[j] = d / std::sqrt(double(head_dim));
+            s[j] = d * (scale != 0.0 ? scale : 1.0 / std::sqrt(double(head_dim)));
+            if (attn_cap != 0.0) s[j] = attn_cap * std::tanh(s[j] / attn_cap);
             m = std::max(m, s[j]);
           }
           double z = 0;
-          for (auto& e : s) z += (e = std::exp(e - m));
-          for (std::size_t j = 0; j <= t; ++j)
+          for (std::size_t j = first; j <= t; ++j) z += (s[j] = std::exp(s[j] - m));
+          for (std::size_t j = first; j <= t; ++j)
             for (std::size_t e = 0; e < head_dim; ++e) att[h * head_dim + e] += s[j] / z * v[j][g * head_dim + e];
         }
-        const auto o = matvec(wo, att, dim);
+        auto o = matvec(wo, att, dim);
+        if (gemma) o = rmsnorm(o, pan);
         for (std::size_t d = 0; d < dim; ++d) x[t][d] += o[d];
         const auto xn = rmsnorm(x[t], fn);
         const auto gate = matvec(wg, xn, ffn), up = matvec(wu, xn, ffn);
         std::vector<double> h(ffn);
-        for (std::size_t j = 0; j < ffn; ++j) h[j] = gate[j] / (1.0 + std::exp(-gate[j])) * up[j];
-        const auto down = matvec(wd, h, dim);
+        for (std::size_t j = 0; j < ffn; ++j) {
+          const double gv = gate[j];
+          const double act = gemma ? 0.5 * gv * (1.0 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) *
+                                                                 (gv + 0.044715 * gv * gv * gv)))
+                                   : gv / (1.0 + std::exp(-gv));
+          h[j] = act * up[j];
+        }
+        auto down = matvec(wd, h, dim);
+        if (gemma) down = rmsnorm(down, pfn);
         for (std::size_t d = 0; d < dim; ++d) x[t][d] += down[d];
       }
     }
     const auto on = load("output_norm.weight");
     const auto wout = load(file->find_tensor("output.weight") ? "output.weight" : "token_embd.weight");
     std::vector<std::vector<double>> out(n);
-    for (std::size_t t = 0; t < n; ++t) out[t] = matvec(wout, rmsnorm(x[t], on), n_vocab);
+    for (std::size_t t = 0; t < n; ++t) {
+      out[t] = matvec(wout, rmsnorm(x[t], on), n_vocab);
+      if (final_cap != 0.0)
+        for (auto& v : out[t]) v = final_cap * std::tanh(v / final_cap);
+    }
     return out;
   }
 };

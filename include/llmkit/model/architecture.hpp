@@ -4,9 +4,11 @@
 /// @file llmkit/model/architecture.hpp
 /// The GGUF architectures llama_model runs (`general.architecture`) and what
 /// sets them apart. All of them are decoder-only transformers with RMSNorm,
-/// grouped-query attention with RoPE and a SwiGLU feed-forward, so an
+/// grouped-query attention with RoPE and a gated feed-forward, so an
 /// architecture is a row of traits, not a new model class: the loader and the
-/// forward pass read the traits (key prefix, RoPE pair layout, biases).
+/// forward pass read the traits (key prefix, RoPE pair layout, biases,
+/// per-head Q/K norms, post-norms, embedding scale, activation, which layers
+/// attend through a sliding window).
 ///
 /// Adding one that fits this skeleton: a new enumerator, a row in
 /// `architectures`, and, if it has a new kind of tensor, a trait read by the
@@ -14,6 +16,7 @@
 /// (tests/reference/model_reference.hpp).
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,6 +29,16 @@ namespace llmkit::model {
 enum class architecture {
   llama,  ///< Llama 1/2/3/3.1, Mistral, TinyLlama, ... (interleaved RoPE)
   qwen2,  ///< Qwen2 / Qwen2.5 (Q/K/V biases, split-half RoPE)
+  qwen3,  ///< Qwen3 dense (per-head Q/K RMSNorm, split-half RoPE, no biases)
+  gemma2, ///< Gemma 2 (post-norms, GeGLU, local/global layers, soft-capping)
+  gemma3, ///< Gemma 3 text (Gemma 2 + Q/K norms, 5 local : 1 global, local RoPE base)
+  phi3,   ///< Phi-3 / Phi-3.5-mini, Phi-4-mini (fused QKV and gate|up, LongRoPE)
+};
+
+/// The feed-forward's gate activation: h = act(gate) * up.
+enum class ffn_activation : std::uint8_t {
+  silu,       ///< SwiGLU (Llama, Qwen)
+  gelu_tanh,  ///< GeGLU with GELU's tanh approximation (Gemma)
 };
 
 /// What the loader and the forward pass need to know about an architecture.
@@ -40,12 +53,128 @@ struct architecture_traits {
   /// Whether each layer has F32 biases `blk.N.attn_q.bias`, `attn_k.bias`,
   /// `attn_v.bias`, added to the projections before RoPE.
   bool qkv_bias;
+  /// Whether each layer has F32 `blk.N.attn_q_norm.weight` and
+  /// `attn_k_norm.weight` ([head_dim]): an RMSNorm of every query and key
+  /// head, after the projections and before RoPE.
+  bool qk_norm;
+  /// Whether each layer has `blk.N.post_attention_norm.weight` and
+  /// `post_ffw_norm.weight` ([dim]): RMSNorms of the attention and
+  /// feed-forward outputs before each joins the residual.
+  bool post_norms;
+  /// Whether token embeddings are multiplied by sqrt(dim) before layer 0.
+  bool scaled_embedding;
+  ffn_activation activation;
+  /// When the file has `attention.sliding_window` but no
+  /// `attention.sliding_window_pattern`: layer l attends globally when
+  /// (l + 1) is a multiple of this, through the window otherwise (Gemma 2:
+  /// 2, Gemma 3: 6). Non-zero also makes the window key required. 0: every
+  /// layer uses the window the file gives, if any.
+  std::uint32_t window_pattern;
+  /// RoPE base of the sliding-window layers when the file has no
+  /// `rope.freq_base_swa`; 0: the global layers' base.
+  float local_rope_theta;
+  /// Whether the file's linear RoPE scaling is for the global layers only.
+  bool local_rope_unscaled;
+  /// The layer count of the family's model whose queries are scaled by
+  /// 1/sqrt(dim / n_heads), not 1/sqrt(head_dim) (Gemma 2 and 3 27B: their
+  /// `query_pre_attn_scalar`, which GGUF files do not carry), when the file
+  /// has no `attention.scale`; 0: none.
+  std::uint32_t wide_query_scale_layers;
+  /// Whether Q|K|V come as one `blk.N.attn_qkv.weight` ([qd + 2 kvd, dim])
+  /// and gate|up as one `blk.N.ffn_up.weight` ([2 ffn, dim], gate first).
+  bool fused_projections;
+  /// Whether `attention.sliding_window` at or beyond context_length means
+  /// full attention instead of an error (Phi-3.5-mini and Phi-4-mini files
+  /// carry 262144 with a context of 131072, from their Hugging Face config).
+  bool window_beyond_context_is_full;
 };
 
 /// Every supported architecture, one row each.
-inline constexpr std::array<architecture_traits, 2> architectures{{
-    {.id = architecture::llama, .name = "llama", .rope_layout = simd::rope_layout::interleaved, .qkv_bias = false},
-    {.id = architecture::qwen2, .name = "qwen2", .rope_layout = simd::rope_layout::half_split, .qkv_bias = true},
+inline constexpr std::array<architecture_traits, 6> architectures{{
+    {.id = architecture::llama,
+     .name = "llama",
+     .rope_layout = simd::rope_layout::interleaved,
+     .qkv_bias = false,
+     .qk_norm = false,
+     .post_norms = false,
+     .scaled_embedding = false,
+     .activation = ffn_activation::silu,
+     .window_pattern = 0,
+     .local_rope_theta = 0.0f,
+     .local_rope_unscaled = false,
+     .wide_query_scale_layers = 0,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
+    {.id = architecture::qwen2,
+     .name = "qwen2",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = true,
+     .qk_norm = false,
+     .post_norms = false,
+     .scaled_embedding = false,
+     .activation = ffn_activation::silu,
+     .window_pattern = 0,
+     .local_rope_theta = 0.0f,
+     .local_rope_unscaled = false,
+     .wide_query_scale_layers = 0,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
+    {.id = architecture::qwen3,
+     .name = "qwen3",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = false,
+     .qk_norm = true,
+     .post_norms = false,
+     .scaled_embedding = false,
+     .activation = ffn_activation::silu,
+     .window_pattern = 0,
+     .local_rope_theta = 0.0f,
+     .local_rope_unscaled = false,
+     .wide_query_scale_layers = 0,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
+    {.id = architecture::gemma2,
+     .name = "gemma2",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = false,
+     .qk_norm = false,
+     .post_norms = true,
+     .scaled_embedding = true,
+     .activation = ffn_activation::gelu_tanh,
+     .window_pattern = 2,
+     .local_rope_theta = 0.0f,
+     .local_rope_unscaled = false,
+     .wide_query_scale_layers = 46,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
+    {.id = architecture::gemma3,
+     .name = "gemma3",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = false,
+     .qk_norm = true,
+     .post_norms = true,
+     .scaled_embedding = true,
+     .activation = ffn_activation::gelu_tanh,
+     .window_pattern = 6,
+     .local_rope_theta = 10000.0f,
+     .local_rope_unscaled = true,
+     .wide_query_scale_layers = 62,
+     .fused_projections = false,
+     .window_beyond_context_is_full = false},
+    {.id = architecture::phi3,
+     .name = "phi3",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = false,
+     .qk_norm = false,
+     .post_norms = false,
+     .scaled_embedding = false,
+     .activation = ffn_activation::silu,
+     .window_pattern = 0,
+     .local_rope_theta = 0.0f,
+     .local_rope_unscaled = false,
+     .wide_query_scale_layers = 0,
+     .fused_projections = true,
+     .window_beyond_context_is_full = true},
 }};
 
 /// The traits of `a`.
@@ -55,7 +184,7 @@ constexpr const architecture_traits& traits(architecture a) noexcept {
   return architectures[0];  // unreachable: every enumerator has a row
 }
 
-/// "llama, qwen2": the supported names, for error messages.
+/// "llama, qwen2, qwen3, gemma2, gemma3, phi3": the supported names, for error messages.
 inline std::string supported_architectures_text() {
   std::string s;
   for (const auto& t : architectures) {

@@ -31,7 +31,24 @@
 /// - `mistral-v3` (Mistral 7B Instruct v0.3): `<s>[INST] S\n\nHi[/INST]`, the
 ///   system message in the *last* user turn, answers ` A</s>`;
 /// - `zephyr` (Zephyr, TinyLlama chat):
-///   `<|system|>\nS</s>\n<|user|>\nHi</s>\n<|assistant|>\n`.
+///   `<|system|>\nS</s>\n<|user|>\nHi</s>\n<|assistant|>\n`;
+/// - `gemma` (Gemma 2 / Gemma 3): `<bos><start_of_turn>user\nHi<end_of_turn>\n`,
+///   answers as role `model`, then `<start_of_turn>model\n`; a system message
+///   opens the first user turn as `S\n\n` (Gemma 3's template; Gemma 2's
+///   refuses one); turns alternate from user and are trimmed;
+/// - `phi3` (Phi-3 / Phi-3.5-mini): `<|user|>\nHi<|end|>\n` per message (an
+///   empty system message is left out), then `<|assistant|>\n`, or the EOS
+///   text without the generation prompt;
+/// - `phi4-mini` (Phi-4-mini): `<|user|>Hi<|end|>`, then `<|assistant|>` (or EOS);
+/// - `phi4` (Phi-4 14B): `<|im_start|>user<|im_sep|>Hi<|im_end|>`, then
+///   `<|im_start|>assistant<|im_sep|>`;
+/// - `qwen3` (Qwen3): chatml without a default system message; an
+///   assistant answer after the last user message is written as
+///   `<think>\nR\n</think>\n\nA` (its reasoning R is the text before
+///   `</think>` in the content, or empty), earlier answers without their
+///   reasoning; `chat_format_options::enable_thinking = false` appends an
+///   empty `<think>\n\n</think>\n\n` to the generation prompt, as the
+///   template's `enable_thinking` does.
 ///
 /// Content is written as given, except where the reference template trims
 /// it (Python `str.strip`): every message of llama3/llama3.1, Llama 2's turns,
@@ -97,6 +114,11 @@ enum class chat_family : std::uint8_t {
   mistral_v1,
   mistral_v3,
   zephyr,
+  gemma,
+  phi3,
+  phi4_mini,
+  phi4,
+  qwen3,
 };
 
 /// Whether the prompt ends with the assistant turn's opening (the Jinja
@@ -116,6 +138,11 @@ struct chat_format_options {
   /// llama3.1's "Today Date:" (the template's `date_string`; this default is
   /// what the template writes when the caller defines none).
   std::string_view date = "26 Jul 2024";
+  /// qwen3's `enable_thinking` (chat_template_kwargs in vLLM and
+  /// llama-server): false closes an empty thinking block after the
+  /// generation prompt, so the model answers without reasoning. Other
+  /// families ignore it.
+  bool enable_thinking = true;
 };
 
 /// A formatted chat: the prompt text and where the messages' contents are in it.
@@ -127,6 +154,18 @@ struct formatted_chat {
   /// and EOS texts. Pass as `encode_options::literal`.
   std::vector<text_span> contents{};
 };
+
+/// A reasoning model's answer split at its `</think>`: the reasoning (the
+/// text before it, without a leading `<think>` and the newlines around it)
+/// and the answer after it (leading newlines removed), as Qwen3's template
+/// and llama-server's `reasoning_content` split it. Without `</think>`, the
+/// whole text is the answer; with `<think>` and no `</think>` (a cut-off
+/// answer) it is all reasoning.
+struct reasoning_split {
+  std::string_view reasoning{};
+  std::string_view content{};
+};
+reasoning_split split_reasoning(std::string_view text);
 
 /// A built-in chat template: a family plus the BOS / EOS texts its
 /// template writes (`bos_token`, `eos_token` in the Jinja source).
@@ -140,8 +179,9 @@ struct formatted_chat {
 class chat_template {
  public:
   /// The names of the built-in families, in `chat_family` order.
-  static constexpr std::array<std::string_view, 10> names{"llama3",  "llama3.1", "chatml",     "qwen2",      "qwen2.5",
-                                                          "llama2",  "mistral",  "mistral-v1", "mistral-v3", "zephyr"};
+  static constexpr std::array<std::string_view, 15> names{
+      "llama3",     "llama3.1", "chatml", "qwen2", "qwen2.5",   "llama2", "mistral", "mistral-v1",
+      "mistral-v3", "zephyr",   "gemma",  "phi3",  "phi4-mini", "phi4",   "qwen3"};
 
   /// The names joined by ", " (for messages).
   static std::string names_list();
@@ -153,7 +193,12 @@ class chat_template {
       case chat_family::llama3_1: bos_ = "<|begin_of_text|>"; eos_ = "<|eot_id|>"; break;
       case chat_family::chatml:
       case chat_family::qwen2:
-      case chat_family::qwen2_5: bos_ = ""; eos_ = "<|im_end|>"; break;
+      case chat_family::qwen2_5:
+      case chat_family::qwen3: bos_ = ""; eos_ = "<|im_end|>"; break;
+      case chat_family::gemma: bos_ = "<bos>"; eos_ = "<eos>"; break;
+      case chat_family::phi3: bos_ = "<s>"; eos_ = "<|endoftext|>"; break;
+      case chat_family::phi4_mini:
+      case chat_family::phi4: bos_ = ""; eos_ = "<|endoftext|>"; break;
       default: bos_ = "<s>"; eos_ = "</s>"; break;
     }
   }
@@ -189,7 +234,8 @@ class chat_template {
   std::string_view eos_text() const noexcept { return eos_; }
 
   /// The text of the token that ends an assistant turn: `<|eot_id|>`
-  /// (Llama 3), `<|im_end|>` (ChatML, Qwen), the EOS text otherwise.
+  /// (Llama 3), `<|im_end|>` (ChatML, Qwen, Phi-4), `<end_of_turn>` (Gemma),
+  /// `<|end|>` (Phi-3, Phi-4-mini), the EOS text otherwise.
   /// Generation stops there as well as at EOS.
   std::string_view end_of_turn_text() const noexcept {
     switch (family_) {
@@ -197,10 +243,19 @@ class chat_template {
       case chat_family::llama3_1: return "<|eot_id|>";
       case chat_family::chatml:
       case chat_family::qwen2:
-      case chat_family::qwen2_5: return "<|im_end|>";
+      case chat_family::qwen2_5:
+      case chat_family::qwen3:
+      case chat_family::phi4: return "<|im_end|>";
+      case chat_family::gemma: return "<end_of_turn>";
+      case chat_family::phi3:
+      case chat_family::phi4_mini: return "<|end|>";
       default: return eos_;
     }
   }
+
+  /// Whether the family's answers open with a `<think>` ... `</think>`
+  /// reasoning block (qwen3); see split_reasoning.
+  bool has_reasoning() const noexcept { return family_ == chat_family::qwen3; }
 
   /// The prompt text for `[n] messages`.
   /// @pre messages is not empty; roles are system / user / assistant (and
@@ -233,6 +288,9 @@ class chat_template {
   static void format_chatml(std::span<const chat_message> m, const chat_format_options& o,
                             std::string_view default_system, formatted_chat& out);
   void format_zephyr(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
+  void format_gemma(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
+  void format_phi(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
+  static void format_qwen3(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out);
 
   // Llama 2 and the Mistral families: [INST] turns, an optional system
   // message first, then user / assistant alternating.

@@ -3,12 +3,17 @@
 
 /// @file llmkit/model/llama.hpp
 /// Reference Llama-family model driven by GGUF metadata (the architectures
-/// of model/architecture.hpp: llama, qwen2): token embedding, per layer
-/// RMSNorm -> Q/K/V projections (+ biases where the architecture has them)
-/// -> RoPE (the architecture's pair layout) -> grouped-query
-/// causal attention over a KV cache -> output projection (residual), RMSNorm ->
-/// SwiGLU feed-forward (residual); final RMSNorm and the output projection
-/// (separate `output.weight`, or tied to the embedding when absent).
+/// of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3): token
+/// embedding (times sqrt(dim) for Gemma), per
+/// layer RMSNorm -> Q/K/V projections (+ biases where the architecture has
+/// them; + a per-head RMSNorm of Q and K where it has those) -> RoPE (the architecture's pair layout) -> grouped-query
+/// causal attention over a KV cache (through a sliding window in the local
+/// layers; scale and soft-capping from the file) -> output projection
+/// (RMSNorm'd for Gemma) added to the residual, RMSNorm -> gated
+/// feed-forward (SwiGLU, or GELU-tanh for Gemma; RMSNorm'd for Gemma) added
+/// to the residual; final RMSNorm and the output projection (separate
+/// `output.weight`, or tied to the embedding when absent), soft-capped for
+/// Gemma 2.
 ///
 /// Weights: each matrix is a `weight_matrix` (model/weights.hpp) kept in its
 /// GGUF type (F32, F16, Q8_0; BF16 widened to f32) or converted at load to
@@ -103,6 +108,10 @@ struct llama_options {
   /// --mlock), so the system never pages them out; needs a locked-memory
   /// limit (`ulimit -l`) of the file's size, else loading fails saying so.
   bool lock_weights = false;
+  /// Tokens per sequence the caller will run (0: the file's
+  /// context_length): picks Phi-3's LongRoPE factors (long beyond
+  /// `rope.scaling.original_context_length`), as llama.cpp's n_ctx does.
+  std::size_t context_length = 0;
 };
 
 /// A Llama-architecture model with its weights in memory (f32, f16 or Q8_0,
@@ -132,7 +141,9 @@ class llama_model {
     std::size_t bytes = (c_output().bytes()) + output_norm_.size() * sizeof(float);
     for (const layer& w : layers_)
       bytes += w.wqkv.bytes() + w.wo.bytes() + w.w_gate_up.bytes() + w.w_down.bytes() +
-               (w.attn_norm.size() + w.ffn_norm.size() + w.bqkv.size()) * sizeof(float);
+               (w.attn_norm.size() + w.ffn_norm.size() + w.bqkv.size() + w.q_norm.size() + w.k_norm.size() +
+                w.post_attn_norm.size() + w.post_ffn_norm.size()) *
+                   sizeof(float);
     return bytes;
   }
 
@@ -195,6 +206,8 @@ class llama_model {
   struct layer {
     aligned_vector<float> attn_norm, ffn_norm;          // [dim] f32
     aligned_vector<float> bqkv;                         // [qd + 2 kvd] Q|K|V biases; empty without
+    aligned_vector<float> q_norm, k_norm;               // [head_dim] per-head norms; empty without
+    aligned_vector<float> post_attn_norm, post_ffn_norm; // [dim] output norms; empty without
     stacked_matrix wqkv, w_gate_up;                     // Q|K|V, gate|up
     weight_matrix wo, w_down;                           // attention output, down
   };
@@ -214,13 +227,21 @@ class llama_model {
   template <class Cache>
   void plan_segments(const batch& b, const Cache& cache);
 
-  void rope(std::span<float> heads, std::int32_t position) const;
+  void rope(std::span<float> heads, std::int32_t position, bool local) const;
+
+  // y (+)= x * W^T for a layer's output (attention or feed-forward): added
+  // to the residual x_, through `post_norm` (an RMSNorm of the product, in
+  // xn_) when the architecture has one.
+  template <class Exec>
+  void add_to_residual(Exec& exec, const float* in, std::size_t n, const weight_matrix& w,
+                       const aligned_vector<float>& post_norm);
 
   void reserve(std::size_t n, std::size_t n_out);
 
   llama_config config_;
   llama_options options_;
   simd::rope_table rope_table_;
+  simd::rope_table local_rope_table_;   // the local layers' (one position when there are none)
   weight_matrix token_embd_, output_;   // [n_vocab, dim]; output_ empty when tied
   aligned_vector<float> output_norm_;  // [dim]
   std::vector<layer> layers_;

@@ -40,12 +40,48 @@ struct llama_config {
   /// per-pair freq_factors of `rope_freqs.weight` (Llama 3.1) when present
   simd::rope_config rope{};
   bool tied_output = false;     ///< output projection shares the embedding
+  /// Local attention: a query at position q sees the keys at
+  /// q - sliding_window < k <= q in the layers `local_layers` marks. 0: none.
+  std::size_t sliding_window = 0;
+  /// [n_layers] 1 for a layer attending through the sliding window, 0 for a
+  /// global one; empty exactly when sliding_window is 0.
+  std::vector<std::uint8_t> local_layers{};
+  /// RoPE of the local layers (Gemma 3: base 10000, unscaled); the same
+  /// layout and rotary_dim as `rope`.
+  simd::rope_config local_rope{};
+  float attention_scale = 0.0f;   ///< softmax scale of q.k; 0: 1/sqrt(head_dim)
+  float attention_softcap = 0.0f; ///< scores s become cap * tanh(s / cap) (Gemma 2); 0: none
+  float final_softcap = 0.0f;     ///< the same for the logits (Gemma 2); 0: none
+  /// Phi-3's LongRoPE: `[rotary_dim / 2]` frequency divisors for contexts up
+  /// to `original_context_length` (short) and beyond it (long), from
+  /// `rope_factors_short.weight` / `rope_factors_long.weight`; both empty
+  /// without. use_context() copies the right set to rope.freq_factors.
+  std::vector<float> rope_short_factors{}, rope_long_factors{};
+  /// `rope.scaling.original_context_length` (0: context_length).
+  std::size_t original_context_length = 0;
+  /// `rope.scaling.attn_factor`: multiplies the rotated part of every query
+  /// and key (ggml's rope attn_factor: cos and sin times it).
+  float rope_attn_factor = 1.0f;
+
+  /// Chooses the LongRoPE factors for a run of `context` tokens per
+  /// sequence: long when context > original_context_length, as llama.cpp
+  /// does; no-op without LongRoPE factors. from_gguf calls it with
+  /// context_length.
+  void use_context(std::size_t context) {
+    if (rope_long_factors.empty()) return;
+    const std::size_t original = original_context_length == 0 ? context_length : original_context_length;
+    rope.freq_factors = context > original ? rope_long_factors : rope_short_factors;
+  }
+
+  /// Whether layer l attends through the sliding window.
+  bool is_local(std::size_t l) const noexcept { return l < local_layers.size() && local_layers[l] != 0; }
 
   /// The KV-cache shape this model needs.
   kv::kv_shape kv_shape() const noexcept { return {n_layers, n_kv_heads, head_dim}; }
 
   /// Reads `<arch>.*` keys (arch = general.architecture, one of
-  /// model::architectures; the RoPE layout is the architecture's); n_vocab
+  /// model::architectures; the RoPE layout is the architecture's; the
+  /// window, its layers and their RoPE as docs/model.md describes); n_vocab
   /// comes from token_embd.weight, tied_output from the absence of
   /// output.weight, rope.freq_factors from the optional F32 tensor
   /// `rope_freqs.weight` ([rotary_dim / 2]).
@@ -57,9 +93,17 @@ struct llama_config {
   void validate() const;
 
  private:
+  // attention.sliding_window, its layer pattern and the local layers' RoPE.
+  static void read_sliding_window(const gguf_file& file, const std::string& prefix, llama_config& c);
   // rope_freqs.weight: an F32 vector of rotary_dim / 2 frequency divisors.
+  // (also rope_factors_long / _short.weight: the same shape)
   static std::vector<float> read_rope_freqs(const gguf_tensor& t, const llama_config& c);
 };
+
+/// [n_layers] local_layers for "every `every`-th layer global": layer l is
+/// local unless (l + 1) is a multiple of `every` (Gemma 3: every = 6 gives 5
+/// local layers, then a global one). @pre every >= 1
+std::vector<std::uint8_t> local_layer_pattern(std::size_t n_layers, std::size_t every);
 
 /// Llama 3.1's RoPE scaling (Hugging Face `rope_scaling` with
 /// `rope_type: "llama3"`), which GGUF files carry as `rope_freqs.weight`.

@@ -2,8 +2,7 @@
 #pragma once
 
 /// @file llmkit/model/synthetic.hpp
-/// Writes a Llama-family GGUF (architecture llama or qwen2, see
-/// model/architecture.hpp) with seeded random weights, so that benchmarks
+/// Writes a Llama-family GGUF (any architecture of model/architecture.hpp) with seeded random weights, so that benchmarks
 /// and tests can run models of any size (e.g. dim 768, 12 layers, 12 heads,
 /// 4 KV heads, vocab 32000: ~110M parameters) through the same loader as
 /// real files. The file carries full `<arch>.*` metadata and a SentencePiece
@@ -12,8 +11,10 @@
 /// `tokenizer::from_gguf` and `llama_model` load it like a trained model.
 ///
 /// Weights: matrices uniform in +-sqrt(3 / in) (unit-variance activations),
-/// norm weights 1 + uniform(+-0.1), embedding uniform(+-1), qwen2's Q/K/V
-/// biases uniform(+-0.5); `rope_freqs.weight` when config.rope.freq_factors
+/// norm weights (qwen3's Q/K head norms too) 1 + uniform(+-0.1), embedding
+/// uniform(+-1), qwen2's Q/K/V biases uniform(+-0.5); phi3's fused
+/// attn_qkv / gate|up ffn_up, and the LongRoPE factors, sliding window, soft-caps
+/// and scales of the config when set; `rope_freqs.weight` when config.rope.freq_factors
 /// is set. Matrices are stored in one type (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 /// Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) or per tensor (synthetic_options::
 /// tensor_types, e.g. the Q4_K_M mix of q4_k_m_types). The same options and
@@ -50,8 +51,9 @@ using tensor_type_rule = std::function<ggml_type(std::string_view tensor_name)>;
 
 /// What to generate.
 struct synthetic_options {
-  /// arch (llama or qwen2), n_vocab, dim, n_layers, n_heads, n_kv_heads,
-  /// ffn_dim, ... (head_dim = dim / n_heads); rope.freq_factors non-empty
+  /// arch, n_vocab, dim, n_layers, n_heads, n_kv_heads, ffn_dim, ...
+  /// (head_dim 0 = dim / n_heads; another value is written as
+  /// attention.key_length / value_length); rope.freq_factors non-empty
   /// writes them as `rope_freqs.weight` (rope.layout is the architecture's)
   llama_config config{};
   ggml_type weight_type = ggml_type::f32;  ///< storage of every matrix when tensor_types is empty (norms, biases stay F32)

@@ -49,6 +49,60 @@ inline void swiglu(const float* g, const float* u, float* h, std::size_t f) noex
   }
   for (; j < f; ++j) h[j] = g[j] / (1.0f + simd::detail::exp_scalar<Arch>(-g[j])) * u[j];
 }
+
+/// GeGLU with GELU's tanh approximation: h[j] = gelu(g[j]) * u[j], where
+/// gelu(x) = x / 2 (1 + tanh(y)) = x / (1 + e^(-2y)), y = sqrt(2 / pi)
+/// (x + 0.044715 x^3). ([f] g, u, h)
+template <class Arch = simd::default_arch>
+inline void geglu(const float* g, const float* u, float* h, std::size_t f) noexcept {
+  constexpr float c1 = -2.0f * 0.7978845608028654f, c3 = c1 * 0.044715f;
+  std::size_t j = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using vf = xsimd::batch<float, Arch>;
+    for (; j + vf::size <= f; j += vf::size) {
+      const vf x = vf::load_unaligned(g + j);
+      const vf e = simd::detail::exp_batch<Arch>(x * xsimd::fma(x * x, vf(c3), vf(c1)));
+      (x / (vf(1.0f) + e) * vf::load_unaligned(u + j)).store_unaligned(h + j);
+    }
+  }
+  for (; j < f; ++j) {
+    const float x = g[j];
+    h[j] = x / (1.0f + simd::detail::exp_scalar<Arch>(x * std::fma(x * x, c3, c1))) * u[j];
+  }
+}
+
+/// The gated activation of `a` over `[f]` gate and up values.
+inline void gated_activation(ffn_activation a, const float* g, const float* u, float* h, std::size_t f) noexcept {
+  if (a == ffn_activation::gelu_tanh)
+    geglu(g, u, h, f);
+  else
+    swiglu(g, u, h, f);
+}
+
+/// v[i] = cap * tanh(v[i] / cap) = cap (2 / (1 + e^(-2 v / cap)) - 1):
+/// Gemma 2's soft-capping of the logits. ([n] v; cap > 0)
+template <class Arch = simd::default_arch>
+inline void softcap(float* v, std::size_t n, float cap) noexcept {
+  const float k = -2.0f / cap;
+  std::size_t i = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using vf = xsimd::batch<float, Arch>;
+    for (; i + vf::size <= n; i += vf::size) {
+      const vf e = simd::detail::exp_batch<Arch>(vf::load_unaligned(v + i) * vf(k));
+      (vf(cap) * (vf(2.0f) / (vf(1.0f) + e) - vf(1.0f))).store_unaligned(v + i);
+    }
+  }
+  for (; i < n; ++i) v[i] = cap * (2.0f / (1.0f + simd::detail::exp_scalar<Arch>(v[i] * k)) - 1.0f);
+}
+
+/// RMSNorm of each of the `n_heads` heads of `heads` in place, with one
+/// weight vector shared by all heads (Qwen3's attn_q_norm / attn_k_norm).
+/// ([n_heads * head_dim] heads, [head_dim] weight)
+inline void head_rmsnorm(float* heads, std::size_t n_heads, std::span<const float> weight, float eps) {
+  const std::size_t hd = weight.size();
+  for (std::size_t h = 0; h < n_heads; ++h)
+    simd::rmsnorm(std::span<const float>(heads + h * hd, hd), weight, std::span(heads + h * hd, hd), eps);
+}
 }  // namespace detail
 
 template <kv::kv_cache Cache, executor Exec>
@@ -90,6 +144,11 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
   float* xn = xn_.data();
   for (std::size_t i = 0; i < n; ++i)
     token_embd_.row(std::size_t(b.token_ids[i]), std::span(x + i * dim, dim));
+  if (traits(c.arch).scaled_embedding) {
+    const float scale = std::sqrt(float(dim));
+    for (std::size_t i = 0; i < n * dim; ++i) x[i] *= scale;
+  }
+  const ffn_activation activation = traits(c.arch).activation;
 
   // Attention runs on the calling thread when it is smaller than a hand-off.
   const bool prefill_parallel = exec.concurrency() > 1 && attention_work_ >= detail::matmul_parallel_min_work;
@@ -98,6 +157,7 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
   const std::size_t n_prefill = std::size_t(cu_seqlens_.back());
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const layer& w = layers_[l];
+    const bool local = c.is_local(l);
     for (std::size_t i = 0; i < n; ++i)
       simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.attn_norm, std::span(xn + i * dim, dim), c.rms_eps);
     product(exec, xn, n, w.wqkv, qkv_.data(), qkvd);
@@ -105,8 +165,12 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
       float* row = qkv_.data() + i * qkvd;
       if (!w.bqkv.empty())
         for (std::size_t j = 0; j < qkvd; ++j) row[j] += w.bqkv[j];
-      rope(std::span(row, qd), b.positions[i]);
-      rope(std::span(row + qd, kvd), b.positions[i]);
+      if (!w.q_norm.empty()) {
+        detail::head_rmsnorm(row, c.n_heads, w.q_norm, c.rms_eps);
+        detail::head_rmsnorm(row + qd, c.n_kv_heads, w.k_norm, c.rms_eps);
+      }
+      rope(std::span(row, qd), b.positions[i], local);
+      rope(std::span(row + qd, kvd), b.positions[i], local);
     }
     for (const segment& seg : segments_) {
       if (seg.count == 1) {
@@ -128,58 +192,70 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
     // row per decode segment. Without a mix this is the batch order.
     for (std::size_t i = 0; i < n; ++i)
       std::memcpy(q_.data() + std::size_t(attention_row_[i]) * qd, qkv_.data() + i * qkvd, qd * sizeof(float));
-    if (n_prefill > 0) {
-      const attention::prefill_params ap{.q = std::span<const float>(q_.data(), n_prefill * qd),
-                                         .out = std::span<float>(att_.data(), n_prefill * qd),
-                                         .cu_seqlens = cu_seqlens_,
-                                         .seq_ids = prefill_seqs_,
-                                         .layer = l,
-                                         .n_heads = c.n_heads};
-      if (prefill_parallel)
-        attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, exec);
-      else
-        attention::prefill(ap, std::as_const(cache), attention::causal_mask{}, serial_executor{});
-    }
-    if (!decode_seqs_.empty()) {
-      const std::size_t nd = decode_seqs_.size();
-      attention::decode_params dp{.q = std::span<const float>(q_.data() + n_prefill * qd, nd * qd),
-                                  .out = std::span<float>(att_.data() + n_prefill * qd, nd * qd),
-                                  .seq_ids = decode_seqs_,
-                                  .layer = l,
-                                  .n_heads = c.n_heads,
-                                  .workspace = &decode_ws_,
-                                  .int8_queries = options_.int8_attention_queries,
-                                  .bf16_queries = options_.bf16_attention_queries,
-                                  .bf16_probabilities = options_.bf16_attention_probabilities,
-                                  .int8_probabilities = options_.int8_attention_probabilities};
-      auto run = [&](const auto& source) {
-        if (decode_parallel)
-          attention::decode(dp, source, attention::causal_mask{}, exec);
+    // Local layers see the last sliding_window positions, global ones all.
+    auto attend = [&](const auto& mask) {
+      if (n_prefill > 0) {
+        const attention::prefill_params ap{.q = std::span<const float>(q_.data(), n_prefill * qd),
+                                           .out = std::span<float>(att_.data(), n_prefill * qd),
+                                           .cu_seqlens = cu_seqlens_,
+                                           .seq_ids = prefill_seqs_,
+                                           .layer = l,
+                                           .n_heads = c.n_heads,
+                                           .scale = c.attention_scale,
+                                           .softcap = c.attention_softcap};
+        if (prefill_parallel)
+          attention::prefill(ap, std::as_const(cache), mask, exec);
         else
-          attention::decode(dp, source, attention::causal_mask{}, serial_executor{});
-      };
-      if (stepwise_) {  // every decode row sees its sequence up to its own position
-        dp.seq_ids = decode_views_;
-        run(kv::truncated_view<Cache>(cache, decode_seqs_, decode_last_));
-      } else {
-        run(std::as_const(cache));
+          attention::prefill(ap, std::as_const(cache), mask, serial_executor{});
       }
-    }
+      if (!decode_seqs_.empty()) {
+        const std::size_t nd = decode_seqs_.size();
+        attention::decode_params dp{.q = std::span<const float>(q_.data() + n_prefill * qd, nd * qd),
+                                    .out = std::span<float>(att_.data() + n_prefill * qd, nd * qd),
+                                    .seq_ids = decode_seqs_,
+                                    .layer = l,
+                                    .n_heads = c.n_heads,
+                                    .scale = c.attention_scale,
+                                    .softcap = c.attention_softcap,
+                                    .workspace = &decode_ws_,
+                                    .int8_queries = options_.int8_attention_queries,
+                                    .bf16_queries = options_.bf16_attention_queries,
+                                    .bf16_probabilities = options_.bf16_attention_probabilities,
+                                    .int8_probabilities = options_.int8_attention_probabilities};
+        auto run = [&](const auto& source) {
+          if (decode_parallel)
+            attention::decode(dp, source, mask, exec);
+          else
+            attention::decode(dp, source, mask, serial_executor{});
+        };
+        if (stepwise_) {  // every decode row sees its sequence up to its own position
+          dp.seq_ids = decode_views_;
+          run(kv::truncated_view<Cache>(cache, decode_seqs_, decode_last_));
+        } else {
+          run(std::as_const(cache));
+        }
+      }
+    };
+    if (local)
+      attend(attention::sliding_window_mask(attention::position(c.sliding_window)));
+    else
+      attend(attention::causal_mask{});
     const float* att = att_.data();
     if (mixed) {  // back to batch order for the output projection
       for (std::size_t i = 0; i < n; ++i)
         std::memcpy(q_.data() + i * qd, att_.data() + std::size_t(attention_row_[i]) * qd, qd * sizeof(float));
       att = q_.data();
     }
-    product(exec, att, n, w.wo, x, dim, output_mode::accumulate);
+    add_to_residual(exec, att, n, w.wo, w.post_attn_norm);
 
     for (std::size_t i = 0; i < n; ++i)
       simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.ffn_norm, std::span(xn + i * dim, dim), c.rms_eps);
     const std::size_t f = c.ffn_dim;
     product(exec, xn, n, w.w_gate_up, ffn_.data(), 2 * f);
     for (std::size_t i = 0; i < n; ++i)
-      detail::swiglu(ffn_.data() + i * 2 * f, ffn_.data() + i * 2 * f + f, hidden_.data() + i * f, f);
-    product(exec, hidden_.data(), n, w.w_down, x, dim, output_mode::accumulate);
+      detail::gated_activation(activation, ffn_.data() + i * 2 * f, ffn_.data() + i * 2 * f + f,
+                               hidden_.data() + i * f, f);
+    add_to_residual(exec, hidden_.data(), n, w.w_down, w.post_ffn_norm);
   }
 
   const std::size_t n_out = b.n_logits();
@@ -187,6 +263,7 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
     simd::rmsnorm(std::span<const float>(x + std::size_t(b.logit_rows[r]) * dim, dim), output_norm_,
                   std::span(xn + r * dim, dim), c.rms_eps);
   product(exec, xn, n_out, c_output(), logits_.data(), c.n_vocab, output_mode::overwrite);
+  if (c.final_softcap > 0.0f) detail::softcap(logits_.data(), n_out * c.n_vocab, c.final_softcap);
   return matrix_view<const float>(logits_.data(), n_out, c.n_vocab);
 }
 
@@ -194,6 +271,19 @@ template <class Exec>
 void llama_model::product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y,
                           std::size_t y_stride, output_mode mode) {
   detail::linear(exec, x, n, w, y, y_stride, mode == output_mode::accumulate, options_.activations, q8_x_);
+}
+
+template <class Exec>
+void llama_model::add_to_residual(Exec& exec, const float* in, std::size_t n, const weight_matrix& w,
+                                  const aligned_vector<float>& post_norm) {
+  const std::size_t dim = config_.dim;
+  if (post_norm.empty()) return product(exec, in, n, w, x_.data(), dim, output_mode::accumulate);
+  float* y = xn_.data();
+  product(exec, in, n, w, y, dim, output_mode::overwrite);
+  for (std::size_t i = 0; i < n; ++i) {
+    simd::rmsnorm(std::span<const float>(y + i * dim, dim), post_norm, std::span(y + i * dim, dim), config_.rms_eps);
+    for (std::size_t d = 0; d < dim; ++d) x_[i * dim + d] += y[i * dim + d];
+  }
 }
 
 template <class Exec>
@@ -264,11 +354,17 @@ void llama_model::plan_segments(const batch& b, const Cache& cache) {
   }
 }
 
-inline void llama_model::rope(std::span<float> heads, std::int32_t position) const {
-  if (static_cast<std::size_t>(position) < rope_table_.max_positions())
-    simd::apply_rope(heads, config_.head_dim, position, rope_table_);
+inline void llama_model::rope(std::span<float> heads, std::int32_t position, bool local) const {
+  const simd::rope_table& table = local ? local_rope_table_ : rope_table_;
+  if (static_cast<std::size_t>(position) < table.max_positions())
+    simd::apply_rope(heads, config_.head_dim, position, table);
   else
-    simd::apply_rope(heads, config_.head_dim, position, config_.rope);
+    simd::apply_rope(heads, config_.head_dim, position, local ? config_.local_rope : config_.rope);
+  if (config_.rope_attn_factor != 1.0f) {  // LongRoPE: cos and sin times the factor, so the rotated dims
+    const std::size_t hd = config_.head_dim, rotary = config_.rope.rotary_dim == 0 ? hd : config_.rope.rotary_dim;
+    for (std::size_t h = 0; h < heads.size() / hd; ++h)
+      for (std::size_t j = 0; j < rotary; ++j) heads[h * hd + j] *= config_.rope_attn_factor;
+  }
 }
 
 }  // namespace llmkit::model

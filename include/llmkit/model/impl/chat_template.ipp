@@ -135,13 +135,23 @@ LLMKIT_DECL formatted_chat chat_template::format_marked(std::span<const chat_mes
     case chat_family::mistral_v1:
     case chat_family::mistral_v3: format_inst(messages, options, out); break;
     case chat_family::zephyr: format_zephyr(messages, options, out); break;
+    case chat_family::gemma: format_gemma(messages, options, out); break;
+    case chat_family::phi3:
+    case chat_family::phi4_mini:
+    case chat_family::phi4: format_phi(messages, options, out); break;
+    case chat_family::qwen3: format_qwen3(messages, options, out); break;
   }
   return out;
 }
 
 LLMKIT_DECL std::optional<chat_family> chat_template::detect_family(std::string_view t) {
   auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  if (has("<start_of_turn>")) return chat_family::gemma;
+  if (has("<|im_sep|>")) return chat_family::phi4;
+  if (has("<|end|>") && has("'<|' + message['role'] + '|>'")) return chat_family::phi4_mini;
+  if (has("<|user|>") && has("<|end|>")) return chat_family::phi3;
   if (has("<|im_start|>")) {
+    if (has("<think>") && has("enable_thinking")) return chat_family::qwen3;
     if (has("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")) return chat_family::qwen2_5;
     if (has("You are a helpful assistant.")) return chat_family::qwen2;
     return chat_family::chatml;
@@ -305,6 +315,128 @@ LLMKIT_DECL void chat_template::format_inst(std::span<const chat_message> m, con
         }
         break;
     }
+  }
+}
+
+LLMKIT_DECL reasoning_split split_reasoning(std::string_view text) {
+  auto strip_newlines = [](std::string_view s, bool front, bool back) {
+    while (front && !s.empty() && s.front() == '\n') s.remove_prefix(1);
+    while (back && !s.empty() && s.back() == '\n') s.remove_suffix(1);
+    return s;
+  };
+  const std::size_t close = text.find("</think>");
+  if (close == std::string_view::npos) {
+    const std::string_view t = strip_newlines(text, true, false);
+    if (t.starts_with("<think>")) return {.reasoning = strip_newlines(t.substr(7), true, true), .content = {}};
+    return {.reasoning = {}, .content = text};
+  }
+  std::string_view reasoning = text.substr(0, close);
+  if (const std::size_t open = reasoning.rfind("<think>"); open != std::string_view::npos)
+    reasoning = reasoning.substr(open + 7);
+  const std::size_t after = text.rfind("</think>") + 8;
+  return {.reasoning = strip_newlines(reasoning, true, true), .content = strip_newlines(text.substr(after), true, false)};
+}
+
+LLMKIT_DECL void chat_template::format_gemma(std::span<const chat_message> m, const chat_format_options& o,
+                                             formatted_chat& out) const {
+  using namespace detail;
+  std::optional<std::string_view> system;
+  if (m.front().role == "system") {
+    system = m.front().content;
+    m = m.subspan(1);
+  }
+  for (std::size_t i = 0; i < m.size(); ++i)
+    LLMKIT_CHECK((m[i].role == "user") == (i % 2 == 0) && m[i].role != "system", "chat_template gemma: after the "
+                 "optional system message the roles must alternate user / assistant / user / ..., but message ",
+                 i + (system ? 1 : 0), " is '", m[i].role, "'");
+  write_leading_bos(o, out);
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    append_markup(out, m[i].role == "assistant" ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+    if (i == 0 && system) {  // not trimmed: the template adds it before the trimmed content
+      append_content(out, *system);
+      append_markup(out, "\n\n");
+    }
+    append_content(out, python_strip(m[i].content));
+    append_markup(out, "<end_of_turn>\n");
+  }
+  if (o.prompt == generation_prompt::add) append_markup(out, "<start_of_turn>model\n");
+}
+
+LLMKIT_DECL void chat_template::format_phi(std::span<const chat_message> m, const chat_format_options& o,
+                                           formatted_chat& out) const {
+  using namespace detail;
+  for (const auto& msg : m) {
+    switch (family_) {
+      case chat_family::phi3:
+        if (msg.role == "system" && msg.content.empty()) continue;
+        append_markup(out, "<|" + msg.role + "|>\n");
+        append_content(out, msg.content);
+        append_markup(out, "<|end|>\n");
+        break;
+      case chat_family::phi4_mini:
+        append_markup(out, "<|" + msg.role + "|>");
+        append_content(out, msg.content);
+        append_markup(out, "<|end|>");
+        break;
+      default:  // phi4
+        append_markup(out, "<|im_start|>" + msg.role + "<|im_sep|>");
+        append_content(out, msg.content);
+        append_markup(out, "<|im_end|>");
+        break;
+    }
+  }
+  const bool add = o.prompt == generation_prompt::add;
+  switch (family_) {
+    case chat_family::phi3: append_markup(out, add ? std::string("<|assistant|>\n") : eos_); break;
+    case chat_family::phi4_mini: append_markup(out, add ? std::string("<|assistant|>") : eos_); break;
+    default:
+      if (add) append_markup(out, "<|im_start|>assistant<|im_sep|>");
+      break;
+  }
+}
+
+LLMKIT_DECL void chat_template::format_qwen3(std::span<const chat_message> m, const chat_format_options& o,
+                                             formatted_chat& out) {
+  using namespace detail;
+  // Answers after the last user message keep their reasoning; earlier ones lose it.
+  std::size_t last_query = m.size() - 1;
+  for (std::size_t i = m.size(); i-- > 0;)
+    if (m[i].role == "user" &&
+        !(m[i].content.starts_with("<tool_response>") && m[i].content.ends_with("</tool_response>"))) {
+      last_query = i;
+      break;
+    }
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const auto& msg = m[i];
+    if (msg.role != "assistant") {
+      append_markup(out, "<|im_start|>" + msg.role + "\n");
+      append_content(out, msg.content);
+      append_markup(out, "<|im_end|>\n");
+      continue;
+    }
+    std::string_view content = msg.content, reasoning;
+    if (content.find("</think>") != std::string_view::npos) {
+      const std::size_t close = content.find("</think>");
+      reasoning = content.substr(0, close);
+      if (const std::size_t open = reasoning.rfind("<think>"); open != std::string_view::npos)
+        reasoning = reasoning.substr(open + 7);
+      while (!reasoning.empty() && reasoning.back() == '\n') reasoning.remove_suffix(1);
+      while (!reasoning.empty() && reasoning.front() == '\n') reasoning.remove_prefix(1);
+      content = content.substr(content.rfind("</think>") + 8);
+      while (!content.empty() && content.front() == '\n') content.remove_prefix(1);
+    }
+    append_markup(out, "<|im_start|>assistant\n");
+    if (i > last_query && (i + 1 == m.size() || !reasoning.empty())) {
+      append_markup(out, "<think>\n");
+      append_content(out, reasoning);
+      append_markup(out, "\n</think>\n\n");
+    }
+    append_content(out, content);
+    append_markup(out, "<|im_end|>\n");
+  }
+  if (o.prompt == generation_prompt::add) {
+    append_markup(out, "<|im_start|>assistant\n");
+    if (!o.enable_thinking) append_markup(out, "<think>\n\n</think>\n\n");
   }
 }
 

@@ -37,10 +37,23 @@ inline const gguf_tensor& check_tensor(const gguf_file& file, const std::string&
 }
 }  // namespace detail
 
+namespace detail {
+/// The file's config with the LongRoPE factors chosen for the options' context.
+inline llama_config config_for(const gguf_file& file, const llama_options& options) {
+  llama_config c = llama_config::from_gguf(file);
+  if (options.context_length != 0) c.use_context(options.context_length);
+  return c;
+}
+}  // namespace detail
+
 LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options& options)
-    : config_(llama_config::from_gguf(file)),
+    : config_(detail::config_for(file, options)),
       options_(options),
-      rope_table_(config_.rope, config_.head_dim, std::min<std::size_t>(config_.context_length, rope_table_max_positions)) {
+      rope_table_(config_.rope, config_.head_dim, std::min<std::size_t>(config_.context_length, rope_table_max_positions)),
+      local_rope_table_(config_.sliding_window != 0 ? config_.local_rope : config_.rope, config_.head_dim,
+                        config_.sliding_window != 0
+                            ? std::min<std::size_t>(config_.context_length, rope_table_max_positions)
+                            : 1) {
   const auto& c = config_;
   const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   // Every shape is checked against the file before anything is allocated,
@@ -49,22 +62,35 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
   detail::check_tensor(file, "token_embd.weight", c.n_vocab, c.dim);
   detail::check_tensor(file, "output_norm.weight", 1, c.dim);
   if (!c.tied_output) detail::check_tensor(file, "output.weight", c.n_vocab, c.dim);
-  const bool qkv_bias = traits(c.arch).qkv_bias;
+  const bool qkv_bias = traits(c.arch).qkv_bias, qk_norm = traits(c.arch).qk_norm,
+             post_norms = traits(c.arch).post_norms, fused = traits(c.arch).fused_projections;
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     detail::check_tensor(file, b + "attn_norm.weight", 1, c.dim);
-    detail::check_tensor(file, b + "attn_q.weight", qd, c.dim);
-    detail::check_tensor(file, b + "attn_k.weight", kvd, c.dim);
-    detail::check_tensor(file, b + "attn_v.weight", kvd, c.dim);
+    if (fused) {
+      detail::check_tensor(file, b + "attn_qkv.weight", qd + 2 * kvd, c.dim);
+    } else {
+      detail::check_tensor(file, b + "attn_q.weight", qd, c.dim);
+      detail::check_tensor(file, b + "attn_k.weight", kvd, c.dim);
+      detail::check_tensor(file, b + "attn_v.weight", kvd, c.dim);
+    }
     if (qkv_bias) {
       detail::check_tensor(file, b + "attn_q.bias", 1, qd);
       detail::check_tensor(file, b + "attn_k.bias", 1, kvd);
       detail::check_tensor(file, b + "attn_v.bias", 1, kvd);
     }
+    if (qk_norm) {
+      detail::check_tensor(file, b + "attn_q_norm.weight", 1, c.head_dim);
+      detail::check_tensor(file, b + "attn_k_norm.weight", 1, c.head_dim);
+    }
     detail::check_tensor(file, b + "attn_output.weight", c.dim, qd);
     detail::check_tensor(file, b + "ffn_norm.weight", 1, c.dim);
-    detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
-    detail::check_tensor(file, b + "ffn_up.weight", c.ffn_dim, c.dim);
+    if (post_norms) {
+      detail::check_tensor(file, b + "post_attention_norm.weight", 1, c.dim);
+      detail::check_tensor(file, b + "post_ffw_norm.weight", 1, c.dim);
+    }
+    if (!fused) detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
+    detail::check_tensor(file, b + "ffn_up.weight", fused ? 2 * c.ffn_dim : c.ffn_dim, c.dim);
     detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
   }
   // The mapping the in-place matrices hold; null when they must be copies.
@@ -137,11 +163,21 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
     const std::string b = "blk." + std::to_string(l) + ".";
     layer& w = layers_[l];
     w.attn_norm = load_norm(b + "attn_norm.weight");
-    w.wqkv = load_stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, c.dim);
+    w.wqkv = fused ? load_stacked({b + "attn_qkv.weight"}, c.dim)
+                   : load_stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, c.dim);
     if (qkv_bias) w.bqkv = load_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, qd + 2 * kvd);
+    if (qk_norm) {
+      w.q_norm = load_vector({b + "attn_q_norm.weight"}, c.head_dim);
+      w.k_norm = load_vector({b + "attn_k_norm.weight"}, c.head_dim);
+    }
     w.wo = load_matrix(b + "attn_output.weight", c.dim, qd);
     w.ffn_norm = load_norm(b + "ffn_norm.weight");
-    w.w_gate_up = load_stacked({b + "ffn_gate.weight", b + "ffn_up.weight"}, c.dim);
+    if (post_norms) {
+      w.post_attn_norm = load_norm(b + "post_attention_norm.weight");
+      w.post_ffn_norm = load_norm(b + "post_ffw_norm.weight");
+    }
+    w.w_gate_up = fused ? load_stacked({b + "ffn_up.weight"}, c.dim)
+                        : load_stacked({b + "ffn_gate.weight", b + "ffn_up.weight"}, c.dim);
     w.w_down = load_matrix(b + "ffn_down.weight", c.dim, c.ffn_dim);
   }
 }

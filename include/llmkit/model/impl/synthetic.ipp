@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -88,9 +89,17 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   c.tied_output = options.tied_output;
   if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
   if (c.rope.rotary_dim == 0) c.rope.rotary_dim = c.head_dim;
+  const architecture_traits& arch = traits(c.arch);
+  LLMKIT_CHECK(c.sliding_window > 0 || arch.window_pattern == 0, "synthetic_llama: ", arch.name,
+               " needs config.sliding_window > 0");
+  // The pattern is written only when the caller gives one; otherwise the
+  // reader's default (the architecture's, or every layer) applies.
+  const bool write_pattern = !c.local_layers.empty();
+  if (c.sliding_window > 0 && c.local_layers.empty())
+    c.local_layers = arch.window_pattern != 0 ? local_layer_pattern(c.n_layers, arch.window_pattern)
+                                              : std::vector<std::uint8_t>(c.n_layers, 1);
+  if (c.sliding_window > 0) c.local_rope = c.rope;  // the reader derives it
   c.validate();
-  LLMKIT_CHECK(c.dim == c.n_heads * c.head_dim, "synthetic_llama: dim = ", c.dim, " is not n_heads * head_dim = ",
-               c.n_heads * c.head_dim);
   LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
   if (!options.tensor_types) {
     const std::size_t block = ggml_block_elements(options.weight_type);
@@ -100,7 +109,6 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
                  ") to be multiples of ", block);
   }
 
-  const architecture_traits& arch = traits(c.arch);
   const std::string p = std::string(arch.name) + ".";
   gguf_writer w;
   w.add("general.architecture", arch.name);
@@ -112,6 +120,24 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   w.add(p + "attention.head_count", std::uint32_t(c.n_heads));
   w.add(p + "attention.head_count_kv", std::uint32_t(c.n_kv_heads));
   w.add(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.head_dim != c.dim / c.n_heads) {  // Qwen3: heads wider than dim / n_heads
+    w.add(p + "attention.key_length", std::uint32_t(c.head_dim));
+    w.add(p + "attention.value_length", std::uint32_t(c.head_dim));
+  }
+  if (c.sliding_window > 0) {
+    w.add(p + "attention.sliding_window", std::uint32_t(c.sliding_window));
+    if (write_pattern) {
+      const auto flags = std::make_unique<bool[]>(c.n_layers);  // one bool per layer, true = local
+      for (std::size_t l = 0; l < c.n_layers; ++l) flags[l] = c.local_layers[l] != 0;
+      w.add_array(p + "attention.sliding_window_pattern", std::span<const bool>(flags.get(), c.n_layers));
+    }
+  }
+  if (c.original_context_length != 0)
+    w.add(p + "rope.scaling.original_context_length", std::uint32_t(c.original_context_length));
+  if (c.rope_attn_factor != 1.0f) w.add(p + "rope.scaling.attn_factor", c.rope_attn_factor);
+  if (c.attention_scale != 0.0f) w.add(p + "attention.scale", c.attention_scale);
+  if (c.attention_softcap != 0.0f) w.add(p + "attn_logit_softcapping", c.attention_softcap);
+  if (c.final_softcap != 0.0f) w.add(p + "final_logit_softcapping", c.final_softcap);
   w.add(p + "rope.freq_base", c.rope.theta);
   w.add(p + "rope.dimension_count", std::uint32_t(c.rope.rotary_dim));
   if (c.rope.freq_scale != 1.0f) {
@@ -171,6 +197,12 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   if (!c.rope.freq_factors.empty())
     w.add_tensor("rope_freqs.weight", ggml_type::f32, {c.rope.freq_factors.size()},
                  std::as_bytes(std::span<const float>(c.rope.freq_factors)));
+  if (!c.rope_long_factors.empty()) {
+    w.add_tensor("rope_factors_long.weight", ggml_type::f32, {c.rope_long_factors.size()},
+                 std::as_bytes(std::span<const float>(c.rope_long_factors)));
+    w.add_tensor("rope_factors_short.weight", ggml_type::f32, {c.rope_short_factors.size()},
+                 std::as_bytes(std::span<const float>(c.rope_short_factors)));
+  }
   const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float in_dim = std::sqrt(3.0f / float(c.dim)), in_q = std::sqrt(3.0f / float(qd)),
               in_ffn = std::sqrt(3.0f / float(c.ffn_dim));
@@ -179,20 +211,32 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   if (!c.tied_output) matrix("output.weight", c.n_vocab, c.dim, in_dim);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    matrix(b + "attn_q.weight", qd, c.dim, in_dim);
-    matrix(b + "attn_k.weight", kvd, c.dim, in_dim);
-    matrix(b + "attn_v.weight", kvd, c.dim, in_dim);
+    if (arch.fused_projections) {
+      matrix(b + "attn_qkv.weight", qd + 2 * kvd, c.dim, in_dim);
+    } else {
+      matrix(b + "attn_q.weight", qd, c.dim, in_dim);
+      matrix(b + "attn_k.weight", kvd, c.dim, in_dim);
+      matrix(b + "attn_v.weight", kvd, c.dim, in_dim);
+    }
     if (arch.qkv_bias) {
       vector(b + "attn_q.bias", qd, 0.0f, 0.5f);
       vector(b + "attn_k.bias", kvd, 0.0f, 0.5f);
       vector(b + "attn_v.bias", kvd, 0.0f, 0.5f);
     }
+    if (arch.qk_norm) {
+      norm(b + "attn_q_norm.weight", c.head_dim);
+      norm(b + "attn_k_norm.weight", c.head_dim);
+    }
     matrix(b + "attn_output.weight", c.dim, qd, in_q);
     norm(b + "attn_norm.weight", c.dim);
-    matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
+    if (!arch.fused_projections) matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
     matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, in_ffn);
-    matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, in_dim);
+    matrix(b + "ffn_up.weight", arch.fused_projections ? 2 * c.ffn_dim : c.ffn_dim, c.dim, in_dim);
     norm(b + "ffn_norm.weight", c.dim);
+    if (arch.post_norms) {
+      norm(b + "post_attention_norm.weight", c.dim);
+      norm(b + "post_ffw_norm.weight", c.dim);
+    }
   }
   return w;
 }
