@@ -153,13 +153,19 @@ TEST_CASE("gbnf: left recursion and oversized grammars are refused") {
   CHECK_THAT(error_of([] { parse_gbnf("root ::= ((\"a\"{0,100}){0,100}){0,100}"); }),
              Catch::Contains("rules after expanding repetitions") || Catch::Contains("elements after expanding"));
   CHECK_THAT(error_of([] { parse_gbnf("root ::= \"a\"", {.max_source_bytes = 4}); }), Catch::Contains("exceeds the limit"));
+  CHECK_THAT(error_of([] { parse_gbnf("root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')')); }),
+             Catch::Contains("nested deeper than 256"));
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 5000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  chain += "r5000 ::= \"z\"\n";
+  CHECK_THAT(error_of([&] { automaton{parse_gbnf(chain)}; }), Catch::Contains("long chain of rules"));
   // Right recursion is fine, and its matching depth is bounded.
   const automaton nest{parse_gbnf("root ::= \"(\" root \")\" | \"x\""), {.max_stack_depth = 64}};
   CHECK(full_match(nest, "((x))"));
   CHECK_THAT(error_of([&] { nest.advance(nest.start(), std::string(100, '(')); }), Catch::Contains("deeper than 64"));
   // Ambiguity blows up the stack count: bounded.
   const automaton amb{parse_gbnf("root ::= a \"y\"\na ::= \"x\" a \"z\"? | \"x\" a \"w\"? | \"\""), {.max_stacks = 8}};
-  CHECK(full_match(amb, "xxzwy"));
+  CHECK(full_match(automaton{parse_gbnf("root ::= a \"y\"\na ::= \"x\" a \"z\"? | \"x\" a \"w\"? | \"\"")}, "xxzwy"));
   CHECK_THAT(error_of([&] { amb.advance(amb.start(), std::string(64, 'x')); }), Catch::Contains("matcher stacks"));
 }
 
@@ -340,6 +346,10 @@ TEST_CASE("json schema: bad or unsupported schemas name their path") {
   std::string deep = "{\"type\": \"integer\"}";
   for (int i = 0; i < 200; ++i) deep = "{\"type\": \"array\", \"items\": " + deep + "}";
   CHECK_THAT(err(deep.c_str()), Catch::Contains("nested deeper than"));
+  std::string defs = "{\"$ref\": \"#/$defs/d0\", \"$defs\": {";
+  for (int i = 0; i < 300; ++i) defs += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}, ";
+  defs += "\"d300\": {\"type\": \"null\"}}}";
+  CHECK_THAT(err(defs.c_str()), Catch::Contains("nested deeper than"));
 }
 
 TEST_CASE("grammar_processor: masks, follows the history, rolls back, and refuses what the grammar cannot continue") {

@@ -120,7 +120,11 @@ class automaton {
   // Expands the top of `st` until it is a character class or the stack is
   // empty, appending the results to `out`. Left recursion is refused at
   // compile time, so this terminates; depth and count are still bounded.
-  void expand(stack st, std::vector<stack>& out) const {
+  void expand(stack st, std::vector<stack>& out, std::size_t depth = 0) const {
+    // Recursion depth: chains of references at the left edge (bounded by the
+    // rule count) plus returns (bounded by the stack depth).
+    LLMKIT_CHECK(depth <= 2 * limits_.max_stack_depth, "grammar: expanding a position went deeper than ",
+                 2 * limits_.max_stack_depth, " references (a long chain of rules)");
     if (st.empty()) {
       out.push_back(std::move(st));
       return;
@@ -133,7 +137,7 @@ class automaton {
       case element::kind::char_class: out.push_back(std::move(st)); break;
       case element::kind::end:
         st.pop_back();
-        expand(std::move(st), out);
+        expand(std::move(st), out, depth + 1);
         break;
       case element::kind::rule_ref: {
         st.pop_back();
@@ -142,7 +146,7 @@ class automaton {
         for (std::uint32_t a : g_.alternatives[e.value]) {
           stack next = st;
           next.push_back(a);
-          expand(std::move(next), out);
+          expand(std::move(next), out, depth + 1);
         }
         break;
       }

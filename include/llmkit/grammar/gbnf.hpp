@@ -45,6 +45,7 @@ struct compile_limits {
   std::size_t max_elements = 1u << 20;    ///< elements over all alternatives
   std::uint32_t max_repetition = 4096;    ///< largest m or n in `{m,n}`
   std::size_t max_source_bytes = 1u << 22;  ///< grammar text size
+  std::size_t max_nesting = 256;          ///< parentheses nested in one rule
 };
 
 /// One element of an alternative.
@@ -352,6 +353,7 @@ class gbnf_parser {
         if (first_use_[n.index] == pos_) first_use_[n.index] = save;
         seq.push_back(std::move(n));
       } else if (c == '(') {
+        if (++nesting_ > limits_.max_nesting) fail(at, "parentheses nested deeper than ", limits_.max_nesting);
         ++pos_;
         skip_space(true);
         node n;
@@ -359,6 +361,7 @@ class gbnf_parser {
         n.alts = parse_alternatives(true);
         if (pos_ >= s_.size() || s_[pos_] != ')') fail(at, "unclosed '('");
         ++pos_;
+        --nesting_;
         seq.push_back(std::move(n));
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (seq.empty()) fail(at, "'", c, "' follows nothing");
@@ -569,6 +572,7 @@ class gbnf_parser {
   std::vector<std::vector<std::vector<element>>> rules_;
   std::vector<std::string> rule_names_;
   std::size_t n_elements_ = 0;
+  std::size_t nesting_ = 0;
 };
 
 }  // namespace detail

@@ -136,7 +136,7 @@ class schema_converter {
       if (!known.count(it.key())) fail(path + "/" + it.key(), "keyword '", it.key(), "' is not supported");
   }
 
-  std::string resolve_ref(const std::string& ref, const std::string& path) {
+  std::string resolve_ref(const std::string& ref, const std::string& path, std::size_t depth) {
     std::string name;
     const json* target = nullptr;
     for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
@@ -155,7 +155,7 @@ class schema_converter {
     rule += "-" + std::to_string(std::hash<std::string>{}(ref) % 100000);
     if (rules_.count(rule)) return rule;
     rules_[rule] = "";  // placeholder for recursive references
-    rules_[rule] = visit(*target, ref, 0);
+    rules_[rule] = visit(*target, ref, depth + 1);
     return rule;
   }
 
@@ -173,7 +173,7 @@ class schema_converter {
     check_keywords(s, path);
     if (s.contains("$ref")) {
       if (!s["$ref"].is_string()) fail(path + "/$ref", "must be a string");
-      return resolve_ref(s["$ref"].get<std::string>(), path + "/$ref");
+      return resolve_ref(s["$ref"].get<std::string>(), path + "/$ref", depth);
     }
     if (s.contains("const")) return literal(s["const"].dump());
     if (s.contains("enum")) {

@@ -74,7 +74,26 @@ class grammar_processor {
                  ctx.n_generated(), " generated tokens");
     LLMKIT_CHECK(n_keep > 0, "grammar_processor: none of the ", c.size(),
                  " candidates left by earlier processors is allowed by the grammar (put the grammar first)");
-    c.retain([&](std::size_t i) { return test_bit(bits, c.token(i)); }, n_keep, false);
+    if (c.is_dense()) {
+      // Word by word: a zero word clears 64 logits at once, a full one is skipped.
+      constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+      float* v = c.values().data();
+      const std::size_t n = c.size();
+      for (std::size_t w = 0; w * 64 < n; ++w) {
+        const std::uint64_t m = bits[w];
+        const std::size_t begin = w * 64, end = std::min(n, begin + 64);
+        if (m == ~std::uint64_t{0}) continue;
+        if (m == 0) {
+          std::fill(v + begin, v + end, neg_inf);
+          continue;
+        }
+        for (std::size_t i = begin; i < end; ++i)
+          if (!((m >> (i - begin)) & 1u)) v[i] = neg_inf;
+      }
+      c.values_changed();
+    } else {
+      c.retain([&](std::size_t i) { return test_bit(bits, c.token(i)); }, n_keep, false);
+    }
     LLMKIT_CHECK(c.max() != -std::numeric_limits<float>::infinity(),
                  "grammar_processor: every token the grammar allows has logit -inf (removed by earlier processors)");
   }
