@@ -12,7 +12,8 @@
 /// branches is not refused), `allOf` of one schema or of object schemas
 /// (merged), `$ref` to `#/$defs/...` or `#/definitions/...` (recursion
 /// allowed), strings with `minLength` / `maxLength` / `format` (date, time,
-/// date-time, uuid), integers and numbers with `minimum` / `maximum`.
+/// date-time, uuid) or `pattern` (regex.hpp's subset), integers and numbers
+/// with `minimum` / `maximum`.
 ///
 /// What the grammar produces is always valid, but some valid documents are
 /// not produced:
@@ -26,7 +27,7 @@
 /// - whitespace between tokens is at most 20 blanks/newlines; integers have
 ///   at most 16 digits, fractions and exponents at most 16.
 ///
-/// Other keywords (`pattern`, `uniqueItems`, `multipleOf`, ...): with
+/// Other keywords (`uniqueItems`, `multipleOf`, ...): with
 /// `strict`, an error naming the keyword's JSON path; otherwise ignored
 /// (annotations such as `title`, `description`, `default`, `examples`,
 /// `$schema`, `$id`, `$comment` are always ignored).
@@ -46,6 +47,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmkit/core/error.hpp"
+#include "llmkit/grammar/regex.hpp"
 
 namespace llmkit::grammar {
 
@@ -130,7 +132,7 @@ class schema_converter {
     static const std::set<std::string, std::less<>> known{
         "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
         "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "minLength", "maxLength",
-        "format", "minimum", "maximum", "title", "description", "default", "examples", "$schema", "$id", "$comment"};
+        "format", "pattern", "minimum", "maximum", "title", "description", "default", "examples", "$schema", "$id", "$comment"};
     if (!opt_.strict) return;
     for (auto it = s.begin(); it != s.end(); ++it)
       if (!known.count(it.key())) fail(path + "/" + it.key(), "keyword '", it.key(), "' is not supported");
@@ -245,6 +247,16 @@ class schema_converter {
   }
 
   std::string string_schema(const json& s, const std::string& path) {
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) fail(path + "/pattern", "must be a string");
+      if (opt_.strict && (s.contains("minLength") || s.contains("maxLength") || s.contains("format")))
+        fail(path + "/pattern", "pattern together with minLength, maxLength or format is not supported");
+      try {
+        return "\"\\\"\" " + regex_to_gbnf(s["pattern"].get<std::string>()) + " \"\\\"\"";
+      } catch (const llmkit::error& e) {
+        if (opt_.strict) fail(path + "/pattern", e.what());  // non-strict: an unsupported pattern is ignored
+      }
+    }
     if (s.contains("format")) {
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
       const std::string q = "\"\\\"\"";
