@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: MIT
+// bench_grammar: grammar-constrained decoding costs on the Llama 3
+// vocabulary (128,256 tokens, tests/data fixture), 1 thread.
+//
+//   vocabulary                 token_vocabulary::from_tokenizer (trie), once per vocabulary
+//   compile/<schema>           schema_to_gbnf + parse_gbnf + automaton + the first mask
+//   mask/<schema>              grammar_processor::apply on a dense [128256] row, for
+//                              every step of a valid document of the schema (its
+//                              Llama 3 tokens, then EOS), with fresh automaton and
+//                              mask caches per document: counters median_us, p99_us,
+//                              mean_us over the steps, in thread CPU time (the
+//                              machine is shared: wall time would count waiting)
+//   row_copy                   baseline in the same run: candidates::reset_copy of
+//                              the row, what every step pays before any processor
+//
+// The schemas and documents are kept here so figures stay comparable.
+#include <benchmark/benchmark.h>
+
+#include <llmkit/grammar/json_schema.hpp>
+#include <llmkit/grammar/processor.hpp>
+#include <llmkit/model/gguf.hpp>
+#include <llmkit/model/tokenizer.hpp>
+#include <llmkit/sampling/candidates.hpp>
+
+#include <algorithm>
+#include <ctime>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace llmkit;
+
+const model::tokenizer& llama3() {
+  static const model::tokenizer t = model::tokenizer::from_gguf(
+      model::gguf_file::open(std::string(LLMKIT_SOURCE_DIR) + "/tests/data/llama3-bpe-vocab.gguf"));
+  return t;
+}
+const std::shared_ptr<const grammar::token_vocabulary>& vocab() {
+  static const auto v = grammar::token_vocabulary::from_tokenizer(llama3());
+  return v;
+}
+
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
+struct bench_case {
+  const char* name;
+  const char* schema;
+  const char* document;
+};
+const bench_case cases[] = {
+    {"person",
+     R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
+         "age": {"type": "integer", "minimum": 0, "maximum": 150}, "email": {"type": "string"},
+         "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
+         "required": ["name", "age"], "additionalProperties": false})",
+     R"({"name": "Ada Lovelace", "age": 36, "email": "ada@example.org", "tags": ["math", "engines", "poetry"]})"},
+    {"tool_call",
+     R"({"type": "object", "properties": {"name": {"enum": ["get_weather", "search", "send_email"]},
+         "arguments": {"type": "object", "properties": {"city": {"type": "string"},
+         "unit": {"enum": ["celsius", "fahrenheit"]}, "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+         "required": ["city"]}}, "required": ["name", "arguments"]})",
+     R"({"name": "get_weather", "arguments": {"city": "Zürich, Switzerland", "unit": "celsius", "days": 3}})"},
+    {"tree",
+     R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {"label": {"type": "string"},
+         "weight": {"type": "number"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+         "required": ["label"]}}})",
+     R"({"label": "root", "weight": 1.5, "children": [{"label": "left", "children": []}, {"label": "right", "weight": -2e3, "children": [{"label": "leaf"}]}]})"},
+    {"json_object", R"({"type": "object"})",
+     R"({"id": 12345, "items": [{"sku": "A-1", "qty": 2, "price": 9.99}, {"sku": "B-7", "qty": 1, "price": 120.0}], "paid": true, "note": null})"},
+};
+
+void vocabulary(benchmark::State& state) {
+  for (auto _ : state) {
+    auto v = grammar::token_vocabulary::from_tokenizer(llama3());
+    benchmark::DoNotOptimize(v);
+  }
+}
+
+void compile(benchmark::State& state, const bench_case& c) {
+  const auto& v = vocab();
+  for (auto _ : state) {
+    const std::string gbnf = grammar::schema_to_gbnf(std::string_view(c.schema));
+    grammar::token_masker m(std::make_shared<const grammar::automaton>(grammar::parse_gbnf(gbnf)), v);
+    benchmark::DoNotOptimize(m.mask(m.grammar_automaton().start()));
+  }
+}
+
+void mask(benchmark::State& state, const bench_case& c) {
+  const auto& tok = llama3();
+  const auto& v = vocab();
+  std::vector<token_id> doc = tok.encode(c.document);
+  doc.push_back(tok.eos());
+  const std::string gbnf = grammar::schema_to_gbnf(std::string_view(c.schema));
+  const grammar::compiled_grammar g = grammar::parse_gbnf(gbnf);
+  std::vector<float> row(tok.vocab_size());
+  for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f;
+  sampling::candidates cand;
+  std::vector<double> us;
+  const std::vector<token_id> prompt{tok.bos()};
+  for (auto _ : state) {
+    const auto masker = std::make_shared<const grammar::token_masker>(std::make_shared<const grammar::automaton>(g), v);
+    const grammar::grammar_processor p(masker);
+    std::vector<token_id> history = prompt;
+    for (token_id t : doc) {
+      cand.reset_copy(row);
+      const double t0 = thread_cpu_us();
+      p.apply(cand, {.history = history, .n_prompt = 1});
+      us.push_back(thread_cpu_us() - t0);
+      history.push_back(t);
+    }
+  }
+  std::sort(us.begin(), us.end());
+  double sum = 0;
+  for (double x : us) sum += x;
+  state.counters["median_us"] = us[us.size() / 2];
+  state.counters["p99_us"] = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+  state.counters["mean_us"] = sum / static_cast<double>(us.size());
+  state.counters["steps"] = static_cast<double>(doc.size());
+}
+
+void row_copy(benchmark::State& state) {
+  std::vector<float> row(llama3().vocab_size(), 0.5f);
+  sampling::candidates cand;
+  for (auto _ : state) {
+    cand.reset_copy(row);
+    benchmark::DoNotOptimize(cand.values().data());
+  }
+}
+
+const bool registered = [] {
+  benchmark::RegisterBenchmark("vocabulary/llama3", vocabulary)->Unit(benchmark::kMillisecond);
+  for (const auto& c : cases) {
+    benchmark::RegisterBenchmark((std::string("compile/") + c.name).c_str(), compile, c)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("mask/") + c.name).c_str(), mask, c)->Unit(benchmark::kMillisecond);
+  }
+  benchmark::RegisterBenchmark("row_copy/llama3", row_copy)->Unit(benchmark::kMicrosecond);
+  return true;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+/// @file llmkit/grammar/processor.hpp
+/// `grammar_processor`: the logits processor that keeps generation inside a
+/// grammar, masking (to -inf) every token that cannot continue it.
+///
+/// ```
+/// auto vocab = grammar::token_vocabulary::from_tokenizer(tok);
+/// auto masker = grammar::compile_cached(grammar::schema_to_gbnf(schema), vocab);
+/// sampling::runtime_chain chain({grammar::grammar_processor(masker), sampling::temperature{1.0f}});
+/// ```
+///
+/// The processor needs no "accept" hook: a processor already sees the
+/// request's history, and the grammar position is a function of the
+/// generated tokens. It keeps the positions after each generated token and,
+/// at each step, resumes from the longest common prefix of what it saw last
+/// and the current history. So a rejected speculative draft (history cut
+/// back) rolls back for free, and a beam whose history differs re-advances
+/// from where the histories part (a table lookup per byte). Put it first in
+/// a chain: truncations before it could leave only tokens it forbids.
+///
+/// An object serves one request at a time (its positions are mutable state);
+/// `token_masker`s are shared between requests.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "llmkit/core/error.hpp"
+#include "llmkit/core/ids.hpp"
+#include "llmkit/grammar/automaton.hpp"
+#include "llmkit/grammar/gbnf.hpp"
+#include "llmkit/grammar/token_masker.hpp"
+#include "llmkit/sampling/candidates.hpp"
+#include "llmkit/sampling/context.hpp"
+
+namespace llmkit::grammar {
+
+/// See the file comment.
+class grammar_processor {
+ public:
+  explicit grammar_processor(std::shared_ptr<const token_masker> masker) : masker_(std::move(masker)) {
+    LLMKIT_CHECK(masker_ != nullptr, "grammar_processor: null masker");
+    states_.push_back(masker_->grammar_automaton().start());
+  }
+
+  /// Masks the candidates the grammar forbids after the generated part of
+  /// `ctx.history`.
+  /// @throws llmkit::error if a generated token breaks the grammar, if the
+  /// grammar allows no token, or if no allowed token is left among the
+  /// candidates (processors before this one removed them all).
+  void apply(sampling::candidates& c, const sampling::sampling_context& ctx) const {
+    LLMKIT_CHECK(c.vocab_size() == masker_->vocab_size(), "grammar_processor: logits row has ", c.vocab_size(),
+                 " entries, the grammar's vocabulary ", masker_->vocab_size());
+    const state_id s = sync(ctx);
+    const auto mask = masker_->mask(s);
+    const token_bitset& bits = *mask;
+    std::size_t n_keep = 0;
+    if (c.is_dense()) {
+      for (std::uint64_t w : bits) n_keep += static_cast<std::size_t>(std::popcount(w));
+    } else {
+      for (std::size_t i = 0; i < c.size(); ++i) n_keep += test_bit(bits, c.token(i)) ? 1 : 0;
+    }
+    LLMKIT_CHECK(n_keep > 0 || !c.is_dense(), "grammar_processor: the grammar allows no token after ",
+                 ctx.n_generated(), " generated tokens");
+    LLMKIT_CHECK(n_keep > 0, "grammar_processor: none of the ", c.size(),
+                 " candidates left by earlier processors is allowed by the grammar (put the grammar first)");
+    if (c.is_dense()) {
+      // Word by word: a zero word clears 64 logits at once, a full one is skipped.
+      constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+      float* v = c.values().data();
+      const std::size_t n = c.size();
+      for (std::size_t w = 0; w * 64 < n; ++w) {
+        const std::uint64_t m = bits[w];
+        const std::size_t begin = w * 64, end = std::min(n, begin + 64);
+        if (m == ~std::uint64_t{0}) continue;
+        if (m == 0) {
+          std::fill(v + begin, v + end, neg_inf);
+          continue;
+        }
+        for (std::size_t i = begin; i < end; ++i)
+          if (!((m >> (i - begin)) & 1u)) v[i] = neg_inf;
+      }
+      c.values_changed();
+    } else {
+      c.retain([&](std::size_t i) { return test_bit(bits, c.token(i)); }, n_keep, false);
+    }
+    LLMKIT_CHECK(c.max() != -std::numeric_limits<float>::infinity(),
+                 "grammar_processor: every token the grammar allows has logit -inf (removed by earlier processors)");
+  }
+
+  /// The position after the generated part of `ctx.history` (advancing or
+  /// rolling back as needed).
+  /// @throws llmkit::error if a generated token is not allowed by the grammar.
+  state_id sync(const sampling::sampling_context& ctx) const {
+    const std::span<const token_id> gen =
+        ctx.history.size() > ctx.n_prompt ? ctx.history.subspan(ctx.n_prompt) : std::span<const token_id>{};
+    std::size_t k = 0;
+    while (k < tokens_.size() && k < gen.size() && tokens_[k] == gen[k]) ++k;
+    tokens_.resize(k);
+    states_.resize(k + 1);
+    for (; k < gen.size(); ++k) {
+      LLMKIT_CHECK(!masker_->vocabulary().is_eos(tokens_.empty() ? -1 : tokens_.back()),
+                   "grammar_processor: tokens follow an end-of-sequence token at generated position ", k);
+      const state_id next = masker_->advance(states_.back(), gen[k]);
+      LLMKIT_CHECK(next != dead_state, "grammar_processor: generated token ", gen[k], " at position ", k,
+                   " is not allowed by the grammar");
+      tokens_.push_back(gen[k]);
+      states_.push_back(next);
+    }
+    return states_.back();
+  }
+
+  /// True when the generated text so far is a complete sentence.
+  bool can_end(const sampling::sampling_context& ctx) const { return masker_->grammar_automaton().can_end(sync(ctx)); }
+
+  const token_masker& masker() const noexcept { return *masker_; }
+
+ private:
+  std::shared_ptr<const token_masker> masker_;
+  mutable std::vector<token_id> tokens_;
+  mutable std::vector<state_id> states_;
+};
+
+/// Compiles GBNF `text` for `vocab`, reusing the masker of an earlier call
+/// with the same text and vocabulary object (and so its automaton and mask
+/// caches). Thread-safe; the cache keeps up to 64 grammars, then restarts.
+/// @throws llmkit::error as parse_gbnf does.
+inline std::shared_ptr<const token_masker> compile_cached(const std::string& text,
+                                                          const std::shared_ptr<const token_vocabulary>& vocab,
+                                                          const compile_limits& limits = {}) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<const token_masker>> cache;
+  LLMKIT_CHECK(vocab != nullptr, "compile_cached: null vocabulary");
+  std::string key = text;
+  key += '\0';
+  key += std::to_string(reinterpret_cast<std::uintptr_t>(vocab.get()));
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache.find(key); it != cache.end() && &it->second->vocabulary() == vocab.get()) return it->second;
+  }
+  auto masker =
+      std::make_shared<const token_masker>(std::make_shared<const automaton>(parse_gbnf(text, limits)), vocab);
+  std::lock_guard lock(mutex);
+  if (cache.size() >= 64) cache.clear();
+  cache.emplace(std::move(key), masker);
+  return masker;
+}
+
+}  // namespace llmkit::grammar
