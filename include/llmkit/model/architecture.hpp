@@ -43,114 +43,76 @@ enum class ffn_activation : std::uint8_t {
 
 /// What the loader and the forward pass need to know about an architecture.
 struct architecture_traits {
-  architecture id;
+  architecture id{};
   /// `general.architecture` value, also the prefix of the hyper-parameter
   /// keys (`<name>.embedding_length`, ...).
-  std::string_view name;
+  std::string_view name{};
   /// RoPE pair layout: llama.cpp's rope type NORM is interleaved, NEOX is
   /// half-split.
-  simd::rope_layout rope_layout;
+  simd::rope_layout rope_layout = simd::rope_layout::interleaved;
   /// Whether each layer has F32 biases `blk.N.attn_q.bias`, `attn_k.bias`,
   /// `attn_v.bias`, added to the projections before RoPE.
-  bool qkv_bias;
+  bool qkv_bias = false;
   /// Whether each layer has F32 `blk.N.attn_q_norm.weight` and
   /// `attn_k_norm.weight` ([head_dim]): an RMSNorm of every query and key
   /// head, after the projections and before RoPE.
-  bool qk_norm;
+  bool qk_norm = false;
   /// Whether each layer has `blk.N.post_attention_norm.weight` and
   /// `post_ffw_norm.weight` ([dim]): RMSNorms of the attention and
   /// feed-forward outputs before each joins the residual.
-  bool post_norms;
+  bool post_norms = false;
   /// Whether token embeddings are multiplied by sqrt(dim) before layer 0.
-  bool scaled_embedding;
-  ffn_activation activation;
+  bool scaled_embedding = false;
+  ffn_activation activation = ffn_activation::silu;
   /// When the file has `attention.sliding_window` but no
   /// `attention.sliding_window_pattern`: layer l attends globally when
   /// (l + 1) is a multiple of this, through the window otherwise (Gemma 2:
   /// 2, Gemma 3: 6). Non-zero also makes the window key required. 0: every
   /// layer uses the window the file gives, if any.
-  std::uint32_t window_pattern;
+  std::uint32_t window_pattern = 0;
   /// RoPE base of the sliding-window layers when the file has no
   /// `rope.freq_base_swa`; 0: the global layers' base.
-  float local_rope_theta;
+  float local_rope_theta = 0.0f;
   /// Whether the file's linear RoPE scaling is for the global layers only.
-  bool local_rope_unscaled;
+  bool local_rope_unscaled = false;
   /// The layer count of the family's model whose queries are scaled by
   /// 1/sqrt(dim / n_heads), not 1/sqrt(head_dim) (Gemma 2 and 3 27B: their
   /// `query_pre_attn_scalar`, which GGUF files do not carry), when the file
   /// has no `attention.scale`; 0: none.
-  std::uint32_t wide_query_scale_layers;
+  std::uint32_t wide_query_scale_layers = 0;
   /// Whether Q|K|V come as one `blk.N.attn_qkv.weight` ([qd + 2 kvd, dim])
   /// and gate|up as one `blk.N.ffn_up.weight` ([2 ffn, dim], gate first).
-  bool fused_projections;
+  bool fused_projections = false;
   /// Whether `attention.sliding_window` at or beyond context_length means
   /// full attention instead of an error (Phi-3.5-mini and Phi-4-mini files
   /// carry 262144 with a context of 131072, from their Hugging Face config).
-  bool window_beyond_context_is_full;
+  bool window_beyond_context_is_full = false;
 };
 
-/// Every supported architecture, one row each.
+/// Every supported architecture, one row each; a field a row leaves out
+/// keeps its default, which is what Llama does.
 inline constexpr std::array<architecture_traits, 6> architectures{{
     {.id = architecture::llama,
-     .name = "llama",
-     .rope_layout = simd::rope_layout::interleaved,
-     .qkv_bias = false,
-     .qk_norm = false,
-     .post_norms = false,
-     .scaled_embedding = false,
-     .activation = ffn_activation::silu,
-     .window_pattern = 0,
-     .local_rope_theta = 0.0f,
-     .local_rope_unscaled = false,
-     .wide_query_scale_layers = 0,
-     .fused_projections = false,
-     .window_beyond_context_is_full = false},
+     .name = "llama"},
     {.id = architecture::qwen2,
      .name = "qwen2",
      .rope_layout = simd::rope_layout::half_split,
-     .qkv_bias = true,
-     .qk_norm = false,
-     .post_norms = false,
-     .scaled_embedding = false,
-     .activation = ffn_activation::silu,
-     .window_pattern = 0,
-     .local_rope_theta = 0.0f,
-     .local_rope_unscaled = false,
-     .wide_query_scale_layers = 0,
-     .fused_projections = false,
-     .window_beyond_context_is_full = false},
+     .qkv_bias = true},
     {.id = architecture::qwen3,
      .name = "qwen3",
      .rope_layout = simd::rope_layout::half_split,
-     .qkv_bias = false,
-     .qk_norm = true,
-     .post_norms = false,
-     .scaled_embedding = false,
-     .activation = ffn_activation::silu,
-     .window_pattern = 0,
-     .local_rope_theta = 0.0f,
-     .local_rope_unscaled = false,
-     .wide_query_scale_layers = 0,
-     .fused_projections = false,
-     .window_beyond_context_is_full = false},
+     .qk_norm = true},
     {.id = architecture::gemma2,
      .name = "gemma2",
      .rope_layout = simd::rope_layout::half_split,
-     .qkv_bias = false,
-     .qk_norm = false,
      .post_norms = true,
      .scaled_embedding = true,
      .activation = ffn_activation::gelu_tanh,
      .window_pattern = 2,
-     .local_rope_theta = 0.0f,
-     .local_rope_unscaled = false,
-     .wide_query_scale_layers = 46,
-     .fused_projections = false,
-     .window_beyond_context_is_full = false},
+     .wide_query_scale_layers = 46},
     {.id = architecture::gemma3,
      .name = "gemma3",
      .rope_layout = simd::rope_layout::half_split,
-     .qkv_bias = false,
      .qk_norm = true,
      .post_norms = true,
      .scaled_embedding = true,
@@ -158,21 +120,10 @@ inline constexpr std::array<architecture_traits, 6> architectures{{
      .window_pattern = 6,
      .local_rope_theta = 10000.0f,
      .local_rope_unscaled = true,
-     .wide_query_scale_layers = 62,
-     .fused_projections = false,
-     .window_beyond_context_is_full = false},
+     .wide_query_scale_layers = 62},
     {.id = architecture::phi3,
      .name = "phi3",
      .rope_layout = simd::rope_layout::half_split,
-     .qkv_bias = false,
-     .qk_norm = false,
-     .post_norms = false,
-     .scaled_embedding = false,
-     .activation = ffn_activation::silu,
-     .window_pattern = 0,
-     .local_rope_theta = 0.0f,
-     .local_rope_unscaled = false,
-     .wide_query_scale_layers = 0,
      .fused_projections = true,
      .window_beyond_context_is_full = true},
 }};
