@@ -277,7 +277,7 @@ TEST_CASE("the serial backend answers as the engine does: the same text, streame
   CHECK(serial.stop() == 0);
 }
 
-TEST_CASE("--draft ngram and --draft self answer with the text of a server without drafting, per-request switches") {
+TEST_CASE("speculative decoding: --draft ngram and --draft self answer with the text of a server without drafting, per-request switches") {
   server_process plain({"--kv-type", "f32"});
   const std::vector<json> requests{
       {{"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0}},
