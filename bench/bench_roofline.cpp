@@ -63,29 +63,28 @@ void BM_read_bw(benchmark::State& state, unsigned n_threads, int repeats) {
   b = std::max(b, gbps);
 }
 
-void BM_fma_peak(benchmark::State& state, unsigned n_threads, int repeats) {
-  double gflops = 0.0;
+// A peak figure: `measure(n_threads, iterations, repeats)` in `unit`, kept as best()[key_threads].
+template <class Measure>
+void bm_peak(benchmark::State& state, Measure measure, const char* unit, const char* key, unsigned n_threads,
+             int repeats) {
+  double rate = 0.0;
   for (auto _ : state) {
-    gflops = llmkit_bench::measure_fma_gflops(n_threads, smoke() ? 10'000 : 20'000'000, repeats);
-    benchmark::DoNotOptimize(gflops);
+    rate = measure(n_threads, smoke() ? 10'000 : 20'000'000, repeats);
+    benchmark::DoNotOptimize(rate);
   }
-  state.counters["GFLOP/s"] = gflops;
+  state.counters[unit] = rate;
   state.counters["threads"] = n_threads;
-  auto& b = best()["fma_" + std::to_string(n_threads)];
-  b = std::max(b, gflops);
+  auto& b = best()[std::string(key) + "_" + std::to_string(n_threads)];
+  b = std::max(b, rate);
+}
+
+void BM_fma_peak(benchmark::State& state, unsigned n_threads, int repeats) {
+  bm_peak(state, llmkit_bench::measure_fma_gflops, "GFLOP/s", "fma", n_threads, repeats);
 }
 
 void BM_int8_peak(benchmark::State& state, unsigned n_threads, int repeats) {
-  double gops = 0.0;
-  for (auto _ : state) {
-    gops = llmkit_bench::measure_int8_gops(n_threads, smoke() ? 10'000 : 20'000'000, repeats);
-    benchmark::DoNotOptimize(gops);
-  }
-  state.counters["GOP/s"] = gops;
-  state.counters["threads"] = n_threads;
   state.SetLabel(llmkit_bench::detail::int8_instruction());
-  auto& b = best()["int8_" + std::to_string(n_threads)];
-  b = std::max(b, gops);
+  bm_peak(state, llmkit_bench::measure_int8_gops, "GOP/s", "int8", n_threads, repeats);
 }
 
 // repeats: measurements per figure, the best kept.
