@@ -64,3 +64,51 @@ inline routed route_reference(const std::vector<float>& logits, std::size_t k, i
 }
 
 }  // namespace llmkit::reference
+
+namespace llmkit::reference {
+
+/// One expert's projections, decoded to double: gate and up `[ffn, dim]`,
+/// down `[dim, ffn]`, row-major.
+struct expert_weights {
+  std::vector<double> gate, up, down;
+};
+
+/// The routed SwiGLU feed-forward in double:
+/// out[t] = sum_j w[t, j] * down_e (silu(gate_e x[t]) * up_e x[t]), e = ids[t, j].
+/// `[n, dim] x`, `[n, k] ids` and `w`; mag[t, d] gets the same sum over the
+/// absolute values of every term (for error bounds).
+inline std::vector<double> routed_ffn_reference(const std::vector<float>& x, std::size_t n, std::size_t dim,
+                                                const std::vector<std::int32_t>& ids, const std::vector<float>& w,
+                                                std::size_t k, const std::vector<expert_weights>& experts,
+                                                std::size_t ffn, std::vector<double>& mag) {
+  std::vector<double> out(n * dim, 0.0), h(ffn), hm(ffn);
+  mag.assign(n * dim, 0.0);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t j = 0; j < k; ++j) {
+      const expert_weights& e = experts[std::size_t(ids[t * k + j])];
+      for (std::size_t r = 0; r < ffn; ++r) {
+        double g = 0, u = 0, gm = 0, um = 0;
+        for (std::size_t c = 0; c < dim; ++c) {
+          g += e.gate[r * dim + c] * x[t * dim + c];
+          u += e.up[r * dim + c] * x[t * dim + c];
+          gm += std::abs(e.gate[r * dim + c] * x[t * dim + c]);
+          um += std::abs(e.up[r * dim + c] * x[t * dim + c]);
+        }
+        const double silu = g / (1 + std::exp(-g));
+        h[r] = silu * u;
+        hm[r] = (std::abs(silu) + gm) * um + std::abs(silu * u);  // bounds how far rounding moves h[r]
+      }
+      for (std::size_t d = 0; d < dim; ++d) {
+        double y = 0, ym = 0;
+        for (std::size_t r = 0; r < ffn; ++r) {
+          y += e.down[d * ffn + r] * h[r];
+          ym += std::abs(e.down[d * ffn + r]) * hm[r];
+        }
+        out[t * dim + d] += double(w[t * k + j]) * y;
+        mag[t * dim + d] += std::abs(double(w[t * k + j])) * ym;
+      }
+    }
+  return out;
+}
+
+}  // namespace llmkit::reference
