@@ -28,6 +28,7 @@
 #include <llmkit/core/dtype.hpp>
 #include <llmkit/model/gguf.hpp>
 
+#include "moe_reference.hpp"
 #include "quants_reference.hpp"
 
 namespace llmkit::reference {
@@ -100,6 +101,10 @@ struct llama_reference {
   std::size_t context = 0, original_context = 0;  // LongRoPE: long factors when context > original_context
   std::vector<double> long_factors, short_factors;
   std::vector<double> freq_factors;  // rope_freqs.weight, empty when absent
+  // Mixture of experts (qwen3moe): softmax over the router's logits, the
+  // n_used most probable (renormalised when norm_w), their SwiGLU FFNs.
+  std::size_t n_expert = 0, n_used = 0, expert_ffn = 0;
+  bool norm_w = true;
   const model::gguf_file* file = nullptr;
 
   explicit llama_reference(const model::gguf_file& f) : file(&f) {
@@ -109,12 +114,19 @@ struct llama_reference {
     fused = arch == "phi3";
     neox = arch == "qwen2" || arch == "qwen3" || gemma || fused;
     qkv_bias = arch == "qwen2";
-    qk_norm = arch == "qwen3" || arch == "gemma3";
+    qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe";
+    neox = neox || arch == "qwen3moe";
+    if (arch == "qwen3moe") {
+      n_expert = f.get<std::size_t>(p + "expert_count");
+      n_used = f.get<std::size_t>(p + "expert_used_count");
+      expert_ffn = f.get<std::size_t>(p + "expert_feed_forward_length");
+      norm_w = f.get_optional<bool>(p + "expert_weights_norm").value_or(true);
+    }
     dim = f.get<std::size_t>(p + "embedding_length");
     n_layers = f.get<std::size_t>(p + "block_count");
     n_heads = f.get<std::size_t>(p + "attention.head_count");
     n_kv_heads = f.get_optional<std::size_t>(p + "attention.head_count_kv").value_or(n_heads);
-    ffn = f.get<std::size_t>(p + "feed_forward_length");
+    ffn = f.get_optional<std::size_t>(p + "feed_forward_length").value_or(0);
     head_dim = f.get_optional<std::size_t>(p + "attention.key_length").value_or(dim / n_heads);
     rot = f.get_optional<std::size_t>(p + "rope.dimension_count").value_or(head_dim);
     eps = f.get_optional<double>(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
@@ -182,6 +194,14 @@ struct llama_reference {
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = at(t, i);
     return v;
   }
+  static std::vector<double> softmax(const std::vector<double>& z) {
+    double m = -1e300, sum = 0;
+    for (double v : z) m = std::max(m, v);
+    std::vector<double> p(z.size());
+    for (std::size_t i = 0; i < z.size(); ++i) sum += p[i] = std::exp(z[i] - m);
+    for (double& v : p) v /= sum;
+    return p;
+  }
   // y[o] = sum_i w[o * in + i] * x[i]
   static std::vector<double> matvec(const std::vector<double>& w, const std::vector<double>& x, std::size_t out) {
     std::vector<double> y(out, 0.0);
@@ -236,8 +256,16 @@ struct llama_reference {
     for (std::size_t l = 0; l < n_layers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
       const auto an = load(b + "attn_norm.weight"), wo = load(b + "attn_output.weight"),
-                 fn = load(b + "ffn_norm.weight"), wd = load(b + "ffn_down.weight");
-      std::vector<double> wq, wk, wv, wg, wu;
+                 fn = load(b + "ffn_norm.weight");
+      std::vector<double> wq, wk, wv, wg, wu, wd, router;
+      if (n_expert != 0) {
+        router = load(b + "ffn_gate_inp.weight");
+        wg = load(b + "ffn_gate_exps.weight");
+        wu = load(b + "ffn_up_exps.weight");
+        wd = load(b + "ffn_down_exps.weight");
+      } else {
+        wd = load(b + "ffn_down.weight");
+      }
       if (fused) {  // rows [0, qd) | [qd, qd + kvd) | [qd + kvd, qd + 2 kvd); gate rows, then up rows
         const auto qkv = load(b + "attn_qkv.weight"), gu = load(b + "ffn_up.weight");
         const auto rows = [&](const std::vector<double>& m, std::size_t first, std::size_t count) {
@@ -252,8 +280,10 @@ struct llama_reference {
         wq = load(b + "attn_q.weight");
         wk = load(b + "attn_k.weight");
         wv = load(b + "attn_v.weight");
-        wg = load(b + "ffn_gate.weight");
-        wu = load(b + "ffn_up.weight");
+        if (n_expert == 0) {
+          wg = load(b + "ffn_gate.weight");
+          wu = load(b + "ffn_up.weight");
+        }
       }
       std::vector<double> bq(qd, 0.0), bk(kvd, 0.0), bv(kvd, 0.0);
       if (qkv_bias) {
@@ -310,6 +340,31 @@ struct llama_reference {
         if (gemma) o = rmsnorm(o, pan);
         for (std::size_t d = 0; d < dim; ++d) x[t][d] += o[d];
         const auto xn = rmsnorm(x[t], fn);
+        if (n_expert != 0) {
+          const auto p = softmax(matvec(router, xn, n_expert));
+          const auto ids = best_k(p, n_used);
+          double sum = 0;
+          for (auto e : ids) sum += p[std::size_t(e)];
+          for (auto e : ids) {
+            const std::size_t f = expert_ffn, off = std::size_t(e) * f * dim;
+            std::vector<double> h(f);
+            for (std::size_t j = 0; j < f; ++j) {
+              double gv = 0, uv = 0;
+              for (std::size_t i = 0; i < dim; ++i) {
+                gv += wg[off + j * dim + i] * xn[i];
+                uv += wu[off + j * dim + i] * xn[i];
+              }
+              h[j] = gv / (1.0 + std::exp(-gv)) * uv;
+            }
+            const double weight = p[std::size_t(e)] / (norm_w ? sum : 1.0);
+            for (std::size_t d = 0; d < dim; ++d) {
+              double y = 0;
+              for (std::size_t j = 0; j < f; ++j) y += wd[off + d * f + j] * h[j];
+              x[t][d] += weight * y;
+            }
+          }
+          continue;
+        }
         const auto gate = matvec(wg, xn, ffn), up = matvec(wu, xn, ffn);
         std::vector<double> h(ffn);
         for (std::size_t j = 0; j < ffn; ++j) {

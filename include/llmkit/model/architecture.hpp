@@ -33,6 +33,7 @@ enum class architecture {
   gemma2, ///< Gemma 2 (post-norms, GeGLU, local/global layers, soft-capping)
   gemma3, ///< Gemma 3 text (Gemma 2 + Q/K norms, 5 local : 1 global, local RoPE base)
   phi3,   ///< Phi-3 / Phi-3.5-mini, Phi-4-mini (fused QKV and gate|up, LongRoPE)
+  qwen3moe, ///< Qwen3-MoE (Qwen3's attention, a routed mixture of SwiGLU experts for the FFN)
 };
 
 /// The feed-forward's gate activation: h = act(gate) * up.
@@ -87,11 +88,18 @@ struct architecture_traits {
   /// full attention instead of an error (Phi-3.5-mini and Phi-4-mini files
   /// carry 262144 with a context of 131072, from their Hugging Face config).
   bool window_beyond_context_is_full = false;
+  /// Whether the feed-forward is a mixture of experts: a router
+  /// `blk.N.ffn_gate_inp.weight` ([n_expert, dim]) and expert tensors
+  /// `ffn_gate_exps`, `ffn_up_exps` ([n_expert, expert_ffn, dim]) and
+  /// `ffn_down_exps` ([n_expert, dim, expert_ffn]); each token uses the
+  /// n_expert_used most probable experts (softmax, top-k, renormalised as
+  /// `expert_weights_norm` says; moe/router.hpp, moe/routed_ffn.hpp).
+  bool routed_experts = false;
 };
 
 /// Every supported architecture, one row each; a field a row leaves out
 /// keeps its default, which is what Llama does.
-inline constexpr std::array<architecture_traits, 6> architectures{{
+inline constexpr std::array<architecture_traits, 7> architectures{{
     {.id = architecture::llama,
      .name = "llama"},
     {.id = architecture::qwen2,
@@ -126,6 +134,11 @@ inline constexpr std::array<architecture_traits, 6> architectures{{
      .rope_layout = simd::rope_layout::half_split,
      .fused_projections = true,
      .window_beyond_context_is_full = true},
+    {.id = architecture::qwen3moe,
+     .name = "qwen3moe",
+     .rope_layout = simd::rope_layout::half_split,
+     .qk_norm = true,
+     .routed_experts = true},
 }};
 
 /// The traits of `a`.
@@ -135,7 +148,7 @@ constexpr const architecture_traits& traits(architecture a) noexcept {
   return architectures[0];  // unreachable: every enumerator has a row
 }
 
-/// "llama, qwen2, qwen3, gemma2, gemma3, phi3": the supported names, for error messages.
+/// "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe": the supported names, for error messages.
 inline std::string supported_architectures_text() {
   std::string s;
   for (const auto& t : architectures) {

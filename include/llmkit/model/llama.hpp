@@ -3,7 +3,8 @@
 
 /// @file llmkit/model/llama.hpp
 /// Reference Llama-family model driven by GGUF metadata (the architectures
-/// of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3): token
+/// of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3,
+/// qwen3moe): token
 /// embedding (times sqrt(dim) for Gemma), per
 /// layer RMSNorm -> Q/K/V projections (+ biases where the architecture has
 /// them; + a per-head RMSNorm of Q and K where it has those) -> RoPE (the architecture's pair layout) -> grouped-query
@@ -11,7 +12,9 @@
 /// layers; scale and soft-capping from the file) -> output projection
 /// (RMSNorm'd for Gemma) added to the residual, RMSNorm -> gated
 /// feed-forward (SwiGLU, or GELU-tanh for Gemma; RMSNorm'd for Gemma) added
-/// to the residual; final RMSNorm and the output projection (separate
+/// to the residual (for a mixture of experts, qwen3moe: the router's
+/// softmax top-k and the chosen experts' SwiGLU FFNs, moe/routed_ffn.hpp);
+/// final RMSNorm and the output projection (separate
 /// `output.weight`, or tied to the embedding when absent), soft-capped for
 /// Gemma 2.
 ///
@@ -55,6 +58,9 @@
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/llama_config.hpp"
 #include "llmkit/model/weights.hpp"
+#include "llmkit/moe/expert_tensor.hpp"
+#include "llmkit/moe/routed_ffn.hpp"
+#include "llmkit/moe/router.hpp"
 #include "llmkit/simd/rope.hpp"
 
 namespace llmkit::model {
@@ -134,13 +140,14 @@ class llama_model {
   std::size_t vocab_size() const noexcept { return config_.n_vocab; }
   kv::kv_shape kv_shape() const noexcept { return config_.kv_shape(); }
 
-  /// Bytes of weights one forward pass reads (every matrix once, plus one
-  /// embedding row per token, not counted here): the memory traffic of a
-  /// decode step besides the KV cache.
+  /// Bytes of weights one forward pass of one token reads (every matrix
+  /// once, plus one embedding row per token, not counted here; of a mixture
+  /// of experts, the router and n_expert_used experts' gate, up and down):
+  /// the memory traffic of a decode step besides the KV cache.
   std::size_t weight_bytes_per_step() const noexcept {
     std::size_t bytes = (c_output().bytes()) + output_norm_.size() * sizeof(float);
     for (const layer& w : layers_)
-      bytes += w.wqkv.bytes() + w.wo.bytes() + w.w_gate_up.bytes() + w.w_down.bytes() +
+      bytes += w.wqkv.bytes() + w.wo.bytes() + w.w_gate_up.bytes() + w.w_down.bytes() + routed_bytes_per_token(w) +
                (w.attn_norm.size() + w.ffn_norm.size() + w.bqkv.size() + w.q_norm.size() + w.k_norm.size() +
                 w.post_attn_norm.size() + w.post_ffn_norm.size()) *
                    sizeof(float);
@@ -157,16 +164,20 @@ class llama_model {
       for (const weight_matrix& p : w.wqkv.parts) bytes += of(p);
       for (const weight_matrix& p : w.w_gate_up.parts) bytes += of(p);
       bytes += of(w.wo) + of(w.w_down);
+      for (const moe::expert_tensor* t : {&w.gate_exps, &w.up_exps, &w.down_exps})
+        for (std::size_t e = 0; e < t->n_expert(); ++e) bytes += of(t->expert(e));
     }
     return bytes;
   }
 
   /// The storage each matrix got (after resolve_weight_type): the fused
   /// Q/K/V (its Q part when the three have different storages), output,
-  /// gate/up, down projections of layer 0, then the output projection (the
+  /// gate/up, down projections (the experts' of a mixture) of layer 0, then the output projection (the
   /// embedding when tied).
   std::array<weight_type, 5> weight_types() const noexcept {
     const layer& w = layers_.front();
+    if (config_.has_experts())
+      return {w.wqkv.type(), w.wo.type(), w.gate_exps.type(), w.down_exps.type(), c_output().type()};
     return {w.wqkv.type(), w.wo.type(), w.w_gate_up.type(), w.w_down.type(), c_output().type()};
   }
 
@@ -208,8 +219,10 @@ class llama_model {
     aligned_vector<float> bqkv;                         // [qd + 2 kvd] Q|K|V biases; empty without
     aligned_vector<float> q_norm, k_norm;               // [head_dim] per-head norms; empty without
     aligned_vector<float> post_attn_norm, post_ffn_norm; // [dim] output norms; empty without
-    stacked_matrix wqkv, w_gate_up;                     // Q|K|V, gate|up
-    weight_matrix wo, w_down;                           // attention output, down
+    stacked_matrix wqkv, w_gate_up;                     // Q|K|V, gate|up (empty with experts)
+    weight_matrix wo, w_down;                           // attention output, down (empty with experts)
+    weight_matrix router;                               // [n_expert, dim] ffn_gate_inp; empty without experts
+    moe::expert_tensor gate_exps, up_exps, down_exps;   // [n_expert, expert_ffn, dim] x 2, [n_expert, dim, expert_ffn]
   };
   struct segment {
     kv::seq_id seq;
@@ -217,6 +230,12 @@ class llama_model {
   };
 
   const weight_matrix& c_output() const noexcept { return config_.tied_output ? token_embd_ : output_; }
+  // Router and k experts' bytes: what one token's routed feed-forward reads.
+  std::size_t routed_bytes_per_token(const layer& w) const noexcept {
+    if (!config_.has_experts()) return 0;
+    return w.router.bytes() + config_.n_expert_used * (w.gate_exps.expert_bytes() + w.up_exps.expert_bytes() +
+                                                        w.down_exps.expert_bytes());
+  }
 
   template <class Exec>
   void product(Exec& exec, const float* x, std::size_t n, const weight_matrix& w, float* y, std::size_t y_stride,
@@ -257,6 +276,9 @@ class llama_model {
   std::vector<std::int32_t> attention_row_;  // [n_tokens] row of each token in attention order
   attention::decode_workspace decode_ws_;
   detail::q8_activations q8_x_;  // activations quantised for Q8_0 products (options_.activations == q8_0)
+  aligned_vector<float> router_logits_, route_weights_;  // [n, n_expert], [n, n_expert_used]
+  std::vector<moe::expert_id> route_ids_;                // [n, n_expert_used]
+  moe::routed_ffn_workspace moe_ws_;
   double attention_work_ = 0;              // multiply-adds of one layer's prefill attention, roughly
   double decode_work_ = 0;                 // same for the decode rows
 };

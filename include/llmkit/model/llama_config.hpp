@@ -62,6 +62,14 @@ struct llama_config {
   /// `rope.scaling.attn_factor`: multiplies the rotated part of every query
   /// and key (ggml's rope attn_factor: cos and sin times it).
   float rope_attn_factor = 1.0f;
+  /// Mixture of experts (architectures with routed_experts; 0 elsewhere):
+  /// `expert_count`, `expert_used_count` (k) and `expert_feed_forward_length`.
+  std::size_t n_expert = 0, n_expert_used = 0, expert_ffn_dim = 0;
+  /// `expert_weights_norm`: the k routing weights renormalised to sum 1 (Qwen3-MoE's norm_topk_prob).
+  bool expert_weights_norm = true;
+
+  /// Whether the feed-forward is a routed mixture of experts.
+  bool has_experts() const noexcept { return n_expert != 0; }
 
   /// Chooses the LongRoPE factors for a run of `context` tokens per
   /// sequence: long when context > original_context_length, as llama.cpp

@@ -13,7 +13,8 @@
 /// Weights: matrices uniform in +-sqrt(3 / in) (unit-variance activations),
 /// norm weights (qwen3's Q/K head norms too) 1 + uniform(+-0.1), embedding
 /// uniform(+-1), qwen2's Q/K/V biases uniform(+-0.5); phi3's fused
-/// attn_qkv / gate|up ffn_up, and the LongRoPE factors, sliding window, soft-caps
+/// attn_qkv / gate|up ffn_up, a mixture's F32 router ffn_gate_inp and 3-D
+/// expert tensors (config.n_expert > 0: qwen3moe), and the LongRoPE factors, sliding window, soft-caps
 /// and scales of the config when set; `rope_freqs.weight` when config.rope.freq_factors
 /// is set. Matrices are stored in one type (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 /// Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) or per tensor (synthetic_options::
@@ -70,7 +71,7 @@ struct synthetic_options {
 /// llama-quantize's Q4_K_M mix for a model with `options.config.n_layers`
 /// layers: Q4_K everywhere except Q6_K on the output projection (on
 /// token_embd.weight when options.tied_output, as the embedding is the
-/// output) and on attn_v / ffn_down of the layers that "use more bits": the
+/// output) and on attn_v / ffn_down (ffn_down_exps) of the layers that "use more bits": the
 /// first and last eighth of the layers and every third one in between.
 tensor_type_rule q4_k_m_types(const synthetic_options& options);
 

@@ -207,6 +207,25 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
 
     for (std::size_t i = 0; i < n; ++i)
       simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.ffn_norm, std::span(xn + i * dim, dim), c.rms_eps);
+    if (c.has_experts()) {  // router (f32 logits), softmax top-k, the chosen experts added to the residual
+      product(exec, xn, n, w.router, router_logits_.data(), c.n_expert, output_mode::overwrite);
+      const std::size_t k = c.n_expert_used;
+      moe::route(moe::softmax_top_k{.renormalize = c.expert_weights_norm},
+                 matrix_view<const float>(router_logits_.data(), n, c.n_expert),
+                 matrix_view<moe::expert_id>(route_ids_.data(), n, k), matrix_view<float>(route_weights_.data(), n, k));
+      moe::routed_ffn(exec,
+                      {.x = matrix_view<const float>(xn, n, dim),
+                       .ids = matrix_view<const moe::expert_id>(route_ids_.data(), n, k),
+                       .weights = matrix_view<const float>(route_weights_.data(), n, k),
+                       .gate = w.gate_exps,
+                       .up = w.up_exps,
+                       .down = w.down_exps,
+                       .out = matrix_view<float>(x, n, dim),
+                       .mode = output_mode::accumulate,
+                       .activations = options_.activations},
+                      moe_ws_);
+      continue;
+    }
     const std::size_t f = c.ffn_dim;
     product(exec, xn, n, w.w_gate_up, ffn_.data(), 2 * f);
     for (std::size_t i = 0; i < n; ++i)

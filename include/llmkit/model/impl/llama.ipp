@@ -21,6 +21,7 @@
 #include "llmkit/model/llama.hpp"
 #include "llmkit/model/llama_config.hpp"
 #include "llmkit/model/weights.hpp"
+#include "llmkit/moe/expert_tensor.hpp"
 
 namespace llmkit::model {
 
@@ -33,6 +34,17 @@ inline const gguf_tensor& check_tensor(const gguf_file& file, const std::string&
   const bool shape_ok = t.dims[0] == cols && t.rows() == rows && (t.n_dims == 2 || (t.n_dims == 1 && rows == 1));
   LLMKIT_CHECK(shape_ok, "llama_model: tensor '", name, "' has dims [", t.dims[0], ", ", t.dims[1], ", ", t.dims[2],
                ", ", t.dims[3], "], expected [", cols, ", ", rows, "]");
+  return t;
+}
+
+/// Checks that a GGUF tensor has the 3-D shape `[n_expert, rows, cols]`
+/// (ggml dims {cols, rows, n_expert}).
+inline const gguf_tensor& check_experts(const gguf_file& file, const std::string& name, std::size_t n_expert,
+                                        std::size_t rows, std::size_t cols) {
+  const gguf_tensor& t = file.tensor(name);
+  LLMKIT_CHECK(t.n_dims == 3 && t.dims[0] == cols && t.dims[1] == rows && t.dims[2] == n_expert,
+               "llama_model: tensor '", name, "' has dims [", t.dims[0], ", ", t.dims[1], ", ", t.dims[2], ", ",
+               t.dims[3], "], expected [", cols, ", ", rows, ", ", n_expert, "]");
   return t;
 }
 }  // namespace detail
@@ -89,6 +101,13 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
       detail::check_tensor(file, b + "post_attention_norm.weight", 1, c.dim);
       detail::check_tensor(file, b + "post_ffw_norm.weight", 1, c.dim);
     }
+    if (c.has_experts()) {
+      detail::check_tensor(file, b + "ffn_gate_inp.weight", c.n_expert, c.dim);
+      detail::check_experts(file, b + "ffn_gate_exps.weight", c.n_expert, c.expert_ffn_dim, c.dim);
+      detail::check_experts(file, b + "ffn_up_exps.weight", c.n_expert, c.expert_ffn_dim, c.dim);
+      detail::check_experts(file, b + "ffn_down_exps.weight", c.n_expert, c.dim, c.expert_ffn_dim);
+      continue;
+    }
     if (!fused) detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
     detail::check_tensor(file, b + "ffn_up.weight", fused ? 2 * c.ffn_dim : c.ffn_dim, c.dim);
     detail::check_tensor(file, b + "ffn_down.weight", c.dim, c.ffn_dim);
@@ -109,6 +128,26 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
     m.copy_from(t, 0);
     file.advise(t, page_advice::dont_need);  // the copy is what the model reads
     return m;
+  };
+  // A 3-D expert tensor: each expert's slice in place, or copied as load_matrix does.
+  auto load_experts = [&](const std::string& name, std::size_t rows, std::size_t cols) {
+    const gguf_tensor& t = file.tensor(name);
+    const bool view = in_place(t, cols);
+    if (view && options_.lock_weights) file.lock(t);
+    std::vector<weight_matrix> experts;
+    experts.reserve(c.n_expert);
+    for (std::size_t e = 0; e < c.n_expert; ++e) {
+      const gguf_tensor slice = moe::expert_slice(t, e);
+      if (view) {
+        experts.push_back(weight_matrix::in_place(slice, owner));
+        continue;
+      }
+      experts.emplace_back(resolve_weight_type(options_.weight_type, t.type, cols), rows, cols);
+      experts.back().copy_from(slice, 0);
+    }
+    // Only the routed experts are read: no read-ahead of the whole tensor.
+    if (!view) file.advise(t, page_advice::dont_need);
+    return moe::expert_tensor(std::move(experts));
   };
   // Tensors multiplied by the same input: fused into one matrix when they
   // resolve to one storage, else kept apart (see stacked_matrix).
@@ -176,6 +215,13 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
       w.post_attn_norm = load_norm(b + "post_attention_norm.weight");
       w.post_ffn_norm = load_norm(b + "post_ffw_norm.weight");
     }
+    if (c.has_experts()) {
+      w.router = load_matrix(b + "ffn_gate_inp.weight", c.n_expert, c.dim);
+      w.gate_exps = load_experts(b + "ffn_gate_exps.weight", c.expert_ffn_dim, c.dim);
+      w.up_exps = load_experts(b + "ffn_up_exps.weight", c.expert_ffn_dim, c.dim);
+      w.down_exps = load_experts(b + "ffn_down_exps.weight", c.dim, c.expert_ffn_dim);
+      continue;
+    }
     w.w_gate_up = fused ? load_stacked({b + "ffn_up.weight"}, c.dim)
                         : load_stacked({b + "ffn_gate.weight", b + "ffn_up.weight"}, c.dim);
     w.w_down = load_matrix(b + "ffn_down.weight", c.dim, c.ffn_dim);
@@ -201,8 +247,14 @@ LLMKIT_DECL void llama_model::reserve(std::size_t n, std::size_t n_out) {
   ensure(v_, n * kvd);
   ensure(q_, n * qd);
   ensure(att_, n * qd);
-  ensure(ffn_, n * 2 * c.ffn_dim);
-  ensure(hidden_, n * c.ffn_dim);
+  if (c.has_experts()) {
+    ensure(router_logits_, n * c.n_expert);
+    ensure(route_weights_, n * c.n_expert_used);
+    if (route_ids_.size() < n * c.n_expert_used) route_ids_.resize(n * c.n_expert_used);
+  } else {
+    ensure(ffn_, n * 2 * c.ffn_dim);
+    ensure(hidden_, n * c.ffn_dim);
+  }
   ensure(logits_, n_out * c.n_vocab);
 }
 

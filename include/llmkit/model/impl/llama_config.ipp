@@ -34,7 +34,16 @@ LLMKIT_DECL llama_config llama_config::from_gguf(const gguf_file& file) {
   c.n_layers = file.get<std::size_t>(p + "block_count");
   c.n_heads = file.get<std::size_t>(p + "attention.head_count");
   c.n_kv_heads = file.get_optional<std::size_t>(p + "attention.head_count_kv").value_or(c.n_heads);
-  c.ffn_dim = file.get<std::size_t>(p + "feed_forward_length");
+  if (traits(c.arch).routed_experts) {
+    c.n_expert = file.get<std::size_t>(p + "expert_count");
+    c.n_expert_used = file.get<std::size_t>(p + "expert_used_count");
+    c.expert_ffn_dim = file.get<std::size_t>(p + "expert_feed_forward_length");
+    c.expert_weights_norm = file.get_optional<bool>(p + "expert_weights_norm").value_or(true);
+    LLMKIT_CHECK(c.n_expert >= 1, "llama_config: ", p, "expert_count = 0 (", arch_name, " has routed experts)");
+  }
+  // A mixture of experts has no dense feed-forward; its files may still carry the key.
+  c.ffn_dim = c.has_experts() ? file.get_optional<std::size_t>(p + "feed_forward_length").value_or(c.expert_ffn_dim)
+                              : file.get<std::size_t>(p + "feed_forward_length");
   c.context_length = file.get_optional<std::size_t>(p + "context_length").value_or(2048);
   c.rms_eps = file.get_optional<float>(p + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
   LLMKIT_CHECK(c.n_heads > 0, "llama_config: ", p, "attention.head_count must be > 0");
@@ -130,6 +139,15 @@ LLMKIT_DECL void llama_config::validate() const {
                " exceeds context_length = ", context_length);
   LLMKIT_CHECK((sliding_window == 0) == local_layers.empty(), "llama_config: local_layers has ", local_layers.size(),
                " entries with sliding_window = ", sliding_window, " (both or neither)");
+  if (n_expert != 0 || traits(arch).routed_experts) {
+    LLMKIT_CHECK(traits(arch).routed_experts, "llama_config: n_expert = ", n_expert, " for ", traits(arch).name,
+                 ", which has no routed experts");
+    LLMKIT_CHECK(n_expert >= 1 && n_expert <= 4096, "llama_config: n_expert = ", n_expert, " must be in [1, 4096]");
+    LLMKIT_CHECK(n_expert_used >= 1 && n_expert_used <= n_expert, "llama_config: n_expert_used = ", n_expert_used,
+                 " must be in [1, n_expert = ", n_expert, "]");
+    LLMKIT_CHECK(expert_ffn_dim > 0 && expert_ffn_dim <= max_extent, "llama_config: expert_ffn_dim = ",
+                 expert_ffn_dim, " must be in [1, ", max_extent, "]");
+  }
   if (sliding_window == 0) return;
   LLMKIT_CHECK(local_layers.size() == n_layers, "llama_config: local_layers has ", local_layers.size(),
                " entries for ", n_layers, " layers");

@@ -37,7 +37,8 @@ LLMKIT_DECL tensor_type_rule q4_k_m_types(const synthetic_options& options) {
     auto more_bits = [n](long l) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; };
     long layer = -1;
     if (name.starts_with("blk.")) layer = std::strtol(std::string(name.substr(4)).c_str(), nullptr, 10);
-    const bool sensitive = name.ends_with(".attn_v.weight") || name.ends_with(".ffn_down.weight");
+    const bool sensitive = name.ends_with(".attn_v.weight") || name.ends_with(".ffn_down.weight") ||
+                           name.ends_with(".ffn_down_exps.weight");
     return layer >= 0 && sensitive && more_bits(layer) ? ggml_type::q6_k : ggml_type::q4_k;
   };
 }
@@ -103,10 +104,11 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
   if (!options.tensor_types) {
     const std::size_t block = ggml_block_elements(options.weight_type);
-    LLMKIT_CHECK(c.dim % block == 0 && c.ffn_dim % block == 0 && (c.n_heads * c.head_dim) % block == 0,
+    const std::size_t ffn = c.has_experts() ? c.expert_ffn_dim : c.ffn_dim;
+    LLMKIT_CHECK(c.dim % block == 0 && ffn % block == 0 && (c.n_heads * c.head_dim) % block == 0,
                  "synthetic_llama: weight type ", ggml_type_name(std::uint32_t(options.weight_type)), " needs dim (",
-                 c.dim, "), ffn_dim (", c.ffn_dim, ") and n_heads * head_dim (", c.n_heads * c.head_dim,
-                 ") to be multiples of ", block);
+                 c.dim, "), ", c.has_experts() ? "expert_ffn_dim (" : "ffn_dim (", ffn, ") and n_heads * head_dim (",
+                 c.n_heads * c.head_dim, ") to be multiples of ", block);
   }
 
   const std::string p = std::string(arch.name) + ".";
@@ -120,6 +122,12 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   w.add(p + "attention.head_count", std::uint32_t(c.n_heads));
   w.add(p + "attention.head_count_kv", std::uint32_t(c.n_kv_heads));
   w.add(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.has_experts()) {
+    w.add(p + "expert_count", std::uint32_t(c.n_expert));
+    w.add(p + "expert_used_count", std::uint32_t(c.n_expert_used));
+    w.add(p + "expert_feed_forward_length", std::uint32_t(c.expert_ffn_dim));
+    if (!c.expert_weights_norm) w.add(p + "expert_weights_norm", false);
+  }
   if (c.head_dim != c.dim / c.n_heads) {  // Qwen3: heads wider than dim / n_heads
     w.add(p + "attention.key_length", std::uint32_t(c.head_dim));
     w.add(p + "attention.value_length", std::uint32_t(c.head_dim));
@@ -189,6 +197,17 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
     const auto bytes = detail::encode_weights(values, type);
     w.add_tensor(name, type, {cols, rows}, bytes);
   };
+  // [n_expert, rows, cols] (dims {cols, rows, n_expert}), expert after expert.
+  auto experts = [&](const std::string& name, std::size_t rows, std::size_t cols, float half_width) {
+    const ggml_type type =
+        options.tensor_types ? detail::fitting_type(options.tensor_types(name), name, cols) : options.weight_type;
+    std::vector<std::byte> bytes;
+    for (std::size_t e = 0; e < c.n_expert; ++e) {
+      const auto part = detail::encode_weights(uniform(rows * cols, 0.0f, half_width), type);
+      bytes.insert(bytes.end(), part.begin(), part.end());
+    }
+    w.add_tensor(name, type, {cols, rows, c.n_expert}, bytes);
+  };
   auto vector = [&](const std::string& name, std::size_t n, float center, float half_width) {
     const auto values = uniform(n, center, half_width);
     w.add_tensor(name, ggml_type::f32, {n}, std::as_bytes(values));
@@ -229,9 +248,19 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
     }
     matrix(b + "attn_output.weight", c.dim, qd, in_q);
     norm(b + "attn_norm.weight", c.dim);
-    if (!arch.fused_projections) matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
-    matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, in_ffn);
-    matrix(b + "ffn_up.weight", arch.fused_projections ? 2 * c.ffn_dim : c.ffn_dim, c.dim, in_dim);
+    if (c.has_experts()) {
+      // The router stays F32, as llama-quantize leaves ffn_gate_inp.
+      const auto router = uniform(c.n_expert * c.dim, 0.0f, in_dim);
+      w.add_tensor(b + "ffn_gate_inp.weight", ggml_type::f32, {c.dim, c.n_expert}, std::as_bytes(router));
+      const float in_expert = std::sqrt(3.0f / float(c.expert_ffn_dim));
+      experts(b + "ffn_gate_exps.weight", c.expert_ffn_dim, c.dim, in_dim);
+      experts(b + "ffn_down_exps.weight", c.dim, c.expert_ffn_dim, in_expert);
+      experts(b + "ffn_up_exps.weight", c.expert_ffn_dim, c.dim, in_dim);
+    } else {
+      if (!arch.fused_projections) matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
+      matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, in_ffn);
+      matrix(b + "ffn_up.weight", arch.fused_projections ? 2 * c.ffn_dim : c.ffn_dim, c.dim, in_dim);
+    }
     norm(b + "ffn_norm.weight", c.dim);
     if (arch.post_norms) {
       norm(b + "post_attention_norm.weight", c.dim);

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: MIT
+// The qwen3moe architecture (model/llama.hpp with routed experts): synthetic
+// files against the double-precision oracle, quantised and in place, batch
+// invariance, the bytes a decode step reads, and bad files.
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/contiguous_cache.hpp>
+#include <llmkit/model/architecture.hpp>
+#include <llmkit/model/batch.hpp>
+#include <llmkit/model/gguf_writer.hpp>
+#include <llmkit/model/llama.hpp>
+#include <llmkit/model/synthetic.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "reference/model_reference.hpp"
+
+using namespace llmkit;
+using namespace llmkit::model;
+using Catch::Matchers::Contains;
+
+namespace {
+
+llama_config moe_config(std::size_t dim, std::size_t n_expert, std::size_t k, std::size_t expert_ffn,
+                        std::size_t vocab) {
+  llama_config c;
+  c.arch = architecture::qwen3moe;
+  c.n_vocab = vocab;
+  c.dim = dim;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = dim >= 256 ? 64 : 32;  // whole 256-value blocks for the K-quants at dim 256
+  c.ffn_dim = 3 * expert_ffn;  // the files' feed_forward_length, unused by a mixture
+  c.n_expert = n_expert;
+  c.n_expert_used = k;
+  c.expert_ffn_dim = expert_ffn;
+  c.context_length = 64;
+  c.rope.theta = 1000000.0f;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
+std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.data(), v.size()}; }
+
+const llama_options exact{.activations = activation_type::f32};
+
+// Logits of every position of `tokens` as one prefill.
+std::vector<std::vector<float>> run(llama_model& m, const std::vector<std::int32_t>& tokens) {
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+  batch_builder b;
+  b.add(*cache.add_sequence(), tokens, 0, last_logits::skip);
+  for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
+  const auto logits = m.forward(b.view(), cache);
+  std::vector<std::vector<float>> out;
+  for (std::size_t t = 0; t < tokens.size(); ++t) out.emplace_back(logits.row(t).begin(), logits.row(t).end());
+  return out;
+}
+
+// Max |model - oracle| over all positions, relative to max(1, |oracle|).
+double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
+  const auto got = run(m, tokens);
+  const auto want = reference::llama_reference(f).logits(tokens);
+  double worst = 0;
+  for (std::size_t t = 0; t < tokens.size(); ++t)
+    for (std::size_t v = 0; v < m.vocab_size(); ++v)
+      worst = std::max(worst, std::abs(double(got[t][v]) - want[t][v]) / std::max(1.0, std::abs(want[t][v])));
+  return worst;
+}
+
+// A key value that removes the key.
+constexpr std::uint32_t drop_key = 0xffffffffu;
+
+// f's image with qwen3moe.<key> set to (or, drop_key, without) the values in
+// `keys`, and without tensor `drop` (scalar keys and tensors only: no tokenizer).
+std::vector<std::byte> with_keys(const gguf_file& f, const std::vector<std::pair<std::string, std::uint32_t>>& keys,
+                                 std::string_view drop = "") {
+  gguf_writer w;
+  for (const auto& [key, value] : keys)
+    if (value != drop_key) w.add("qwen3moe." + key, value);
+  for (const auto& [key, value] : f.metadata()) {
+    if (std::ranges::any_of(keys, [&](const auto& k) { return "qwen3moe." + k.first == key; })) continue;
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, gguf_array>) w.add(key, v);
+        },
+        value);
+  }
+  for (const gguf_tensor& t : f.tensors())
+    if (t.name != drop)
+      w.add_tensor(t.name, t.type, std::span<const std::uint64_t>(t.dims.data(), t.n_dims),
+                   std::span<const std::byte>(t.data, static_cast<std::size_t>(t.n_bytes)));
+  return w.bytes();
+}
+
+std::vector<std::int32_t> random_tokens(std::size_t n, std::size_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab) - 1);
+  std::vector<std::int32_t> tokens(n);
+  for (auto& t : tokens) t = token(rng);
+  return tokens;
+}
+
+}  // namespace
+
+TEST_CASE("qwen3moe: routed experts match the double-precision oracle, k = 1 to all experts") {
+  struct shape {
+    std::size_t dim, n_expert, k, expert_ffn;
+    bool norm;
+  };
+  const std::vector<shape> shapes{{64, 4, 2, 32, true}, {64, 8, 1, 64, true}, {96, 6, 6, 32, true},
+                                  {64, 5, 3, 96, false}};
+  std::mt19937 rng(48);
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const shape sh = shapes[si];
+    synthetic_options o{.config = moe_config(sh.dim, sh.n_expert, sh.k, sh.expert_ffn, 300),
+                        .seed = 900 + si,
+                        .tied_output = si % 2 == 1};
+    o.config.expert_weights_norm = sh.norm;
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.tensor("blk.1.ffn_gate_exps.weight").n_dims == 3);
+    REQUIRE(f.find_tensor("blk.1.ffn_gate.weight") == nullptr);
+    llama_model m(f, exact);
+    const llama_config& c = m.config();
+    REQUIRE(c.arch == architecture::qwen3moe);
+    REQUIRE(c.has_experts());
+    REQUIRE(c.n_expert == sh.n_expert);
+    REQUIRE(c.n_expert_used == sh.k);
+    REQUIRE(c.expert_ffn_dim == sh.expert_ffn);
+    REQUIRE(c.expert_weights_norm == sh.norm);
+    REQUIRE(c.rope.layout == simd::rope_layout::half_split);
+    for (std::size_t n : {1u, 9u, 20u}) {
+      INFO("shape " << si << " n " << n);
+      REQUIRE(max_error(m, f, random_tokens(n, 300, rng)) <= 2e-5);
+    }
+  }
+}
+
+TEST_CASE("qwen3moe: Q4_K_M and Q8_0 experts, in place or copied, match the oracle") {
+  std::mt19937 rng(5);
+  synthetic_options q{.config = moe_config(256, 8, 2, 256, 300), .seed = 12};
+  q.config.n_layers = 3;
+  q.tensor_types = q4_k_m_types(q);
+  const auto qimage = synthetic_llama(q).bytes();
+  const gguf_file qf(as_span(qimage));
+  REQUIRE(qf.tensor("blk.0.ffn_gate_exps.weight").type == ggml_type::q4_k);
+  REQUIRE(qf.tensor("blk.0.ffn_down_exps.weight").type == ggml_type::q4_k);
+  REQUIRE(qf.tensor("blk.2.ffn_down_exps.weight").type == ggml_type::q6_k);  // a "more bits" layer
+  REQUIRE(qf.tensor("blk.0.ffn_gate_inp.weight").type == ggml_type::f32);
+  llama_model copied(qf, {.activations = activation_type::f32, .weights_in_place = false});
+  REQUIRE(copied.weight_types()[2] == weight_type::q4_k);
+  REQUIRE(copied.weight_types()[3] == weight_type::q4_k);
+  const auto tokens = random_tokens(7, 300, rng);
+  REQUIRE(max_error(copied, qf, tokens) <= 2e-5);
+
+  // In place needs a mapping: write the file and open it.
+  const std::string path = "test_model_moe_q4_k_m.gguf";
+  synthetic_llama(q).write(path);
+  {
+    const gguf_file mapped = gguf_file::open(path);
+    llama_model in_place(mapped, exact);
+    REQUIRE(in_place.weight_bytes_in_place() > 0);
+    REQUIRE(run(in_place, tokens) == run(copied, tokens));  // the same bytes, the same kernels
+    // int8 activations: the same in place or copied.
+    llama_model int8(mapped), int8_copied(mapped, {.weights_in_place = false});
+    REQUIRE(run(int8, tokens) == run(int8_copied, tokens));
+  }
+  std::remove(path.c_str());
+
+  // int8 activations against the exact product, every expert used (k = n_expert), so
+  // that the activations' rounding cannot change which experts a token takes.
+  synthetic_options all = q;
+  all.config.n_expert = all.config.n_expert_used = 4;
+  const auto all_image = synthetic_llama(all).bytes();
+  const gguf_file af(as_span(all_image));
+  llama_model all_exact(af, exact), all_int8(af);
+  const auto e = run(all_exact, tokens), a = run(all_int8, tokens);
+  double worst = 0, scale = 0;
+  for (std::size_t t = 0; t < tokens.size(); ++t)
+    for (std::size_t v = 0; v < 300; ++v) {
+      worst = std::max(worst, double(std::abs(a[t][v] - e[t][v])));
+      scale = std::max(scale, double(std::abs(e[t][v])));
+    }
+  INFO("largest logit " << scale << ", largest difference " << worst);
+  REQUIRE(worst <= 0.05 * scale);  // ~2% here: 256-value int8 blocks over 3 layers
+
+  synthetic_options q8{.config = moe_config(64, 4, 2, 96, 300), .weight_type = ggml_type::q8_0, .seed = 3};
+  const auto image = synthetic_llama(q8).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f, exact);
+  REQUIRE(m.weight_types()[2] == weight_type::q8_0);
+  REQUIRE(max_error(m, f, random_tokens(9, 300, rng)) <= 2e-5);
+}
+
+TEST_CASE("qwen3moe: prefill equals decode, packed sequences equal sequences alone, on 1 and 2 threads") {
+  synthetic_options o{.config = moe_config(256, 8, 2, 256, 300), .weight_type = ggml_type::q4_k, .seed = 23};
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);  // int8 activations, the default
+  thread_pool pool(2);
+  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}};
+  std::vector<std::vector<float>> last(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    batch_builder b;
+    b.add(*cache.add_sequence(), prompts[p], 0);
+    const auto l = m.forward(b.view(), cache);
+    last[p].assign(l.row(0).begin(), l.row(0).end());
+    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    const kv::seq_id q = *step.add_sequence();
+    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
+      batch_builder one;
+      one.add(q, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
+      const auto d = m.forward(one.view(), step, pool);
+      if (i + 1 == prompts[p].size())
+        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
+    }
+  }
+  for (int threads = 1; threads <= 2; ++threads) {
+    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
+    batch_builder b;
+    std::vector<kv::seq_id> ids;
+    for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
+    for (std::size_t p : {2u, 0u, 1u}) b.add(ids[p], prompts[p], 0);
+    serial_executor serial;
+    const auto l = threads == 1 ? m.forward(b.view(), cache, serial) : m.forward(b.view(), cache, pool);
+    std::size_t r = 0;
+    for (std::size_t p : {2u, 0u, 1u}) {
+      INFO("threads " << threads << " prompt " << p);
+      for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);  // batch invariant: bit-identical
+      ++r;
+    }
+  }
+}
+
+TEST_CASE("qwen3moe: a decode step reads the router and k experts per layer") {
+  synthetic_options o{.config = moe_config(256, 8, 2, 256, 300), .weight_type = ggml_type::q4_k, .seed = 2};
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);
+  const std::size_t expert_bytes = 3 * 256 * 256 / 256 * ggml_block_bytes(ggml_type::q4_k);  // gate, up, down
+  // The F32 router's 8 rows fill one panel of 64 (model/detail/matmul_panels.hpp), which its product reads.
+  const std::size_t router_bytes = 64 * 256 * sizeof(float);
+  std::size_t dense = f.tensor("output.weight").n_bytes + 256 * sizeof(float);
+  for (std::size_t l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"})
+      dense += f.tensor(b + t).n_bytes;
+    dense += (2 * 256 + 2 * 64) * sizeof(float);  // attn and ffn norms, Q/K head norms
+  }
+  REQUIRE(m.weight_bytes_per_step() == dense + 2 * (router_bytes + 2 * expert_bytes));
+}
+
+TEST_CASE("qwen3moe: bad files raise llmkit::error naming the key or tensor") {
+  synthetic_options o{.config = moe_config(64, 4, 2, 32, 300), .seed = 1};
+  {
+    llama_config c = o.config;
+    c.n_expert_used = 5;
+    REQUIRE_THROWS_WITH(c.validate(), Contains("n_expert_used = 5 must be in [1, n_expert = 4]"));
+    c.n_expert_used = 0;
+    REQUIRE_THROWS_WITH(c.validate(), Contains("n_expert_used = 0"));
+    c = o.config;
+    c.n_expert = 0;
+    REQUIRE_THROWS_WITH(c.validate(), Contains("n_expert = 0 must be in [1, 4096]"));
+    c = o.config;
+    c.arch = architecture::qwen3;
+    REQUIRE_THROWS_WITH(c.validate(), Contains("n_expert = 4 for qwen3, which has no routed experts"));
+  }
+  // Files whose keys or tensors disagree.
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(with_keys(f, {})))));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(with_keys(f, {{"expert_used_count", 9}})))),
+                      Contains("n_expert_used = 9 must be in [1, n_expert = 4]"));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(with_keys(f, {{"expert_feed_forward_length", 48}})))),
+                      Contains("tensor 'blk.0.ffn_gate_exps.weight' has dims [64, 32, 4, 1], expected [64, 48, 4]"));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(with_keys(f, {{"expert_count", 3}})))),
+                      Contains("tensor 'blk.0.ffn_gate_inp.weight' has dims [64, 4, 1, 1], expected [64, 3]"));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(with_keys(f, {{"expert_count", drop_key}})))),
+                      Contains("qwen3moe.expert_count"));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(with_keys(f, {}, "blk.1.ffn_down_exps.weight")))),
+                      Contains("missing tensor 'blk.1.ffn_down_exps.weight'"));
+}
