@@ -292,3 +292,30 @@ TEST_CASE("qwen3moe: bad files raise llmkit::error naming the key or tensor") {
   REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(with_keys(f, {}, "blk.1.ffn_down_exps.weight")))),
                       Contains("missing tensor 'blk.1.ffn_down_exps.weight'"));
 }
+
+TEST_CASE("qwen3moe: the fuzzer's qwen3moe seed is synthetic_llama's output, and loads") {
+  // One layer, 4 experts of which 2 are used, F16 matrices (the router F32).
+  synthetic_options o{.config = moe_config(32, 4, 2, 32, 40), .weight_type = ggml_type::f16, .seed = 48};
+  o.config.n_layers = 1;
+  o.config.n_heads = 2;
+  o.config.n_kv_heads = 1;
+  o.config.head_dim = 16;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f, exact);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_qwen3moe.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    // Regenerates it: the fresh bytes go to the working directory.
+    synthetic_llama(o).write("tiny_qwen3moe.gguf");
+    FAIL("tests/fuzz/gguf/tiny_qwen3moe.gguf is missing or stale: copy the tiny_qwen3moe.gguf this test just "
+         "wrote to its working directory there");
+  }
+}

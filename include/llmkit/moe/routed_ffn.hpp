@@ -80,6 +80,8 @@ struct routed_ffn_workspace {
   std::vector<task> tasks;
 };
 
+namespace detail {
+
 /// Output rows [row_first, row_last) of the dense product of `[m, w.cols()] x`
 /// (or its quantised form `xa` when `int8`) with matrix w into `[m, w.rows()] y`
 /// (row stride y_stride). row_first a multiple of product_row_unit(w, int8).
@@ -132,8 +134,6 @@ void quantize_for(const model::weight_matrix& w, const float* x, std::size_t m, 
     }
   });
 }
-
-namespace detail {
 
 /// Cuts each active expert's `rows` outputs into tasks: about `target`
 /// tasks in all, each expert's share in proportion to its tokens (at least
@@ -235,26 +235,26 @@ void routed_ffn(Exec& exec, const routed_ffn_params& p, routed_ffn_workspace& ws
   // Gate and up, then the activation, per (expert, row range).
   const model::weight_matrix& gate0 = p.gate.expert(0);
   const model::weight_matrix& up0 = p.up.expert(0);
-  const bool int8_gate = uses_int8(gate0, p.activations), int8_up = uses_int8(up0, p.activations);
+  const bool int8_gate = detail::uses_int8(gate0, p.activations), int8_up = detail::uses_int8(up0, p.activations);
   // Up shares the gate's quantised input unless its format wants another form.
   const bool share_xa = int8_gate && int8_up && gate0.type() == up0.type();
   if (int8_gate || int8_up)
     detail::run_tasks(exec, ws.active.size(), parallel, [&](std::size_t i) {
       const std::size_t e = std::size_t(ws.active[i]);
       const float* xe = ws.xg.data() + std::size_t(ws.offset[e]) * dim;
-      if (int8_gate) quantize_for<Arch>(p.gate.expert(e), xe, ws.count[e], ws.xa[e]);
-      if (int8_up && !share_xa) quantize_for<Arch>(p.up.expert(e), xe, ws.count[e], ws.xb[e]);
+      if (int8_gate) detail::quantize_for<Arch>(p.gate.expert(e), xe, ws.count[e], ws.xa[e]);
+      if (int8_up && !share_xa) detail::quantize_for<Arch>(p.up.expert(e), xe, ws.count[e], ws.xb[e]);
     });
   // Chunks start at multiples of 64 rows, so the activation runs each value
   // on the same SIMD lane as over whole rows.
-  detail::plan_tasks(ws, f, std::max(product_row_unit(gate0, int8_gate), product_row_unit(up0, int8_up)), target);
+  detail::plan_tasks(ws, f, std::max(detail::product_row_unit(gate0, int8_gate), detail::product_row_unit(up0, int8_up)), target);
   detail::run_tasks(exec, ws.tasks.size(), parallel, [&](std::size_t i) {
     const auto task = ws.tasks[i];
     const std::size_t e = std::size_t(task.expert), m = ws.count[e], first = ws.offset[e];
     const float* xe = ws.xg.data() + first * dim;
-    product_rows<Arch>(p.gate.expert(e), xe, ws.xa[e], m, ws.g.data() + first * f, f, int8_gate, task.row_first,
+    detail::product_rows<Arch>(p.gate.expert(e), xe, ws.xa[e], m, ws.g.data() + first * f, f, int8_gate, task.row_first,
                        task.row_last);
-    product_rows<Arch>(p.up.expert(e), xe, share_xa ? ws.xa[e] : ws.xb[e], m, ws.u.data() + first * f, f, int8_up,
+    detail::product_rows<Arch>(p.up.expert(e), xe, share_xa ? ws.xa[e] : ws.xb[e], m, ws.u.data() + first * f, f, int8_up,
                        task.row_first, task.row_last);
     for (std::size_t q = first; q < first + m; ++q)
       model::detail::swiglu<Arch>(ws.g.data() + q * f + task.row_first, ws.u.data() + q * f + task.row_first,
@@ -263,17 +263,17 @@ void routed_ffn(Exec& exec, const routed_ffn_params& p, routed_ffn_workspace& ws
 
   // Down, per (expert, row range).
   const model::weight_matrix& down0 = p.down.expert(0);
-  const bool int8_down = uses_int8(down0, p.activations);
+  const bool int8_down = detail::uses_int8(down0, p.activations);
   if (int8_down)
     detail::run_tasks(exec, ws.active.size(), parallel, [&](std::size_t i) {
       const std::size_t e = std::size_t(ws.active[i]);
-      quantize_for<Arch>(p.down.expert(e), ws.h.data() + std::size_t(ws.offset[e]) * f, ws.count[e], ws.xa[e]);
+      detail::quantize_for<Arch>(p.down.expert(e), ws.h.data() + std::size_t(ws.offset[e]) * f, ws.count[e], ws.xa[e]);
     });
-  detail::plan_tasks(ws, dim, product_row_unit(down0, int8_down), target);
+  detail::plan_tasks(ws, dim, detail::product_row_unit(down0, int8_down), target);
   detail::run_tasks(exec, ws.tasks.size(), parallel, [&](std::size_t i) {
     const auto task = ws.tasks[i];
     const std::size_t e = std::size_t(task.expert), first = ws.offset[e];
-    product_rows<Arch>(p.down.expert(e), ws.h.data() + first * f, ws.xa[e], ws.count[e], ws.yd.data() + first * dim,
+    detail::product_rows<Arch>(p.down.expert(e), ws.h.data() + first * f, ws.xa[e], ws.count[e], ws.yd.data() + first * dim,
                        dim, int8_down, task.row_first, task.row_last);
   });
 
