@@ -205,7 +205,7 @@ TEST_CASE("moe routed_ffn: skewed routings, k = 1 and k = n_expert, any thread c
   }
 }
 
-TEST_CASE("moe routed_ffn: a token alone and in a batch give the same bits, and accumulate adds") {
+TEST_CASE("moe routed_ffn: a token alone and in a batch give the same bits, accumulate adds, out may be x") {
   std::mt19937 rng(11);
   thread_pool pool(2);
   const std::size_t n_expert = 8, k = 3, dim = 256, ffn = 256, n = 37;
@@ -227,6 +227,19 @@ TEST_CASE("moe routed_ffn: a token alone and in a batch give the same bits, and 
       const std::vector<float> base(n * dim, 0.5f);
       const auto acc = run(pool, l, x, n, r, k, act, ws, base);
       for (std::size_t i = 0; i < n * dim; ++i) REQUIRE(acc[i] == Approx(0.5f + batch[i]).margin(1e-6));
+      // In place: out is x.
+      std::vector<float> io = x;
+      moe::routed_ffn(pool,
+                      {.x = matrix_view<const float>(io.data(), n, dim),
+                       .ids = matrix_view<const moe::expert_id>(r.ids.data(), n, k),
+                       .weights = matrix_view<const float>(r.weights.data(), n, k),
+                       .gate = l.gate,
+                       .up = l.up,
+                       .down = l.down,
+                       .out = matrix_view<float>(io.data(), n, dim),
+                       .activations = act},
+                      ws);
+      REQUIRE(io == batch);
     }
   }
 }

@@ -48,7 +48,8 @@ namespace llmkit::moe {
 
 /// The operands of routed_ffn. Shapes: `[n, dim] x`, `[n, k] ids` and
 /// `[n, k] weights` (moe::route's output), `[n_expert, ffn, dim] gate` and
-/// `up`, `[n_expert, dim, ffn] down`, `[n, dim] out`.
+/// `up`, `[n_expert, dim, ffn] down`, `[n, dim] out`; out may be x itself
+/// (x is gathered before out is written).
 struct routed_ffn_params {
   matrix_view<const float> x;
   matrix_view<const expert_id> ids;
