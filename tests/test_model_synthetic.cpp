@@ -124,7 +124,7 @@ TEST_CASE("llama: forward matches the double-precision oracle on random models o
   for (const ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
                                ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q4_k, ggml_type::q5_k,
                                ggml_type::q6_k, ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_nl,
-                               ggml_type::iq4_xs}) {
+                               ggml_type::iq4_xs, ggml_type::mxfp4}) {
     for (std::size_t si = 0; si < shapes.size(); ++si) {
       const shape sh = shapes[si];
       const std::size_t block = ggml_block_elements(type);
