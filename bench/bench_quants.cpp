@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
   using model::weight_type;
   for (const weight_type t : {weight_type::q8_0, weight_type::q4_0, weight_type::q4_1, weight_type::q5_0,
                               weight_type::q5_1, weight_type::q4_k, weight_type::q5_k, weight_type::q6_k,
-                              weight_type::q2_k, weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs})
+                              weight_type::q2_k, weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs,
+                              weight_type::mxfp4})
     for (const auto act : {model::activation_type::f32, model::activation_type::q8_0}) {
       const std::string suffix =
           std::string(model::weight_type_name(t)) + (act == model::activation_type::f32 ? "/f32" : "/q8");

@@ -4,7 +4,7 @@
 //
 //   llmkit-generate [--model PATH] [--prompt TEXT] [--tokens N] [--temperature T]
 //                   [--top-k K] [--top-p P] [--seed S] [--threads N] [--sampling CHAIN]
-//                   [--weight-type native|f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q2_k|q3_k|iq4_nl|iq4_xs]
+//                   [--weight-type native|f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q2_k|q3_k|iq4_nl|iq4_xs|mxfp4]
 //                   [--activations f32|q8_0]
 //                   [--chat MESSAGE [--system TEXT] [--chat-template NAME]]
 //
@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
   std::string weights_name = "native";
   cli.add_option("--weight-type", weights_name,
                  "how the weights are kept in memory: native (as in the file), f32, f16, q8_0, q4_0, q4_1, q5_0, "
-                 "q5_1, q4_k, q5_k, q6_k, q2_k, q3_k, iq4_nl or iq4_xs")
+                 "q5_1, q4_k, q5_k, q6_k, q2_k, q3_k, iq4_nl, iq4_xs or mxfp4")
       .one_of({"native", "f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q2_k",
-               "q3_k", "iq4_nl", "iq4_xs"});
+               "q3_k", "iq4_nl", "iq4_xs", "mxfp4"});
   std::string activations_name = "q8_0";
   cli.add_option("--activations", activations_name,
                  "what quantised matrices multiply: q8_0 (int8-quantised activations, the faster integer product) or "

@@ -34,6 +34,7 @@ struct decode_case {
   std::size_t split = 0;  // kv_split_tokens
   float scale = 0.0f;
   float softcap = 0.0f;
+  float sink_mean = std::nanf("");  // not NaN: a sink per head around it (params.sinks)
   bool int8_queries = false;  // decode_params::int8_queries
   bool bf16_queries = false;  // decode_params::bf16_queries
   bool bf16_probabilities = false;  // decode_params::bf16_probabilities
@@ -92,10 +93,13 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   }
   const std::size_t n_heads = c.n_kv_heads * c.group, row = n_heads * c.head_dim;
   const auto q = uniform_values(n_seqs * row, rng);
+  std::vector<float> sinks;
+  if (!std::isnan(c.sink_mean))
+    for (std::size_t h = 0; h < n_heads; ++h) sinks.push_back(c.sink_mean + float(int(rng() % 9) - 4) * 0.5f);
   errors e;
   e.out.assign(q.size(), std::nanf(""));
   decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
-                .softcap = c.softcap, .kv_split_tokens = c.split, .int8_queries = c.int8_queries,
+                .softcap = c.softcap, .sinks = sinks, .kv_split_tokens = c.split, .int8_queries = c.int8_queries,
                 .bf16_queries = c.bf16_queries, .bf16_probabilities = c.bf16_probabilities,
                 .int8_probabilities = c.int8_probabilities, .tuning = c.tuning},
                cache, mask, exec);
@@ -111,8 +115,8 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   for (std::size_t i = 0; i < n_seqs; ++i) {
     const std::span<const float> qi(q.data() + i * row, row), qs(q_scored.data() + i * row, row);
     const std::int32_t pos[1] = {llmkit::test::reference_last_position(cache, ids[i])};
-    const auto ref = llmkit::test::reference_attention(cache, ids[i], 0, qs, pos, n_heads, scale, c.softcap, vis);
-    const auto ref0 = llmkit::test::reference_attention(exact, ids[i], 0, qi, pos, n_heads, scale, c.softcap, vis);
+    const auto ref = llmkit::test::reference_attention(cache, ids[i], 0, qs, pos, n_heads, scale, c.softcap, vis, sinks);
+    const auto ref0 = llmkit::test::reference_attention(exact, ids[i], 0, qi, pos, n_heads, scale, c.softcap, vis, sinks);
     e.add(e.out.data() + i * row, ref, ref0);
   }
   return e;
@@ -546,4 +550,55 @@ TEMPLATE_TEST_CASE("decode: a query holding NaN or inf gives zeros for its head 
       }
     }
   }
+}
+
+TEST_CASE("decode: attention sinks on every storage type, across splits and masks") {
+  // Sinks around -3 (a small share), 1 (about a key's), 12 (most of the
+  // weight): the oracle adds exp(sink) to each head's denominator.
+  std::mt19937 rng(77);
+  for (const float sink : {-3.0f, 1.0f, 12.0f}) {
+    for (const std::size_t split : {0u, 64u}) {
+      INFO("sink " << sink << " split " << split);
+      decode_case c;
+      c.n_cached = {1 + rng() % 500, 1 + rng() % 40, 17};
+      c.split = split;
+      c.sink_mean = sink;
+      const auto seed = static_cast<std::uint32_t>(rng());
+      const auto f = run_case<float>(c, causal_mask{}, seed);
+      const auto h = run_case<f16>(c, causal_mask{}, seed);
+      const auto b = run_case<bf16>(c, causal_mask{}, seed);
+      const auto i8 = run_case<std::int8_t>(c, causal_mask{}, seed);
+      const auto s = run_case<float, simd::scalar>(c, causal_mask{}, seed);
+      const auto w = run_case<float>(c, sliding_window_mask(20), seed);
+      for (const auto* e : {&f, &h, &b, &i8, &s, &w}) {
+        REQUIRE(e->finite);
+        REQUIRE(e->stored < (e == &i8 ? int8_tolerance : f32_tolerance));
+      }
+      // A sink holding most of the weight shrinks every output.
+      if (sink == 12.0f)
+        REQUIRE(std::all_of(f.out.begin(), f.out.end(), [](float x) { return std::fabs(x) < 0.01f; }));
+    }
+  }
+  // A query that sees no key gives zeros with a sink too.
+  decode_case c;
+  c.n_cached = {300, 3};
+  c.split = 64;
+  c.sink_mean = 0.0f;
+  const auto e = run_case<float>(c, custom_mask{[](position, position) { return false; }}, 78);
+  REQUIRE(std::all_of(e.out.begin(), e.out.end(), [](float x) { return x == 0.0f; }));
+}
+
+TEST_CASE("decode: bad sinks raise llmkit::error naming the argument") {
+  std::mt19937 rng(79);
+  chunked_test_cache<float> cache({1, 2, 64});
+  const auto k = uniform_values(5 * 2 * 64, rng);
+  cache.add_sequence(9, 5, k, k, {5});
+  const std::vector<kv::seq_id> ids{9};
+  const auto q = uniform_values(4 * 64, rng);
+  std::vector<float> out(q.size());
+  const std::vector<float> three(3, 0.0f), nan_sink{0.0f, 0.0f, std::nanf(""), 0.0f};
+  REQUIRE_THROWS_WITH(decode({.q = q, .out = out, .seq_ids = ids, .n_heads = 4, .sinks = three}, cache),
+                      "decode: sinks.size() = 3 must be 0 or n_heads = 4");
+  REQUIRE_THROWS_WITH(decode({.q = q, .out = out, .seq_ids = ids, .n_heads = 4, .sinks = nan_sink}, cache),
+                      "decode: sinks[2] = nan must be finite");
 }

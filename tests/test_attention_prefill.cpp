@@ -37,6 +37,7 @@ struct prefill_case {
   std::int32_t first_pos = 0;
   float scale = 0.0f;
   float softcap = 0.0f;
+  float sink_mean = std::nanf("");  // not NaN: a sink per head around it (params.sinks)
 };
 
 /// Builds caches with the case's data in storage T (and in f32 for the
@@ -66,9 +67,12 @@ errors run_case(const prefill_case& c, const Mask& mask, std::uint32_t seed, Exe
   const std::size_t n_heads = c.n_kv_heads * c.group;
   const std::size_t row = n_heads * c.head_dim;
   const auto q = uniform_values(static_cast<std::size_t>(cu.back()) * row, rng);
+  std::vector<float> sinks;
+  if (!std::isnan(c.sink_mean))
+    for (std::size_t h = 0; h < n_heads; ++h) sinks.push_back(c.sink_mean + float(int(rng() % 9) - 4) * 0.5f);
   std::vector<float> out(q.size(), std::nanf(""));
   prefill<Arch>({.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids, .layer = layer, .n_heads = n_heads,
-                 .scale = c.scale, .softcap = c.softcap},
+                 .scale = c.scale, .softcap = c.softcap, .sinks = sinks},
                 cache, mask, exec);
   errors e;
   const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -79,8 +83,8 @@ errors run_case(const prefill_case& c, const Mask& mask, std::uint32_t seed, Exe
     const std::int32_t last = llmkit::test::reference_last_position(cache, ids[i]);
     for (std::size_t t = 0; t < n_q; ++t) pos[t] = last - static_cast<std::int32_t>(n_q - 1 - t);
     auto vis = [&](std::int32_t qp, std::int32_t kp) { return mask.visible(qp, kp); };
-    const auto ref = llmkit::test::reference_attention(cache, ids[i], layer, qi, pos, n_heads, scale, c.softcap, vis);
-    const auto ref0 = llmkit::test::reference_attention(exact, ids[i], layer, qi, pos, n_heads, scale, c.softcap, vis);
+    const auto ref = llmkit::test::reference_attention(cache, ids[i], layer, qi, pos, n_heads, scale, c.softcap, vis, sinks);
+    const auto ref0 = llmkit::test::reference_attention(exact, ids[i], layer, qi, pos, n_heads, scale, c.softcap, vis, sinks);
     e.add(out.data() + first * row, ref, ref0);
   }
   return e;
@@ -472,4 +476,53 @@ TEST_CASE("prefill: the softmax exponential, against std::exp in double") {
 #if XSIMD_WITH_AVX2 && XSIMD_WITH_FMA3_AVX2
   if (llmkit::test::avx2_fma_available()) require_softmax_exp<xsimd::fma3<xsimd::avx2>>("fma3+avx2");
 #endif
+}
+
+TEST_CASE("prefill: attention sinks on every storage type, packed batches and masks") {
+  std::mt19937 rng(81);
+  for (const float sink : {-3.0f, 1.0f, 12.0f}) {
+    INFO("sink " << sink);
+    prefill_case c;
+    c.group = 1 + rng() % 4;
+    c.n_cached = {1 + rng() % 300, 70, 5};
+    c.n_q = {c.n_cached[0], 33, 5};
+    c.max_chunk = 1 + rng() % 70;
+    c.sink_mean = sink;
+    const auto seed = static_cast<std::uint32_t>(rng());
+    const auto f = run_case<float>(c, causal_mask{}, seed);
+    const auto h = run_case<f16>(c, causal_mask{}, seed);
+    const auto b = run_case<bf16>(c, causal_mask{}, seed);
+    const auto i8 = run_case<std::int8_t>(c, causal_mask{}, seed);
+    const auto s = run_case<float, simd::scalar>(c, causal_mask{}, seed);
+    const auto w = run_case<float>(c, sliding_window_mask(16), seed);
+    for (const auto* e : {&f, &h, &b, &i8, &s, &w}) {
+      REQUIRE(e->finite);
+      REQUIRE(e->stored < f32_tolerance);
+    }
+  }
+  // A fully masked row gives zeros with a sink too.
+  prefill_case c;
+  c.n_cached = {40};
+  c.n_q = {40};
+  c.sink_mean = 0.0f;
+  const auto e = run_case<float>(c, custom_mask{[](position, position) { return false; }}, 82);
+  REQUIRE(e.finite);
+  REQUIRE(e.stored < f32_tolerance);  // the oracle's zeros
+}
+
+TEST_CASE("prefill: bad sinks raise llmkit::error naming the argument") {
+  std::mt19937 rng(83);
+  chunked_test_cache<float> cache({1, 2, 64});
+  const auto k = uniform_values(4 * 2 * 64, rng);
+  cache.add_sequence(3, 4, k, k, {4});
+  const std::vector<kv::seq_id> ids{3};
+  const std::vector<std::int32_t> cu{0, 4};
+  const auto q = uniform_values(4 * 4 * 64, rng);
+  std::vector<float> out(q.size());
+  const std::vector<float> five(5, 0.0f), inf_sink{0.0f, std::numeric_limits<float>::infinity(), 0.0f, 0.0f};
+  REQUIRE_THROWS_WITH(prefill({.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids, .n_heads = 4, .sinks = five}, cache),
+                      "prefill: sinks.size() = 5 must be 0 or n_heads = 4");
+  REQUIRE_THROWS_WITH(
+      prefill({.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids, .n_heads = 4, .sinks = inf_sink}, cache),
+      "prefill: sinks[1] = inf must be finite");
 }

@@ -34,7 +34,8 @@ namespace {
 
 constexpr ggml_type quant_types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
                                      ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k,
-                                     ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_nl, ggml_type::iq4_xs};
+                                     ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_nl, ggml_type::iq4_xs,
+                                     ggml_type::mxfp4};
 
 std::string type_name(ggml_type t) { return std::string(ggml_type_name(std::uint32_t(t))); }
 
@@ -140,6 +141,9 @@ TEST_CASE("quants: block sizes and type codes match GGUF") {
   REQUIRE(ggml_block_bytes(ggml_type::q3_k) == sizeof(block_q3_k));
   REQUIRE(ggml_block_bytes(ggml_type::iq4_nl) == sizeof(block_iq4_nl));
   REQUIRE(ggml_block_bytes(ggml_type::iq4_xs) == sizeof(block_iq4_xs));
+  REQUIRE(ggml_block_bytes(ggml_type::mxfp4) == sizeof(block_mxfp4));
+  REQUIRE(std::uint32_t(ggml_type::mxfp4) == 39);
+  REQUIRE(ggml_type_name(39) == "MXFP4");
   REQUIRE(offsetof(block_q2_k, d) == 80);
   REQUIRE(offsetof(block_q3_k, d) == 108);
   REQUIRE(offsetof(block_iq4_xs, qs) == 8);
@@ -273,7 +277,13 @@ TEST_CASE("quants: encoding rounds each value to within one step of its block") 
       // is 1.5 uniform 4-bit steps.
       const bool k_scaled = t == ggml_type::q4_k || t == ggml_type::q5_k || t == ggml_type::q6_k ||
                             t == ggml_type::q2_k || t == ggml_type::q3_k || t == ggml_type::iq4_xs;
-      const double bound = k_scaled ? 2.0 * step : t == ggml_type::iq4_nl ? 1.5 * step : 1.01 * step;
+      // MXFP4 puts amax / d in [8, 16) and rounds to levels 4 d apart above
+      // 8 d (clipping at 12 d): at most amax / 2.
+      const double amax = std::max(-double(lo), double(hi));
+      const double bound = t == ggml_type::mxfp4 ? 0.5 * amax
+                          : k_scaled             ? 2.0 * step
+                          : t == ggml_type::iq4_nl ? 1.5 * step
+                                                   : 1.01 * step;
       for (std::size_t j = 0; j < k; ++j) {
         INFO(type_name(t) << " block " << b << " value " << j << ": " << x[b * k + j] << " -> " << y[b * k + j]);
         REQUIRE(std::abs(double(y[b * k + j]) - double(x[b * k + j])) <= bound + 1e-7);
@@ -352,7 +362,7 @@ TEST_CASE("quants: int8-activation products of every block format match the doub
   serial_executor serial;
   for (const weight_type wt : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
                                weight_type::q4_k, weight_type::q5_k, weight_type::q6_k, weight_type::q2_k,
-                               weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs}) {
+                               weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs, weight_type::mxfp4}) {
     const ggml_type gt = stored_block_type(wt);
     const std::size_t k = ggml_block_elements(gt);
     // Odd block counts (a half-filled last 64-value group), one and several
@@ -415,7 +425,7 @@ TEST_CASE("quants: int8-activation products pick their kernel by the arch tag, e
   std::size_t scalar_differs = 0, avx2_differs = 0, avx2_scalar_differs = 0;
   for (const weight_type wt : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
                                weight_type::q4_k, weight_type::q5_k, weight_type::q6_k, weight_type::q2_k,
-                               weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs}) {
+                               weight_type::q3_k, weight_type::iq4_nl, weight_type::iq4_xs, weight_type::mxfp4}) {
     const ggml_type gt = stored_block_type(wt);
     const std::size_t k = ggml_block_elements(gt);
     for (const auto& [rows, blocks, n] : {std::tuple<std::size_t, std::size_t, std::size_t>{5, 1, 1}, {7, 3, 2},
@@ -506,4 +516,45 @@ TEST_CASE("quants: Q2_K, Q3_K, IQ4_NL and IQ4_XS tensors with non-finite scales 
       }
     }
   }
+}
+
+TEST_CASE("quants: MXFP4 decodes E8M0 scales and E2M1 values as the spec defines, and refuses the NaN scale") {
+  // e = 127 is the scale 1 (2^(e - 127)); the nibbles 0..15 are 0, 0.5, 1,
+  // 1.5, 2, 3, 4, 6 and their negatives (8 is -0, decoded as 0 as ggml does).
+  block_mxfp4 b{};
+  b.d = e8m0{127};
+  for (std::size_t j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | ((15 - j) << 4));
+  float out[32];
+  dequantize_block(b, out);
+  const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (std::size_t j = 0; j < 16; ++j) {
+    REQUIRE(out[j] == (j < 8 ? e2m1[j] : -e2m1[j - 8]));
+    REQUIRE(out[16 + j] == (15 - j < 8 ? e2m1[15 - j] : -e2m1[7 - j]));
+  }
+  // The extremes of the scale byte: 2^-127 (a subnormal f32) and 2^127.
+  b.d = e8m0{0};
+  dequantize_block(b, out);
+  REQUIRE(out[2] == std::ldexp(1.0f, -127));
+  b.d = e8m0{254};
+  dequantize_block(b, out);
+  REQUIRE(out[3] == std::ldexp(1.5f, 127));
+  // The encoder never writes 255, even for huge or non-finite inputs.
+  std::vector<float> x(32, 3.0e38f);
+  x[1] = std::numeric_limits<float>::infinity();
+  quantize_block(x.data(), b);
+  REQUIRE(b.d.bits <= 254);
+  // A tensor whose second block has the NaN scale 255 is refused by name.
+  const std::size_t cols = 64;
+  std::vector<float> v(cols, 0.25f);
+  std::vector<std::byte> bytes(2 * sizeof(block_mxfp4));
+  quantize_row(ggml_type::mxfp4, v.data(), bytes.data(), cols);
+  bytes[sizeof(block_mxfp4)] = std::byte{255};
+  gguf_writer w;
+  w.add_tensor("blk.0.ffn_up_exps.weight", ggml_type::mxfp4, {cols, 1}, bytes);
+  const auto image = w.bytes();
+  const gguf_file f(std::span<const std::byte>(image.data(), image.size()));
+  weight_matrix m(weight_type::mxfp4, 1, cols);
+  REQUIRE_THROWS_WITH(m.copy_from(f.tensor("blk.0.ffn_up_exps.weight"), 0),
+                      Catch::Contains("tensor 'blk.0.ffn_up_exps.weight' (MXFP4) has a non-finite scale in the block "
+                                      "of column 32 at byte 17"));
 }

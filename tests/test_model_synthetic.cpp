@@ -124,7 +124,7 @@ TEST_CASE("llama: forward matches the double-precision oracle on random models o
   for (const ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
                                ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q4_k, ggml_type::q5_k,
                                ggml_type::q6_k, ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_nl,
-                               ggml_type::iq4_xs}) {
+                               ggml_type::iq4_xs, ggml_type::mxfp4}) {
     for (std::size_t si = 0; si < shapes.size(); ++si) {
       const shape sh = shapes[si];
       const std::size_t block = ggml_block_elements(type);
@@ -1047,4 +1047,59 @@ TEST_CASE("architectures: the fuzzer's gemma2 seed is synthetic_llama's output, 
     FAIL("tests/fuzz/gguf/tiny_gemma2.gguf is missing or stale: copy the tiny_gemma2.gguf this test just wrote to "
          "its working directory there");
   }
+}
+
+TEST_CASE("architectures: YaRN RoPE scaling matches the oracle on qwen3 and windowed llama files") {
+  // Heads of 16 (8 pairs), theta 10000, original context 4096: the
+  // correction range is pairs [2, 6], so some pairs keep the extrapolated
+  // angle, some the interpolated one and some blend.
+  simd::rope_config r{.rotary_dim = 16, .freq_scale = 0.25f};
+  r.yarn = {.ext_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f, .original_context = 4096};
+  double lo = 0, hi = 0;
+  simd::detail::yarn_correction_range(r, 16, lo, hi);
+  REQUIRE(lo == 2.0);
+  REQUIRE(hi == 6.0);
+  // Pair 0 turns as unscaled RoPE, pair 7 as linear scaling, both times
+  // 1 + 0.1 ln 4.
+  const simd::rope_table table(r, 16, 40);
+  const double magnitude = 1.0 + 0.1 * std::log(4.0);
+  REQUIRE(std::abs(table.cos_row(37)[0] - std::cos(37.0) * magnitude) <= 1e-6);
+  const double inv7 = std::pow(10000.0, -14.0 / 16.0);
+  REQUIRE(std::abs(table.cos_row(37)[14] - std::cos(37.0 * 0.25 * inv7) * magnitude) <= 1e-6);
+  for (const architecture arch : {architecture::qwen3, architecture::llama}) {
+    synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 900};
+    o.config.arch = arch;
+    o.config.rope = r;
+    if (arch == architecture::llama) o.config.sliding_window = 5;  // YaRN on local layers too (gpt-oss)
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    const std::string p = std::string(traits(arch).name) + ".";
+    REQUIRE(f.get<std::string_view>(p + "rope.scaling.type") == "yarn");
+    llama_model m(f, exact);
+    REQUIRE(m.config().rope.yarn.original_context == 4096);
+    REQUIRE(m.config().rope.freq_scale == 0.25f);
+    std::vector<std::int32_t> tokens(30);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::int32_t((i * 37 + 11) % 300);
+    INFO(traits(arch).name);
+    REQUIRE(max_error(m, f, tokens) <= 2e-5);
+    // Without the key, a "yarn" file has ext_factor 1 (llama.cpp's default).
+    const llama_model defaulted(gguf_file(as_span(rewrite(f, traits(arch).name, "", {},
+                                                          {{"rope.scaling.yarn_ext_factor", drop_key}}))),
+                                exact);
+    REQUIRE(defaulted.config().rope.yarn.ext_factor == 1.0f);
+  }
+  // Bad YaRN fields are refused by name.
+  synthetic_options bad{.config = small_config(64, 4, 2, 96, 300), .seed = 901};
+  bad.config.rope = r;
+  bad.config.rope.yarn.ext_factor = 2.0f;
+  REQUIRE_THROWS_WITH(synthetic_llama(bad), Catch::Contains("yarn.ext_factor = 2"));
+  bad.config.rope.yarn.ext_factor = 1.0f;
+  bad.config.rope.yarn.beta_slow = 0.0f;
+  REQUIRE_THROWS_WITH(synthetic_llama(bad), Catch::Contains("yarn.beta_slow = 0"));
+  bad.config.rope.yarn.beta_slow = 1.0f;
+  const auto image = synthetic_llama(bad).bytes();
+  const gguf_file f(as_span(image));
+  REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(rewrite(f, "llama", "", {},
+                                                            {{"rope.scaling.original_context_length", drop_key}})))),
+                      Catch::Contains("rope.scaling.original_context_length"));
 }

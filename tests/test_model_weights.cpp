@@ -100,7 +100,7 @@ TEST_CASE("weights: linear() matches the double oracle for every storage, shape 
   for (const weight_type t : {weight_type::f32, weight_type::f16, weight_type::q8_0, weight_type::q4_0,
                               weight_type::q4_1, weight_type::q5_0, weight_type::q5_1, weight_type::q4_k,
                               weight_type::q5_k, weight_type::q6_k, weight_type::q2_k, weight_type::q3_k,
-                              weight_type::iq4_nl, weight_type::iq4_xs}) {
+                              weight_type::iq4_nl, weight_type::iq4_xs, weight_type::mxfp4}) {
     for (const shape sh : shapes) {
       if (sh.cols % weight_block_size(t) != 0) continue;
       const weight_matrix w = random_matrix(t, sh.rows, sh.cols, rng);
@@ -255,7 +255,7 @@ TEST_CASE("weights: bad shapes raise llmkit::error naming the argument") {
   REQUIRE(weight_type_from_name("q6_k") == weight_type::q6_k);
   REQUIRE(weight_type_from_name("iq4_xs") == weight_type::iq4_xs);
   REQUIRE_THROWS_WITH(weight_type_from_name("iq3_s"), "weight type 'iq3_s' is not one of native, f32, f16, q8_0, q4_0, "
-                                                      "q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q2_k, q3_k, iq4_nl, iq4_xs");
+                                                      "q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q2_k, q3_k, iq4_nl, iq4_xs, mxfp4");
   REQUIRE(resolve_weight_type(weight_type::native, ggml_type::q4_k, 512) == weight_type::q4_k);
   REQUIRE(resolve_weight_type(weight_type::q4_k, ggml_type::f32, 96) == weight_type::f32);
   REQUIRE(weight_matrix(weight_type::q6_k, 3, 512).bytes() == 3 * 2 * 210);

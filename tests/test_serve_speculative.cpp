@@ -249,6 +249,7 @@ TEST_CASE("speculative: a draft model (the target itself, its int8 self-draft) g
       serve::model_draft drafter(draft, draft_cache, serial);
       serve::engine_options o = options();
       o.draft_model = &drafter;
+      o.max_model_drafting_decodes = 32;  // many requests draft in one step
       const run_result spec = run(drafting(plain, serve::draft_source::model, 4), o);
       require_same(spec.outcomes, ref.outcomes);
       REQUIRE(spec.stats.n_draft_tokens_accepted > 0);
@@ -268,6 +269,7 @@ TEST_CASE("speculative: a draft model (the target itself, its int8 self-draft) g
   serve::model_draft drafter(target, draft_cache, serial);
   serve::engine_options o = options();
   o.draft_model = &drafter;
+  o.max_model_drafting_decodes = 32;
   std::vector<serve::generation_request> greedy_only(plain.begin(), plain.begin() + 6);
   const run_result spec = run(drafting(greedy_only, serve::draft_source::model, 4), o);
   REQUIRE(spec.stats.n_draft_tokens > 0);
@@ -302,7 +304,7 @@ TEST_CASE("speculative: bad settings are refused at submit with a message naming
   eng.run_until_idle();
 }
 
-TEST_CASE("speculative: the engine stops drafting in steps with more decodes than max_drafting_decodes") {
+TEST_CASE("speculative: the engine stops drafting in steps with more decodes than its cut-offs") {
   std::vector<serve::generation_request> plain;
   for (std::size_t i = 0; i < 6; ++i) plain.push_back(request(i, greedy, 40));
   serve::engine_options o = options(512);
@@ -313,6 +315,23 @@ TEST_CASE("speculative: the engine stops drafting in steps with more decodes tha
   const run_result on = run(drafting(plain, serve::draft_source::ngram, 4), o);
   REQUIRE(on.stats.n_draft_tokens > 0);
   require_same(on.outcomes, off.outcomes);
+  // A draft model has its own cut-off, 1 by default: six decodes never draft.
+  model::llama_model target(loaded().file);
+  kv::paged_cache<float, 16> draft_cache(target.kv_shape(), {.n_blocks = 256});
+  serial_executor serial;
+  serve::model_draft drafter(target, draft_cache, serial);
+  serve::engine_options m = options(512);
+  m.draft_model = &drafter;
+  m.max_drafting_decodes = 64;  // prompt lookup's cut-off does not apply to the model
+  REQUIRE(m.max_model_drafting_decodes == 1);
+  REQUIRE(run(drafting(plain, serve::draft_source::model, 4), m).stats.n_draft_tokens == 0);
+  m.max_model_drafting_decodes = 6;
+  const run_result model_on = run(drafting(plain, serve::draft_source::model, 4), m);
+  REQUIRE(model_on.stats.n_draft_tokens > 0);
+  require_same(model_on.outcomes, off.outcomes);
+  // Alone, a request drafts from the model under the default.
+  m.max_model_drafting_decodes = serve::engine_options{}.max_model_drafting_decodes;
+  REQUIRE(run(drafting({plain[0]}, serve::draft_source::model, 4), m).stats.n_draft_tokens > 0);
 }
 
 TEST_CASE("sched: decodes get lookahead slots within blocks, budget and max_new_tokens, never by preempting") {

@@ -65,8 +65,11 @@ struct engine_backend_options {
   std::string draft{};
   /// Most guesses per request and step (`--draft-max`).
   std::size_t draft_max = 4;
-  /// Drafting is off in steps with more decodes than this (`--draft-max-decodes`).
-  std::size_t draft_max_decodes = 8;
+  /// Drafting is off in steps with more decodes than this
+  /// (`--draft-max-decodes`); empty: the engine's default for the drafter
+  /// (`engine_options::max_drafting_decodes` for prompt lookup,
+  /// `max_model_drafting_decodes` for a draft model).
+  std::optional<std::size_t> draft_max_decodes{};
 };
 
 /// What a request drafts under `--draft D --draft-max k`: none for an

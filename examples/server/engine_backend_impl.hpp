@@ -53,7 +53,9 @@ class engine_backend final : public gguf_backend {
                  .max_queued = o.max_queue,
                  .draft_model = draft_ ? &draft_->drafter : nullptr,
                  .max_draft_tokens = max_draft_tokens,
-                 .max_drafting_decodes = o.draft_max_decodes},
+                 .max_drafting_decodes = o.draft_max_decodes.value_or(serve::engine_options{}.max_drafting_decodes),
+                 .max_model_drafting_decodes =
+                     o.draft_max_decodes.value_or(serve::engine_options{}.max_model_drafting_decodes)},
                 &tok_) {
     engine_.start();
   }

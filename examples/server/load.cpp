@@ -178,9 +178,12 @@ int main(int argc, char** argv) {
       .one_of(std::span<const std::string_view>(llmkit_server::kv_type_names));
   cli.add_option("--draft", engine_options.draft, "--in-process: speculative decoding, as llmkit-server's --draft");
   cli.add_option("--draft-max", engine_options.draft_max, "--in-process: guesses per request and step").in_range(1, 16);
-  cli.add_option("--draft-max-decodes", engine_options.draft_max_decodes,
-                 "--in-process: no drafting in steps with more decodes than this");
+  std::size_t draft_max_decodes = 0;
+  cli.add_option("--draft-max-decodes", draft_max_decodes,
+                 "--in-process: no drafting in steps with more decodes than this; 0 = by the drafter, as "
+                 "llmkit-server");
   if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
+  if (draft_max_decodes != 0) engine_options.draft_max_decodes = draft_max_decodes;
   const auto drafting = llmkit_server::speculation_of(engine_options.draft, engine_options.draft_max);
 
   std::unique_ptr<llmkit_server::backend> engine;

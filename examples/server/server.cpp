@@ -398,7 +398,7 @@ int main(int argc, char** argv) {
   std::string kv_type_name{kv_type_names[static_cast<std::size_t>(engine_backend_options{}.kv)]};
   std::string backend_name = "engine";
   std::string draft;
-  std::size_t draft_max = 4, draft_max_decodes = engine_backend_options{}.draft_max_decodes;
+  std::size_t draft_max = 4, draft_max_decodes = 0;
   double drain_seconds = 10.0;
   std::string api_key;
   cli.add_option("--model", bo.model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
@@ -424,7 +424,8 @@ int main(int argc, char** argv) {
                  "most guessed tokens per request and step (a request may ask for fewer: \"speculative.n_max\")")
       .in_range(1, 16);
   cli.add_option("--draft-max-decodes", draft_max_decodes,
-                 "drafting is off in steps with more decodes than this (the batch is compute-bound)");
+                 "drafting is off in steps with more decodes than this (the batch is compute-bound); 0 = by the "
+                 "drafter: 8 for ngram, 1 for a draft model");
   cli.add_option("--max-queue", max_queue, "requests waiting before new ones get 429")
       .count_at_least(1, "every request would get 429");
   cli.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1/ routes; empty = no key");
@@ -497,7 +498,9 @@ int main(int argc, char** argv) {
                                        .model = bo.model,
                                        .draft = draft,
                                        .draft_max = draft_max,
-                                       .draft_max_decodes = draft_max_decodes});
+                                       .draft_max_decodes = draft_max_decodes != 0
+                                                                ? std::optional<std::size_t>(draft_max_decodes)
+                                                                : std::nullopt});
     }
     backend& model = *model_ptr;
     server_state s{model};

@@ -212,10 +212,13 @@ double dequantize(T x, float scale) {
 /// K/V row of (seq, layer) through the chunk view. Returns `[n_q, n_heads,
 /// head_dim]`; a query that sees no key gives zeros. `visible(q_pos, k_pos)`
 /// is the mask; scores are scale * q.k, then cap * tanh(s / cap) if cap > 0.
+/// `[n_heads] sinks` (or empty): head h's softmax denominator has one more
+/// term exp(sinks[h]), with no value.
 template <class Cache, class Visible>
 std::vector<double> reference_attention(const Cache& cache, kv::seq_id seq, std::size_t layer,
                                         std::span<const float> q, std::span<const std::int32_t> q_pos,
-                                        std::size_t n_heads, double scale, double softcap, Visible&& visible) {
+                                        std::size_t n_heads, double scale, double softcap, Visible&& visible,
+                                        std::span<const float> sinks = {}) {
   using T = typename Cache::storage_type;
   const kv::kv_shape shape = cache.shape();
   const std::size_t D = shape.head_dim, H = shape.n_kv_heads, group = n_heads / H, n_q = q_pos.size();
@@ -263,6 +266,7 @@ std::vector<double> reference_attention(const Cache& cache, kv::seq_id seq, std:
           sum += p;
           for (std::size_t d = 0; d < D; ++d) acc[d] += p * values[j][d];
         }
+        if (!sinks.empty()) sum += std::exp(static_cast<double>(sinks[head]) - m);
         double* o = out.data() + (i * n_heads + head) * D;
         for (std::size_t d = 0; d < D; ++d) o[d] = acc[d] / sum;
       }

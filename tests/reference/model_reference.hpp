@@ -95,9 +95,12 @@ struct llama_reference {
   std::size_t window = 0;  // sliding window of the local layers, 0: none
   std::vector<bool> local; // [n_layers] local layers
   double local_theta = 10000.0, local_freq_scale = 1.0;
+  bool local_yarn = true;  // YaRN on the local layers too (not Gemma 3's unscaled ones)
   double scale = 0.0, attn_cap = 0.0, final_cap = 0.0;  // 0: 1/sqrt(head_dim), none, none
   bool fused = false;         // attn_qkv, ffn_up = gate|up (phi3)
   double attn_factor = 1.0;   // rope.scaling.attn_factor
+  // YaRN (rope.scaling.type "yarn"): ext_factor 0 is off.
+  double yarn_ext = 0.0, yarn_beta_fast = 32.0, yarn_beta_slow = 1.0;
   std::size_t context = 0, original_context = 0;  // LongRoPE: long factors when context > original_context
   std::vector<double> long_factors, short_factors;
   std::vector<double> freq_factors;  // rope_freqs.weight, empty when absent
@@ -137,6 +140,11 @@ struct llama_reference {
     context = f.get_optional<std::size_t>(p + "context_length").value_or(2048);
     original_context = f.get_optional<std::size_t>(p + "rope.scaling.original_context_length").value_or(context);
     attn_factor = f.get_optional<double>(p + "rope.scaling.attn_factor").value_or(1.0);
+    if (f.get_optional<std::string_view>(p + "rope.scaling.type").value_or("") == "yarn") {
+      yarn_ext = f.get_optional<double>(p + "rope.scaling.yarn_ext_factor").value_or(1.0);
+      yarn_beta_fast = f.get_optional<double>(p + "rope.scaling.yarn_beta_fast").value_or(32.0);
+      yarn_beta_slow = f.get_optional<double>(p + "rope.scaling.yarn_beta_slow").value_or(1.0);
+    }
     if (f.find_tensor("rope_factors_long.weight")) {
       long_factors = load("rope_factors_long.weight");
       short_factors = load("rope_factors_short.weight");
@@ -164,6 +172,7 @@ struct llama_reference {
     if (arch == "gemma3") {
       local_theta = 10000.0;
       local_freq_scale = 1.0;
+      local_yarn = false;
     }
   }
 
@@ -235,11 +244,24 @@ struct llama_reference {
         const std::vector<double>& ff =
             long_factors.empty() ? freq_factors : context > original_context ? long_factors : short_factors;
         const double divisor = ff.empty() ? 1.0 : ff[i];
-        const double angle = double(pos) * fs * std::pow(th, -2.0 * double(i) / double(rot)) / divisor;
+        const double extrapolated = double(pos) * std::pow(th, -2.0 * double(i) / double(rot)) / divisor;
+        double angle = fs * extrapolated, magnitude = attn_factor;
+        if (yarn_ext != 0.0 && (!is_local || local_yarn)) {
+          // YaRN: pair i's angle blends from extrapolated (below the
+          // correction range of pair indices) to interpolated (above it).
+          auto corr = [&](double beta) {
+            return double(rot) * std::log(double(original_context) / (2.0 * M_PI * beta)) / (2.0 * std::log(th));
+          };
+          const double lo = std::max(0.0, std::floor(corr(yarn_beta_fast)));
+          const double hi = std::min(double(rot) - 1.0, std::ceil(corr(yarn_beta_slow)));
+          const double mix = (1.0 - std::clamp((double(i) - lo) / std::max(0.001, hi - lo), 0.0, 1.0)) * yarn_ext;
+          angle = angle * (1.0 - mix) + extrapolated * mix;
+          magnitude *= 1.0 + 0.1 * std::log(1.0 / fs);
+        }
         double& a = v[h * head_dim + (neox ? i : 2 * i)];
         double& b = v[h * head_dim + (neox ? i + rot / 2 : 2 * i + 1)];
         const double a0 = a, b0 = b;
-        const double c = std::cos(angle) * attn_factor, s = std::sin(angle) * attn_factor;
+        const double c = std::cos(angle) * magnitude, s = std::sin(angle) * magnitude;
         a = a0 * c - b0 * s;
         b = b0 * c + a0 * s;
       }

@@ -115,6 +115,16 @@ inline float quant_value(model::ggml_type t, const std::byte* data, std::size_t 
       const int scale = int(low4 | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
       return (f16_at(b) * float(scale)) * float(iq4nl_levels[nibble32(b + 8 + 16 * s, j % 32)]);
     }
+    case ggml_type::mxfp4: {
+      // e (E8M0) @0, qs[16] @1; value = E2M1(nibble) * 2^(e - 127), from the
+      // OCP spec's bit fields rather than a table (exact in double).
+      const std::byte* b = data + (i / 32) * 17;
+      const unsigned q = nibble32(b + 1, i % 32), exponent = (q >> 1) & 3, mantissa = q & 1;
+      const double e2m1 = exponent == 0 ? 0.5 * mantissa : std::ldexp(1.0 + 0.5 * mantissa, int(exponent) - 1);
+      // The spec's -0 (nibble 8) decodes as +0, as ggml's table has it.
+      const double v = q & 8 && mantissa + exponent != 0 ? -e2m1 : e2m1;
+      return float(v * std::ldexp(1.0, int(byte_at(b, 0)) - 127));
+    }
     default: return NAN;
   }
 }

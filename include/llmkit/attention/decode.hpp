@@ -61,6 +61,11 @@ struct decode_params {
   std::size_t n_heads = 0;              ///< query heads, a multiple of the cache's n_kv_heads
   float scale = 0.0f;                   ///< softmax scale; 0 means 1/sqrt(head_dim)
   float softcap = 0.0f;                 ///< logit soft-capping cap*tanh(s/cap); 0 disables
+  /// `[n_heads]` learned attention-sink logits (gpt-oss `attn_sinks`), or
+  /// empty for none: head h's softmax has one more term exp(sinks[h]) in
+  /// its denominator, with no value row (the weight the sink takes is
+  /// dropped). Finite.
+  std::span<const float> sinks{};
   /// Keys per split-KV task: 0 chooses from the executor's concurrency (no
   /// split on one thread); otherwise contexts longer than this are split.
   std::size_t kv_split_tokens = 0;
@@ -112,7 +117,7 @@ struct decode_params {
 /// `mask` (the query sits at the sequence's last position). GQA: query head
 /// hq reads KV head hq / (n_heads / n_kv_heads); each K/V row is read once
 /// per group. Accumulates in f32 whatever the cache's storage type; a query
-/// that sees no key gets a zero row.
+/// that sees no key gets a zero row (with or without a sink).
 ///
 /// Tasks are (sequence, KV head, split) run through `exec`; see
 /// `decode_params::kv_split_tokens`.
@@ -125,6 +130,7 @@ template <class Arch = simd::default_arch, kv::kv_readable Cache, mask_policy Ma
           executor Exec = serial_executor>
 void decode(const decode_params& p, const Cache& cache, const Mask& mask = {}, Exec&& exec = {}) {
   const std::size_t group = detail::check_heads("decode", cache, p.layer, p.n_heads, p.scale, p.softcap);
+  detail::check_sinks("decode", p.sinks, p.n_heads);
   const kv::kv_shape shape = cache.shape();
   const std::size_t head_dim = shape.head_dim;
   const std::size_t n_seqs = p.seq_ids.size();

@@ -55,6 +55,8 @@ struct prefill_params {
   std::size_t n_heads = 0;                    ///< query heads, a multiple of the cache's n_kv_heads
   float scale = 0.0f;                         ///< softmax scale; 0 means 1/sqrt(head_dim)
   float softcap = 0.0f;                       ///< logit soft-capping cap*tanh(s/cap); 0 disables
+  /// `[n_heads]` attention-sink logits, or empty: see decode_params::sinks.
+  std::span<const float> sinks{};
   prefill_tuning tuning{};                    ///< speed only (attention/tuning.hpp)
 };
 
@@ -78,6 +80,7 @@ template <class Arch = simd::default_arch, kv::kv_readable Cache, mask_policy Ma
           executor Exec = serial_executor>
 void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {}, Exec&& exec = {}) {
   const std::size_t group = detail::check_heads("prefill", cache, p.layer, p.n_heads, p.scale, p.softcap);
+  detail::check_sinks("prefill", p.sinks, p.n_heads);
   const std::size_t head_dim = cache.shape().head_dim;
   LLMKIT_CHECK(p.tuning.run_length > 0, "prefill: tuning.run_length must be > 0, got ", p.tuning.run_length);
   LLMKIT_CHECK(p.cu_seqlens.size() == p.seq_ids.size() + 1, "prefill: cu_seqlens.size() = ", p.cu_seqlens.size(),

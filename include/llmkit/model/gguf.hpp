@@ -16,7 +16,7 @@
 ///
 /// Tensor data are not copied: `gguf_tensor::data` points into the mapping
 /// (or the caller's span). Supported tensor types are F32, F16, BF16, Q8_0,
-/// Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (block layouts in
+/// Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 (block layouts in
 /// model/quants.hpp); a file holding any other type is refused with an error
 /// naming the tensor and the type.
 ///
@@ -72,13 +72,14 @@ constexpr std::string_view gguf_type_name(std::uint32_t code) noexcept {
 enum class ggml_type : std::uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8,
   q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30,
+  mxfp4 = 39,
 };
 
 /// True for the codes of ggml_type (the types the reader accepts).
 constexpr bool is_supported_ggml_type(std::uint32_t code) noexcept {
   switch (code) {
     case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 10: case 11: case 12: case 13: case 14: case 20: case 23:
-    case 30:
+    case 30: case 39:
       return true;
     default: return false;
   }
@@ -86,11 +87,12 @@ constexpr bool is_supported_ggml_type(std::uint32_t code) noexcept {
 
 /// Printable name of any ggml tensor type code ("F32", "Q4_K", ...), or "?".
 constexpr std::string_view ggml_type_name(std::uint32_t code) noexcept {
-  constexpr std::array<std::string_view, 39> names{
+  constexpr std::array<std::string_view, 40> names{
       "F32",     "F16",    "Q4_0",   "Q4_1",    "Q4_2", "Q4_3", "Q5_0",  "Q5_1",    "Q8_0",  "Q8_1",
       "Q2_K",    "Q3_K",   "Q4_K",   "Q5_K",    "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
       "IQ4_NL",  "IQ3_S",  "IQ2_S",  "IQ4_XS",  "I8",   "I16",  "I32",   "I64",     "F64",   "IQ1_M",
-      "BF16",    "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8"};
+      "BF16",    "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8",
+      "MXFP4"};
   return code < names.size() ? names[code] : std::string_view("?");
 }
 
@@ -105,12 +107,12 @@ constexpr dtype to_dtype(ggml_type t) noexcept {
   }
 }
 
-/// Elements per storage block (32 for Q4_0 ... Q8_0 and IQ4_NL, 256 for the K-quants and IQ4_XS,
+/// Elements per storage block (32 for Q4_0 ... Q8_0, IQ4_NL and MXFP4, 256 for the K-quants and IQ4_XS,
 /// else 1) and bytes per block.
 constexpr std::size_t ggml_block_elements(ggml_type t) noexcept {
   switch (t) {
     case ggml_type::q4_0: case ggml_type::q4_1: case ggml_type::q5_0: case ggml_type::q5_1: case ggml_type::q8_0:
-    case ggml_type::iq4_nl:
+    case ggml_type::iq4_nl: case ggml_type::mxfp4:
       return 32;
     case ggml_type::q2_k: case ggml_type::q3_k: case ggml_type::q4_k: case ggml_type::q5_k: case ggml_type::q6_k:
     case ggml_type::iq4_xs:
@@ -135,6 +137,7 @@ constexpr std::size_t ggml_block_bytes(ggml_type t) noexcept {
     case ggml_type::q6_k: return 210;
     case ggml_type::iq4_nl: return 18;
     case ggml_type::iq4_xs: return 136;
+    case ggml_type::mxfp4: return 17;
   }
   return 0;
 }

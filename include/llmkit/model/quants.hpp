@@ -4,7 +4,8 @@
 /// @file llmkit/model/quants.hpp
 /// ggml's quantised block formats as GGUF files store them (Q4_0, Q4_1,
 /// Q5_0, Q5_1; the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K over 256-value
-/// super-blocks; the non-linear IQ4_NL and IQ4_XS; Q8_0 is `block_q8_0` in
+/// super-blocks; the non-linear IQ4_NL and IQ4_XS; MXFP4, the OCP
+/// microscaling FP4 of gpt-oss's experts; Q8_0 is `block_q8_0` in
 /// core/dtype.hpp), with the scalar decoding that defines each value and a
 /// round-to-nearest encoder.
 ///
@@ -27,6 +28,7 @@
 /// | Q3_K | 256 | 110 | `(d * (sc_s - 32)) * (q_j - 4)`, s = j / 16, 6-bit sc packed in scales[12], q_j 2 bits + a high bit in hmask |
 /// | IQ4_NL | 32 | 18 | `d * kvalues_iq4nl[q_j]`, q_j a nibble as Q4_0 |
 /// | IQ4_XS | 256 | 136 | `(d * (ls_s - 32)) * kvalues_iq4nl[q_j]`, s = j / 32, 6-bit ls (4 in scales_l, 2 in scales_h), nibbles as IQ4_NL per 32 |
+/// | MXFP4 | 32 | 17 | `d * kvalues_mxfp4[q_j]`, d = 2^(e - 128) from the E8M0 byte e (255, NaN, is refused), nibbles as Q4_0 |
 ///
 /// K-quant nibble order: a super-block is 4 chunks of 64 values; chunk c
 /// takes qs[32c .. 32c + 31], low nibbles for values 64c + 0..31, high
@@ -51,9 +53,12 @@
 /// rounding error than llama-quantize's. Q2_K and Q3_K take the same kind of
 /// direct rule per sub-block of 16; IQ4_NL / IQ4_XS scale each 32 values so
 /// that the value of largest magnitude lands on the table's -127 and pick
-/// the nearest table entry for each value.
+/// the nearest table entry for each value. MXFP4 follows ggml's reference
+/// encoder: e = floor(log2(amax)) - 2 + 127 (clamped to the byte's finite
+/// range), then the nearest table entry.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -139,11 +144,27 @@ struct block_iq4_xs {
   std::uint8_t scales_l[qk_k / 64];
   std::uint8_t qs[qk_k / 2];
 };
+/// An E8M0 scale byte: the power of two 2^(bits - 127) of OCP's
+/// microscaling formats (bits 255 is NaN).
+struct e8m0 {
+  std::uint8_t bits;
+};
+/// MXFP4: 32 FP4 (E2M1) values, indices into kvalues_mxfp4, and one E8M0
+/// scale. Named `d` like the other formats' scales so the block kernels
+/// read it through the same `scale_f32`.
+struct block_mxfp4 {
+  e8m0 d;
+  std::uint8_t qs[16];
+};
+/// The 16 E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives)
+/// doubled to integers, as ggml's kvalues_mxfp4; the block scale is halved
+/// to match (2^(e - 128)).
+inline constexpr std::int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 /// The 16 levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
 inline constexpr std::int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                   1,    13,   25,  38,  53,  69,  89,  113};
 static_assert(sizeof(block_q2_k) == 84 && sizeof(block_q3_k) == 110 && sizeof(block_iq4_nl) == 18 &&
-                  sizeof(block_iq4_xs) == 136,
+                  sizeof(block_iq4_xs) == 136 && sizeof(block_mxfp4) == 17,
               "block layouts must match GGUF");
 static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
                   sizeof(block_q5_1) == 24 && sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 &&
@@ -165,6 +186,8 @@ template <>
 inline constexpr std::size_t block_values<block_q8_0> = q8_block_size;
 template <>
 inline constexpr std::size_t block_values<block_iq4_nl> = 32;
+template <>
+inline constexpr std::size_t block_values<block_mxfp4> = 32;
 
 /// Sub-block s (0..7) scale and min of a Q4_K / Q5_K block: 6 bits each,
 /// s < 4 in the low 6 bits of scales[s] and scales[s + 4], the others split
@@ -206,6 +229,12 @@ inline float scale_f32(f16 h) noexcept {
 #else
   return to_f32(h);
 #endif
+}
+/// An MXFP4 block's scale as f32: 2^(bits - 128), the E8M0 value halved
+/// for kvalues_mxfp4's doubled levels (bits 0 and 1 are subnormal). Exact.
+constexpr float scale_f32(e8m0 e) noexcept {
+  return e.bits < 2 ? std::bit_cast<float>(std::uint32_t{0x00200000u} << e.bits)
+                    : std::bit_cast<float>(std::uint32_t(e.bits - 1) << 23);
 }
 }  // namespace detail
 
@@ -315,6 +344,11 @@ inline void dequantize_block(const block_iq4_nl& b, float* __restrict out) noexc
   const float d = detail::scale_f32(b.d);
   for (std::size_t j = 0; j < 16; ++j) out[j] = d * float(kvalues_iq4nl[b.qs[j] & 0xF]);
   for (std::size_t j = 0; j < 16; ++j) out[j + 16] = d * float(kvalues_iq4nl[b.qs[j] >> 4]);
+}
+inline void dequantize_block(const block_mxfp4& b, float* __restrict out) noexcept {
+  const float d = detail::scale_f32(b.d);
+  for (std::size_t j = 0; j < 16; ++j) out[j] = d * float(kvalues_mxfp4[b.qs[j] & 0xF]);
+  for (std::size_t j = 0; j < 16; ++j) out[j + 16] = d * float(kvalues_mxfp4[b.qs[j] >> 4]);
 }
 inline void dequantize_block(const block_iq4_xs& b, float* __restrict out) noexcept {
   const float d = detail::scale_f32(b.d);
@@ -560,6 +594,25 @@ inline void quantize_block(const float* x, block_iq4_xs& b) noexcept {
     detail::quantize_iq4_32(x + 32 * s, dd * float(ls), b.qs + 16 * s);
   }
 }
+inline void quantize_block(const float* x, block_mxfp4& b) noexcept {
+  float amax = 0.0f;
+  for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  // ggml's reference rule: amax / d lands in [8, 16), by the table's top
+  // levels 8 and 12 (magnitudes above 12 d clip to it).
+  const int e = amax > 0.0f && std::isfinite(amax) ? int(std::floor(std::log2(amax))) - 2 + 127 : 0;
+  b.d = e8m0{static_cast<std::uint8_t>(std::clamp(e, 0, 254))};
+  const float d = detail::scale_f32(b.d);
+  auto nearest = [d](float v) {
+    int best = 0;
+    float best_err = std::fabs(float(kvalues_mxfp4[0]) * d - v);
+    for (int i = 1; i < 16; ++i) {
+      const float err = std::fabs(float(kvalues_mxfp4[i]) * d - v);
+      if (err < best_err) best = i, best_err = err;
+    }
+    return best;
+  };
+  for (std::size_t j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(nearest(x[j]) | (nearest(x[j + 16]) << 4));
+}
 inline void quantize_block(const float* x, block_q8_0& b) noexcept {
   float amax = 0.0f;
   for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -584,12 +637,13 @@ decltype(auto) visit_block(ggml_type t, Fn&& fn) {
     case ggml_type::q3_k: return fn(block_q3_k{});
     case ggml_type::iq4_nl: return fn(block_iq4_nl{});
     case ggml_type::iq4_xs: return fn(block_iq4_xs{});
+    case ggml_type::mxfp4: return fn(block_mxfp4{});
     default: return fn(block_q8_0{});
   }
 }
 
-/// True when the f16 scales of the block of quantised type t at p (d, and
-/// m / dmin where the format has one) are finite.
+/// True when the scales of the block of quantised type t at p (the f16 d,
+/// and m / dmin where the format has one; MXFP4's E8M0 byte) are finite.
 inline bool block_scales_finite(ggml_type t, const std::byte* p) noexcept {
   auto finite_at = [p](std::size_t at) {
     std::uint16_t b;
@@ -602,6 +656,7 @@ inline bool block_scales_finite(ggml_type t, const std::byte* p) noexcept {
     case ggml_type::q6_k: return finite_at(offsetof(block_q6_k, d));
     case ggml_type::q2_k: return finite_at(offsetof(block_q2_k, d)) && finite_at(offsetof(block_q2_k, dmin));
     case ggml_type::q3_k: return finite_at(offsetof(block_q3_k, d));
+    case ggml_type::mxfp4: return std::to_integer<unsigned>(p[0]) != 255u;
     default: return finite_at(0);
   }
 }

@@ -69,9 +69,10 @@ enum class weight_type : std::uint8_t {
   q3_k,    ///< GGUF Q3_K blocks (3.4375 bits per weight)
   iq4_nl,  ///< GGUF IQ4_NL blocks (4.5 bits per weight, non-linear levels)
   iq4_xs,  ///< GGUF IQ4_XS blocks (4.25 bits per weight, non-linear levels)
+  mxfp4,   ///< GGUF MXFP4 blocks (4.25 bits per weight, FP4 E2M1 values, E8M0 scales)
 };
 
-/// The GGUF block type a weight_type stores as-is (Q4_0 ... IQ4_XS), or
+/// The GGUF block type a weight_type stores as-is (Q4_0 ... MXFP4), or
 /// ggml_type::f32 for the others (f32, f16 and Q8_0 have their own layouts).
 constexpr ggml_type stored_block_type(weight_type t) noexcept {
   switch (t) {
@@ -86,6 +87,7 @@ constexpr ggml_type stored_block_type(weight_type t) noexcept {
     case weight_type::q3_k: return ggml_type::q3_k;
     case weight_type::iq4_nl: return ggml_type::iq4_nl;
     case weight_type::iq4_xs: return ggml_type::iq4_xs;
+    case weight_type::mxfp4: return ggml_type::mxfp4;
     default: return ggml_type::f32;
   }
 }
@@ -111,7 +113,7 @@ enum class activation_type { f32, q8_0 };
 enum class output_mode : std::uint8_t { overwrite, accumulate };
 
 /// "native", "f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
-/// "q5_k", "q6_k", "q2_k", "q3_k", "iq4_nl" or "iq4_xs".
+/// "q5_k", "q6_k", "q2_k", "q3_k", "iq4_nl", "iq4_xs" or "mxfp4".
 constexpr std::string_view weight_type_name(weight_type t) noexcept {
   switch (t) {
     case weight_type::native: return "native";
@@ -129,6 +131,7 @@ constexpr std::string_view weight_type_name(weight_type t) noexcept {
     case weight_type::q3_k: return "q3_k";
     case weight_type::iq4_nl: return "iq4_nl";
     case weight_type::iq4_xs: return "iq4_xs";
+    case weight_type::mxfp4: return "mxfp4";
   }
   return "?";
 }
@@ -138,7 +141,7 @@ inline constexpr weight_type all_weight_types[] = {
     weight_type::native, weight_type::f32,  weight_type::f16,  weight_type::q8_0,
     weight_type::q4_0,   weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
     weight_type::q4_k,   weight_type::q5_k, weight_type::q6_k, weight_type::q2_k,
-    weight_type::q3_k,   weight_type::iq4_nl, weight_type::iq4_xs};
+    weight_type::q3_k,   weight_type::iq4_nl, weight_type::iq4_xs, weight_type::mxfp4};
 
 /// The weight_type named `name` (weight_type_name's names).
 /// @throws llmkit::error naming the value and the valid names.
@@ -166,6 +169,7 @@ constexpr weight_type resolve_weight_type(weight_type wanted, ggml_type file_typ
       case ggml_type::q3_k: t = weight_type::q3_k; break;
       case ggml_type::iq4_nl: t = weight_type::iq4_nl; break;
       case ggml_type::iq4_xs: t = weight_type::iq4_xs; break;
+      case ggml_type::mxfp4: t = weight_type::mxfp4; break;
       default: t = weight_type::f32; break;
     }
   }

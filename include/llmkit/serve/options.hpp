@@ -67,12 +67,16 @@ struct engine_options {
   batch_drafter* draft_model = nullptr;
   /// Most guesses a request may ask for per step (`speculation::max_tokens`).
   std::size_t max_draft_tokens = 16;
-  /// Drafting is off in a step with more decodes than this: past it the
-  /// batch is compute-bound and verifying guesses costs about what they
-  /// save. The default suits cheap drafters (prompt lookup); a draft model
-  /// whose forward costs much of the target's wants 1 (docs/serving.md,
-  /// "Speculative decoding figures").
+  /// Prompt lookup is off in a step with more decodes than this: past it
+  /// the batch is compute-bound and verifying guesses costs about what they
+  /// save (the guesses themselves cost nothing).
   std::size_t max_drafting_decodes = 8;
+  /// Drafting from `draft_model` is off in a step with more decodes than
+  /// this. Each guess then costs a draft forward too: with the int8
+  /// self-draft (about 0.74 of a target decode) drafting paid only with one
+  /// decode per step (docs/serving.md, "Speculative decoding figures"); a
+  /// draft many times cheaper than the target may raise it.
+  std::size_t max_model_drafting_decodes = 1;
 };
 
 }  // namespace llmkit::serve

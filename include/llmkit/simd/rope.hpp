@@ -12,10 +12,18 @@
 ///   "normal" RoPE);
 /// - `rope_layout::half_split`: pairs (i, i + rotary_dim / 2), as GPT-NeoX.
 ///
+/// YaRN context extension (`rope_config::yarn`, llama.cpp's rope_yarn) blends,
+/// per pair, the interpolated angle (times freq_scale) with the extrapolated
+/// one (unscaled): pairs below the correction range [lo, hi] keep the
+/// extrapolated angle (high frequencies), pairs above it the interpolated one,
+/// with a linear ramp between; cos and sin are then scaled by
+/// 1 + 0.1 ln(1 / freq_scale).
+///
 /// Angles are computed in double precision and rounded to f32 cos/sin, the
 /// same way in `rope_table` (precomputed) and in the on-the-fly overload, so
 /// both give bit-identical results.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -40,6 +48,18 @@ enum class rope_layout {
   half_split,  ///< pairs (i, i + rotary_dim / 2): GPT-NeoX
 };
 
+/// YaRN ("NTK-by-parts" interpolation, Peng et al. 2023) as GGUF files give
+/// it (`rope.scaling.type` "yarn"; gpt-oss, Qwen3's long context). Off while
+/// ext_factor is 0. The correction range of pair indices is
+/// [max(0, floor(c(beta_fast))), min(rotary_dim - 1, ceil(c(beta_slow)))]
+/// with c(beta) = rotary_dim * ln(original_context / (2 pi beta)) / (2 ln theta).
+struct yarn_scaling {
+  float ext_factor = 0.0f;            ///< weight of the extrapolated angle at the ramp's full end, in [0, 1]; 0: off
+  float beta_fast = 32.0f;            ///< rotations over the original context where the ramp starts (> 0)
+  float beta_slow = 1.0f;             ///< rotations where it ends (> 0)
+  std::size_t original_context = 0;   ///< the training context before extension (> 0 when on)
+};
+
 /// RoPE parameters of a model.
 struct rope_config {
   float theta = 10000.0f;                        ///< base of the frequencies (> 0)
@@ -49,6 +69,8 @@ struct rope_config {
   /// [rotary_dim / 2] per-pair divisors of the frequency (finite, > 0), or
   /// empty for none (llama.cpp's `freq_factors`, in either layout).
   std::vector<float> freq_factors{};
+  /// YaRN; with it, freq_scale is 1 / the extension factor.
+  yarn_scaling yarn{};
 };
 
 namespace detail {
@@ -68,7 +90,27 @@ inline std::size_t rope_rotary_dim(const rope_config& config, std::size_t head_d
   for (std::size_t i = 0; i < config.freq_factors.size(); ++i)
     LLMKIT_CHECK(config.freq_factors[i] > 0.0f && std::isfinite(config.freq_factors[i]), "rope: freq_factors[", i,
                  "] = ", config.freq_factors[i], " must be finite and > 0");
+  const yarn_scaling& y = config.yarn;
+  LLMKIT_CHECK(y.ext_factor >= 0.0f && y.ext_factor <= 1.0f, "rope: yarn.ext_factor = ", y.ext_factor,
+               " must be in [0, 1]");
+  if (y.ext_factor != 0.0f) {
+    LLMKIT_CHECK(y.beta_fast > 0.0f && y.beta_slow > 0.0f && std::isfinite(y.beta_fast) && std::isfinite(y.beta_slow),
+                 "rope: yarn.beta_fast = ", y.beta_fast, " and yarn.beta_slow = ", y.beta_slow,
+                 " must be finite and > 0");
+    LLMKIT_CHECK(y.original_context > 0, "rope: yarn.original_context must be > 0 when YaRN is on");
+    LLMKIT_CHECK(config.freq_scale > 0.0f, "rope: YaRN needs freq_scale > 0, got ", config.freq_scale);
+  }
   return rotary_dim;
+}
+
+/// YaRN's correction range [lo, hi] of pair indices (see yarn_scaling).
+inline void yarn_correction_range(const rope_config& config, std::size_t rotary_dim, double& lo, double& hi) {
+  auto c = [&](double beta) {
+    return double(rotary_dim) * std::log(double(config.yarn.original_context) / (2.0 * 3.141592653589793 * beta)) /
+           (2.0 * std::log(double(config.theta)));
+  };
+  lo = std::max(0.0, std::floor(c(config.yarn.beta_fast)));
+  hi = std::min(double(rotary_dim) - 1.0, std::ceil(c(config.yarn.beta_slow)));
 }
 
 /// Per-dimension factors for one position: out[j] = x[j] * cos_e[j] + x[partner(j)] * sin_e[j]
@@ -76,13 +118,25 @@ inline std::size_t rope_rotary_dim(const rope_config& config, std::size_t head_d
 inline void rope_factors(const rope_config& config, std::size_t rotary_dim, std::int32_t position, float* cos_e,
                          float* sin_e) {
   const std::size_t half = rotary_dim / 2;
+  const bool yarn = config.yarn.ext_factor != 0.0f;
+  double lo = 0.0, hi = 0.0, magnitude = 1.0;
+  if (yarn) {
+    yarn_correction_range(config, rotary_dim, lo, hi);
+    magnitude = 1.0 + 0.1 * std::log(1.0 / static_cast<double>(config.freq_scale));
+  }
   for (std::size_t i = 0; i < half; ++i) {
     double inv_freq = std::pow(static_cast<double>(config.theta),
                                -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
     if (!config.freq_factors.empty()) inv_freq /= static_cast<double>(config.freq_factors[i]);
-    const double angle = static_cast<double>(position) * static_cast<double>(config.freq_scale) * inv_freq;
-    const float c = static_cast<float>(std::cos(angle));
-    const float s = static_cast<float>(std::sin(angle));
+    double angle = static_cast<double>(position) * static_cast<double>(config.freq_scale) * inv_freq;
+    if (yarn) {
+      const double extrapolated = static_cast<double>(position) * inv_freq;
+      const double ramp = 1.0 - std::clamp((double(i) - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+      const double mix = ramp * static_cast<double>(config.yarn.ext_factor);
+      angle = angle * (1.0 - mix) + extrapolated * mix;
+    }
+    const float c = static_cast<float>(std::cos(angle) * magnitude);
+    const float s = static_cast<float>(std::sin(angle) * magnitude);
     const std::size_t first = config.layout == rope_layout::interleaved ? 2 * i : i;
     const std::size_t second = config.layout == rope_layout::interleaved ? 2 * i + 1 : i + half;
     cos_e[first] = c;

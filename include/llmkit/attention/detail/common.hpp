@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -101,6 +102,22 @@ std::size_t check_heads(const char* kernel, const Cache& cache, std::size_t laye
   LLMKIT_CHECK(std::isfinite(softcap) && softcap >= 0.0f, kernel, ": softcap must be finite and >= 0, got ",
                softcap);
   return n_heads / shape.n_kv_heads;
+}
+
+/// Checks a call's attention sinks: none, or one finite logit per query head.
+inline void check_sinks(const char* kernel, std::span<const float> sinks, std::size_t n_heads) {
+  LLMKIT_CHECK(sinks.empty() || sinks.size() == n_heads, kernel, ": sinks.size() = ", sinks.size(),
+               " must be 0 or n_heads = ", n_heads);
+  for (std::size_t h = 0; h < sinks.size(); ++h)
+    LLMKIT_CHECK(std::isfinite(sinks[h]), kernel, ": sinks[", h, "] = ", sinks[h], " must be finite");
+}
+
+/// The softmax denominator l of a row whose running max is m, with head
+/// h's sink term exp(sink - m) added when the call has sinks. A row that
+/// saw no key (m = -inf) keeps l = 0: its output is zeros either way.
+inline float with_sink(float l, float m, std::span<const float> sinks, std::size_t h) noexcept {
+  if (sinks.empty() || !(m > -std::numeric_limits<float>::infinity())) return l;
+  return l + std::exp(sinks[h] - m);
 }
 
 /// The softmax scale of a call: `scale`, or 1/sqrt(head_dim) when 0.

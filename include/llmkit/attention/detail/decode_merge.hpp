@@ -42,7 +42,8 @@ void decode_merge(const decode_job<T>& job, std::size_t i, std::size_t h) {
       l_all += rec[D + 1] * w;
       for (std::size_t d = 0; d < D; ++d) dst[d] += rec[d] * w;
     }
-    const float inv = 1.0f / l_all;
+    l_all = with_sink(l_all, m_all, p.sinks, h * group + g);
+    const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
     for (std::size_t d = 0; d < D; ++d) dst[d] *= inv;
   }
 }

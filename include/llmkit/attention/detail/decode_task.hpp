@@ -224,7 +224,8 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
     const state& st = states[g / GB];
     const float m = st.max(g % GB), l = st.sum(g % GB);
     if (n_splits == 1) {
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float l_all = with_sink(l, m, p.sinks, h * group + g);
+      const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
       float* dst = p.out.data() + (i * p.n_heads + h * group + g) * D;
       for (std::size_t d = 0; d < D; ++d) dst[d] = o[g * D + d] * inv;
     } else {

@@ -144,7 +144,8 @@ void prefill_task(const prefill_job<T>& job, std::size_t task, std::size_t next)
   }
   prefetch_q(next_rows);  // whatever the key tiles did not cover
   for (std::size_t r = 0; r < rows; ++r)
-    K::finish_row(o + r * D, l[r], out + prefill_row_offset<D>(p, tile, h, group, r));
+    K::finish_row(o + r * D, with_sink(l[r], m[r], p.sinks, h * group + r % group),
+                  out + prefill_row_offset<D>(p, tile, h, group, r));
 }
 
 }  // namespace llmkit::attention::detail

@@ -2,7 +2,7 @@
 #pragma once
 
 /// @file llmkit/model/detail/matmul_blocks32_vnni.hpp
-/// The 32-value block formats' (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) int8-activation
+/// The 32-value block formats' (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) int8-activation
 /// products with AVX-512 VNNI, the weights decoded in registers as they
 /// stream in, at every token count. Activations are quantised per 32 values
 /// (q8_activations::assign), as ggml multiplies these formats by Q8_0 / Q8_1.
@@ -96,9 +96,22 @@ struct pair_block<block_iq4_nl> {
   }
 };
 
+/// MXFP4: as IQ4_NL with its own levels and the E8M0 scale.
+template <>
+struct pair_block<block_mxfp4> {
+  static __m512i values(const block_mxfp4* p, bool two) noexcept {
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4_biased)));
+    return _mm512_shuffle_epi8(table, pair_nibbles(p[0].qs, two ? p[1].qs : nullptr));
+  }
+  static __m512 scales(const block_mxfp4* p, bool two) noexcept {
+    return pair_lanes(scale_f32(p[0].d), two ? scale_f32(p[1].d) : 0.0f);
+  }
+};
+
 /// The formats pair_tile serves.
 template <class Block>
-inline constexpr bool is_pair_block = is_block32<Block> || std::is_same_v<Block, block_iq4_nl>;
+inline constexpr bool is_pair_block =
+    is_block32<Block> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_mxfp4>;
 
 /// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) over the whole row.
 template <class Block, std::size_t TN, std::size_t ON>

@@ -49,14 +49,23 @@ inline __m256i avx2_nibbles(const std::uint8_t* qs) noexcept {
   return _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
 }
 
-/// The IQ4 formats: signed levels, multiplied as magnitudes times signed activations.
+/// The table formats (IQ4_NL, IQ4_XS, MXFP4): signed levels, multiplied as
+/// magnitudes times signed activations.
 template <class Block>
-inline constexpr bool avx2_signed_levels = std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_iq4_xs>;
+inline constexpr bool avx2_signed_levels = std::is_same_v<Block, block_iq4_nl> ||
+                                           std::is_same_v<Block, block_iq4_xs> || std::is_same_v<Block, block_mxfp4>;
 
-/// 32 IQ4 indices (avx2_nibbles order) as level magnitudes, and the levels
-/// themselves in `sign` (for VPSIGNB; no level is 0).
-inline __m256i avx2_iq4_levels(__m256i index, __m256i& sign) noexcept {
-  sign = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_iq4nl))), index);
+/// The 16 signed levels of a table format.
+template <class Block>
+inline constexpr const std::int8_t* avx2_level_table = kvalues_iq4nl;
+template <>
+inline constexpr const std::int8_t* avx2_level_table<block_mxfp4> = kvalues_mxfp4;
+
+/// 32 indices (avx2_nibbles order) into `levels` as level magnitudes, and
+/// the levels themselves in `sign` (for VPSIGNB, which zeroes where a level
+/// is 0: its magnitude is 0 too).
+inline __m256i avx2_table_levels(const std::int8_t* levels, __m256i index, __m256i& sign) noexcept {
+  sign = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels))), index);
   return _mm256_abs_epi8(sign);
 }
 
@@ -98,7 +107,7 @@ inline void avx2_block32_tile(const q8_activations& xa, const block_weights& w, 
 #pragma GCC unroll 8
     for (std::size_t b = 0; b < ON; ++b) {
       if constexpr (signed_levels)
-        u[b] = avx2_iq4_levels(avx2_nibbles(rows[b][k].qs), sign[b]);
+        u[b] = avx2_table_levels(avx2_level_table<Block>, avx2_nibbles(rows[b][k].qs), sign[b]);
       else
         u[b] = avx2_block_values(rows[b][k]);
       s[b] = _mm256_set1_ps(scale_f32(rows[b][k].d));
@@ -255,7 +264,7 @@ inline void avx2_kquant_tile(const q8_activations& xa, const block_weights& w, f
 #pragma GCC unroll 8
       for (std::size_t b = 0; b < ON; ++b) {
         if constexpr (avx2_signed_levels<Block>)  // sub-block `half`: qs[16 half..], low nibbles then high
-          u[b] = avx2_iq4_levels(avx2_nibbles(rows[b][i].qs + 16 * half), sign[b]);
+          u[b] = avx2_table_levels(kvalues_iq4nl, avx2_nibbles(rows[b][i].qs + 16 * half), sign[b]);
         else
           u[b] = avx2_kquant_values(rows[b][i], g, h);
         ws[b] = avx2_kquant_words<Block>(sc[b], g, h);

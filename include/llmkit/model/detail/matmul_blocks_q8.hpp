@@ -196,6 +196,23 @@ struct int8_form<block_iq4_nl> {
   }
 };
 
+/// kvalues_mxfp4 + 128 (116..140): MXFP4's values as unsigned bytes with offset 128.
+inline constexpr std::uint8_t mxfp4_biased[16] = {128, 129, 130, 131, 132, 134, 136, 140,
+                                                  128, 127, 126, 125, 124, 122, 120, 116};
+static_assert(mxfp4_biased[7] == kvalues_mxfp4[7] + 128 && mxfp4_biased[15] == kvalues_mxfp4[15] + 128);
+
+/// MXFP4: u = level + 128, offset 128, the block's scale 2^(e - 128).
+template <>
+struct int8_form<block_mxfp4> {
+  static constexpr int offset = 128;
+  static constexpr bool has_mins = false;
+  static void decode(const block_mxfp4& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    for (std::size_t j = 0; j < 16; ++j) u[j] = mxfp4_biased[b.qs[j] & 0xF];
+    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = mxfp4_biased[b.qs[j] >> 4];
+    std::fill_n(s, 8, scale_f32(b.d));
+  }
+};
+
 /// IQ4_XS: u = level + 128, offset 128, scale d * (ls - 32) per 32 values.
 template <>
 struct int8_form<block_iq4_xs> {

@@ -62,8 +62,18 @@ LLMKIT_DECL llama_config llama_config::from_gguf(const gguf_file& file) {
     LLMKIT_CHECK(factor > 0.0f && std::isfinite(factor), "llama_config: ", p, "rope.scaling.factor must be > 0, got ",
                  factor);
     c.rope.freq_scale = 1.0f / factor;
+  } else if (scaling == "yarn") {
+    const float factor = file.get<float>(p + "rope.scaling.factor");
+    LLMKIT_CHECK(factor > 0.0f && std::isfinite(factor), "llama_config: ", p, "rope.scaling.factor must be > 0, got ",
+                 factor);
+    c.rope.freq_scale = 1.0f / factor;
+    c.rope.yarn = {.ext_factor = file.get_optional<float>(p + "rope.scaling.yarn_ext_factor").value_or(1.0f),
+                   .beta_fast = file.get_optional<float>(p + "rope.scaling.yarn_beta_fast").value_or(32.0f),
+                   .beta_slow = file.get_optional<float>(p + "rope.scaling.yarn_beta_slow").value_or(1.0f),
+                   .original_context = file.get<std::size_t>(p + "rope.scaling.original_context_length")};
   } else {
-    LLMKIT_CHECK(scaling == "none", "llama_config: unsupported ", p, "rope.scaling.type '", scaling, "'");
+    LLMKIT_CHECK(scaling == "none", "llama_config: unsupported ", p, "rope.scaling.type '", scaling,
+                 "' (supported: none, linear, yarn)");
   }
   if (const gguf_tensor* t = file.find_tensor("rope_freqs.weight")) c.rope.freq_factors = read_rope_freqs(*t, c);
   const gguf_tensor* long_factors = file.find_tensor("rope_factors_long.weight");
@@ -125,6 +135,8 @@ LLMKIT_DECL void llama_config::validate() const {
                              std::pair{"final_softcap", final_softcap}})
     LLMKIT_CHECK(value >= 0.0f && std::isfinite(value), "llama_config: ", name, " = ", value,
                  " must be finite and >= 0");
+  for (const simd::rope_config* r : {&rope, &local_rope})
+    if (r->yarn.ext_factor != 0.0f) simd::detail::rope_rotary_dim(*r, head_dim);  // checks the YaRN fields
   LLMKIT_CHECK(rope_attn_factor > 0.0f && std::isfinite(rope_attn_factor), "llama_config: rope_attn_factor = ",
                rope_attn_factor, " must be finite and > 0");
   LLMKIT_CHECK(rope_long_factors.size() == rope_short_factors.size() &&
@@ -190,7 +202,10 @@ LLMKIT_DECL void llama_config::read_sliding_window(const gguf_file& file, const 
   c.local_rope = c.rope;
   const float local_theta = t.local_rope_theta != 0.0f ? t.local_rope_theta : c.rope.theta;
   c.local_rope.theta = file.get_optional<float>(p + "rope.freq_base_swa").value_or(local_theta);
-  if (t.local_rope_unscaled) c.local_rope.freq_scale = 1.0f;
+  if (t.local_rope_unscaled) {
+    c.local_rope.freq_scale = 1.0f;
+    c.local_rope.yarn = {};
+  }
 }
 
 LLMKIT_DECL std::vector<std::uint8_t> local_layer_pattern(std::size_t n_layers, std::size_t every) {

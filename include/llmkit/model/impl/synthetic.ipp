@@ -148,7 +148,15 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   if (c.final_softcap != 0.0f) w.add(p + "final_logit_softcapping", c.final_softcap);
   w.add(p + "rope.freq_base", c.rope.theta);
   w.add(p + "rope.dimension_count", std::uint32_t(c.rope.rotary_dim));
-  if (c.rope.freq_scale != 1.0f) {
+  if (c.rope.yarn.ext_factor != 0.0f) {
+    w.add(p + "rope.scaling.type", std::string_view("yarn"));
+    w.add(p + "rope.scaling.factor", 1.0f / c.rope.freq_scale);
+    w.add(p + "rope.scaling.yarn_ext_factor", c.rope.yarn.ext_factor);
+    w.add(p + "rope.scaling.yarn_beta_fast", c.rope.yarn.beta_fast);
+    w.add(p + "rope.scaling.yarn_beta_slow", c.rope.yarn.beta_slow);
+    if (c.original_context_length == 0)
+      w.add(p + "rope.scaling.original_context_length", std::uint32_t(c.rope.yarn.original_context));
+  } else if (c.rope.freq_scale != 1.0f) {
     w.add(p + "rope.scaling.type", std::string_view("linear"));
     w.add(p + "rope.scaling.factor", 1.0f / c.rope.freq_scale);
   }

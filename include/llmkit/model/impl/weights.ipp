@@ -32,7 +32,7 @@ LLMKIT_DECL weight_type weight_type_from_name(std::string_view name) {
   for (const weight_type t : all_weight_types)
     if (weight_type_name(t) == name) return t;
   LLMKIT_CHECK(false, "weight type '", name, "' is not one of native, f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, ",
-               "q5_k, q6_k, q2_k, q3_k, iq4_nl, iq4_xs");
+               "q5_k, q6_k, q2_k, q3_k, iq4_nl, iq4_xs, mxfp4");
   return weight_type::native;
 }
 

@@ -53,15 +53,21 @@ inline std::size_t n_decodes(const sched::step_plan& plan) {
 /// Fills `b.drafts` with the guesses of each decode item of `plan` whose
 /// request drafts (`speculation::drafter`), at most its lookahead and the
 /// request's k: prompt lookup here, draft-model jobs in one batched call of
-/// `options.draft_model`. None when the step has more than
-/// `options.max_drafting_decodes` decodes (the batch is compute-bound: the
-/// extra rows would cost as much as they save).
+/// `options.draft_model`. Prompt lookup drafts only in steps of at most
+/// `options.max_drafting_decodes` decodes, the draft model in steps of at
+/// most `options.max_model_drafting_decodes` (past them the batch is
+/// compute-bound: the extra rows, and draft forwards, cost more than they
+/// save).
 inline void propose_drafts(const sched::step_plan& plan, const live_map& live, const engine_options& options,
                            speculation_buffers& b) {
   b.drafts.resize(plan.items.size());
   for (auto& d : b.drafts) d.clear();
   b.jobs.clear();
-  if (plan.n_lookahead_tokens() == 0 || n_decodes(plan) > options.max_drafting_decodes) return;
+  if (plan.n_lookahead_tokens() == 0) return;
+  const std::size_t decodes = n_decodes(plan);
+  const bool lookup = decodes <= options.max_drafting_decodes;
+  const bool model = decodes <= options.max_model_drafting_decodes && options.draft_model != nullptr;
+  if (!lookup && !model) return;
   for (std::size_t i = 0; i < plan.items.size(); ++i) {
     const sched::step_item& it = plan.items[i];
     if (it.n_lookahead == 0 || it.is_prefill || !it.samples) continue;
@@ -69,12 +75,12 @@ inline void propose_drafts(const sched::step_plan& plan, const live_map& live, c
     if (l == live.end()) continue;
     const speculation& s = l->second.request.speculative;
     const std::size_t k = std::min(static_cast<std::size_t>(it.n_lookahead), s.max_tokens);
-    if (s.drafter == draft_source::ngram) {
+    if (s.drafter == draft_source::ngram && lookup) {
       search::draft d;
       search::ngram_drafter{}.propose({.history = l->second.context, .n_prompt = l->second.n_prompt, .max_tokens = k},
                                       d);
       b.drafts[i] = std::move(d.tokens);
-    } else if (s.drafter == draft_source::model && options.draft_model != nullptr) {
+    } else if (s.drafter == draft_source::model && model) {
       b.jobs.push_back({.handle = it.id, .context = l->second.context, .max_tokens = k, .out = &b.drafts[i]});
     }
   }
