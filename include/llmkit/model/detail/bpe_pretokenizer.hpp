@@ -30,13 +30,18 @@ struct pretoken_char {
   char_class cls;
 };
 
-/// Decodes `text` into `chars` (cleared first).
-inline void decode_chars(std::string_view text, std::vector<pretoken_char>& chars) {
+/// Decodes `text` into `chars` (cleared first); each character's kind only
+/// `with_kinds` (else `other`), as only the o200k split needs it.
+inline void decode_chars(std::string_view text, std::vector<pretoken_char>& chars, bool with_kinds) {
   chars.clear();
   for (std::size_t at = 0; at < text.size();) {
     const utf8_char c = decode_utf8(text, at);
-    const char_kind k = kind_of(c.code_point);
-    chars.push_back({static_cast<std::uint32_t>(at), c.code_point, k, class_of(k)});
+    if (with_kinds) {
+      const char_kind k = kind_of(c.code_point);
+      chars.push_back({static_cast<std::uint32_t>(at), c.code_point, k, class_of(k)});
+    } else {
+      chars.push_back({static_cast<std::uint32_t>(at), c.code_point, char_kind::other, classify(c.code_point)});
+    }
     at += c.length;
   }
 }
@@ -87,7 +92,7 @@ inline std::size_t match_space(const std::vector<pretoken_char>& chars, std::siz
 /// @pre text.size() < 2^32
 template <class Emit>
 void pre_tokenize(std::string_view text, std::size_t max_digits, std::vector<pretoken_char>& chars, Emit&& emit) {
-  decode_chars(text, chars);
+  decode_chars(text, chars, false);
   const std::size_t n = chars.size();
   const auto is = [&](std::size_t i, char_class c) { return i < n && chars[i].cls == c; };
   const auto is_crlf = [&](std::size_t i) { return i < n && (chars[i].code_point == '\r' || chars[i].code_point == '\n'); };
@@ -129,7 +134,7 @@ void pre_tokenize(std::string_view text, std::size_t max_digits, std::vector<pre
 /// @pre text.size() < 2^32
 template <class Emit>
 void pre_tokenize_o200k(std::string_view text, std::vector<pretoken_char>& chars, Emit&& emit) {
-  decode_chars(text, chars);
+  decode_chars(text, chars, true);
   const std::size_t n = chars.size();
   const auto upper = [&](std::size_t i) {  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
     const char_kind k = chars[i].kind;
