@@ -120,8 +120,8 @@ corpus_line parse_line(std::string_view s) {
   return line;
 }
 
-std::vector<corpus_line> corpus() {
-  std::ifstream in(fixture_dir + "llama3-bpe-corpus.jsonl");
+std::vector<corpus_line> corpus(const std::string& name = "llama3-bpe-corpus.jsonl") {
+  std::ifstream in(fixture_dir + name);
   REQUIRE(in.good());
   std::vector<corpus_line> lines;
   for (std::string s; std::getline(in, s);)
@@ -227,6 +227,32 @@ TEST_CASE("tokenizer_bpe: matches llama3-tokenizer-js on the corpus and round-tr
   }
   INFO(lines.size() << " lines, " << n_special << " with special tokens, " << n_tokens << " tokens");
   REQUIRE(n_special >= 50);
+  REQUIRE(mismatches == 0);
+  REQUIRE(round_trip_failures == 0);
+}
+
+TEST_CASE("tokenizer_bpe: matches gpt-tokenizer's o200k_harmony on the o200k corpus and round-trips it") {
+  // tests/data/o200k-vocab.gguf and o200k-corpus.jsonl: scripts/tokenizer-oracle/o200k.mjs.
+  const tokenizer tok = tokenizer::from_gguf(gguf_file::open(fixture_dir + "o200k-vocab.gguf"));
+  REQUIRE(tok.bpe()->pre_tokenizer() == bpe_pre_tokenizer::o200k);
+  REQUIRE(tok.vocab_size() == 201088);
+  REQUIRE(tok.find("<|channel|>") == 200005);
+  const auto lines = corpus("o200k-corpus.jsonl");
+  REQUIRE(lines.size() >= 6000);
+  std::size_t mismatches = 0, round_trip_failures = 0, n_special = 0;
+  for (const auto& line : lines) {
+    const auto ids = tok.encode(line.text, {.parse_special = line.special});
+    n_special += line.special ? 1 : 0;
+    if (ids != line.ids && ++mismatches <= 10) {
+      INFO("text '" << line.text << "'");
+      CHECK(ids == line.ids);
+    }
+    if (tok.decode(ids, {.render_special = line.special}) != line.text && ++round_trip_failures <= 10) {
+      INFO("text '" << line.text << "'");
+      CHECK(tok.decode(ids, {.render_special = line.special}) == line.text);
+    }
+  }
+  REQUIRE(n_special == 3);
   REQUIRE(mismatches == 0);
   REQUIRE(round_trip_failures == 0);
 }
