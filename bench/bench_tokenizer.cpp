@@ -80,6 +80,9 @@ const bool registered = [] {
   benchmark::RegisterBenchmark("encode/bpe/llama3", [](benchmark::State& s) {
     bm_encode(s, std::string(LLMKIT_SOURCE_DIR) + "/tests/data/llama3-bpe-vocab.gguf");
   })->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("encode/bpe/o200k", [](benchmark::State& s) {
+    bm_encode(s, std::string(LLMKIT_SOURCE_DIR) + "/tests/data/o200k-vocab.gguf");
+  })->Unit(benchmark::kMillisecond);
   return true;
 }();
 

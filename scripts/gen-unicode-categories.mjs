@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // SPDX-License-Identifier: MIT
 // Writes include/llmkit/model/detail/unicode_categories.hpp: the code point
-// ranges of \p{L} (letters), \p{N} (numbers) and \s (Unicode White_Space,
+// ranges of \p{L} (letters, by case: Lu/Lt, Ll, Lm/Lo), \p{M} (marks),
+// \p{N} (numbers) and \s (Unicode White_Space,
 // as the Rust and Oniguruma regexes of tiktoken / Hugging Face tokenizers and
 // llama.cpp's tables see it; ECMAScript's \s differs on U+0085 and U+FEFF)
 // from node's Unicode data, for the byte-level BPE pre-tokenizers.
@@ -14,7 +15,10 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const out = join(root, 'include/llmkit/model/detail/unicode_categories.hpp');
 
 const classes = [
-  ['letter', /^\p{L}$/u],
+  ['upper', /^[\p{Lu}\p{Lt}]$/u],
+  ['lower', /^\p{Ll}$/u],
+  ['caseless', /^[\p{Lm}\p{Lo}]$/u],
+  ['mark', /^\p{M}$/u],
   ['number', /^\p{N}$/u],
   ['space', /^\p{White_Space}$/u],
 ];
@@ -47,28 +51,30 @@ const text = `// SPDX-License-Identifier: MIT
 #pragma once
 
 /// @file llmkit/model/detail/unicode_categories.hpp
-/// Code point ranges of the classes the byte-level BPE pre-tokenizers use:
-/// \\p{L} (letter), \\p{N} (number) and \\s (space: Unicode White_Space).
-/// Code points in no range are \`other\`.
+/// Code point ranges of the kinds of character the byte-level BPE
+/// pre-tokenizers tell apart: letters by case (\\p{Lu} and \\p{Lt}: upper;
+/// \\p{Ll}: lower; \\p{Lm} and \\p{Lo}: caseless), \\p{M} (mark), \\p{N}
+/// (number) and \\s (space: Unicode White_Space). Code points in no range are
+/// \`other\`.
 
 #include <array>
 #include <cstdint>
 
 namespace llmkit::model::detail {
 
-/// The pre-tokenizers' character classes (disjoint).
-enum class char_class : std::uint8_t { other, letter, number, space };
+/// The pre-tokenizers' kinds of character (disjoint).
+enum class char_kind : std::uint8_t { other, mark, upper, lower, caseless, number, space };
 
-/// One run of code points [first, last] of one class.
-struct char_class_range {
+/// One run of code points [first, last] of one kind.
+struct char_kind_range {
   char32_t first, last;
-  char_class cls;
+  char_kind kind;
 };
 
 /// ${ranges.length} ranges sorted by \`first\`, disjoint.
-inline constexpr std::array<char_class_range, ${ranges.length}> char_class_ranges = [] {
-  using enum char_class;
-  return std::array<char_class_range, ${ranges.length}>{{
+inline constexpr std::array<char_kind_range, ${ranges.length}> char_kind_ranges = [] {
+  using enum char_kind;
+  return std::array<char_kind_range, ${ranges.length}>{{
 ${rows.join('\n')}
   }};
 }();

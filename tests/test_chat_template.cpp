@@ -446,7 +446,7 @@ TEST_CASE("chat_template: an unknown template is an error naming the built-in fa
     INFO(e);
     REQUIRE(e.find("is not one of the built-in families") != std::string::npos);
     REQUIRE(e.find("llama3, llama3.1, chatml, qwen2, qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr, "
-                   "gemma, phi3, phi4-mini, phi4, qwen3") !=
+                   "gemma, phi3, phi4-mini, phi4, qwen3, harmony") !=
             std::string::npos);
     REQUIRE(e.find("choose one of them by name") != std::string::npos);
   }
@@ -464,7 +464,7 @@ TEST_CASE("chat_template: by_name") {
   const std::string e = error_of([] { chat_template::by_name("vicuna"); });
   REQUIRE(e ==
           "chat_template: no built-in template named 'vicuna'; the built-in ones are llama3, llama3.1, chatml, qwen2, "
-          "qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr, gemma, phi3, phi4-mini, phi4, qwen3");
+          "qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr, gemma, phi3, phi4-mini, phi4, qwen3, harmony");
   REQUIRE_THROWS_AS(chat_template::by_name(""), llmkit::error);
   REQUIRE_THROWS_AS(chat_template::by_name("Llama3"), llmkit::error);
   REQUIRE(chat_template::by_name("llama3").end_of_turn_text() == "<|eot_id|>");
@@ -533,7 +533,7 @@ TEST_CASE("chat_template: from_gguf reads tokenizer.chat_template and the vocabu
     REQUIRE(e ==
             "chat_template: the model has no tokenizer.chat_template; choose a built-in template by name (llama3, "
             "llama3.1, chatml, qwen2, qwen2.5, llama2, mistral, mistral-v1, mistral-v3, zephyr, gemma, phi3, "
-            "phi4-mini, phi4, qwen3)");
+            "phi4-mini, phi4, qwen3, harmony)");
     REQUIRE(chat_template::from_gguf(f, "llama2").family() == chat_family::llama2);
   }
   {
@@ -693,4 +693,82 @@ TEST_CASE("chat_template: split_reasoning separates a thinking block from the an
   check("Four.", "", "Four.");
   check("<think>\nStill thinking", "Still thinking", "");  // cut off by max_tokens
   check("", "", "");
+}
+
+// gpt-oss's template (models/templates/openai-gpt-oss-120b.jinja in
+// llama.cpp), rendered with @huggingface/jinja 0.5.13 (transformers.js's
+// Jinja) on 2026-12-07: the expected strings below are its output.
+namespace {
+const std::string harmony_system =
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: "
+    "2024-06\nCurrent date: 2026-12-07\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. "
+    "Channel must be included for every message.<|end|>";
+const chat_format_options harmony_dated{.current_date = "2026-12-07"};
+const chat_format_options harmony_dated_no_prompt{.prompt = generation_prompt::omit, .current_date = "2026-12-07"};
+}  // namespace
+
+TEST_CASE("chat_template: harmony (gpt-oss) as its template renders it") {
+  const auto t = chat_template::by_name("harmony");
+  const std::vector<chat_message> one{{"user", "Hi"}};
+  REQUIRE(t.format(one, harmony_dated) == harmony_system + "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+  REQUIRE(t.format(one, harmony_dated_no_prompt) == harmony_system + "<|start|>user<|message|>Hi<|end|>");
+  const std::vector<chat_message> sys{
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  const std::string sys_body = harmony_system +
+                               "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|><|start|>user<|"
+                               "message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello.<|end|><|start|>"
+                               "user<|message|>Bye<|end|>";
+  REQUIRE(t.format(sys, harmony_dated) == sys_body + "<|start|>assistant");
+  REQUIRE(t.format(sys, harmony_dated_no_prompt) == sys_body);
+  // An empty system message writes no developer message; a later one writes nothing.
+  REQUIRE(t.format(std::vector<chat_message>{{"system", ""}, {"user", "Hi"}}, harmony_dated) ==
+          harmony_system + "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+  REQUIRE(t.format(std::vector<chat_message>{{"user", "Hi"}, {"system", "ignored?"}, {"user", "x"}}, harmony_dated) ==
+          harmony_system + "<|start|>user<|message|>Hi<|end|><|start|>user<|message|>x<|end|><|start|>assistant");
+  // A last answer ends with <|return|> only without the generation prompt.
+  const std::vector<chat_message> answered{{"user", "Hi"}, {"assistant", "Hello."}};
+  const std::string answered_body =
+      harmony_system + "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello.";
+  REQUIRE(t.format(answered, harmony_dated) == answered_body + "<|end|><|start|>assistant");
+  REQUIRE(t.format(answered, harmony_dated_no_prompt) == answered_body + "<|return|>");
+  // Reasoning effort; today's date when none is given.
+  chat_format_options high = harmony_dated;
+  high.reasoning_effort = "high";
+  std::string high_system = harmony_system;
+  high_system.replace(high_system.find("medium"), 6, "high");
+  REQUIRE(t.format(one, high) == high_system + "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+  const std::string today = t.format(one);
+  const std::size_t at = today.find("Current date: ");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(today.substr(at + 14, 2) == "20");
+  REQUIRE(today.substr(at + 24, 2) == "\n\n");
+  // Bad options name themselves.
+  chat_format_options bad = harmony_dated;
+  bad.reasoning_effort = "max";
+  REQUIRE(error_of([&] { t.format(one, bad); }).find("reasoning_effort is 'max'") != std::string::npos);
+  bad = harmony_dated;
+  bad.current_date = "7 Dec 2026";
+  REQUIRE(error_of([&] { t.format(one, bad); }).find("current_date is '7 Dec 2026'; it is YYYY-MM-DD") !=
+          std::string::npos);
+  REQUIRE(t.end_of_turn_text() == "<|return|>");
+  REQUIRE_FALSE(t.has_reasoning());
+  // Detected from its template's markers.
+  REQUIRE(chat_template::detect("{{- \"<|start|>system<|message|>\" }}{{- \"<|channel|>final<|message|>\" }}").family() ==
+          chat_family::harmony);
+}
+
+TEST_CASE("chat_template: split_harmony separates the analysis channel from the final answer") {
+  const auto both = split_harmony(
+      "<|channel|>analysis<|message|>User says hi.<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|return|>");
+  REQUIRE(both.reasoning == "User says hi.");
+  REQUIRE(both.content == "Hello!");
+  const auto thinking = split_harmony("<|channel|>analysis<|message|>Still think");  // cut off
+  REQUIRE(thinking.reasoning == "Still think");
+  REQUIRE(thinking.content.empty());
+  const auto direct = split_harmony("<|channel|>final<|message|>Hi there");
+  REQUIRE(direct.reasoning.empty());
+  REQUIRE(direct.content == "Hi there");
+  const auto plain = split_harmony("no channels at all");
+  REQUIRE(plain.reasoning.empty());
+  REQUIRE(plain.content == "no channels at all");
 }

@@ -58,6 +58,47 @@ struct corpus_line {
   bool special = false;
 };
 
+// The JSON string at s[at] (its opening quote) as JSON.stringify writes
+// it; `at` ends past the closing quote.
+std::string json_string(std::string_view s, std::size_t& at) {
+  REQUIRE(s.substr(at, 1) == "\"");
+  ++at;
+  std::string out;
+  auto hex4 = [&] {
+    const auto v = static_cast<char32_t>(std::stoul(std::string(s.substr(at, 4)), nullptr, 16));
+    at += 4;
+    return v;
+  };
+  while (s[at] != '"') {
+    if (s[at] != '\\') {
+      out += s[at++];
+      continue;
+    }
+    const char e = s[at + 1];
+    at += 2;
+    switch (e) {
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'u': {
+        char32_t cp = hex4();
+        if (cp >= 0xd800 && cp < 0xdc00) {  // a surrogate pair
+          REQUIRE(s.substr(at, 2) == "\\u");
+          at += 2;
+          cp = 0x10000 + ((cp - 0xd800) << 10) + (hex4() - 0xdc00);
+        }
+        append_utf8(out, cp);
+        break;
+      }
+      default: out += e;  // \" \\ \/
+    }
+  }
+  ++at;
+  return out;
+}
+
 corpus_line parse_line(std::string_view s) {
   corpus_line line;
   std::size_t at = 0;
@@ -65,38 +106,9 @@ corpus_line parse_line(std::string_view s) {
     REQUIRE(s.substr(at, word.size()) == word);
     at += word.size();
   };
-  auto hex4 = [&] {
-    const auto v = static_cast<char32_t>(std::stoul(std::string(s.substr(at, 4)), nullptr, 16));
-    at += 4;
-    return v;
-  };
-  expect("{\"text\":\"");
-  while (s[at] != '"') {
-    if (s[at] != '\\') {
-      line.text += s[at++];
-      continue;
-    }
-    const char e = s[at + 1];
-    at += 2;
-    switch (e) {
-      case 'n': line.text += '\n'; break;
-      case 'r': line.text += '\r'; break;
-      case 't': line.text += '\t'; break;
-      case 'b': line.text += '\b'; break;
-      case 'f': line.text += '\f'; break;
-      case 'u': {
-        char32_t cp = hex4();
-        if (cp >= 0xd800 && cp < 0xdc00) {  // a surrogate pair
-          expect("\\u");
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (hex4() - 0xdc00);
-        }
-        append_utf8(line.text, cp);
-        break;
-      }
-      default: line.text += e;  // \" \\ \/
-    }
-  }
-  expect("\",\"ids\":[");
+  expect("{\"text\":");
+  line.text = json_string(s, at);
+  expect(",\"ids\":[");
   while (s[at] != ']') {
     std::size_t used = 0;
     line.ids.push_back(std::stoi(std::string(s.substr(at, 12)), &used));
@@ -108,8 +120,8 @@ corpus_line parse_line(std::string_view s) {
   return line;
 }
 
-std::vector<corpus_line> corpus() {
-  std::ifstream in(fixture_dir + "llama3-bpe-corpus.jsonl");
+std::vector<corpus_line> corpus(const std::string& name = "llama3-bpe-corpus.jsonl") {
+  std::ifstream in(fixture_dir + name);
   REQUIRE(in.good());
   std::vector<corpus_line> lines;
   for (std::string s; std::getline(in, s);)
@@ -133,6 +145,13 @@ std::vector<std::string> pieces(std::string_view text, std::size_t max_digits) {
   std::vector<std::string> out;
   std::vector<llmkit::model::detail::pretoken_char> scratch;
   llmkit::model::detail::pre_tokenize(text, max_digits, scratch, [&](std::string_view p) { out.emplace_back(p); });
+  return out;
+}
+
+std::vector<std::string> o200k_pieces(std::string_view text) {
+  std::vector<std::string> out;
+  std::vector<llmkit::model::detail::pretoken_char> scratch;
+  llmkit::model::detail::pre_tokenize_o200k(text, scratch, [&](std::string_view p) { out.emplace_back(p); });
   return out;
 }
 
@@ -208,6 +227,32 @@ TEST_CASE("tokenizer_bpe: matches llama3-tokenizer-js on the corpus and round-tr
   }
   INFO(lines.size() << " lines, " << n_special << " with special tokens, " << n_tokens << " tokens");
   REQUIRE(n_special >= 50);
+  REQUIRE(mismatches == 0);
+  REQUIRE(round_trip_failures == 0);
+}
+
+TEST_CASE("tokenizer_bpe: matches gpt-tokenizer's o200k_harmony on the o200k corpus and round-trips it") {
+  // tests/data/o200k-vocab.gguf and o200k-corpus.jsonl: scripts/tokenizer-oracle/o200k.mjs.
+  const tokenizer tok = tokenizer::from_gguf(gguf_file::open(fixture_dir + "o200k-vocab.gguf"));
+  REQUIRE(tok.bpe()->pre_tokenizer() == bpe_pre_tokenizer::o200k);
+  REQUIRE(tok.vocab_size() == 201088);
+  REQUIRE(tok.find("<|channel|>") == 200005);
+  const auto lines = corpus("o200k-corpus.jsonl");
+  REQUIRE(lines.size() >= 6000);
+  std::size_t mismatches = 0, round_trip_failures = 0, n_special = 0;
+  for (const auto& line : lines) {
+    const auto ids = tok.encode(line.text, {.parse_special = line.special});
+    n_special += line.special ? 1 : 0;
+    if (ids != line.ids && ++mismatches <= 10) {
+      INFO("text '" << line.text << "'");
+      CHECK(ids == line.ids);
+    }
+    if (tok.decode(ids, {.render_special = line.special}) != line.text && ++round_trip_failures <= 10) {
+      INFO("text '" << line.text << "'");
+      CHECK(tok.decode(ids, {.render_special = line.special}) == line.text);
+    }
+  }
+  REQUIRE(n_special == 3);
   REQUIRE(mismatches == 0);
   REQUIRE(round_trip_failures == 0);
 }
@@ -326,7 +371,7 @@ TEST_CASE("tokenizer_bpe: bad input raises llmkit::error naming the key") {
           "tokenizer: tokenizer.ggml.model is 'bert'; supported: 'llama' (SentencePiece BPE), 'gpt2' (byte-level BPE)");
   REQUIRE(load_error({.pre = "falcon"}) ==
           "tokenizer: tokenizer.ggml.pre is 'falcon', an unsupported pre-tokenizer (supported: llama-bpe, llama3, "
-          "llama-v3, qwen2, deepseek-r1-qwen)");
+          "llama-v3, qwen2, deepseek-r1-qwen, gpt-4o)");
   REQUIRE_THAT(load_error({.pre = std::nullopt}), Catch::StartsWith("tokenizer: tokenizer.ggml.pre is missing"));
   REQUIRE(load_error({.merges = std::nullopt}) ==
           "tokenizer: tokenizer.ggml.merges is missing (byte-level BPE needs its merges)");
@@ -383,4 +428,63 @@ TEST_CASE("tokenizer_bpe: the fuzzer's tiny BPE seed is what gguf_writer writes 
   const auto ids = tok.encode("the the", {.parse_special = true});
   REQUIRE(tok.token_text(ids.back()) == "\xc4\xa0the");
   REQUIRE(tok.decode(tok.encode("<|user|> the", {.parse_special = true})) == "<|user|> the");
+}
+
+TEST_CASE("tokenizer_bpe: GPT-4o's o200k split equals JavaScript's regex engine on its corpus") {
+  // tests/data/o200k-split-corpus.jsonl: {"text", "pieces"} from
+  // scripts/tokenizer-oracle/o200k-split.mjs (case changes, marks, titlecase,
+  // contractions, scripts without case, numbers, slashes, white space).
+  std::ifstream in(fixture_dir + "o200k-split-corpus.jsonl");
+  REQUIRE(in.good());
+  std::size_t n_lines = 0, n_multi = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::size_t at = 0;
+    REQUIRE(line.substr(0, 8) == "{\"text\":");
+    at = 8;
+    const std::string text = json_string(line, at);
+    REQUIRE(line.substr(at, 11) == ",\"pieces\":[");
+    at += 11;
+    std::vector<std::string> expected;
+    while (line[at] != ']') {
+      expected.push_back(json_string(line, at));
+      if (line[at] == ',') ++at;
+    }
+    INFO(text);
+    REQUIRE(o200k_pieces(text) == expected);
+    ++n_lines;
+    n_multi += expected.size() > 1;
+  }
+  REQUIRE(n_lines > 1500);
+  REQUIRE(n_multi > 1000);
+}
+
+TEST_CASE("tokenizer_bpe: the o200k split on hand-made cases and bytes that are not UTF-8") {
+  using v = std::vector<std::string>;
+  REQUIRE(o200k_pieces("getHTTPResponse") == v{"get", "HTTPResponse"});
+  REQUIRE(o200k_pieces("HELLO world") == v{"HELLO", " world"});
+  REQUIRE(o200k_pieces("I'M you'RE") == v{"I'M", " you'RE"});
+  REQUIRE(o200k_pieces("1234567") == v{"123", "456", "7"});  // Llama 3's groups; Qwen2 splits single digits
+  REQUIRE(o200k_pieces("a/b\n/\n") == v{"a", "/b", "\n", "/\n"});
+  REQUIRE(o200k_pieces("x  \n\n y") == v{"x", "  \n\n", " y"});
+  REQUIRE(o200k_pieces("") == v{});
+  // Invalid UTF-8 bytes are characters of no class, as punctuation.
+  REQUIRE(o200k_pieces("a\xff\xfe" "b") == v{"a", "\xff\xfe", "b"});
+  // The same text through Llama 3's split differs at case changes.
+  REQUIRE(pieces("getHTTPResponse", 3) == v{"getHTTPResponse"});
+}
+
+TEST_CASE("tokenizer_bpe: tokenizer.ggml.pre gpt-4o selects the o200k split") {
+  vocab_file v;
+  v.pre = "gpt-4o";
+  v.tokens = byte_vocab({"ab", "Ab"});
+  v.merges = std::vector<std::string>{"a b", "A b"};
+  const auto bytes = v.bytes();
+  const tokenizer t = tokenizer::from_gguf(gguf_file(std::span<const std::byte>(bytes)));
+  REQUIRE(t.bpe()->pre_tokenizer() == bpe_pre_tokenizer::o200k);
+  // "abAb" is one Llama 3 word but two o200k words: ab | Ab.
+  const bpe_tokenizer& b = *t.bpe();
+  REQUIRE(texts(b, b.encode("abAb")) == std::vector<std::string>{"ab", "Ab"});
+  v.pre = "gpt-5";
+  REQUIRE_THAT(load_error(v), Catch::Contains("'gpt-5', an unsupported pre-tokenizer") && Catch::Contains("gpt-4o"));
 }

@@ -18,8 +18,9 @@
 ///    stand for themselves, the others are U+0100 + k, so ' ' is 'Ġ');
 /// 4. repeatedly the adjacent pair whose merge (`tokenizer.ggml.merges`,
 ///    "left right" strings) comes first in the list is merged, the leftmost
-///    on ties. Llama 3's pre-tokenizer takes a word that is a whole token
-///    as is, without merging (llama.cpp's `ignore_merges`).
+///    on ties. With Llama 3's and GPT-4o's pre-tokenizers a word that is a
+///    whole token is taken as is, without merging (tiktoken's rule, which
+///    both vocabularies come from; llama.cpp's `ignore_merges`).
 ///
 /// Decoding maps each token back to its bytes (so multi-byte characters
 /// split over several tokens reassemble), control tokens to nothing and
@@ -55,6 +56,7 @@ namespace llmkit::model {
 enum class bpe_pre_tokenizer {
   llama3,  ///< "llama-bpe" (also "llama3", "llama-v3"): numbers in groups of up to 3 digits, whole-word tokens kept
   qwen2,   ///< "qwen2" (also "deepseek-r1-qwen"): the same regex with single digits
+  o200k,   ///< "gpt-4o" (gpt-oss): tiktoken's o200k_base regex, words split at case changes, whole-word tokens kept
 };
 
 /// The `bpe_pre_tokenizer` of a `tokenizer.ggml.pre` name, if known.

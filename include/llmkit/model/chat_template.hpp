@@ -48,7 +48,18 @@
 ///   `</think>` in the content, or empty), earlier answers without their
 ///   reasoning; `chat_format_options::enable_thinking = false` appends an
 ///   empty `<think>\n\n</think>\n\n` to the generation prompt, as the
-///   template's `enable_thinking` does.
+///   template's `enable_thinking` does;
+/// - `harmony` (gpt-oss): OpenAI's harmony format, as gpt-oss's template
+///   renders it without tools: a system message
+///   `<|start|>system<|message|>You are ChatGPT, ...Current date: D\n\nReasoning: medium\n\n# Valid channels: ...<|end|>`,
+///   the conversation's first system message (if not empty) as
+///   `<|start|>developer<|message|># Instructions\n\nS\n\n<|end|>`,
+///   `<|start|>user<|message|>Hi<|end|>`, answers as
+///   `<|start|>assistant<|channel|>final<|message|>A<|end|>` (`<|return|>`
+///   for a last answer without the generation prompt), then
+///   `<|start|>assistant`. Later system messages are left out, as the
+///   template does. The model answers on channels: `split_harmony`
+///   separates its `analysis` (reasoning) from its `final` answer.
 ///
 /// Content is written as given, except where the reference template trims
 /// it (Python `str.strip`): every message of llama3/llama3.1, Llama 2's turns,
@@ -119,6 +130,7 @@ enum class chat_family : std::uint8_t {
   phi4_mini,
   phi4,
   qwen3,
+  harmony,
 };
 
 /// Whether the prompt ends with the assistant turn's opening (the Jinja
@@ -143,6 +155,11 @@ struct chat_format_options {
   /// generation prompt, so the model answers without reasoning. Other
   /// families ignore it.
   bool enable_thinking = true;
+  /// harmony's `reasoning_effort`: "low", "medium" or "high".
+  std::string_view reasoning_effort = "medium";
+  /// harmony's "Current date:" as YYYY-MM-DD; empty: today's date in UTC,
+  /// as the template's strftime_now writes it.
+  std::string_view current_date = {};
 };
 
 /// A formatted chat: the prompt text and where the messages' contents are in it.
@@ -167,6 +184,14 @@ struct reasoning_split {
 };
 reasoning_split split_reasoning(std::string_view text);
 
+/// A harmony answer (gpt-oss; the text after the prompt's
+/// `<|start|>assistant`, decoded with its control tokens rendered) split
+/// into the message on the `analysis` channel (reasoning) and the one on
+/// the `final` channel (content), each without its `<|end|>` /
+/// `<|return|>`; a message still being written runs to the end of the
+/// text. Text without any `<|channel|>` marker is all content.
+reasoning_split split_harmony(std::string_view text);
+
 /// A built-in chat template: a family plus the BOS / EOS texts its
 /// template writes (`bos_token`, `eos_token` in the Jinja source).
 ///
@@ -179,9 +204,9 @@ reasoning_split split_reasoning(std::string_view text);
 class chat_template {
  public:
   /// The names of the built-in families, in `chat_family` order.
-  static constexpr std::array<std::string_view, 15> names{
+  static constexpr std::array<std::string_view, 16> names{
       "llama3",     "llama3.1", "chatml", "qwen2", "qwen2.5",   "llama2", "mistral", "mistral-v1",
-      "mistral-v3", "zephyr",   "gemma",  "phi3",  "phi4-mini", "phi4",   "qwen3"};
+      "mistral-v3", "zephyr",   "gemma",  "phi3",  "phi4-mini", "phi4",   "qwen3",  "harmony"};
 
   /// The names joined by ", " (for messages).
   static std::string names_list();
@@ -199,6 +224,7 @@ class chat_template {
       case chat_family::phi3: bos_ = "<s>"; eos_ = "<|endoftext|>"; break;
       case chat_family::phi4_mini:
       case chat_family::phi4: bos_ = ""; eos_ = "<|endoftext|>"; break;
+      case chat_family::harmony: bos_ = ""; eos_ = "<|return|>"; break;
       default: bos_ = "<s>"; eos_ = "</s>"; break;
     }
   }
@@ -254,7 +280,8 @@ class chat_template {
   }
 
   /// Whether the family's answers open with a `<think>` ... `</think>`
-  /// reasoning block (qwen3); see split_reasoning.
+  /// reasoning block (qwen3); see split_reasoning. (Harmony answers carry
+  /// theirs on the analysis channel: split_harmony.)
   bool has_reasoning() const noexcept { return family_ == chat_family::qwen3; }
 
   /// The prompt text for `[n] messages`.
@@ -291,6 +318,7 @@ class chat_template {
   void format_gemma(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
   void format_phi(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out) const;
   static void format_qwen3(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out);
+  static void format_harmony(std::span<const chat_message> m, const chat_format_options& o, formatted_chat& out);
 
   // Llama 2 and the Mistral families: [INST] turns, an optional system
   // message first, then user / assistant alternating.

@@ -33,6 +33,7 @@ namespace llmkit::model {
 LLMKIT_DECL std::optional<bpe_pre_tokenizer> bpe_pre_tokenizer_from_name(std::string_view name) {
   if (name == "llama-bpe" || name == "llama3" || name == "llama-v3") return bpe_pre_tokenizer::llama3;
   if (name == "qwen2" || name == "deepseek-r1-qwen") return bpe_pre_tokenizer::qwen2;
+  if (name == "gpt-4o") return bpe_pre_tokenizer::o200k;
   return std::nullopt;
 }
 
@@ -118,10 +119,10 @@ LLMKIT_DECL bpe_tokenizer bpe_tokenizer::from_gguf(const gguf_file& file) {
   bpe_vocab v;
   const auto pre = file.get_optional<std::string_view>("tokenizer.ggml.pre");
   LLMKIT_CHECK(pre.has_value(), "tokenizer: tokenizer.ggml.pre is missing (byte-level BPE needs its pre-tokenizer: ",
-               "llama-bpe or qwen2)");
+               "llama-bpe, qwen2 or gpt-4o)");
   const auto kind = bpe_pre_tokenizer_from_name(*pre);
   LLMKIT_CHECK(kind.has_value(), "tokenizer: tokenizer.ggml.pre is '", *pre,
-               "', an unsupported pre-tokenizer (supported: llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen)");
+               "', an unsupported pre-tokenizer (supported: llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen, gpt-4o)");
   v.pre = *kind;
   for (auto t : file.get_array("tokenizer.ggml.tokens").strings()) v.tokens.emplace_back(t);
   v.types = detail::read_token_types(file, v.tokens.size());
@@ -145,7 +146,11 @@ LLMKIT_DECL std::vector<token_id> bpe_tokenizer::encode(std::string_view text, e
   scratch s;
   const std::size_t max_digits = data_->pre == bpe_pre_tokenizer::qwen2 ? 1 : 3;
   auto encode_text = [&](std::string_view part) {
-    detail::pre_tokenize(part, max_digits, s.chars, [&](std::string_view word) { encode_word(word, out, s); });
+    const auto word = [&](std::string_view w) { encode_word(w, out, s); };
+    if (data_->pre == bpe_pre_tokenizer::o200k)
+      detail::pre_tokenize_o200k(part, s.chars, word);
+    else
+      detail::pre_tokenize(part, max_digits, s.chars, word);
   };
   if (options.parse_special && !data_->specials.empty())
     data_->specials.split(text, options.literal, encode_text, [&](token_id id) { out.push_back(id); });
@@ -180,7 +185,7 @@ LLMKIT_DECL void bpe_tokenizer::encode_word(std::string_view word, std::vector<t
     out.insert(out.end(), s.cached.begin() + offset, s.cached.begin() + offset + count);
     return;
   }
-  if (d.pre == bpe_pre_tokenizer::llama3) {
+  if (d.pre == bpe_pre_tokenizer::llama3 || d.pre == bpe_pre_tokenizer::o200k) {  // tiktoken's rule
     if (auto it = d.word_index.find(word); it != d.word_index.end()) {
       s.cache.emplace(word, std::pair{static_cast<std::uint32_t>(s.cached.size()), std::uint32_t{1}});
       s.cached.push_back(it->second);

@@ -7,7 +7,9 @@
 /// LLMKIT_SEPARATE_COMPILATION.
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -140,6 +142,7 @@ LLMKIT_DECL formatted_chat chat_template::format_marked(std::span<const chat_mes
     case chat_family::phi4_mini:
     case chat_family::phi4: format_phi(messages, options, out); break;
     case chat_family::qwen3: format_qwen3(messages, options, out); break;
+    case chat_family::harmony: format_harmony(messages, options, out); break;
   }
   return out;
 }
@@ -147,6 +150,7 @@ LLMKIT_DECL formatted_chat chat_template::format_marked(std::span<const chat_mes
 LLMKIT_DECL std::optional<chat_family> chat_template::detect_family(std::string_view t) {
   auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
   if (has("<start_of_turn>")) return chat_family::gemma;
+  if (has("<|channel|>") && has("<|start|>")) return chat_family::harmony;
   if (has("<|im_sep|>")) return chat_family::phi4;
   if (has("<|end|>") && has("'<|' + message['role'] + '|>'")) return chat_family::phi4_mini;
   if (has("<|user|>") && has("<|end|>")) return chat_family::phi3;
@@ -438,6 +442,72 @@ LLMKIT_DECL void chat_template::format_qwen3(std::span<const chat_message> m, co
     append_markup(out, "<|im_start|>assistant\n");
     if (!o.enable_thinking) append_markup(out, "<think>\n\n</think>\n\n");
   }
+}
+
+LLMKIT_DECL void chat_template::format_harmony(std::span<const chat_message> m, const chat_format_options& o,
+                                               formatted_chat& out) {
+  using namespace detail;
+  const std::string_view effort = o.reasoning_effort;
+  LLMKIT_CHECK(effort == "low" || effort == "medium" || effort == "high",
+               "chat_template harmony: reasoning_effort is '", effort, "'; it is low, medium or high");
+  const std::string_view d = o.current_date;
+  const auto digits = [&](std::size_t from, std::size_t n) {
+    return std::all_of(d.begin() + static_cast<std::ptrdiff_t>(from), d.begin() + static_cast<std::ptrdiff_t>(from + n),
+                       [](char c) { return c >= '0' && c <= '9'; });
+  };
+  LLMKIT_CHECK(d.empty() || (d.size() == 10 && digits(0, 4) && d[4] == '-' && digits(5, 2) && d[7] == '-' && digits(8, 2)),
+               "chat_template harmony: current_date is '", d, "'; it is YYYY-MM-DD (or empty for today)");
+  std::string date(d);
+  if (date.empty()) {
+    const std::chrono::year_month_day today{std::chrono::floor<std::chrono::days>(std::chrono::system_clock::now())};
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%04d-%02u-%02u", static_cast<int>(today.year()),
+                  static_cast<unsigned>(today.month()), static_cast<unsigned>(today.day()));
+    date = buf;
+  }
+  append_markup(out, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+                     "Knowledge cutoff: 2024-06\nCurrent date: " + date + "\n\nReasoning: " + std::string(effort) +
+                     "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+                     "message.<|end|>");
+  std::size_t first = 0;
+  if (m.front().role == "system") {
+    first = 1;
+    if (!m.front().content.empty()) {
+      append_markup(out, "<|start|>developer<|message|># Instructions\n\n");
+      append_content(out, m.front().content);
+      append_markup(out, "\n\n<|end|>");
+    }
+  }
+  for (std::size_t i = first; i < m.size(); ++i) {
+    const auto& msg = m[i];
+    if (msg.role == "user") {
+      append_markup(out, "<|start|>user<|message|>");
+      append_content(out, msg.content);
+      append_markup(out, "<|end|>");
+    } else if (msg.role == "assistant") {
+      append_markup(out, "<|start|>assistant<|channel|>final<|message|>");
+      append_content(out, msg.content);
+      // <|return|> ends generation; only a last answer written for training ends with it.
+      append_markup(out, i + 1 == m.size() && o.prompt == generation_prompt::omit ? "<|return|>" : "<|end|>");
+    }  // a later system message: the template writes nothing
+  }
+  if (o.prompt == generation_prompt::add) append_markup(out, "<|start|>assistant");
+}
+
+LLMKIT_DECL reasoning_split split_harmony(std::string_view text) {
+  // The body of the message on `channel`: after its <|message|>, up to its <|end|>, <|return|>, <|call|> or the end.
+  const auto message = [&](std::string_view channel) -> std::optional<std::string_view> {
+    const std::string marker = "<|channel|>" + std::string(channel) + "<|message|>";
+    const std::size_t at = text.find(marker);
+    if (at == std::string_view::npos) return std::nullopt;
+    std::string_view body = text.substr(at + marker.size());
+    std::size_t end = body.size();
+    for (std::string_view stop : {"<|end|>", "<|return|>", "<|call|>"}) end = std::min(end, body.find(stop));
+    return body.substr(0, end);
+  };
+  if (text.find("<|channel|>") == std::string_view::npos) return {.reasoning = {}, .content = text};
+  return {.reasoning = message("analysis").value_or(std::string_view{}),
+          .content = message("final").value_or(std::string_view{})};
 }
 
 }  // namespace llmkit::model
