@@ -335,3 +335,103 @@ TEST_CASE("moe routed_ffn: refuses k above the expert count, wrong shapes and un
   REQUIRE_THROWS_WITH(moe::expert_tensor(std::move(mixed)), Contains("expert 1 is q4_0 [4, 64], expert 0 is q8_0"));
   REQUIRE_THROWS_WITH(moe::expert_tensor(weight_type::q8_0, 0, 4, 64), Contains("n_expert = 0"));
 }
+
+TEST_CASE("moe routed_ffn: gpt-oss's clamped SwiGLU and per-expert biases match the reference, alone and in a batch") {
+  std::mt19937 rng(120);
+  thread_pool pool(2);
+  const std::size_t n_expert = 5, k = 2, dim = 256, ffn = 256, n = 19;
+  for (const weight_type type : {weight_type::mxfp4, weight_type::q8_0, weight_type::f32}) {
+    const layer l = random_layer(type, n_expert, dim, ffn, rng);
+    const routing r = random_routing(n, k, n_expert, rng);
+    auto x = random_x(n, dim, rng);
+    for (float& v : x) v *= 6.0f;  // gate and up values beyond the clamp at 7
+    reference::routed_ffn_extras extras{.clamped_swiglu = true};
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    for (auto* b : {&extras.gate_bias, &extras.up_bias}) {
+      b->resize(n_expert * ffn);
+      for (float& v : *b) v = d(rng);
+    }
+    extras.down_bias.resize(n_expert * dim);
+    for (float& v : extras.down_bias) v = d(rng);
+    std::vector<double> mag;
+    const auto want = reference::routed_ffn_reference(x, n, dim, r.ids, r.weights, k, decode(l), ffn, mag, extras);
+    std::size_t clamped = 0;
+    for (std::size_t t = 0; t < n; ++t)  // the clamp is exercised: some gate value of a chosen expert passes 7
+      for (std::size_t j = 0; j < k; ++j) {
+        std::vector<float> g(ffn);
+        serial_executor serial;
+        model::linear(serial, std::span<const float>(x.data() + t * dim, dim), 1,
+                      l.gate.expert(std::size_t(r.ids[t * k + j])), g, ffn, model::output_mode::overwrite,
+                      activation_type::f32);
+        clamped += std::size_t(std::count_if(g.begin(), g.end(), [](float v) { return std::abs(v) > 7.5f; }));
+      }
+    REQUIRE(clamped > 0);
+    for (const activation_type act : {activation_type::f32, activation_type::q8_0}) {
+      INFO(model::weight_type_name(type) << " int8 " << (act == activation_type::q8_0));
+      auto call = [&](const float* xs, std::size_t m, const moe::expert_id* ids, const float* w, float* out) {
+        moe::routed_ffn_workspace ws;
+        moe::routed_ffn(pool,
+                        {.x = matrix_view<const float>(xs, m, dim),
+                         .ids = matrix_view<const moe::expert_id>(ids, m, k),
+                         .weights = matrix_view<const float>(w, m, k),
+                         .gate = l.gate,
+                         .up = l.up,
+                         .down = l.down,
+                         .out = matrix_view<float>(out, m, dim),
+                         .activations = act,
+                         .activation = model::ffn_activation::swiglu_oai,
+                         .gate_bias = matrix_view<const float>(extras.gate_bias.data(), n_expert, ffn),
+                         .up_bias = matrix_view<const float>(extras.up_bias.data(), n_expert, ffn),
+                         .down_bias = matrix_view<const float>(extras.down_bias.data(), n_expert, dim)},
+                        ws);
+      };
+      std::vector<float> got(n * dim);
+      call(x.data(), n, r.ids.data(), r.weights.data(), got.data());
+      const bool int8 = act == activation_type::q8_0 && type != weight_type::f32;
+      const double rel = int8 ? 3e-2 : 2e-5;
+      for (std::size_t i = 0; i < n * dim; ++i) {
+        INFO("element " << i);
+        REQUIRE(std::abs(double(got[i]) - want[i]) <= rel * mag[i] + 1e-5);
+      }
+      for (std::size_t t = 0; t < n; t += 6) {  // alone: the same bits
+        std::vector<float> alone(dim);
+        call(x.data() + t * dim, 1, r.ids.data() + t * k, r.weights.data() + t * k, alone.data());
+        REQUIRE(std::equal(alone.begin(), alone.end(), got.begin() + std::ptrdiff_t(t * dim)));
+      }
+    }
+  }
+  // Biases of the wrong shape are refused by name.
+  const layer l = random_layer(weight_type::f32, 3, 32, 32, rng);
+  const routing r = random_routing(1, 1, 3, rng);
+  const auto x = random_x(1, 32, rng);
+  std::vector<float> out(32), bias(2 * 32);
+  moe::routed_ffn_workspace ws;
+  REQUIRE_THROWS_WITH(moe::routed_ffn(pool,
+                                      {.x = matrix_view<const float>(x.data(), 1, 32),
+                                       .ids = matrix_view<const moe::expert_id>(r.ids.data(), 1, 1),
+                                       .weights = matrix_view<const float>(r.weights.data(), 1, 1),
+                                       .gate = l.gate,
+                                       .up = l.up,
+                                       .down = l.down,
+                                       .out = matrix_view<float>(out.data(), 1, 32),
+                                       .down_bias = matrix_view<const float>(bias.data(), 2, 32)},
+                                      ws),
+                      Contains("down_bias is [2, 32], must be [3, 32] or empty"));
+}
+
+TEST_CASE("moe: gpt-oss's clamped SwiGLU on every SIMD path equals the scalar formula") {
+  std::mt19937 rng(121);
+  std::uniform_real_distribution<float> d(-12.0f, 12.0f);
+  const std::size_t f = 301;
+  std::vector<float> g(f), u(f), h(f);
+  for (std::size_t i = 0; i < f; ++i) g[i] = d(rng), u[i] = d(rng);
+  g[0] = 7.0f, g[1] = 7.5f, u[0] = u[1] = 2.0f, u[2] = -9.0f, u[3] = 9.0f, g[4] = -30.0f;
+  model::detail::swiglu_oai(g.data(), u.data(), h.data(), f);
+  for (std::size_t i = 0; i < f; ++i) {
+    const double x = std::min<double>(g[i], 7.0), y = std::clamp<double>(u[i], -7.0, 7.0);
+    const double want = x / (1 + std::exp(-1.702 * x)) * (y + 1);
+    INFO("g " << g[i] << " u " << u[i]);
+    REQUIRE(std::abs(h[i] - want) <= 1e-5 * (std::abs(want) + 1));
+  }
+  REQUIRE(h[1] == h[0]);  // the gate is clamped at 7
+}

@@ -73,19 +73,31 @@ struct expert_weights {
   std::vector<double> gate, up, down;
 };
 
-/// The routed SwiGLU feed-forward in double:
-/// out[t] = sum_j w[t, j] * down_e (silu(gate_e x[t]) * up_e x[t]), e = ids[t, j].
+/// What a routed feed-forward adds to SwiGLU: gpt-oss's clamped activation
+/// (min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1)) and
+/// per-expert biases, `[n_expert * ffn]` gate and up, `[n_expert * dim]`
+/// down (empty: none).
+struct routed_ffn_extras {
+  bool clamped_swiglu = false;
+  std::vector<float> gate_bias, up_bias, down_bias;
+};
+
+/// The routed gated feed-forward in double:
+/// out[t] = sum_j w[t, j] * (down_e act(gate_e x[t] + bg_e, up_e x[t] + bu_e) + bd_e), e = ids[t, j],
+/// act(g, u) = silu(g) * u unless `extras` says otherwise.
 /// `[n, dim] x`, `[n, k] ids` and `w`; mag[t, d] gets the same sum over the
 /// absolute values of every term (for error bounds).
 inline std::vector<double> routed_ffn_reference(const std::vector<float>& x, std::size_t n, std::size_t dim,
                                                 const std::vector<std::int32_t>& ids, const std::vector<float>& w,
                                                 std::size_t k, const std::vector<expert_weights>& experts,
-                                                std::size_t ffn, std::vector<double>& mag) {
+                                                std::size_t ffn, std::vector<double>& mag,
+                                                const routed_ffn_extras& extras = {}) {
   std::vector<double> out(n * dim, 0.0), h(ffn), hm(ffn);
   mag.assign(n * dim, 0.0);
   for (std::size_t t = 0; t < n; ++t)
     for (std::size_t j = 0; j < k; ++j) {
-      const expert_weights& e = experts[std::size_t(ids[t * k + j])];
+      const std::size_t id = std::size_t(ids[t * k + j]);
+      const expert_weights& e = experts[id];
       for (std::size_t r = 0; r < ffn; ++r) {
         double g = 0, u = 0, gm = 0, um = 0;
         for (std::size_t c = 0; c < dim; ++c) {
@@ -94,12 +106,19 @@ inline std::vector<double> routed_ffn_reference(const std::vector<float>& x, std
           gm += std::abs(e.gate[r * dim + c] * x[t * dim + c]);
           um += std::abs(e.up[r * dim + c] * x[t * dim + c]);
         }
-        const double silu = g / (1 + std::exp(-g));
+        if (!extras.gate_bias.empty()) g += extras.gate_bias[id * ffn + r];
+        if (!extras.up_bias.empty()) u += extras.up_bias[id * ffn + r];
+        if (extras.clamped_swiglu) {
+          g = std::min(g, 7.0);
+          u = std::clamp(u, -7.0, 7.0) + 1;
+        }
+        const double alpha = extras.clamped_swiglu ? 1.702 : 1.0;
+        const double silu = g / (1 + std::exp(-alpha * g));
         h[r] = silu * u;
-        hm[r] = (std::abs(silu) + gm) * um + std::abs(silu * u);  // bounds how far rounding moves h[r]
+        hm[r] = (std::abs(silu) + gm) * (um + 1) + std::abs(silu * u);  // bounds how far rounding moves h[r]
       }
       for (std::size_t d = 0; d < dim; ++d) {
-        double y = 0, ym = 0;
+        double y = extras.down_bias.empty() ? 0.0 : double(extras.down_bias[id * dim + d]), ym = std::abs(y);
         for (std::size_t r = 0; r < ffn; ++r) {
           y += e.down[d * ffn + r] * h[r];
           ym += std::abs(e.down[d * ffn + r]) * hm[r];

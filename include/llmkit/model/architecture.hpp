@@ -40,6 +40,7 @@ enum class architecture {
 enum class ffn_activation : std::uint8_t {
   silu,       ///< SwiGLU (Llama, Qwen)
   gelu_tanh,  ///< GeGLU with GELU's tanh approximation (Gemma)
+  swiglu_oai, ///< gpt-oss's clamped SwiGLU: min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1)
 };
 
 /// What the loader and the forward pass need to know about an architecture.

@@ -3,10 +3,13 @@
 
 /// @file llmkit/moe/routed_ffn.hpp
 /// The routed feed-forward of a mixture-of-experts layer: each token's k
-/// chosen experts' SwiGLU FFNs, combined with the router's weights,
+/// chosen experts' gated FFNs, combined with the router's weights,
 ///
-///   out[t] (+)= sum_j w[t, j] * down_e (silu(gate_e x[t]) * up_e x[t]),  e = ids[t, j],
+///   out[t] (+)= sum_j w[t, j] * (down_e act(gate_e x[t] + bg_e, up_e x[t] + bu_e) + bd_e),  e = ids[t, j],
 ///
+/// act SwiGLU (silu(g) * u) by default or another gated activation
+/// (gpt-oss's clamped SwiGLU), the per-expert biases bg, bu, bd optional
+/// (gpt-oss has them),
 /// with only the chosen experts' weights read. The (token, slot) pairs are
 /// grouped by expert (gather), each expert runs one batched product per
 /// projection over its group with the dense kernels (model/detail/
@@ -49,7 +52,8 @@ namespace llmkit::moe {
 /// The operands of routed_ffn. Shapes: `[n, dim] x`, `[n, k] ids` and
 /// `[n, k] weights` (moe::route's output), `[n_expert, ffn, dim] gate` and
 /// `up`, `[n_expert, dim, ffn] down`, `[n, dim] out`; out may be x itself
-/// (x is gathered before out is written).
+/// (x is gathered before out is written). The biases, when given, are
+/// `[n_expert, ffn] gate_bias` and `up_bias`, `[n_expert, dim] down_bias`.
 struct routed_ffn_params {
   matrix_view<const float> x;
   matrix_view<const expert_id> ids;
@@ -63,6 +67,10 @@ struct routed_ffn_params {
   /// f32: the exact product over the stored weights; q8_0: int8 activations
   /// for quantised experts, as model::linear (model/weights.hpp).
   model::activation_type activations = model::activation_type::f32;
+  /// The gated activation (model/detail/activations.hpp).
+  model::ffn_activation activation = model::ffn_activation::silu;
+  /// Per-expert biases added to the gate, up and down products; empty: none.
+  matrix_view<const float> gate_bias{}, up_bias{}, down_bias{};
 };
 
 /// Scratch of routed_ffn, reused across calls (and layers) to avoid
@@ -166,7 +174,7 @@ void run_tasks(Exec& exec, std::size_t n, bool parallel, Fn&& fn) {
 
 }  // namespace detail
 
-/// The routed SwiGLU feed-forward (see the file comment): for every token t
+/// The routed gated feed-forward (see the file comment): for every token t
 /// and slot j, expert ids[t, j]'s FFN of x[t], weighted by weights[t, j],
 /// summed over j in slot order into out[t] (or added to it).
 /// @throws llmkit::error naming the argument for mismatched shapes (x, ids,
@@ -190,6 +198,13 @@ void routed_ffn(Exec& exec, const routed_ffn_params& p, routed_ffn_workspace& ws
                " tokens");
   LLMKIT_CHECK(p.out.rows() == n && p.out.cols() == dim, "moe::routed_ffn: out is [", p.out.rows(), ", ",
                p.out.cols(), "], must be [", n, ", ", dim, "]");
+  auto check_bias = [&](const char* name, matrix_view<const float> b, std::size_t cols) {
+    LLMKIT_CHECK(b.empty() || (b.rows() == n_expert && b.cols() == cols), "moe::routed_ffn: ", name, " is [",
+                 b.rows(), ", ", b.cols(), "], must be [", n_expert, ", ", cols, "] or empty");
+  };
+  check_bias("gate_bias", p.gate_bias, f);
+  check_bias("up_bias", p.up_bias, f);
+  check_bias("down_bias", p.down_bias, dim);
   for (std::size_t t = 0; t < n; ++t)
     for (std::size_t j = 0; j < k; ++j)
       LLMKIT_CHECK(p.ids(t, j) >= 0 && std::size_t(p.ids(t, j)) < n_expert, "moe::routed_ffn: ids[", t, ", ", j,
@@ -257,9 +272,16 @@ void routed_ffn(Exec& exec, const routed_ffn_params& p, routed_ffn_workspace& ws
                        task.row_last);
     detail::product_rows<Arch>(p.up.expert(e), xe, share_xa ? ws.xa[e] : ws.xb[e], m, ws.u.data() + first * f, f, int8_up,
                        task.row_first, task.row_last);
-    for (std::size_t q = first; q < first + m; ++q)
-      model::detail::swiglu<Arch>(ws.g.data() + q * f + task.row_first, ws.u.data() + q * f + task.row_first,
-                                  ws.h.data() + q * f + task.row_first, task.row_last - task.row_first);
+    const std::size_t r0 = task.row_first, width = task.row_last - task.row_first;
+    for (std::size_t q = first; q < first + m; ++q) {
+      float* g = ws.g.data() + q * f + r0;
+      float* u = ws.u.data() + q * f + r0;
+      if (!p.gate_bias.empty())
+        for (std::size_t r = 0; r < width; ++r) g[r] += p.gate_bias(e, r0 + r);
+      if (!p.up_bias.empty())
+        for (std::size_t r = 0; r < width; ++r) u[r] += p.up_bias(e, r0 + r);
+      model::detail::gated_activation<Arch>(p.activation, g, u, ws.h.data() + q * f + r0, width);
+    }
   });
 
   // Down, per (expert, row range).
@@ -276,6 +298,9 @@ void routed_ffn(Exec& exec, const routed_ffn_params& p, routed_ffn_workspace& ws
     const std::size_t e = std::size_t(task.expert), first = ws.offset[e];
     detail::product_rows<Arch>(p.down.expert(e), ws.h.data() + first * f, ws.xa[e], ws.count[e], ws.yd.data() + first * dim,
                        dim, int8_down, task.row_first, task.row_last);
+    if (!p.down_bias.empty())
+      for (std::size_t q = first; q < first + ws.count[e]; ++q)
+        for (std::size_t r = task.row_first; r < task.row_last; ++r) ws.yd[q * dim + r] += p.down_bias(e, r);
   });
 
   // Weighted scatter-add, slot by slot in order for every token.
