@@ -108,6 +108,9 @@ struct llama_reference {
   // n_used most probable (renormalised when norm_w), their SwiGLU FFNs.
   std::size_t n_expert = 0, n_used = 0, expert_ffn = 0;
   bool norm_w = true;
+  // gpt-oss: attn_output.bias, attn_sinks, the FFN norm named post_attention_norm,
+  // a router bias and top-k then softmax, expert biases, the clamped SwiGLU.
+  bool gpt_oss = false;
   const model::gguf_file* file = nullptr;
 
   explicit llama_reference(const model::gguf_file& f) : file(&f) {
@@ -116,10 +119,11 @@ struct llama_reference {
     gemma = arch == "gemma2" || arch == "gemma3";
     fused = arch == "phi3";
     neox = arch == "qwen2" || arch == "qwen3" || gemma || fused;
-    qkv_bias = arch == "qwen2";
+    gpt_oss = arch == "gpt-oss";
+    qkv_bias = arch == "qwen2" || gpt_oss;
     qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe";
-    neox = neox || arch == "qwen3moe";
-    if (arch == "qwen3moe") {
+    neox = neox || arch == "qwen3moe" || gpt_oss;
+    if (arch == "qwen3moe" || gpt_oss) {
       n_expert = f.get<std::size_t>(p + "expert_count");
       n_used = f.get<std::size_t>(p + "expert_used_count");
       expert_ffn = f.get<std::size_t>(p + "expert_feed_forward_length");
@@ -166,7 +170,7 @@ struct llama_reference {
       for (std::size_t l = 0; l < n_layers; ++l) local[l] = std::get<model::gguf_array>(*a).get<bool>(l);
     } else {
       // Gemma 2: even layers local; Gemma 3: five local, then one global.
-      const std::size_t every = arch == "gemma2" ? 2 : arch == "gemma3" ? 6 : 0;
+      const std::size_t every = arch == "gemma2" || gpt_oss ? 2 : arch == "gemma3" ? 6 : 0;
       for (std::size_t l = 0; l < n_layers; ++l) local[l] = every == 0 || (l + 1) % every != 0;
     }
     if (arch == "gemma3") {
@@ -278,8 +282,17 @@ struct llama_reference {
     for (std::size_t l = 0; l < n_layers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
       const auto an = load(b + "attn_norm.weight"), wo = load(b + "attn_output.weight"),
-                 fn = load(b + "ffn_norm.weight");
+                 fn = load(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"));
       std::vector<double> wq, wk, wv, wg, wu, wd, router;
+      std::vector<double> bo(dim, 0.0), sinks, router_b, bg, bu, bd;  // gpt-oss's
+      if (gpt_oss) {
+        bo = load(b + "attn_output.bias");
+        sinks = load(b + "attn_sinks.weight");
+        router_b = load(b + "ffn_gate_inp.bias");
+        bg = load(b + "ffn_gate_exps.bias");
+        bu = load(b + "ffn_up_exps.bias");
+        bd = load(b + "ffn_down_exps.bias");
+      }
       if (n_expert != 0) {
         router = load(b + "ffn_gate_inp.weight");
         wg = load(b + "ffn_gate_exps.weight");
@@ -353,36 +366,52 @@ struct llama_reference {
             if (attn_cap != 0.0) s[j] = attn_cap * std::tanh(s[j] / attn_cap);
             m = std::max(m, s[j]);
           }
-          double z = 0;
+          double z = sinks.empty() ? 0.0 : std::exp(sinks[h] - m);  // a sink: a term with no value
           for (std::size_t j = first; j <= t; ++j) z += (s[j] = std::exp(s[j] - m));
           for (std::size_t j = first; j <= t; ++j)
             for (std::size_t e = 0; e < head_dim; ++e) att[h * head_dim + e] += s[j] / z * v[j][g * head_dim + e];
         }
         auto o = matvec(wo, att, dim);
+        for (std::size_t d = 0; d < dim; ++d) o[d] += bo[d];
         if (gemma) o = rmsnorm(o, pan);
         for (std::size_t d = 0; d < dim; ++d) x[t][d] += o[d];
         const auto xn = rmsnorm(x[t], fn);
         if (n_expert != 0) {
-          const auto p = softmax(matvec(router, xn, n_expert));
+          auto logit = matvec(router, xn, n_expert);
+          for (std::size_t e = 0; e < router_b.size(); ++e) logit[e] += router_b[e];
+          // Qwen3-MoE: softmax over all, the k best (renormalised); gpt-oss: the k largest logits, softmax over them.
+          const auto p = gpt_oss ? logit : softmax(logit);
           const auto ids = best_k(p, n_used);
+          std::vector<double> weight(n_expert, 0.0);
           double sum = 0;
-          for (auto e : ids) sum += p[std::size_t(e)];
+          if (gpt_oss) {
+            const double m = p[std::size_t(ids[0])];
+            for (auto e : ids) sum += weight[std::size_t(e)] = std::exp(p[std::size_t(e)] - m);
+            for (auto e : ids) weight[std::size_t(e)] /= sum;
+          } else {
+            for (auto e : ids) sum += p[std::size_t(e)];
+            for (auto e : ids) weight[std::size_t(e)] = p[std::size_t(e)] / (norm_w ? sum : 1.0);
+          }
           for (auto e : ids) {
             const std::size_t f = expert_ffn, off = std::size_t(e) * f * dim;
             std::vector<double> h(f);
             for (std::size_t j = 0; j < f; ++j) {
-              double gv = 0, uv = 0;
+              double gv = bg.empty() ? 0.0 : bg[std::size_t(e) * f + j], uv = bu.empty() ? 0.0 : bu[std::size_t(e) * f + j];
               for (std::size_t i = 0; i < dim; ++i) {
                 gv += wg[off + j * dim + i] * xn[i];
                 uv += wu[off + j * dim + i] * xn[i];
               }
-              h[j] = gv / (1.0 + std::exp(-gv)) * uv;
+              if (gpt_oss) {  // clamped SwiGLU: min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1)
+                gv = std::min(gv, 7.0);
+                h[j] = gv / (1.0 + std::exp(-1.702 * gv)) * (std::clamp(uv, -7.0, 7.0) + 1.0);
+              } else {
+                h[j] = gv / (1.0 + std::exp(-gv)) * uv;
+              }
             }
-            const double weight = p[std::size_t(e)] / (norm_w ? sum : 1.0);
             for (std::size_t d = 0; d < dim; ++d) {
-              double y = 0;
+              double y = bd.empty() ? 0.0 : bd[std::size_t(e) * dim + d];
               for (std::size_t j = 0; j < f; ++j) y += wd[off + d * f + j] * h[j];
-              x[t][d] += weight * y;
+              x[t][d] += weight[std::size_t(e)] * y;
             }
           }
           continue;

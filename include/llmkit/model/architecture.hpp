@@ -34,6 +34,14 @@ enum class architecture {
   gemma3, ///< Gemma 3 text (Gemma 2 + Q/K norms, 5 local : 1 global, local RoPE base)
   phi3,   ///< Phi-3 / Phi-3.5-mini, Phi-4-mini (fused QKV and gate|up, LongRoPE)
   qwen3moe, ///< Qwen3-MoE (Qwen3's attention, a routed mixture of SwiGLU experts for the FFN)
+  gpt_oss,  ///< gpt-oss (biases, attention sinks, alternating window, top-k-softmax router, clamped SwiGLU experts)
+};
+
+/// How a mixture's router turns its logits into k experts and weights
+/// (moe/router.hpp).
+enum class expert_router : std::uint8_t {
+  softmax_top_k,  ///< softmax over all experts, the k best, renormalised as `expert_weights_norm` says (Qwen3-MoE)
+  top_k_softmax,  ///< the k largest logits, softmax over those (gpt-oss)
 };
 
 /// The feed-forward's gate activation: h = act(gate) * up.
@@ -96,11 +104,26 @@ struct architecture_traits {
   /// n_expert_used most probable experts (softmax, top-k, renormalised as
   /// `expert_weights_norm` says; moe/router.hpp, moe/routed_ffn.hpp).
   bool routed_experts = false;
+  /// How the router chooses and weighs the experts.
+  expert_router router = expert_router::softmax_top_k;
+  /// Whether the router and the experts have F32 biases:
+  /// `blk.N.ffn_gate_inp.bias` ([n_expert]), `ffn_gate_exps.bias`,
+  /// `ffn_up_exps.bias` ([n_expert, expert_ffn]) and `ffn_down_exps.bias`
+  /// ([n_expert, dim]), added to the router logits and each product.
+  bool expert_biases = false;
+  /// Whether each layer has an F32 `blk.N.attn_output.bias` ([dim]).
+  bool output_bias = false;
+  /// Whether each layer has F32 `blk.N.attn_sinks.weight` ([n_heads]):
+  /// learned attention-sink logits (attention::decode_params::sinks).
+  bool attention_sinks = false;
+  /// The tensor (without `blk.N.` and `.weight`) of the RMSNorm before the
+  /// feed-forward: gpt-oss files call it `post_attention_norm`.
+  std::string_view ffn_norm_tensor = "ffn_norm";
 };
 
 /// Every supported architecture, one row each; a field a row leaves out
 /// keeps its default, which is what Llama does.
-inline constexpr std::array<architecture_traits, 7> architectures{{
+inline constexpr std::array<architecture_traits, 8> architectures{{
     {.id = architecture::llama,
      .name = "llama"},
     {.id = architecture::qwen2,
@@ -140,6 +163,18 @@ inline constexpr std::array<architecture_traits, 7> architectures{{
      .rope_layout = simd::rope_layout::half_split,
      .qk_norm = true,
      .routed_experts = true},
+    {.id = architecture::gpt_oss,
+     .name = "gpt-oss",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = true,
+     .activation = ffn_activation::swiglu_oai,
+     .window_pattern = 2,
+     .routed_experts = true,
+     .router = expert_router::top_k_softmax,
+     .expert_biases = true,
+     .output_bias = true,
+     .attention_sinks = true,
+     .ffn_norm_tensor = "post_attention_norm"},
 }};
 
 /// The traits of `a`.
@@ -149,7 +184,7 @@ constexpr const architecture_traits& traits(architecture a) noexcept {
   return architectures[0];  // unreachable: every enumerator has a row
 }
 
-/// "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe": the supported names, for error messages.
+/// "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss": the supported names, for error messages.
 inline std::string supported_architectures_text() {
   std::string s;
   for (const auto& t : architectures) {

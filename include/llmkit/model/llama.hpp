@@ -223,6 +223,11 @@ class llama_model {
     weight_matrix wo, w_down;                           // attention output, down (empty with experts)
     weight_matrix router;                               // [n_expert, dim] ffn_gate_inp; empty without experts
     moe::expert_tensor gate_exps, up_exps, down_exps;   // [n_expert, expert_ffn, dim] x 2, [n_expert, dim, expert_ffn]
+    aligned_vector<float> bo;                           // [dim] attn_output bias; empty without
+    aligned_vector<float> sinks;                        // [n_heads] attention-sink logits; empty without
+    aligned_vector<float> router_bias;                  // [n_expert]; empty without expert biases
+    aligned_vector<float> gate_exps_bias, up_exps_bias; // [n_expert, expert_ffn]
+    aligned_vector<float> down_exps_bias;               // [n_expert, dim]
   };
   struct segment {
     kv::seq_id seq;
@@ -253,7 +258,7 @@ class llama_model {
   // xn_) when the architecture has one.
   template <class Exec>
   void add_to_residual(Exec& exec, const float* in, std::size_t n, const weight_matrix& w,
-                       const aligned_vector<float>& post_norm);
+                       const aligned_vector<float>& post_norm, const aligned_vector<float>& bias = {});
 
   void reserve(std::size_t n, std::size_t n_out);
 

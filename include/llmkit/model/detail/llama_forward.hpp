@@ -159,7 +159,8 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
                                            .layer = l,
                                            .n_heads = c.n_heads,
                                            .scale = c.attention_scale,
-                                           .softcap = c.attention_softcap};
+                                           .softcap = c.attention_softcap,
+                                           .sinks = w.sinks};
         if (prefill_parallel)
           attention::prefill(ap, std::as_const(cache), mask, exec);
         else
@@ -174,6 +175,7 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
                                     .n_heads = c.n_heads,
                                     .scale = c.attention_scale,
                                     .softcap = c.attention_softcap,
+                                    .sinks = w.sinks,
                                     .workspace = &decode_ws_,
                                     .int8_queries = options_.int8_attention_queries,
                                     .bf16_queries = options_.bf16_attention_queries,
@@ -203,26 +205,40 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
         std::memcpy(q_.data() + i * qd, att_.data() + std::size_t(attention_row_[i]) * qd, qd * sizeof(float));
       att = q_.data();
     }
-    add_to_residual(exec, att, n, w.wo, w.post_attn_norm);
+    add_to_residual(exec, att, n, w.wo, w.post_attn_norm, w.bo);
 
     for (std::size_t i = 0; i < n; ++i)
       simd::rmsnorm(std::span<const float>(x + i * dim, dim), w.ffn_norm, std::span(xn + i * dim, dim), c.rms_eps);
-    if (c.has_experts()) {  // router (f32 logits), softmax top-k, the chosen experts added to the residual
+    if (c.has_experts()) {  // router (f32 logits), its top k, the chosen experts added to the residual
       product(exec, xn, n, w.router, router_logits_.data(), c.n_expert, output_mode::overwrite);
-      const std::size_t k = c.n_expert_used;
-      moe::route(moe::softmax_top_k{.renormalize = c.expert_weights_norm},
-                 matrix_view<const float>(router_logits_.data(), n, c.n_expert),
-                 matrix_view<moe::expert_id>(route_ids_.data(), n, k), matrix_view<float>(route_weights_.data(), n, k));
+      if (!w.router_bias.empty())
+        for (std::size_t i = 0; i < n; ++i)
+          for (std::size_t e = 0; e < c.n_expert; ++e) router_logits_[i * c.n_expert + e] += w.router_bias[e];
+      const std::size_t k = c.n_expert_used, fe = c.expert_ffn_dim;
+      const matrix_view<const float> logits(router_logits_.data(), n, c.n_expert);
+      const matrix_view<moe::expert_id> ids(route_ids_.data(), n, k);
+      const matrix_view<float> weights(route_weights_.data(), n, k);
+      if (traits(c.arch).router == expert_router::top_k_softmax)
+        moe::route(moe::top_k_softmax{}, logits, ids, weights);
+      else
+        moe::route(moe::softmax_top_k{.renormalize = c.expert_weights_norm}, logits, ids, weights);
+      auto bias = [&](const aligned_vector<float>& b, std::size_t cols) {
+        return b.empty() ? matrix_view<const float>{} : matrix_view<const float>(b.data(), c.n_expert, cols);
+      };
       moe::routed_ffn(exec,
                       {.x = matrix_view<const float>(xn, n, dim),
-                       .ids = matrix_view<const moe::expert_id>(route_ids_.data(), n, k),
-                       .weights = matrix_view<const float>(route_weights_.data(), n, k),
+                       .ids = ids,
+                       .weights = weights,
                        .gate = w.gate_exps,
                        .up = w.up_exps,
                        .down = w.down_exps,
                        .out = matrix_view<float>(x, n, dim),
                        .mode = output_mode::accumulate,
-                       .activations = options_.activations},
+                       .activations = options_.activations,
+                       .activation = activation,
+                       .gate_bias = bias(w.gate_exps_bias, fe),
+                       .up_bias = bias(w.up_exps_bias, fe),
+                       .down_bias = bias(w.down_exps_bias, dim)},
                       moe_ws_);
       continue;
     }
@@ -251,12 +267,19 @@ void llama_model::product(Exec& exec, const float* x, std::size_t n, const weigh
 
 template <class Exec>
 void llama_model::add_to_residual(Exec& exec, const float* in, std::size_t n, const weight_matrix& w,
-                                  const aligned_vector<float>& post_norm) {
+                                  const aligned_vector<float>& post_norm, const aligned_vector<float>& bias) {
   const std::size_t dim = config_.dim;
-  if (post_norm.empty()) return product(exec, in, n, w, x_.data(), dim, output_mode::accumulate);
+  if (post_norm.empty() && bias.empty()) return product(exec, in, n, w, x_.data(), dim, output_mode::accumulate);
   float* y = xn_.data();
   product(exec, in, n, w, y, dim, output_mode::overwrite);
+  if (!bias.empty())
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t d = 0; d < dim; ++d) y[i * dim + d] += bias[d];
   for (std::size_t i = 0; i < n; ++i) {
+    if (post_norm.empty()) {
+      for (std::size_t d = 0; d < dim; ++d) x_[i * dim + d] += y[i * dim + d];
+      continue;
+    }
     simd::rmsnorm(std::span<const float>(y + i * dim, dim), post_norm, std::span(y + i * dim, dim), config_.rms_eps);
     for (std::size_t d = 0; d < dim; ++d) x_[i * dim + d] += y[i * dim + d];
   }

@@ -74,8 +74,10 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
   detail::check_tensor(file, "token_embd.weight", c.n_vocab, c.dim);
   detail::check_tensor(file, "output_norm.weight", 1, c.dim);
   if (!c.tied_output) detail::check_tensor(file, "output.weight", c.n_vocab, c.dim);
-  const bool qkv_bias = traits(c.arch).qkv_bias, qk_norm = traits(c.arch).qk_norm,
-             post_norms = traits(c.arch).post_norms, fused = traits(c.arch).fused_projections;
+  const architecture_traits& arch = traits(c.arch);
+  const bool qkv_bias = arch.qkv_bias, qk_norm = arch.qk_norm, post_norms = arch.post_norms,
+             fused = arch.fused_projections;
+  const std::string ffn_norm = std::string(arch.ffn_norm_tensor) + ".weight";
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     detail::check_tensor(file, b + "attn_norm.weight", 1, c.dim);
@@ -96,7 +98,9 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
       detail::check_tensor(file, b + "attn_k_norm.weight", 1, c.head_dim);
     }
     detail::check_tensor(file, b + "attn_output.weight", c.dim, qd);
-    detail::check_tensor(file, b + "ffn_norm.weight", 1, c.dim);
+    if (arch.output_bias) detail::check_tensor(file, b + "attn_output.bias", 1, c.dim);
+    if (arch.attention_sinks) detail::check_tensor(file, b + "attn_sinks.weight", 1, c.n_heads);
+    detail::check_tensor(file, b + ffn_norm, 1, c.dim);
     if (post_norms) {
       detail::check_tensor(file, b + "post_attention_norm.weight", 1, c.dim);
       detail::check_tensor(file, b + "post_ffw_norm.weight", 1, c.dim);
@@ -106,6 +110,12 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
       detail::check_experts(file, b + "ffn_gate_exps.weight", c.n_expert, c.expert_ffn_dim, c.dim);
       detail::check_experts(file, b + "ffn_up_exps.weight", c.n_expert, c.expert_ffn_dim, c.dim);
       detail::check_experts(file, b + "ffn_down_exps.weight", c.n_expert, c.dim, c.expert_ffn_dim);
+      if (arch.expert_biases) {
+        detail::check_tensor(file, b + "ffn_gate_inp.bias", 1, c.n_expert);
+        detail::check_tensor(file, b + "ffn_gate_exps.bias", c.n_expert, c.expert_ffn_dim);
+        detail::check_tensor(file, b + "ffn_up_exps.bias", c.n_expert, c.expert_ffn_dim);
+        detail::check_tensor(file, b + "ffn_down_exps.bias", c.n_expert, c.dim);
+      }
       continue;
     }
     if (!fused) detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
@@ -194,6 +204,14 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
     return v;
   };
   auto load_norm = [&](const std::string& name) { return load_vector({name}, c.dim); };
+  // A [rows, cols] F32 tensor (the experts' biases), row after row.
+  auto load_rows = [&](const std::string& name, std::size_t rows, std::size_t cols) {
+    weight_matrix m(weight_type::f32, rows, cols);
+    m.copy_from(file.tensor(name), 0);
+    aligned_vector<float> v(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r) m.row(r, std::span(v.data() + r * cols, cols));
+    return v;
+  };
   token_embd_ = load_matrix("token_embd.weight", c.n_vocab, c.dim);
   output_norm_ = load_norm("output_norm.weight");
   if (!c.tied_output) output_ = load_matrix("output.weight", c.n_vocab, c.dim);
@@ -210,7 +228,9 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
       w.k_norm = load_vector({b + "attn_k_norm.weight"}, c.head_dim);
     }
     w.wo = load_matrix(b + "attn_output.weight", c.dim, qd);
-    w.ffn_norm = load_norm(b + "ffn_norm.weight");
+    if (arch.output_bias) w.bo = load_vector({b + "attn_output.bias"}, c.dim);
+    if (arch.attention_sinks) w.sinks = load_vector({b + "attn_sinks.weight"}, c.n_heads);
+    w.ffn_norm = load_norm(b + ffn_norm);
     if (post_norms) {
       w.post_attn_norm = load_norm(b + "post_attention_norm.weight");
       w.post_ffn_norm = load_norm(b + "post_ffw_norm.weight");
@@ -220,6 +240,12 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
       w.gate_exps = load_experts(b + "ffn_gate_exps.weight", c.expert_ffn_dim, c.dim);
       w.up_exps = load_experts(b + "ffn_up_exps.weight", c.expert_ffn_dim, c.dim);
       w.down_exps = load_experts(b + "ffn_down_exps.weight", c.dim, c.expert_ffn_dim);
+      if (arch.expert_biases) {
+        w.router_bias = load_vector({b + "ffn_gate_inp.bias"}, c.n_expert);
+        w.gate_exps_bias = load_rows(b + "ffn_gate_exps.bias", c.n_expert, c.expert_ffn_dim);
+        w.up_exps_bias = load_rows(b + "ffn_up_exps.bias", c.n_expert, c.expert_ffn_dim);
+        w.down_exps_bias = load_rows(b + "ffn_down_exps.bias", c.n_expert, c.dim);
+      }
       continue;
     }
     w.w_gate_up = fused ? load_stacked({b + "ffn_up.weight"}, c.dim)

@@ -255,6 +255,8 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
       norm(b + "attn_k_norm.weight", c.head_dim);
     }
     matrix(b + "attn_output.weight", c.dim, qd, in_q);
+    if (arch.output_bias) vector(b + "attn_output.bias", c.dim, 0.0f, 0.5f);
+    if (arch.attention_sinks) vector(b + "attn_sinks.weight", c.n_heads, 0.0f, 2.0f);
     norm(b + "attn_norm.weight", c.dim);
     if (c.has_experts()) {
       // The router stays F32, as llama-quantize leaves ffn_gate_inp.
@@ -264,12 +266,22 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
       experts(b + "ffn_gate_exps.weight", c.expert_ffn_dim, c.dim, in_dim);
       experts(b + "ffn_down_exps.weight", c.dim, c.expert_ffn_dim, in_expert);
       experts(b + "ffn_up_exps.weight", c.expert_ffn_dim, c.dim, in_dim);
+      if (arch.expert_biases) {  // F32 [n_expert, rows] (dims {rows, n_expert})
+        vector(b + "ffn_gate_inp.bias", c.n_expert, 0.0f, 0.5f);
+        const auto bias = [&](const std::string& name, std::size_t rows) {
+          const auto values = uniform(c.n_expert * rows, 0.0f, 0.5f);
+          w.add_tensor(name, ggml_type::f32, {rows, c.n_expert}, std::as_bytes(values));
+        };
+        bias(b + "ffn_gate_exps.bias", c.expert_ffn_dim);
+        bias(b + "ffn_up_exps.bias", c.expert_ffn_dim);
+        bias(b + "ffn_down_exps.bias", c.dim);
+      }
     } else {
       if (!arch.fused_projections) matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
       matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, in_ffn);
       matrix(b + "ffn_up.weight", arch.fused_projections ? 2 * c.ffn_dim : c.ffn_dim, c.dim, in_dim);
     }
-    norm(b + "ffn_norm.weight", c.dim);
+    norm(b + std::string(arch.ffn_norm_tensor) + ".weight", c.dim);
     if (arch.post_norms) {
       norm(b + "post_attention_norm.weight", c.dim);
       norm(b + "post_ffw_norm.weight", c.dim);

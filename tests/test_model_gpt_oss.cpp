@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+// The gpt-oss architecture (model/llama.hpp): Q/K/V and output biases,
+// attention sinks, sliding-window layers alternating with full ones, YaRN,
+// a biased router taking the k largest logits then their softmax, and
+// experts with biases and the clamped SwiGLU; synthetic files against the
+// double-precision oracle in F32, MXFP4 and Q8_0, prefill against decode,
+// batch invariance, and bad files.
+#include <llmkit/core/executor.hpp>
+#include <llmkit/kv/contiguous_cache.hpp>
+#include <llmkit/model/architecture.hpp>
+#include <llmkit/model/batch.hpp>
+#include <llmkit/model/gguf_writer.hpp>
+#include <llmkit/model/llama.hpp>
+#include <llmkit/model/synthetic.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "reference/model_reference.hpp"
+
+using namespace llmkit;
+using namespace llmkit::model;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// gpt-oss's shape in miniature: heads wider than dim / n_heads, a window of
+// `window` tokens on the even layers, YaRN when `yarn`.
+llama_config gpt_oss_config(std::size_t dim, std::size_t n_expert, std::size_t k, std::size_t expert_ffn,
+                            std::size_t window, bool yarn) {
+  llama_config c;
+  c.arch = architecture::gpt_oss;
+  c.n_vocab = 300;
+  c.dim = dim;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 32;
+  c.ffn_dim = expert_ffn;
+  c.n_expert = n_expert;
+  c.n_expert_used = k;
+  c.expert_ffn_dim = expert_ffn;
+  c.context_length = 64;
+  c.rope.theta = 150000.0f;
+  c.rms_eps = 1e-5f;
+  c.sliding_window = window;
+  if (yarn) {
+    c.rope.freq_scale = 1.0f / 4.0f;
+    c.rope.yarn = {.ext_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f, .original_context = 16};
+  }
+  return c;
+}
+
+std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.data(), v.size()}; }
+
+const llama_options exact{.activations = activation_type::f32};
+
+std::vector<std::vector<float>> run(llama_model& m, const std::vector<std::int32_t>& tokens) {
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
+  batch_builder b;
+  b.add(*cache.add_sequence(), tokens, 0, last_logits::skip);
+  for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
+  const auto logits = m.forward(b.view(), cache);
+  std::vector<std::vector<float>> out;
+  for (std::size_t t = 0; t < tokens.size(); ++t) out.emplace_back(logits.row(t).begin(), logits.row(t).end());
+  return out;
+}
+
+double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
+  const auto got = run(m, tokens);
+  const auto want = reference::llama_reference(f).logits(tokens);
+  double worst = 0;
+  for (std::size_t t = 0; t < tokens.size(); ++t)
+    for (std::size_t v = 0; v < m.vocab_size(); ++v)
+      worst = std::max(worst, std::abs(double(got[t][v]) - want[t][v]) / std::max(1.0, std::abs(want[t][v])));
+  return worst;
+}
+
+std::vector<std::int32_t> random_tokens(std::size_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int32_t> token(0, 299);
+  std::vector<std::int32_t> tokens(n);
+  for (auto& t : tokens) t = token(rng);
+  return tokens;
+}
+
+}  // namespace
+
+TEST_CASE("gpt-oss: biases, sinks, alternating windows, YaRN, top-k softmax and clamped SwiGLU match the oracle") {
+  struct shape {
+    std::size_t dim, n_expert, k, expert_ffn, window;
+    bool yarn;
+  };
+  const std::vector<shape> shapes{{64, 4, 2, 64, 4, true}, {96, 8, 1, 32, 7, false}, {64, 3, 3, 96, 5, true}};
+  std::mt19937 rng(20);
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const shape sh = shapes[si];
+    const synthetic_options o{.config = gpt_oss_config(sh.dim, sh.n_expert, sh.k, sh.expert_ffn, sh.window, sh.yarn),
+                              .seed = 700 + si};
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.get<std::string_view>("general.architecture") == "gpt-oss");
+    REQUIRE(f.find_tensor("blk.1.attn_sinks.weight") != nullptr);
+    REQUIRE(f.find_tensor("blk.0.post_attention_norm.weight") != nullptr);
+    REQUIRE(f.find_tensor("blk.0.ffn_norm.weight") == nullptr);
+    llama_model m(f, exact);
+    const llama_config& c = m.config();
+    REQUIRE(c.arch == architecture::gpt_oss);
+    REQUIRE(c.rope.layout == simd::rope_layout::half_split);
+    REQUIRE(c.sliding_window == sh.window);
+    REQUIRE(c.is_local(0));
+    REQUIRE_FALSE(c.is_local(1));
+    REQUIRE((c.rope.yarn.ext_factor != 0.0f) == sh.yarn);
+    for (std::size_t n : {1u, 9u, 20u}) {
+      INFO("shape " << si << " n " << n);
+      REQUIRE(max_error(m, f, random_tokens(n, rng)) <= 2e-5);
+    }
+  }
+}
+
+TEST_CASE("gpt-oss: MXFP4 and Q8_0 experts match the oracle; int8 activations stay close") {
+  std::mt19937 rng(21);
+  for (const ggml_type type : {ggml_type::mxfp4, ggml_type::q8_0}) {
+    INFO(ggml_type_name(std::uint32_t(type)));
+    const synthetic_options o{.config = gpt_oss_config(64, 4, 4, 64, 4, true), .weight_type = type, .seed = 31};
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE(f.tensor("blk.0.ffn_up_exps.weight").type == type);
+    llama_model m(f, exact);
+    const auto tokens = random_tokens(11, rng);
+    REQUIRE(max_error(m, f, tokens) <= 2e-5);
+    // int8 activations, every expert used (k = n_expert) so rounding cannot change the routing.
+    llama_model int8(f);
+    const auto e = run(m, tokens), a = run(int8, tokens);
+    double worst = 0, scale = 0;
+    for (std::size_t t = 0; t < tokens.size(); ++t)
+      for (std::size_t v = 0; v < 300; ++v) {
+        worst = std::max(worst, double(std::abs(a[t][v] - e[t][v])));
+        scale = std::max(scale, double(std::abs(e[t][v])));
+      }
+    INFO("largest logit " << scale << ", largest difference " << worst);
+    REQUIRE(worst <= 0.05 * scale);
+  }
+}
+
+TEST_CASE("gpt-oss: prefill equals decode, packed sequences equal sequences alone, on 1 and 2 threads") {
+  const synthetic_options o{.config = gpt_oss_config(64, 4, 2, 64, 3, true), .weight_type = ggml_type::mxfp4,
+                            .seed = 41};
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);
+  thread_pool pool(2);
+  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1, 33}, {42}, {3, 299, 8, 100}};
+  std::vector<std::vector<float>> last(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    batch_builder b;
+    b.add(*cache.add_sequence(), prompts[p], 0);
+    const auto l = m.forward(b.view(), cache);
+    last[p].assign(l.row(0).begin(), l.row(0).end());
+    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
+    const kv::seq_id q = *step.add_sequence();
+    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
+      batch_builder one;
+      one.add(q, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
+      const auto d = m.forward(one.view(), step, pool);
+      if (i + 1 == prompts[p].size())
+        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
+    }
+  }
+  for (int threads = 1; threads <= 2; ++threads) {
+    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
+    batch_builder b;
+    std::vector<kv::seq_id> ids;
+    for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
+    for (std::size_t p : {2u, 0u, 1u}) b.add(ids[p], prompts[p], 0);
+    serial_executor serial;
+    const auto l = threads == 1 ? m.forward(b.view(), cache, serial) : m.forward(b.view(), cache, pool);
+    std::size_t r = 0;
+    for (std::size_t p : {2u, 0u, 1u}) {
+      INFO("threads " << threads << " prompt " << p);
+      for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);
+      ++r;
+    }
+  }
+}
+
+TEST_CASE("gpt-oss: bad files raise llmkit::error naming the tensor") {
+  const synthetic_options o{.config = gpt_oss_config(64, 4, 2, 32, 4, false), .seed = 1};
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  REQUIRE_NOTHROW(llama_model(f));
+  for (const char* dropped : {"blk.1.attn_sinks.weight", "blk.0.attn_output.bias", "blk.0.ffn_gate_inp.bias",
+                              "blk.1.ffn_down_exps.bias", "blk.0.post_attention_norm.weight"}) {
+    gguf_writer w;
+    for (const auto& [key, value] : f.metadata())
+      std::visit(
+          [&](const auto& v) {
+            if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, gguf_array>) w.add(key, v);  // no tokenizer
+          },
+          value);
+    for (const gguf_tensor& t : f.tensors())
+      if (t.name != dropped)
+        w.add_tensor(t.name, t.type, std::span<const std::uint64_t>(t.dims.data(), t.n_dims),
+                     std::span<const std::byte>(t.data, static_cast<std::size_t>(t.n_bytes)));
+    const auto bytes = w.bytes();
+    INFO(dropped);
+    REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(bytes))), Contains(std::string("'") + dropped + "'"));
+  }
+  // A window is required: gpt-oss alternates windowed and full layers.
+  llama_config c = o.config;
+  c.sliding_window = 0;
+  REQUIRE_THROWS_AS(synthetic_llama({.config = c}), llmkit::error);
+}
