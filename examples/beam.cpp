@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   std::size_t prompt_tokens = 0;
   bool prefilled = false;
   std::string clock_name = "cpu";
-  cli.add_option("--model", model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
+  cli.add_option("--model", model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss)");
   cli.add_flag("--synthetic", synthetic, "use the synthetic ~100M model (seeded random F16 weights)");
   cli.add_option("--prompt", prompt, "prompt text (BOS is prepended)");
   cli.add_option("--tokens", n_tokens, "max new tokens").count_at_least(1, "nothing to generate");

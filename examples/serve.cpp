@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
   cli.show_defaults();
   const auto model_option = cli.add_option(
       "--model", o.model,
-      "GGUF model (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3); without it, "
+      "GGUF model (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss); without it, "
       "the synthetic ~100M Llama");
   cli.add_flag("--synthetic", o.synthetic, "serve the synthetic ~100M Llama (seeded random weights; the default)")
       .excludes(model_option);

@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   std::string target_weights = "f32";
   std::string clock_name = "cpu";
   std::uint64_t seed = 1;
-  const auto model_option = cli.add_option("--model", model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
+  const auto model_option = cli.add_option("--model", model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss)");
   const auto stories_flag =
       cli.add_flag("--stories", stories, "the vendored stories260K model (" LLMKIT_DEFAULT_MODEL ")");
   cli.add_flag("--synthetic", synthetic,

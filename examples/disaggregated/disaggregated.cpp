@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
 #endif
   llmkit_examples::command_line cli{"llmkit-disaggregated: prefill on rank 0, KV hand-off, decode on rank 1 (MPI)"};
   cli.show_defaults();
-  cli.add_option("--model", o.model_path, "GGUF model (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
+  cli.add_option("--model", o.model_path, "GGUF model (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss)");
   cli.add_option("-n,--requests", o.n_requests, "number of requests").count_at_least(1, "no request to serve");
   cli.add_option("--prompt-min", o.prompt_min, "shortest prompt").count_at_least(1, "a prompt has a token");
   cli.add_option("--prompt-max", o.prompt_max, "longest prompt").count_at_least(1, "a prompt has a token");

@@ -401,7 +401,7 @@ int main(int argc, char** argv) {
   std::size_t draft_max = 4, draft_max_decodes = 0;
   double drain_seconds = 10.0;
   std::string api_key;
-  cli.add_option("--model", bo.model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
+  cli.add_option("--model", bo.model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss)");
   cli.add_option("--host", host, "address to listen on (loopback unless told otherwise)");
   cli.add_option("--port", port, "TCP port; 0 = any free port (printed on stdout)").in_range(0, 65535);
   cli.add_option("--threads", threads, "forward-pass threads; 0 = by the model's size");

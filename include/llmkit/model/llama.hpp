@@ -4,7 +4,7 @@
 /// @file llmkit/model/llama.hpp
 /// Reference Llama-family model driven by GGUF metadata (the architectures
 /// of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3,
-/// qwen3moe): token
+/// qwen3moe, gpt-oss): token
 /// embedding (times sqrt(dim) for Gemma), per
 /// layer RMSNorm -> Q/K/V projections (+ biases where the architecture has
 /// them; + a per-head RMSNorm of Q and K where it has those) -> RoPE (the architecture's pair layout) -> grouped-query
