@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <span>
 #include <string>
@@ -218,4 +219,35 @@ TEST_CASE("gpt-oss: bad files raise llmkit::error naming the tensor") {
   llama_config c = o.config;
   c.sliding_window = 0;
   REQUIRE_THROWS_AS(synthetic_llama({.config = c}), llmkit::error);
+}
+
+TEST_CASE("gpt-oss: the fuzzer's gpt-oss seed is synthetic_llama's output, and loads") {
+  // One layer (windowed), 4 experts of which 2 are used, MXFP4 matrices (biases, sinks and router F32).
+  synthetic_options o{.config = gpt_oss_config(32, 4, 2, 32, 3, true), .weight_type = ggml_type::mxfp4, .seed = 49};
+  o.config.n_layers = 1;
+  o.config.n_vocab = 40;
+  o.config.n_heads = 2;
+  o.config.n_kv_heads = 1;
+  o.config.head_dim = 16;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f, exact);
+  const auto got = run(m, {1, 7, 39, 3});
+  const auto want = reference::llama_reference(f).logits({1, 7, 39, 3});
+  for (std::size_t t = 0; t < 4; ++t)
+    for (std::size_t v = 0; v < 40; ++v) REQUIRE(std::abs(double(got[t][v]) - want[t][v]) <= 2e-5 * std::max(1.0, std::abs(want[t][v])));
+
+  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_gpt_oss.gguf";
+  std::vector<std::byte> seed;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t got_n; (got_n = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got_n);
+    std::fclose(in);
+  }
+  if (seed != expected) {
+    // Regenerates it: the fresh bytes go to the working directory.
+    synthetic_llama(o).write("tiny_gpt_oss.gguf");
+    FAIL("tests/fuzz/gguf/tiny_gpt_oss.gguf is missing or stale: copy the tiny_gpt_oss.gguf this test just wrote "
+         "to its working directory there");
+  }
 }

@@ -1132,3 +1132,49 @@ TEST_CASE("engine: a qwen3moe request's tokens are the same alone and in a batch
   REQUIRE(run(busy, pool)[2] == alone);
   REQUIRE(run({target}, pool)[0] == alone);
 }
+
+TEST_CASE("engine: a gpt-oss request's tokens are the same alone and in a batch, on 1 and 2 threads") {
+  model::llama_config c;
+  c.arch = model::architecture::gpt_oss;
+  c.n_vocab = 300;
+  c.dim = 128;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 64;
+  c.ffn_dim = 128;
+  c.n_expert = 4;
+  c.n_expert_used = 2;
+  c.expert_ffn_dim = 128;
+  c.context_length = 128;
+  c.sliding_window = 5;  // even layers see 5 tokens: less than most of these contexts
+  c.rope.freq_scale = 0.25f;
+  c.rope.yarn = {.ext_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f, .original_context = 32};
+  const auto image =
+      model::synthetic_llama({.config = c, .weight_type = model::ggml_type::mxfp4, .seed = 49}).bytes();
+  const model::gguf_file file{std::span<const std::byte>(image)};
+  model::llama_model m(file);  // int8 activations
+  auto run = [&](const std::vector<std::vector<token_id>>& prompts, auto& exec) {
+    cache_t cache(m.kv_shape(), {.n_blocks = 64});
+    serve::engine eng(m, cache, exec, small_steps(16));  // chunked prefill mixed with decode steps
+    recorder rec;
+    std::vector<request_id> handles;
+    for (const auto& p : prompts)
+      handles.push_back(
+          eng.submit({.prompt = p, .stop = {.max_new_tokens = 12}, .on_event = rec.sink()}).handle);
+    eng.run_until_idle();
+    std::vector<std::vector<token_id>> out;
+    for (auto h : handles) out.push_back(rec.get(h).tokens);
+    return out;
+  };
+  serial_executor serial;
+  thread_pool pool(2);
+  const std::vector<token_id> target{1, 17, 299, 3, 42, 8, 100, 7, 7};
+  const auto alone = run({target}, serial)[0];
+  REQUIRE(alone.size() == 12);
+  std::vector<std::vector<token_id>> busy{{5, 6}, {250, 3, 9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, target,
+                                          {42}, {8, 8, 8, 8, 8}};
+  REQUIRE(run(busy, serial)[2] == alone);
+  REQUIRE(run(busy, pool)[2] == alone);
+  REQUIRE(run({target}, pool)[0] == alone);
+}
