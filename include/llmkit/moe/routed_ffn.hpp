@@ -245,6 +245,9 @@ void routed_ffn(Exec& exec, const routed_ffn_params& p, routed_ffn_workspace& ws
   const std::size_t target = threads <= 1 ? 1 : threads * (streaming ? 1 : model::detail::matmul_prefill_tasks_per_thread);
   // As model::linear: hand off only products above ~2^16 multiply-adds.
   const bool parallel = threads > 1 && double(n_pairs) * double(dim) * double(f) >= model::detail::matmul_parallel_min_work;
+  // Quantising a decode step's few rows takes less than handing it off.
+  const bool parallel_quantize =
+      parallel && double(n_pairs) * double(std::max(dim, f)) >= model::detail::matmul_parallel_min_work;
   ws.xa.resize(n_expert);
   ws.xb.resize(n_expert);
 
@@ -255,7 +258,7 @@ void routed_ffn(Exec& exec, const routed_ffn_params& p, routed_ffn_workspace& ws
   // Up shares the gate's quantised input unless its format wants another form.
   const bool share_xa = int8_gate && int8_up && gate0.type() == up0.type();
   if (int8_gate || int8_up)
-    detail::run_tasks(exec, ws.active.size(), parallel, [&](std::size_t i) {
+    detail::run_tasks(exec, ws.active.size(), parallel_quantize, [&](std::size_t i) {
       const std::size_t e = std::size_t(ws.active[i]);
       const float* xe = ws.xg.data() + std::size_t(ws.offset[e]) * dim;
       if (int8_gate) detail::quantize_for<Arch>(p.gate.expert(e), xe, ws.count[e], ws.xa[e]);
@@ -288,7 +291,7 @@ void routed_ffn(Exec& exec, const routed_ffn_params& p, routed_ffn_workspace& ws
   const model::weight_matrix& down0 = p.down.expert(0);
   const bool int8_down = detail::uses_int8(down0, p.activations);
   if (int8_down)
-    detail::run_tasks(exec, ws.active.size(), parallel, [&](std::size_t i) {
+    detail::run_tasks(exec, ws.active.size(), parallel_quantize, [&](std::size_t i) {
       const std::size_t e = std::size_t(ws.active[i]);
       detail::quantize_for<Arch>(p.down.expert(e), ws.h.data() + std::size_t(ws.offset[e]) * f, ws.count[e], ws.xa[e]);
     });
