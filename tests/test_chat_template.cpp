@@ -6,11 +6,14 @@
 #include <llmkit/model/detail/python_strip.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/gguf_writer.hpp>
+#include <llmkit/model/harmony_stream.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 using namespace llmkit;
@@ -771,4 +774,40 @@ TEST_CASE("chat_template: split_harmony separates the analysis channel from the 
   const auto plain = split_harmony("no channels at all");
   REQUIRE(plain.reasoning.empty());
   REQUIRE(plain.content == "no channels at all");
+}
+
+TEST_CASE("chat_template: harmony_stream splits a streamed answer as split_harmony splits it whole") {
+  const std::vector<std::string> answers{
+      "<|channel|>analysis<|message|>User says hi. Respond.<|end|><|start|>assistant<|channel|>final<|message|>Hello! "
+      "How can I help?<|return|>",
+      "<|channel|>final<|message|>Direct answer with <| odd | text.<|return|>",
+      "<|channel|>analysis<|message|>Cut off while thinking",
+      "plain text without any header <|end|>",
+      "<|channel|>analysis<|message|>Need a tool.<|end|><|start|>assistant<|channel|>commentary to=functions.f "
+      "<|constrain|>json<|message|>{\"x\":1}<|call|>",
+      "",
+  };
+  std::mt19937 rng(7);
+  for (const std::string& a : answers) {
+    const auto whole = split_harmony(a);
+    std::string whole_content(whole.content);
+    if (a.find("<|channel|>") == std::string::npos) whole_content = a;  // no header: all content
+    for (int trial = 0; trial < 50; ++trial) {
+      harmony_stream s;
+      std::string reasoning, content;
+      for (std::size_t at = 0; at < a.size();) {
+        const std::size_t n = std::min<std::size_t>(a.size() - at, 1 + rng() % 7);
+        const auto p = s.feed(std::string_view(a).substr(at, n));
+        reasoning += p.reasoning;
+        content += p.content;
+        at += n;
+      }
+      const auto p = s.finish();
+      reasoning += p.reasoning;
+      content += p.content;
+      INFO(a << " trial " << trial);
+      REQUIRE(reasoning == whole.reasoning);
+      REQUIRE(content == whole_content);
+    }
+  }
 }

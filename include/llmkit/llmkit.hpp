@@ -62,6 +62,8 @@
 #include "llmkit/model/batch.hpp"
 #include "llmkit/model/gguf.hpp"
 #include "llmkit/model/gguf_writer.hpp"
+#include "llmkit/model/chat_template.hpp"
+#include "llmkit/model/harmony_stream.hpp"
 #include "llmkit/model/language_model.hpp"
 #include "llmkit/model/llama.hpp"
 #include "llmkit/model/synthetic.hpp"
@@ -72,4 +74,5 @@
 #include "llmkit/eval/logit_base.hpp"
 #include "llmkit/eval/perplexity.hpp"
 
+#include "llmkit/moe/routed_ffn.hpp"
 #include "llmkit/moe/router.hpp"
