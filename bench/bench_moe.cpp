@@ -23,6 +23,9 @@
 //                                       through dense [768, 2048] gate and up and
 //                                       [2048, 768] down products of the same
 //                                       format (model::linear), weights/s the same way.
+//   routed_decode/gpt-oss-20b/mxfp4/threads:N, dense_decode/...
+//                                       the same on gpt-oss-20b's layer: 32
+//                                       MXFP4 experts of 2880 x 2880, 4 active.
 //   model_decode/<file>/threads:N       the whole qwen3moe model, one token per
 //                                       step after a 64-token prompt: tokens/s,
 //                                       routed_MB and weight_MB per token
@@ -53,6 +56,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "roofline.hpp"
@@ -68,7 +72,13 @@ struct moe_shape {
   std::size_t dim, n_expert, k, expert_ffn;
 };
 
-moe_shape shape() { return smoke() ? moe_shape{256, 16, 4, 256} : moe_shape{2048, 128, 8, 768}; }
+/// The layer shapes measured: Qwen3-30B-A3B's and gpt-oss-20b's.
+enum class shape_id { qwen3_30b_a3b, gpt_oss_20b };
+
+moe_shape shape(shape_id id = shape_id::qwen3_30b_a3b) {
+  if (id == shape_id::gpt_oss_20b) return smoke() ? moe_shape{256, 8, 4, 256} : moe_shape{2880, 32, 4, 2880};
+  return smoke() ? moe_shape{256, 16, 4, 256} : moe_shape{2048, 128, 8, 768};
+}
 
 constexpr std::size_t prefill_tokens = 512;
 
@@ -107,11 +117,11 @@ moe::expert_tensor make_experts(weight_type type, std::size_t n_expert, std::siz
 
 // Layers of experts of one format, enough of them (decode) that cycling
 // through them reads from DRAM.
-const std::vector<expert_layer>& layers(weight_type type, bool many) {
-  static std::map<std::pair<weight_type, bool>, std::vector<expert_layer>> cache;
-  auto& out = cache[{type, many}];
+const std::vector<expert_layer>& layers(weight_type type, bool many, shape_id id = shape_id::qwen3_30b_a3b) {
+  static std::map<std::tuple<weight_type, bool, shape_id>, std::vector<expert_layer>> cache;
+  auto& out = cache[{type, many, id}];
   if (!out.empty()) return out;
-  const moe_shape s = shape();
+  const moe_shape s = shape(id);
   std::mt19937 rng(48);
   std::size_t n = 1;
   if (many && !smoke()) {
@@ -133,8 +143,8 @@ struct routing {
 };
 
 // Softmax top-k of random router logits: about n * k / n_expert tokens per expert, unevenly.
-routing random_routing(std::size_t n, std::uint64_t seed) {
-  const moe_shape s = shape();
+routing random_routing(std::size_t n, std::uint64_t seed, shape_id id = shape_id::qwen3_30b_a3b) {
+  const moe_shape s = shape(id);
   std::mt19937 rng(static_cast<std::uint32_t>(seed));
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> logits(n * s.n_expert);
@@ -163,12 +173,13 @@ struct stopwatch {
   double seconds() const { return now() - start; }
 };
 
-void bm_routed_decode(benchmark::State& state, weight_type type, std::size_t threads) {
-  const moe_shape s = shape();
-  const auto& ls = layers(type, true);
+void bm_routed_decode(benchmark::State& state, weight_type type, std::size_t threads,
+                      shape_id id = shape_id::qwen3_30b_a3b) {
+  const moe_shape s = shape(id);
+  const auto& ls = layers(type, true, id);
   thread_pool pool(threads);
   std::vector<routing> routes;
-  for (std::size_t i = 0; i < 64; ++i) routes.push_back(random_routing(1, 1000 + i));
+  for (std::size_t i = 0; i < 64; ++i) routes.push_back(random_routing(1, 1000 + i, id));
   const auto x = random_x(1, s.dim);
   std::vector<float> out(s.dim);
   moe::routed_ffn_workspace ws;
@@ -202,12 +213,13 @@ void bm_routed_decode(benchmark::State& state, weight_type type, std::size_t thr
   state.counters["layers"] = double(ls.size());
 }
 
-void bm_dense_decode(benchmark::State& state, weight_type type, std::size_t threads) {
-  const moe_shape s = shape();
-  const auto& ls = layers(type, true);
+void bm_dense_decode(benchmark::State& state, weight_type type, std::size_t threads,
+                     shape_id id = shape_id::qwen3_30b_a3b) {
+  const moe_shape s = shape(id);
+  const auto& ls = layers(type, true, id);
   thread_pool pool(threads);
   std::vector<routing> routes;
-  for (std::size_t i = 0; i < 64; ++i) routes.push_back(random_routing(1, 1000 + i));
+  for (std::size_t i = 0; i < 64; ++i) routes.push_back(random_routing(1, 1000 + i, id));
   const auto x = random_x(1, s.dim);
   std::vector<float> g(s.expert_ffn), u(s.expert_ffn), y(s.dim);
   const double routed_bytes = double(s.k) * double(ls[0].gate.expert_bytes() + ls[0].up.expert_bytes() +
@@ -401,6 +413,19 @@ int main(int argc, char** argv) {
                  ->Unit(benchmark::kMillisecond),
              threads);
     }
+    // gpt-oss-20b's layer: 32 MXFP4 experts of 2880 x 2880, 4 active.
+    timing(benchmark::RegisterBenchmark(("routed_decode/gpt-oss-20b/mxfp4" + th).c_str(),
+                                        [=](benchmark::State& s) {
+                                          bm_routed_decode(s, weight_type::mxfp4, threads, shape_id::gpt_oss_20b);
+                                        })
+               ->Unit(benchmark::kMicrosecond),
+           threads);
+    timing(benchmark::RegisterBenchmark(("dense_decode/gpt-oss-20b/mxfp4" + th).c_str(),
+                                        [=](benchmark::State& s) {
+                                          bm_dense_decode(s, weight_type::mxfp4, threads, shape_id::gpt_oss_20b);
+                                        })
+               ->Unit(benchmark::kMicrosecond),
+           threads);
     timing(benchmark::RegisterBenchmark(("model_decode/qwen3-30b-a3b-q4_k_m" + th).c_str(),
                                         [=](benchmark::State& s) { bm_model_decode(s, threads); })
                ->Unit(benchmark::kMillisecond),
