@@ -49,10 +49,6 @@ inline utf8_char decode_utf8(std::string_view text, std::size_t at) noexcept {
   return {cp, length};
 }
 
-/// The classes of Llama 3's and Qwen2's split regexes (disjoint): marks
-/// are `other` there.
-enum class char_class : std::uint8_t { other, letter, number, space };
-
 /// The class of a kind of character.
 constexpr char_class class_of(char_kind k) noexcept {
   switch (k) {
@@ -82,44 +78,6 @@ inline char_kind kind_of(char32_t cp) noexcept {
   const auto& r = *(it - 1);
   return cp <= r.last ? r.kind : char_kind::other;
 }
-
-/// One run of code points [first, last] of one class.
-struct char_class_range {
-  char32_t first, last;
-  char_class cls;
-};
-
-/// Runs of code points of one class, merged from `char_kind_ranges` (a
-/// third as many: the Llama 3 and Qwen2 splits search this shorter table).
-inline constexpr auto char_class_ranges = [] {
-  constexpr auto merge = [](auto&& add) {
-    const char_kind_range* open = nullptr;
-    char_class open_cls{};
-    char32_t last = 0;
-    for (const auto& r : char_kind_ranges) {
-      const char_class c = class_of(r.kind);
-      if (c == char_class::other) continue;
-      if (open != nullptr && c == open_cls && r.first == last + 1) {
-        last = r.last;
-        continue;
-      }
-      if (open != nullptr) add(char_class_range{open->first, last, open_cls});
-      open = &r;
-      open_cls = c;
-      last = r.last;
-    }
-    if (open != nullptr) add(char_class_range{open->first, last, open_cls});
-  };
-  constexpr std::size_t n = [&] {
-    std::size_t count = 0;
-    merge([&](const char_class_range&) { ++count; });
-    return count;
-  }();
-  std::array<char_class_range, n> out{};
-  std::size_t i = 0;
-  merge([&](const char_class_range& r) { out[i++] = r; });
-  return out;
-}();
 
 /// The class of code point `cp` (`other` for `invalid_code_point`).
 inline char_class classify(char32_t cp) noexcept {
