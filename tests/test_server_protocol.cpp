@@ -1218,3 +1218,48 @@ TEST_CASE("tool calls: prepare_request renders the tools and puts the call gramm
   CHECK(std::get<api_error>(refused).param == "tools");
   CHECK_THAT(std::get<api_error>(refused).message, Catch::Contains("--chat-template"));
 }
+
+// stories260K with its BOS (a control token: no text when decoded) standing
+// for Mistral's [TOOL_CALLS], as real Mistral v3 vocabularies hold it.
+class marker_backend final : public gguf_backend {
+ public:
+  marker_backend()
+      : gguf_backend(LLMKIT_DEFAULT_MODEL, "mistral-v3", user_special_tokens::text),
+        info_(describe(LLMKIT_DEFAULT_MODEL, 0, llmkit::model::llama_config::from_gguf(file_))) {}
+  const backend_model_info& info() const override { return info_; }
+  serve::submit_result submit(serve::generation_request) override { return {}; }
+  void cancel(request_id) override {}
+  void cancel_all() override {}
+  backend_stats stats() const override { return {}; }
+  std::optional<llmkit::token_id> single_token(std::string_view text) const override {
+    return text == "[TOOL_CALLS]" ? std::optional<llmkit::token_id>(1) : std::nullopt;
+  }
+
+ private:
+  backend_model_info info_;
+};
+
+TEST_CASE("tool calls: a trigger marker that decodes to no text is handed to the server with its text") {
+  const marker_backend mistral;
+  REQUIRE(mistral.token_text(1).empty());
+  json body = chat_body();
+  body["tools"] = json::parse(R"([{"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}])");
+  body["max_tokens"] = 8;
+  body["tool_choice"] = "auto";  // lazy: the marker token triggers the grammar
+  auto p = prepare(mistral, api_kind::chat_completions, body);
+  if (const auto* e = std::get_if<api_error>(&p)) FAIL("unexpected error: " << e->message);
+  const auto& pr = std::get<prepared_request>(p);
+  CHECK(pr.tool_syntax == llmkit::chat::tool_syntax::mistral);
+  CHECK(pr.silent_markers == std::vector<std::pair<llmkit::token_id, std::string>>{{1, "[TOOL_CALLS]"}});
+  body["tool_choice"] = "required";  // the grammar spells the marker in characters: nothing to add
+  auto q = prepare(mistral, api_kind::chat_completions, body);
+  REQUIRE(std::holds_alternative<prepared_request>(q));
+  CHECK(std::get<prepared_request>(q).silent_markers.empty());
+  // The qwen2.5 marker is text in stories260K's vocabulary (no single token): none either.
+  const tokenizing_backend qwen("qwen2.5", user_special_tokens::text);
+  body["tool_choice"] = "auto";
+  auto r = prepare(qwen, api_kind::chat_completions, body);
+  REQUIRE(std::holds_alternative<prepared_request>(r));
+  CHECK(std::get<prepared_request>(r).silent_markers.empty());
+}

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -139,6 +140,16 @@ struct prepared_request {
   bool reasoning = false;  ///< the answer opens with a thinking block (chat_prompt::reasoning)
   /// Chat with tools that may be called: how the answer writes calls.
   std::optional<llmkit::chat::tool_syntax> tool_syntax{};
+  /// Marker tokens the tokenizer decodes to no text (control tokens such as
+  /// Mistral's `[TOOL_CALLS]`) with their text: the server writes it into
+  /// the answer where they are drawn, so the call parser sees the marker.
+  std::vector<std::pair<token_id, std::string>> silent_markers{};
+};
+
+/// A tools request's sampling chain and its silent markers (prepared_request).
+struct tool_sampling {
+  llmkit::sampling::runtime_chain chain;
+  std::vector<std::pair<token_id, std::string>> silent_markers{};
 };
 
 /// The sampling chain of a chat request whose tools may be called: the
@@ -146,9 +157,10 @@ struct prepared_request {
 /// (tool_choice "required" or named) or lazy (from the opening marker on,
 /// for "auto"), then the request's own chain. The engine takes it as
 /// `serve::generation_request::chain`. A marker the vocabulary holds as one
-/// special token triggers the lazy grammar as its text does.
+/// special token triggers the lazy grammar as its text does; those that
+/// decode to no text are returned as `silent_markers`.
 /// @throws llmkit::error when the tools' grammar cannot be compiled
-inline llmkit::sampling::runtime_chain tool_chain(const tool_request& tools, llmkit::chat::tool_syntax syntax,
+inline tool_sampling tool_chain(const tool_request& tools, llmkit::chat::tool_syntax syntax,
                                                   const backend& model, const std::string& sampling) {
   namespace grammar = llmkit::grammar;
   const auto vocab = model.grammar_vocabulary();
@@ -159,17 +171,22 @@ inline llmkit::sampling::runtime_chain tool_chain(const tool_request& tools, llm
   auto rest = llmkit::sampling::runtime_chain::parse(sampling);
   const bool greedy = rest.is_greedy();
   std::vector<llmkit::sampling::any_processor> chain;
+  std::vector<std::pair<token_id, std::string>> silent;
   if (g->triggers.empty()) {
     chain.emplace_back(grammar::grammar_processor(masker));
   } else {
     std::vector<std::pair<token_id, std::string>> markers;
     for (const auto& t : g->triggers)
-      if (const auto id = model.single_token(t)) markers.emplace_back(*id, t);
+      if (const auto id = model.single_token(t)) {
+        markers.emplace_back(*id, t);
+        if (model.token_text(*id).empty()) silent.emplace_back(*id, t);
+      }
     chain.emplace_back(grammar::lazy_grammar_processor(masker, g->triggers, std::move(markers)));
   }
   chain.emplace_back(std::move(rest));
-  return greedy ? llmkit::sampling::runtime_chain(std::move(chain), llmkit::sampling::greedy{})
-                : llmkit::sampling::runtime_chain(std::move(chain));
+  return {.chain = greedy ? llmkit::sampling::runtime_chain(std::move(chain), llmkit::sampling::greedy{})
+                          : llmkit::sampling::runtime_chain(std::move(chain)),
+          .silent_markers = std::move(silent)};
 }
 
 /// The engine's beam search for a parsed request's `beam` (nullopt: sampling).
@@ -227,11 +244,14 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   const std::size_t n_prompt = prompt.size();
   std::optional<llmkit::chat::tool_syntax> syntax;
   std::optional<llmkit::sampling::runtime_chain> chain;
+  std::vector<std::pair<token_id, std::string>> silent_markers;
   if (r.kind == api_kind::chat_completions && r.tools && r.tools->active()) {
     if (r.beam) return invalid_request("tools", "'tools' cannot be called with 'use_beam_search'");
     syntax = model.tool_syntax();
     try {
-      chain = tool_chain(*r.tools, *syntax, model, chain_config(r.sampling));
+      auto t = tool_chain(*r.tools, *syntax, model, chain_config(r.sampling));
+      chain = std::move(t.chain);
+      silent_markers = std::move(t.silent_markers);
     } catch (const llmkit::error& e) {
       std::string what = e.what();
       if (what.size() > 300) what = what.substr(0, 300) + "...";
@@ -256,7 +276,8 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
                                       .on_event = {}},
                           .n_prompt = n_prompt,
                           .reasoning = reasoning,
-                          .tool_syntax = syntax};
+                          .tool_syntax = syntax,
+                          .silent_markers = std::move(silent_markers)};
 }
 
 }  // namespace llmkit_server

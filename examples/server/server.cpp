@@ -118,6 +118,7 @@ struct generation {
   std::vector<reasoning_stream> splitters;  // per choice, when streaming a reasoning answer
   /// Tools may be called: answers are split into content and calls (tool_calls.hpp).
   std::optional<llmkit::chat::tool_syntax> tool_syntax;
+  std::vector<std::pair<token_id, std::string>> silent_markers;  // prepared_request::silent_markers
   std::uint64_t tool_call_seed = 0;                 // of the call ids
   std::vector<llmkit::chat::tool_call_stream> tool_streams;  // per choice, when streaming with tools
   std::vector<bool> made_tool_calls;                // per choice, when streaming with tools
@@ -172,6 +173,8 @@ struct generation {
       last_token[index] = now;
       state.metrics.record_token();
       ++n_generated;
+      for (const auto& [id, text] : silent_markers)
+        if (e.token == id) piece.text += text;
       if (with_logprobs) {
         piece.token = e.token;
         piece.token_text = state.model.token_text(e.token);
@@ -322,6 +325,7 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   gen->reasoning = std::get<prepared_request>(prepared).reasoning;
   gen->splitters.resize(r.n);
   gen->tool_syntax = std::get<prepared_request>(prepared).tool_syntax;
+  gen->silent_markers = std::get<prepared_request>(prepared).silent_markers;
   if (gen->tool_syntax) {
     gen->tool_call_seed = br.seed;
     for (std::size_t i = 0; i < r.n; ++i) gen->tool_streams.emplace_back(*gen->tool_syntax, gen->choice_seed(i));
