@@ -8,7 +8,7 @@
 // a checked request or a 4xx; never a throw, a crash or a sanitizer report.
 // Build: clang++-14 -std=c++20 -march=native -fsanitize=fuzzer,address,undefined
 //   -Iinclude -Iexamples/server fuzz/http_fuzzer.cpp examples/server/http_server.cpp
-//   examples/server/openai_protocol.cpp (tests/server_protocol.cmake does it in sanitizer builds).
+//   examples/server/openai_protocol.cpp examples/server/tool_calls.cpp (tests/server_protocol.cmake does it in sanitizer builds).
 #include <boost/beast/core/string.hpp>
 
 #include <cstddef>

@@ -10,7 +10,7 @@
 // The body also goes through the /tokenize and /detokenize parsers and
 // answers (a request or a 4xx; every answer JSON).
 // Build: clang++-14 -std=c++20 -march=native -fsanitize=fuzzer,address,undefined
-//   -Iinclude -Iexamples/server fuzz/protocol_fuzzer.cpp examples/server/openai_protocol.cpp
+//   -Iinclude -Iexamples/server fuzz/protocol_fuzzer.cpp examples/server/openai_protocol.cpp examples/server/tool_calls.cpp
 //   (tests/server_protocol.cmake does it in sanitizer builds).
 #include <llmkit/model/chat_template.hpp>
 #include <llmkit/model/tokenizer.hpp>
@@ -18,11 +18,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -94,7 +96,9 @@ void check_chat(const generation_request& r, std::uint8_t selector) {
   const lm::chat_template t = lm::chat_template::by_name(names[selector % names.size()]);
   std::optional<chat_prompt> p;
   try {
-    p = format_chat_prompt(vocab(), t, r.messages);
+    p = format_chat_prompt(vocab(), t, r.messages, true,
+                           r.tools ? std::span<const llmkit::chat::tool_definition>(r.tools->tools)
+                                   : std::span<const llmkit::chat::tool_definition>());
   } catch (const llmkit::error&) {
     return;  // a conversation the template refuses (prepare_request answers 400)
   }
@@ -103,9 +107,15 @@ void check_chat(const generation_request& r, std::uint8_t selector) {
     check(s.length > 0 && s.offset >= end && s.end() <= p->text.size(), "content ranges not sorted or inside");
     end = s.end();
   }
-  std::vector<lm::chat_message> m;
-  for (const auto& x : r.messages) m.push_back({x.role, x.content});
-  check(p->text == t.format(m), "format_marked's text differs from format's");
+  // Tools, calls and results are rendered by chat::format_with_tools, which has no unmarked twin.
+  const bool with_tools = r.tools || std::any_of(r.messages.begin(), r.messages.end(), [](const chat_message& x) {
+                            return x.role == "tool" || !x.tool_calls.empty();
+                          });
+  if (!with_tools) {
+    std::vector<lm::chat_message> m;
+    for (const auto& x : r.messages) m.push_back({x.role, x.content});
+    check(p->text == t.format(m), "format_marked's text differs from format's");
+  }
   // SentencePiece writes ' ' as U+2581 and decodes it back as ' ': a text
   // holding U+2581 itself does not round-trip byte for byte.
   if (p->text.find("\xe2\x96\x81") != std::string::npos) return;

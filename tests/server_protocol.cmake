@@ -18,12 +18,12 @@ target_compile_definitions(${llmkit_test_target} PRIVATE
 #   seeds in tests/fuzz/http/.
 include("${PROJECT_SOURCE_DIR}/cmake/llmkitFuzzers.cmake")
 llmkit_add_fuzzer(NAME protocol TEST "server: protocol fuzzer"
-  SOURCES fuzz/protocol_fuzzer.cpp examples/server/openai_protocol.cpp
+  SOURCES fuzz/protocol_fuzzer.cpp examples/server/openai_protocol.cpp examples/server/tool_calls.cpp
   INCLUDES examples/server TARGETS xsimd nlohmann_json::nlohmann_json SEEDS tests/fuzz/protocol)
 # Beast's parser is built as the server's builds have it (NDEBUG: no
 # BOOST_ASSERT): some of its internal asserts fire on malformed chunk lines
 # that it then refuses safely (ASan and UBSan stay silent on them).
 llmkit_add_fuzzer(NAME http TEST "server: http fuzzer"
-  SOURCES fuzz/http_fuzzer.cpp examples/server/http_server.cpp examples/server/openai_protocol.cpp
+  SOURCES fuzz/http_fuzzer.cpp examples/server/http_server.cpp examples/server/openai_protocol.cpp examples/server/tool_calls.cpp
   INCLUDES examples/server TARGETS xsimd nlohmann_json::nlohmann_json SEEDS tests/fuzz/http
   DEFINES BOOST_DISABLE_ASSERTS)

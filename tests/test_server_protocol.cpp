@@ -205,7 +205,7 @@ TEST_CASE("chat messages: roles, text parts, and what is refused") {
   check_names(chat_error({{"top_logprobs", 2}}), "top_logprobs", "logprobs");
   check_names(chat_error({{"logprobs", true}, {"top_logprobs", 21}}), "top_logprobs", "21");
   check_names(chat_error({{"logprobs", "yes"}}), "logprobs", "\"yes\"");
-  check_names(chat_error({{"tools", json::array({{{"type", "function"}}})}}), "tools", "not supported");
+  check_names(chat_error({{"tools", json::array({{{"type", "function"}}})}}), "tools", "function");
   check_names(chat_error({{"response_format", {{"type", "json_object"}}}}), "response_format", "json_object");
   // Chat logprobs default off; a bool without top_logprobs asks for the chosen tokens only.
   CHECK_FALSE(ok(api_kind::chat_completions, chat_body()).logprobs);
@@ -1118,4 +1118,148 @@ TEST_CASE("reasoning_content: the whole answer and streamed deltas") {
   CHECK(s.feed("<think>\nhmm").reasoning == "hmm");
   CHECK(s.feed(" </thi").reasoning == " ");
   CHECK(s.finish().reasoning == "</thi");
+}
+
+TEST_CASE("tool calls: tools, tool_choice, the history's calls and results, answers and chunks with calls") {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "add"}}])");
+  json body = chat_body();
+  body["tools"] = tools;
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "add"}}}};
+  body["parallel_tool_calls"] = false;
+  body["messages"] = json::array(
+      {{{"role", "user"}, {"content", "Weather?"}},
+       {{"role", "assistant"}, {"content", nullptr},
+        {"tool_calls", json::array({{{"id", "abcdefghi"}, {"type", "function"},
+                                     {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Oslo\"}"}}}}})}},
+       {{"role", "tool"}, {"tool_call_id", "abcdefghi"}, {"content", "{\"temp\": 3}"}}});
+  const auto r = ok(api_kind::chat_completions, body);
+  REQUIRE(r.tools.has_value());
+  CHECK(r.tools->tools.size() == 2);
+  CHECK(r.tools->choice.mode == llmkit::chat::tool_choice_mode::named);
+  CHECK_FALSE(r.tools->parallel);
+  REQUIRE(r.messages.size() == 3);
+  REQUIRE(r.messages[1].tool_calls.size() == 1);
+  CHECK(r.messages[1].tool_calls[0].name == "get_weather");
+  CHECK(r.messages[1].tool_calls[0].arguments == "{\"city\": \"Oslo\"}");
+  CHECK(r.messages[2].role == "tool");
+  CHECK(r.messages[2].tool_call_id == "abcdefghi");
+  CHECK_FALSE(ok(api_kind::chat_completions, chat_body()).tools.has_value());
+
+  auto chat_error = [&](json patch) {
+    json b = chat_body();
+    b.update(patch);
+    return error_of(api_kind::chat_completions, b.dump());
+  };
+  check_names(chat_error({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}),
+              "tool_choice", "nope");
+  check_names(chat_error({{"tools", tools}, {"tool_choice", "sometimes"}}), "tool_choice", "sometimes");
+  check_names(chat_error({{"tool_choice", "required"}}), "tool_choice", "needs 'tools'");
+  check_names(chat_error({{"tools", tools}, {"parallel_tool_calls", 1}}), "parallel_tool_calls", "boolean");
+  check_names(chat_error({{"tools", json::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
+                 {"type": "object", "properties": {"x": {"type": "array", "uniqueItems": true}}}}}])")}}),
+              "tools", "uniqueItems");
+  check_names(chat_error({{"messages", json::array({{{"role", "tool"}, {"content", "x"}}})}}), "messages",
+              "tool_call_id");
+  check_names(chat_error({{"messages", json::array({{{"role", "assistant"},
+                                                     {"tool_calls", json::array({{{"function", {{"name", "f"},
+                                                                                   {"arguments", "{x"}}}}})}}})}}),
+              "messages", "not valid JSON");
+
+  // The answer: content null when there is none, tool_calls, finish_reason "tool_calls".
+  const response_header h{.id = "chatcmpl-1", .created = 1, .model = "m"};
+  choice_result c{.text = "", .finish = serve::finish_kind::stop};
+  c.tool_calls = {{"abcdefghi", "add", "{}"}};
+  const json answer = json::parse(completion_response(api_kind::chat_completions, h, {c}, {3, 4}, false));
+  CHECK(answer["choices"][0]["finish_reason"] == "tool_calls");
+  CHECK(answer["choices"][0]["message"]["content"].is_null());
+  CHECK(answer["choices"][0]["message"]["tool_calls"] ==
+        json::parse(R"([{"id": "abcdefghi", "type": "function", "function": {"name": "add", "arguments": "{}"}}])"));
+  c.finish = serve::finish_kind::length;  // cut off: the reason stays
+  CHECK(json::parse(completion_response(api_kind::chat_completions, h, {c}, {3, 4}, false))["choices"][0]["finish_reason"] ==
+        "length");
+  // Chunks: the call announced with id, type and name, then arguments only.
+  const json first = json::parse(tool_call_chunk(h, 0, {{0, "abcdefghi", "add", ""}}));
+  CHECK(first["object"] == "chat.completion.chunk");
+  CHECK(first["choices"][0]["delta"]["tool_calls"] ==
+        json::parse(R"([{"index": 0, "id": "abcdefghi", "type": "function", "function": {"name": "add", "arguments": ""}}])"));
+  const json later = json::parse(tool_call_chunk(h, 0, {{0, "", "", "{\"a\""}}));
+  CHECK(later["choices"][0]["delta"]["tool_calls"] == json::parse(R"([{"index": 0, "function": {"arguments": "{\"a\""}}])"));
+  CHECK(json::parse(finish_chunk(api_kind::chat_completions, h, 0, serve::finish_kind::stop, true))["choices"][0]
+                   ["finish_reason"] == "tool_calls");
+}
+
+TEST_CASE("tool calls: prepare_request renders the tools and puts the call grammar first (stories260K)") {
+  const tokenizing_backend qwen("qwen2.5", user_special_tokens::text);
+  json body = chat_body();
+  body["tools"] = json::parse(R"([{"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}])");
+  body["max_tokens"] = 8;
+  for (const char* choice : {"auto", "required"}) {
+    body["tool_choice"] = choice;
+    auto p = prepare(qwen, api_kind::chat_completions, body);
+    if (const auto* e = std::get_if<api_error>(&p)) FAIL("unexpected error: " << e->message);
+    const auto& pr = std::get<prepared_request>(p);
+    CHECK(pr.tool_syntax == llmkit::chat::tool_syntax::hermes);
+    CHECK(pr.request.chain.has_value());
+    CHECK_THAT(qwen.decode(pr.request.prompt), Catch::Contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"add\""));
+  }
+  body["tool_choice"] = "none";  // rendered, not constrained
+  auto none = prepare(qwen, api_kind::chat_completions, body);
+  REQUIRE(std::holds_alternative<prepared_request>(none));
+  CHECK_FALSE(std::get<prepared_request>(none).request.chain.has_value());
+  CHECK_FALSE(std::get<prepared_request>(none).tool_syntax.has_value());
+  // A template without a tool format: a 400 naming tools.
+  const tokenizing_backend zephyr("zephyr", user_special_tokens::text);
+  body["tool_choice"] = "auto";
+  auto refused = prepare(zephyr, api_kind::chat_completions, body);
+  REQUIRE(std::holds_alternative<api_error>(refused));
+  CHECK(std::get<api_error>(refused).param == "tools");
+  CHECK_THAT(std::get<api_error>(refused).message, Catch::Contains("--chat-template"));
+}
+
+// stories260K with its BOS (a control token: no text when decoded) standing
+// for Mistral's [TOOL_CALLS], as real Mistral v3 vocabularies hold it.
+class marker_backend final : public gguf_backend {
+ public:
+  marker_backend()
+      : gguf_backend(LLMKIT_DEFAULT_MODEL, "mistral-v3", user_special_tokens::text),
+        info_(describe(LLMKIT_DEFAULT_MODEL, 0, llmkit::model::llama_config::from_gguf(file_))) {}
+  const backend_model_info& info() const override { return info_; }
+  serve::submit_result submit(serve::generation_request) override { return {}; }
+  void cancel(request_id) override {}
+  void cancel_all() override {}
+  backend_stats stats() const override { return {}; }
+  std::optional<llmkit::token_id> single_token(std::string_view text) const override {
+    return text == "[TOOL_CALLS]" ? std::optional<llmkit::token_id>(1) : std::nullopt;
+  }
+
+ private:
+  backend_model_info info_;
+};
+
+TEST_CASE("tool calls: a trigger marker that decodes to no text is handed to the server with its text") {
+  const marker_backend mistral;
+  REQUIRE(mistral.token_text(1).empty());
+  json body = chat_body();
+  body["tools"] = json::parse(R"([{"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}])");
+  body["max_tokens"] = 8;
+  body["tool_choice"] = "auto";  // lazy: the marker token triggers the grammar
+  auto p = prepare(mistral, api_kind::chat_completions, body);
+  if (const auto* e = std::get_if<api_error>(&p)) FAIL("unexpected error: " << e->message);
+  const auto& pr = std::get<prepared_request>(p);
+  CHECK(pr.tool_syntax == llmkit::chat::tool_syntax::mistral);
+  CHECK(pr.silent_markers == std::vector<std::pair<llmkit::token_id, std::string>>{{1, "[TOOL_CALLS]"}});
+  body["tool_choice"] = "required";  // the grammar spells the marker in characters: nothing to add
+  auto q = prepare(mistral, api_kind::chat_completions, body);
+  REQUIRE(std::holds_alternative<prepared_request>(q));
+  CHECK(std::get<prepared_request>(q).silent_markers.empty());
+  // The qwen2.5 marker is text in stories260K's vocabulary (no single token): none either.
+  const tokenizing_backend qwen("qwen2.5", user_special_tokens::text);
+  body["tool_choice"] = "auto";
+  auto r = prepare(qwen, api_kind::chat_completions, body);
+  REQUIRE(std::holds_alternative<prepared_request>(r));
+  CHECK(std::get<prepared_request>(r).silent_markers.empty());
 }

@@ -12,15 +12,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
+#include <llmkit/chat/tool_grammar.hpp>
+#include <llmkit/chat/tools.hpp>
 #include <llmkit/core/error.hpp>
 #include <llmkit/core/ids.hpp>
+#include <llmkit/grammar/lazy_processor.hpp>
+#include <llmkit/grammar/processor.hpp>
+#include <llmkit/grammar/token_masker.hpp>
 #include <llmkit/core/stop.hpp>
 #include <llmkit/model/tokenizer_types.hpp>
 #include <llmkit/serve/request.hpp>
@@ -90,9 +97,20 @@ class backend {
   /// nullopt when there is none.
   /// @throws llmkit::error when the template refuses the conversation
   ///         (e.g. Llama 2's turns must alternate user / assistant)
-  /// `enable_thinking`: chat_template_kwargs.enable_thinking (Qwen3).
-  virtual std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages,
-                                                 bool enable_thinking) const = 0;
+  /// `enable_thinking`: chat_template_kwargs.enable_thinking (Qwen3);
+  /// `[k] tools`: the request's tools, rendered as the template's family
+  /// does (llmkit/chat/tool_template.hpp).
+  virtual std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages, bool enable_thinking,
+                                                 std::span<const llmkit::chat::tool_definition> tools) const = 0;
+  /// The call syntax of the chat template's family; nullopt when there is
+  /// no template or its family has no tools.
+  virtual std::optional<llmkit::chat::tool_syntax> tool_syntax() const { return std::nullopt; }
+  /// The vocabulary grammars are compiled for (its ends: EOS and the
+  /// template's end of turn); null when the backend takes no grammars.
+  virtual std::shared_ptr<const llmkit::grammar::token_vocabulary> grammar_vocabulary() const { return nullptr; }
+  /// The id of the one token whose text is `text` (a special token such as
+  /// `<tool_call>`), if the vocabulary has one.
+  virtual std::optional<token_id> single_token(std::string_view /*text*/) const { return std::nullopt; }
   /// The text of one token (for logprobs).
   virtual std::string token_text(token_id token) const = 0;
   /// POST /tokenize: `text` to ids, BOS in front only when `add_special`
@@ -120,7 +138,56 @@ struct prepared_request {
   serve::generation_request request;
   std::size_t n_prompt = 0;
   bool reasoning = false;  ///< the answer opens with a thinking block (chat_prompt::reasoning)
+  /// Chat with tools that may be called: how the answer writes calls.
+  std::optional<llmkit::chat::tool_syntax> tool_syntax{};
+  /// Marker tokens the tokenizer decodes to no text (control tokens such as
+  /// Mistral's `[TOOL_CALLS]`) with their text: the server writes it into
+  /// the answer where they are drawn, so the call parser sees the marker.
+  std::vector<std::pair<token_id, std::string>> silent_markers{};
 };
+
+/// A tools request's sampling chain and its silent markers (prepared_request).
+struct tool_sampling {
+  llmkit::sampling::runtime_chain chain;
+  std::vector<std::pair<token_id, std::string>> silent_markers{};
+};
+
+/// The sampling chain of a chat request whose tools may be called: the
+/// call grammar of `syntax` (llmkit/chat/tool_grammar.hpp) first, whole
+/// (tool_choice "required" or named) or lazy (from the opening marker on,
+/// for "auto"), then the request's own chain. The engine takes it as
+/// `serve::generation_request::chain`. A marker the vocabulary holds as one
+/// special token triggers the lazy grammar as its text does; those that
+/// decode to no text are returned as `silent_markers`.
+/// @throws llmkit::error when the tools' grammar cannot be compiled
+inline tool_sampling tool_chain(const tool_request& tools, llmkit::chat::tool_syntax syntax,
+                                                  const backend& model, const std::string& sampling) {
+  namespace grammar = llmkit::grammar;
+  const auto vocab = model.grammar_vocabulary();
+  LLMKIT_CHECK(vocab != nullptr, "tools: this backend takes no grammars");
+  const auto g = llmkit::chat::tool_call_grammar(syntax, tools.tools, tools.choice, tools.parallel);
+  LLMKIT_ASSERT(g.has_value());
+  const auto masker = grammar::compile_cached(g->gbnf, vocab);
+  auto rest = llmkit::sampling::runtime_chain::parse(sampling);
+  const bool greedy = rest.is_greedy();
+  std::vector<llmkit::sampling::any_processor> chain;
+  std::vector<std::pair<token_id, std::string>> silent;
+  if (g->triggers.empty()) {
+    chain.emplace_back(grammar::grammar_processor(masker));
+  } else {
+    std::vector<std::pair<token_id, std::string>> markers;
+    for (const auto& t : g->triggers)
+      if (const auto id = model.single_token(t)) {
+        markers.emplace_back(*id, t);
+        if (model.token_text(*id).empty()) silent.emplace_back(*id, t);
+      }
+    chain.emplace_back(grammar::lazy_grammar_processor(masker, g->triggers, std::move(markers)));
+  }
+  chain.emplace_back(std::move(rest));
+  return {.chain = greedy ? llmkit::sampling::runtime_chain(std::move(chain), llmkit::sampling::greedy{})
+                          : llmkit::sampling::runtime_chain(std::move(chain)),
+          .silent_markers = std::move(silent)};
+}
 
 /// The engine's beam search for a parsed request's `beam` (nullopt: sampling).
 inline std::optional<serve::beam_options> beam_of(const generation_request& r) {
@@ -151,9 +218,15 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   if (r.kind == api_kind::completions) {
     prompt = r.prompt_is_tokens ? r.prompt_tokens : model.tokenize(r.prompt_text);
   } else {
+    if (r.tools && !model.tool_syntax())
+      return invalid_request("tools", "the chat template has no tool-call format; start llmkit-server with "
+                                      "--chat-template NAME, NAME one of chatml, qwen2, qwen2.5, qwen3, llama3.1, "
+                                      "mistral-v3");
     std::optional<chat_prompt> chat;
     try {
-      chat = model.format_chat(r.messages, r.enable_thinking);
+      chat = model.format_chat(r.messages, r.enable_thinking,
+                               r.tools ? std::span<const llmkit::chat::tool_definition>(r.tools->tools)
+                                       : std::span<const llmkit::chat::tool_definition>());
     } catch (const llmkit::error& e) {
       std::string what = e.what();
       if (what.size() > 300) what = what.substr(0, 300) + "...";
@@ -169,8 +242,26 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   const auto budget = completion_budget(r, prompt.size(), limits);
   if (const auto* e = std::get_if<api_error>(&budget)) return *e;
   const std::size_t n_prompt = prompt.size();
+  std::optional<llmkit::chat::tool_syntax> syntax;
+  std::optional<llmkit::sampling::runtime_chain> chain;
+  std::vector<std::pair<token_id, std::string>> silent_markers;
+  if (r.kind == api_kind::chat_completions && r.tools && r.tools->active()) {
+    if (r.beam) return invalid_request("tools", "'tools' cannot be called with 'use_beam_search'");
+    syntax = model.tool_syntax();
+    try {
+      auto t = tool_chain(*r.tools, *syntax, model, chain_config(r.sampling));
+      chain = std::move(t.chain);
+      silent_markers = std::move(t.silent_markers);
+    } catch (const llmkit::error& e) {
+      std::string what = e.what();
+      if (what.size() > 300) what = what.substr(0, 300) + "...";
+      return invalid_request("tools", "the tools' call grammar cannot be built: " + what);
+    }
+    reasoning = false;  // the answer is split into content and calls instead
+  }
   return prepared_request{.request = {.prompt = std::move(prompt),
                                       .sampling = r.beam ? std::string("greedy") : chain_config(r.sampling),
+                                      .chain = std::move(chain),
                                       .seed = seed,
                                       .stop = stop_rules(r, std::get<std::size_t>(budget), std::move(eos)),
                                       .top_logprobs = r.logprobs.value_or(0),
@@ -184,7 +275,9 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
                                                          : serve::speculation{},
                                       .on_event = {}},
                           .n_prompt = n_prompt,
-                          .reasoning = reasoning};
+                          .reasoning = reasoning,
+                          .tool_syntax = syntax,
+                          .silent_markers = std::move(silent_markers)};
 }
 
 }  // namespace llmkit_server

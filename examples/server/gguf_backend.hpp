@@ -7,6 +7,8 @@
 /// format_chat and token_text. A backend derives from it and adds how the
 /// model runs.
 
+#include <llmkit/chat/tool_template.hpp>
+#include <llmkit/grammar/token_masker.hpp>
 #include <llmkit/model/chat_template.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama_config.hpp>
@@ -14,6 +16,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -36,15 +40,17 @@ inline std::vector<token_id> encode_chat(const llmkit::model::tokenizer& tok, co
                                                                     : std::span<const llmkit::model::text_span>(chat.contents)});
 }
 
-/// `messages` through `chat_template`, with the contents marked and the
-/// end-of-turn token looked up in `tok`.
+/// `messages` (and `[k] tools`) through `chat_template`, with the contents
+/// marked and the end-of-turn token looked up in `tok`.
 /// @throws llmkit::error when the template refuses the conversation
 inline chat_prompt format_chat_prompt(const llmkit::model::tokenizer& tok, const llmkit::model::chat_template& t,
-                                      const std::vector<chat_message>& messages, bool enable_thinking = true) {
-  std::vector<llmkit::model::chat_message> m;
+                                      const std::vector<chat_message>& messages, bool enable_thinking = true,
+                                      std::span<const llmkit::chat::tool_definition> tools = {}) {
+  std::vector<llmkit::chat::chat_turn> m;
   m.reserve(messages.size());
-  for (const auto& x : messages) m.push_back({x.role, x.content});
-  llmkit::model::formatted_chat f = t.format_marked(m, {.enable_thinking = enable_thinking});
+  for (const auto& x : messages)
+    m.push_back({.role = x.role, .content = x.content, .tool_calls = x.tool_calls, .tool_call_id = x.tool_call_id});
+  llmkit::model::formatted_chat f = llmkit::chat::format_with_tools(t, m, tools, {.enable_thinking = enable_thinking});
   chat_prompt p{.text = std::move(f.text), .contents = std::move(f.contents)};
   p.reasoning = t.has_reasoning() && enable_thinking;
   if (const auto eot = tok.find(t.end_of_turn_text())) p.end_of_turn.push_back(*eot);
@@ -60,11 +66,29 @@ class gguf_backend : public backend {
 
   std::vector<token_id> tokenize_chat(const chat_prompt& chat) const override { return encode_chat(tok_, chat, user_); }
 
-  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages,
-                                         bool enable_thinking) const override {
+  std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages, bool enable_thinking,
+                                         std::span<const llmkit::chat::tool_definition> tools) const override {
     if (!template_) return std::nullopt;
-    return format_chat_prompt(tok_, *template_, messages, enable_thinking);
+    return format_chat_prompt(tok_, *template_, messages, enable_thinking, tools);
   }
+
+  std::optional<llmkit::chat::tool_syntax> tool_syntax() const override {
+    return template_ ? llmkit::chat::tool_syntax_of(template_->family()) : std::nullopt;
+  }
+
+  std::shared_ptr<const llmkit::grammar::token_vocabulary> grammar_vocabulary() const override {
+    // Built on first use (a trie over the vocabulary), then shared by every request.
+    std::call_once(vocab_once_, [&] {
+      std::vector<token_id> ends{tok_.eos()};
+      if (template_)
+        if (const auto eot = tok_.find(template_->end_of_turn_text()); eot && *eot != tok_.eos()) ends.push_back(*eot);
+      ends.erase(std::remove(ends.begin(), ends.end(), token_id{-1}), ends.end());
+      vocab_ = llmkit::grammar::token_vocabulary::from_tokenizer(tok_, std::move(ends));
+    });
+    return vocab_;
+  }
+
+  std::optional<token_id> single_token(std::string_view text) const override { return tok_.find(text); }
 
   std::string token_text(token_id token) const override {
     std::string out;
@@ -109,6 +133,8 @@ class gguf_backend : public backend {
   llmkit::model::tokenizer tok_;
   std::optional<llmkit::model::chat_template> template_;
   user_special_tokens user_;
+  mutable std::once_flag vocab_once_;
+  mutable std::shared_ptr<const llmkit::grammar::token_vocabulary> vocab_;
 };
 
 }  // namespace llmkit_server

@@ -256,6 +256,13 @@ std::string message_content(const json& m, const std::string& where) {
   return text;
 }
 
+// A tool field's error (tool_calls.hpp): its message starts with the field.
+[[noreturn]] void reject_tool_error(const llmkit::error& e) {
+  const std::string what = e.what();
+  const std::size_t end = what.find_first_of(".[:");
+  reject(what.substr(0, end == std::string::npos ? 0 : end), cut(what, 512));
+}
+
 void parse_messages(const json& body, generation_request& r) {
   const json* ms = field(body, "messages");
   if (!ms) reject("messages", "'messages' is required (an array of {\"role\", \"content\"})");
@@ -270,10 +277,18 @@ void parse_messages(const json& body, generation_request& r) {
     if (!role->is_string()) wrong_type(where + ".role", "a string", *role);
     std::string name = role->get<std::string>();
     if (name == "developer") name = "system";
-    if (name != "system" && name != "user" && name != "assistant")
-      reject(where + ".role",
-             "'" + where + ".role' must be \"system\", \"user\" or \"assistant\", got " + quote(*role));
-    r.messages.push_back({std::move(name), message_content(m, where)});
+    if (name != "system" && name != "user" && name != "assistant" && name != "tool")
+      reject(where + ".role", "'" + where + ".role' must be \"system\", \"user\", \"assistant\" or \"tool\", got " +
+                                  quote(*role));
+    chat_message message{.role = name, .content = message_content(m, where)};
+    try {
+      auto extra = parse_message_tool_fields(m, name, where);
+      message.tool_calls = std::move(extra.tool_calls);
+      message.tool_call_id = std::move(extra.tool_call_id);
+    } catch (const llmkit::error& e) {
+      reject_tool_error(e);
+    }
+    r.messages.push_back(std::move(message));
   }
 }
 
@@ -330,8 +345,6 @@ void parse_unsupported(const json& body, api_kind kind) {
     if (const json* suffix = field(body, "suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
       reject("suffix", "'suffix' is not supported");
   } else {
-    if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
-      reject("tools", "'tools' (function calling) is not supported");
     if (const json* rf = field(body, "response_format")) {
       if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
       const json* type = field(*rf, "type");
@@ -446,6 +459,13 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
   if (kind == api_kind::completions) parse_prompt(body, r, model);
   else parse_messages(body, r);
   parse_unsupported(body, kind);
+  if (kind == api_kind::chat_completions) {
+    try {
+      r.tools = parse_tool_request(text);
+    } catch (const llmkit::error& e) {
+      reject_tool_error(e);
+    }
+  }
 
   const auto ctx = static_cast<std::int64_t>(model.n_ctx);
   if (const auto m = integer_field(body, "max_tokens", 1, ctx)) r.max_tokens = static_cast<std::size_t>(*m);
@@ -848,6 +868,10 @@ std::string completion_response(api_kind kind, const response_header& h, const s
       ordered_json message;
       message["role"] = "assistant";
       message["content"] = c.text;
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = tool_calls_json(c.tool_calls);
+      }
       if (c.reasoning) message["reasoning_content"] = *c.reasoning;
       choice["message"] = std::move(message);
       if (with_logprobs) {
@@ -860,7 +884,8 @@ std::string completion_response(api_kind kind, const response_header& h, const s
         choice["logprobs"] = nullptr;
       }
     }
-    choice["finish_reason"] = serve::to_string(c.finish);
+    choice["finish_reason"] =
+        !c.tool_calls.empty() && c.finish == serve::finish_kind::stop ? std::string_view("tool_calls") : serve::to_string(c.finish);
     list.push_back(std::move(choice));
   }
   j["choices"] = std::move(list);
@@ -991,14 +1016,16 @@ reasoning_stream::parts reasoning_stream::finish() {
   return out;
 }
 
-std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, serve::finish_kind finish) {
+std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, serve::finish_kind finish,
+                         bool made_tool_calls) {
   ordered_json j = chunk_head(kind, h);
   ordered_json choice;
   choice["index"] = index;
   if (kind == api_kind::completions) choice["text"] = "";
   else choice["delta"] = ordered_json::object();
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = serve::to_string(finish);
+  choice["finish_reason"] =
+      made_tool_calls && finish == serve::finish_kind::stop ? std::string_view("tool_calls") : serve::to_string(finish);
   j["choices"] = ordered_json::array({std::move(choice)});
   return dump(j);
 }

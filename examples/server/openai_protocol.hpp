@@ -23,6 +23,7 @@
 #include <llmkit/serve/request.hpp>
 
 #include "server_metrics.hpp"
+#include "tool_calls.hpp"
 
 namespace llmkit_server {
 
@@ -74,10 +75,12 @@ enum class api_kind : std::uint8_t {
   chat_completions,  ///< POST /v1/chat/completions
 };
 
-/// One chat message (role "system", "user" or "assistant").
+/// One chat message (role "system", "user", "assistant" or "tool").
 struct chat_message {
   std::string role;
   std::string content;
+  std::vector<llmkit::chat::tool_call> tool_calls{};  ///< assistant: the calls it made
+  std::string tool_call_id{};                         ///< tool: the call it answers
 };
 
 /// What the server knows about its model when it checks a request.
@@ -178,6 +181,9 @@ struct generation_request {
   /// switch of Qwen3's thinking block); other keys of chat_template_kwargs
   /// are ignored, as the built-in templates take no others.
   bool enable_thinking = true;
+  /// Chat: `tools`, `tool_choice`, `parallel_tool_calls` (tool_calls.hpp);
+  /// nullopt without tools.
+  std::optional<tool_request> tools{};
 };
 
 /// A request or the error that answers it.
@@ -270,6 +276,9 @@ struct choice_result {
   /// `text` then being the answer after it; nullopt: no such field.
   std::optional<std::string> reasoning{};
   std::vector<token_piece> pieces{};  ///< per token, when logprobs were asked for
+  /// Chat with tools: the calls parsed from the answer (`text` is then the
+  /// rest); the finish reason of a choice with calls is "tool_calls".
+  std::vector<llmkit::chat::tool_call> tool_calls{};
   serve::finish_kind finish = serve::finish_kind::stop;  ///< its `finish_reason`: serve::to_string(finish)
 };
 
@@ -331,8 +340,10 @@ class reasoning_stream {
   bool answered_ = false;  // content other than newlines has been sent
 };
 
-/// The last chunk of choice `index`: empty text / delta and its finish_reason.
-std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, serve::finish_kind finish);
+/// The last chunk of choice `index`: empty text / delta and its finish_reason
+/// ("tool_calls" instead of "stop" when `made_tool_calls`).
+std::string finish_chunk(api_kind kind, const response_header& h, std::size_t index, serve::finish_kind finish,
+                         bool made_tool_calls = false);
 /// stream_options.include_usage: a chunk with empty `choices` and `usage`.
 std::string usage_chunk(api_kind kind, const response_header& h, const usage_counts& usage);
 /// An error in the middle of a stream (after the 200 was sent): `{"error": ...}`.

@@ -116,6 +116,12 @@ struct generation {
   /// The answers open with a thinking block: split into reasoning_content and content.
   bool reasoning = false;
   std::vector<reasoning_stream> splitters;  // per choice, when streaming a reasoning answer
+  /// Tools may be called: answers are split into content and calls (tool_calls.hpp).
+  std::optional<llmkit::chat::tool_syntax> tool_syntax;
+  std::vector<std::pair<token_id, std::string>> silent_markers;  // prepared_request::silent_markers
+  std::uint64_t tool_call_seed = 0;                 // of the call ids
+  std::vector<llmkit::chat::tool_call_stream> tool_streams;  // per choice, when streaming with tools
+  std::vector<bool> made_tool_calls;                // per choice, when streaming with tools
   response_header header;
   std::size_t n_prompt = 0;
   steady::time_point arrival = steady::now();
@@ -167,6 +173,8 @@ struct generation {
       last_token[index] = now;
       state.metrics.record_token();
       ++n_generated;
+      for (const auto& [id, text] : silent_markers)
+        if (e.token == id) piece.text += text;
       if (with_logprobs) {
         piece.token = e.token;
         piece.token_text = state.model.token_text(e.token);
@@ -177,11 +185,13 @@ struct generation {
     } else {
       if (!e.text.empty()) add_piece(index, piece, piece_content::text);
       if (stream && reasoning) flush_reasoning(index);
+      if (stream && tool_syntax) emit_tool_delta(index, tool_streams[index].finish());
       choices[index].finish = e.finish;
       state.metrics.record_finish(e.finish);
       if (e.finish == serve::finish_kind::error && !failure) failure = internal_error("generation failed: " + e.error);
       if (e.finish == serve::finish_kind::cancelled && !failure) failure = draining();
-      if (stream && !failure) emit(sse_event(finish_chunk(kind, header, index, e.finish)));
+      if (stream && !failure)
+        emit(sse_event(finish_chunk(kind, header, index, e.finish, tool_syntax && made_tool_calls[index])));
       ++n_finished;
       if (stream && finished()) {
         if (failure)
@@ -208,6 +218,12 @@ struct generation {
     answered = true;
     if (stream) return ex->finish();
     if (failure) return send_error(*ex, *failure, state);
+    if (tool_syntax)
+      for (std::size_t i = 0; i < choices.size(); ++i) {
+        auto parsed = llmkit::chat::parse_tool_calls(*tool_syntax, choices[i].text, choice_seed(i));
+        choices[i].text = std::move(parsed.content);
+        choices[i].tool_calls = std::move(parsed.calls);
+      }
     if (reasoning)
       for (choice_result& c : choices) {
         // As the stream splits it: only an answer that opens with <think> has reasoning.
@@ -246,8 +262,25 @@ struct generation {
     if (!parts.content.empty()) emit(sse_event(piece_chunk(kind, header, index, {.text = parts.content}, false)));
   }
 
+  // The call ids of choice `index`.
+  std::uint64_t choice_seed(std::size_t index) const { return tool_call_seed + 0x9E3779B97F4A7C15ull * index; }
+
+  // Under the mutex: a streamed answer's content and call deltas.
+  void emit_tool_delta(std::size_t index, const llmkit::chat::answer_delta& d) {
+    if (!d.content.empty()) emit(sse_event(piece_chunk(kind, header, index, {.text = d.content}, false)));
+    if (!d.calls.empty()) {
+      made_tool_calls[index] = true;
+      emit(sse_event(tool_call_chunk(header, index, d.calls)));
+    }
+  }
+
   void add_piece(std::size_t index, const token_piece& piece, piece_content content) {
     const bool keep_token = content == piece_content::text_and_logprobs;
+    if (stream && tool_syntax) {
+      // Content and calls go out as the stream tells them apart; logprobs are not streamed with tools.
+      emit_tool_delta(index, tool_streams[index].feed(piece.text));
+      return;
+    }
     if (stream && reasoning) {
       // Thinking goes out as reasoning_content deltas; logprobs ride on the content chunk.
       const auto parts = splitters[index].feed(piece.text);
@@ -291,6 +324,13 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   gen->with_logprobs = r.logprobs.has_value();
   gen->reasoning = std::get<prepared_request>(prepared).reasoning;
   gen->splitters.resize(r.n);
+  gen->tool_syntax = std::get<prepared_request>(prepared).tool_syntax;
+  gen->silent_markers = std::get<prepared_request>(prepared).silent_markers;
+  if (gen->tool_syntax) {
+    gen->tool_call_seed = br.seed;
+    for (std::size_t i = 0; i < r.n; ++i) gen->tool_streams.emplace_back(*gen->tool_syntax, gen->choice_seed(i));
+    gen->made_tool_calls.assign(r.n, false);
+  }
   gen->header = {.id = (kind == api_kind::completions ? "cmpl-" : "chatcmpl-") + std::to_string(id),
                  .created = static_cast<std::int64_t>(std::time(nullptr)),
                  .model = info.id};

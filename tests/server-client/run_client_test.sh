@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # ctest driver: starts llmkit-server on a free loopback port (with an API key
-# and the zephyr chat template), runs client.mjs (the `openai` npm package)
-# against it, then stops it with SIGTERM and checks that it exits 0.
+# and a chat template, zephyr unless given), runs a client script (client.mjs
+# unless given; the `openai` npm package) against it, then stops it with
+# SIGTERM and checks that it exits 0.
 # Exits 77 (ctest: skipped) only when node is not installed.
-#   run_client_test.sh SERVER_BINARY
+#   run_client_test.sh SERVER_BINARY [SCRIPT.mjs [CHAT_TEMPLATE]]
 set -uo pipefail
 server=$1
+script=${2:-client.mjs}
+template=${3:-zephyr}
 dir=$(cd "$(dirname "$0")" && pwd)
 if ! command -v node >/dev/null 2>&1; then
   echo "SKIPPED: node is not installed; the openai client test needs node and 'npm ci' in $dir"
@@ -17,7 +20,7 @@ if [ ! -f "$dir/node_modules/openai/package.json" ]; then
   exit 1
 fi
 work=$(mktemp -d)
-"$server" --port 0 --api-key test-key --chat-template zephyr --drain-seconds 5 >"$work/out" 2>"$work/err" &
+"$server" --port 0 --api-key test-key --chat-template "$template" --drain-seconds 5 >"$work/out" 2>"$work/err" &
 pid=$!
 cleanup() {
   kill -KILL "$pid" 2>/dev/null
@@ -40,7 +43,7 @@ if [ -z "$url" ]; then
   exit 1
 fi
 echo "llmkit-server at $url"
-timeout 120 node "$dir/client.mjs" "$url/v1"
+timeout 120 node "$dir/$script" "$url/v1"
 client_status=$?
 kill -TERM "$pid"
 for _ in $(seq 1 150); do  # 15 s at most
