@@ -328,7 +328,14 @@ model::llama_model& moe_model() {
   const std::string path = build_dir() + (smoke() ? "bench-moe-smoke.gguf"
                                                   : "bench-moe-qwen3-30b-a3b-q4_k_m-L" + std::to_string(c.n_layers) +
                                                         ".gguf");
-  if (!std::filesystem::exists(path)) model::write_synthetic_llama(path, o);
+  if (!std::filesystem::exists(path)) {
+    // Through a temporary file, so an interrupted write leaves no truncated
+    // model; a checkout configured elsewhere has no <source>/build yet.
+    if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty())
+      std::filesystem::create_directories(dir);
+    model::write_synthetic_llama(path + ".tmp", o);
+    std::filesystem::rename(path + ".tmp", path);
+  }
   m = std::make_unique<model::llama_model>(model::llama_model::load(path));
   return *m;
 }
