@@ -26,8 +26,9 @@
 /// the generic loop's arithmetic exactly (matmul_q8.hpp), so every token
 /// count, tile, thread and arch gives the same bits. The transposition costs
 /// about one instruction per 16 weights and is done once per strip for all
-/// the tokens, so weights are read where they lie; a decode step (one
-/// token) runs the same tiles over a strip that stays in L1/L2.
+/// the tokens. Fewer than q8_gemm_min_tokens tokens (decode) would not repay
+/// it: q8_rows_direct reads W's rows where they lie and reaches the same
+/// per-block sums through a tree.
 
 #include <algorithm>
 #include <cstddef>
