@@ -2,7 +2,9 @@
 // bench_model: the reference Llama (model/llama.hpp) end to end.
 //
 //   prefill/<model>/<weights>/threads:N  a 128-token prompt into an empty
-//                                        sequence: tokens/s
+//                                        sequence: tokens/s, GOPs of the
+//                                        layers' projections, frac_int8_roof
+//   prefill512/<tinyllama>/...           the same with a 512-token prompt
 //   decode/<model>/<weights>/threads:N   one token per step after the prompt
 //                                        (context 128..255): tokens/s, bytes/s
 //                                        of weights + KV read per step, and
@@ -51,6 +53,7 @@
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/synthetic.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -248,10 +251,10 @@ std::vector<std::unique_ptr<model::llama_model>>& models(int which, const weight
   return v;
 }
 
-std::vector<std::int32_t> prompt(std::size_t vocab) {
+std::vector<std::int32_t> prompt(std::size_t vocab, std::size_t length = prompt_tokens) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(vocab) - 1);
-  std::vector<std::int32_t> p(prompt_tokens);
+  std::vector<std::int32_t> p(length);
   p[0] = 1;
   for (std::size_t i = 1; i < p.size(); ++i) p[i] = tok(rng);
   return p;
@@ -274,12 +277,13 @@ double roof_gbps(std::size_t threads) {
   return r.read_gbps(threads);
 }
 
-void bm_prefill(benchmark::State& state, int which, const weights_variant& wt, std::size_t threads) {
+void bm_prefill(benchmark::State& state, int which, const weights_variant& wt, std::size_t threads,
+                std::size_t length = prompt_tokens) {
   auto& m = *models(which, wt, 1).front();
   thread_pool pool(threads);
-  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 2 * prompt_tokens});
+  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = std::max(2 * prompt_tokens, length)});
   const auto seq = *cache.add_sequence();
-  const auto p = prompt(m.vocab_size());
+  const auto p = prompt(m.vocab_size(), length);
   model::batch_builder b;
   b.add(seq, p, 0);
   const stopwatch clock{threads};
@@ -288,7 +292,7 @@ void bm_prefill(benchmark::State& state, int which, const weights_variant& wt, s
     benchmark::DoNotOptimize(m.forward(b.view(), cache, pool).data());
   }
   const double seconds = clock.seconds();
-  const double tokens = double(state.iterations()) * double(prompt_tokens);
+  const double tokens = double(state.iterations()) * double(length);
   state.counters["tokens"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   if (which == 0) state.counters["vs_llamacpp"] = tokens / seconds / llamacpp_prefill_tps;
   // The projections' multiply-adds (2 operations each) against the roof of
@@ -421,6 +425,11 @@ int main(int argc, char** argv) {
                                             [=](benchmark::State& s) { bm_prefill(s, which, wt, threads); })
                    ->Unit(benchmark::kMillisecond),
                threads);
+        if (mk.tiny && !smoke())
+          timing(benchmark::RegisterBenchmark(("prefill512/" + suffix).c_str(),
+                                              [=](benchmark::State& s) { bm_prefill(s, which, wt, threads, 512); })
+                     ->Unit(benchmark::kMillisecond),
+                 threads);
         // TinyLlama's weights (>= 0.6 GB) come from DRAM at every step; the
         // smoke run's tiny stand-ins would need thousands of copies.
         if (!mk.tiny || smoke())

@@ -9,7 +9,9 @@
 //                              frac_read_roof (over the roofline's one-thread
 //                              read bandwidth), Gweights (per second)
 //   prefill/<format>/<f32|q8>  128 tokens over one W: Gweights (weights
-//                              times tokens per second)
+//                              times tokens per second); q8: frac_int8_roof
+//                              (2 operations per weight and token over the
+//                              roofline's one-thread int8 peak)
 //
 // f32: the exact product (f32 activations times the decoded weights,
 // model/detail/matmul_blocks.hpp), the baseline; q8: activations rounded to
@@ -103,7 +105,11 @@ void bm_prefill(benchmark::State& state, model::weight_type t, model::activation
     benchmark::DoNotOptimize(y.data());
   }
   const double seconds = llmkit_bench::thread_cpu_seconds() - start;
-  state.counters["Gweights"] = double(state.iterations()) * double(tokens * rows() * cols()) * 1e-9 / seconds;
+  const double gweights = double(state.iterations()) * double(tokens * rows() * cols()) * 1e-9 / seconds;
+  state.counters["Gweights"] = gweights;
+  // Two operations per weight and token, against the int8 dot-product roof.
+  if (act == model::activation_type::q8_0 && llmkit_bench::roofline::get().int8_gops(1) > 0)
+    state.counters["frac_int8_roof"] = 2 * gweights / llmkit_bench::roofline::get().int8_gops(1);
 }
 
 }  // namespace

@@ -217,6 +217,59 @@ TEST_CASE("weights: q8_0 activations give ggml's Q8_0 x Q8_0 product, exactly ro
   for (float v : a) REQUIRE(std::isnan(v));
 }
 
+TEST_CASE("weights: the Q8_0 x int8 GEMM equals the f32-order oracle bit for bit, every arch, edge shapes") {
+  // matmul_q8.hpp fixes each output's arithmetic (exact block dots, one f32
+  // FMA per block, blocks ascending), so every kernel must give exactly
+  // reference::q8_q8_product_f32: the VNNI GEMM's 6-token x 32-row tiles
+  // and their edges (rows not a multiple of 16 or 32, token counts around
+  // 6, one block, odd block counts), the scalar fallback, threads.
+  std::mt19937 rng(77);
+  thread_pool pool(2);
+  serial_executor serial;
+  const std::vector<std::pair<std::size_t, std::size_t>> shapes{{1, 32},   {15, 96},  {16, 64},  {17, 160},
+                                                                {33, 288}, {48, 64},  {70, 2048}, {200, 224}};
+  for (const auto& [rows, cols] : shapes) {
+    weight_matrix w(weight_type::q8_0, rows, cols);
+    std::uniform_int_distribution<int> qv(-128, 127);
+    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::vector<block_q8_0> blocks(cols / 32);
+      for (auto& b : blocks) {
+        b.scale = f16{f32_to_f16_bits(scale(rng))};
+        for (auto& q : b.qs) q = static_cast<std::int8_t>(qv(rng));
+      }
+      w.set_row_q8_0(r, blocks.data());
+    }
+    for (const std::size_t n : {1u, 2u, 5u, 6u, 7u, 12u, 13u, 40u, 67u}) {
+      INFO("rows " << rows << " cols " << cols << " n " << n);
+      auto x = random_values(n * cols, rng, 2.0f);
+      std::fill_n(x.begin() + std::ptrdiff_t((n - 1) * cols), 32, 0.0f);  // a zero block
+      const std::vector<float> expected = reference::q8_q8_product_f32(x, n, cols, w.q8_data(), w.q8_scales(), rows);
+      const std::size_t stride = rows + 1;
+      std::vector<float> best(n * stride, 7.0f), threaded(n * stride, 7.0f), scalar(n * stride, 7.0f),
+          acc(n * stride, 0.25f);
+      linear(serial, x, n, w, best, stride, output_mode::overwrite, activation_type::q8_0);
+      linear(pool, x, n, w, threaded, stride, output_mode::overwrite, activation_type::q8_0);
+      model::detail::q8_activations xa;
+      model::detail::matmul_q8<simd::scalar>(serial, x.data(), n, cols,
+                                             model::detail::q8_weights{w.q8_data(), w.q8_scales(), cols}, rows,
+                                             scalar.data(), stride, false, xa);
+      linear(serial, x, n, w, acc, stride, output_mode::accumulate, activation_type::q8_0);
+      for (std::size_t t = 0; t < n; ++t) {
+        for (std::size_t o = 0; o < rows; ++o) {
+          const float e = expected[t * rows + o];
+          REQUIRE(best[t * stride + o] == e);
+          REQUIRE(threaded[t * stride + o] == e);
+          REQUIRE(scalar[t * stride + o] == e);
+          REQUIRE(acc[t * stride + o] == 0.25f + e);
+        }
+        REQUIRE(best[t * stride + rows] == 7.0f);  // the row padding untouched
+        REQUIRE(acc[t * stride + rows] == 0.25f);
+      }
+    }
+  }
+}
+
 TEST_CASE("weights: identical weights give bit-identical products in f16 and Q8_0 storage, f32 within rounding") {
   // Values exactly representable in f16 and in Q8_0 (scale 1/64... via
   // integers times a power of two) decode identically from every storage,

@@ -479,4 +479,29 @@ inline void q8_q8_product(const std::vector<float>& x, std::size_t n, std::size_
       }
 }
 
+/// The same product in the f32 arithmetic every Q8_0 x int8 kernel is held
+/// to bit for bit (model/detail/matmul_q8.hpp): the exact integer dot of
+/// each block, then y = fma(float(dot), d_x * d_w, y) in f32, blocks
+/// ascending. [n, rows] result.
+inline std::vector<float> q8_q8_product_f32(const std::vector<float>& x, std::size_t n, std::size_t cols,
+                                            const std::int8_t* qw, const float* dw, std::size_t rows) {
+  const std::size_t blocks = cols / 32;
+  std::vector<float> y(n * rows, 0.0f);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t b = 0; b < blocks; ++b) {
+      float amax = 0.0f;
+      for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[t * cols + b * 32 + j]));
+      const float d = amax / 127.0f;
+      const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+      long qx[32];
+      for (std::size_t j = 0; j < 32; ++j) qx[j] = long(std::round(x[t * cols + b * 32 + j] * inv));
+      for (std::size_t o = 0; o < rows; ++o) {
+        long dot = 0;
+        for (std::size_t j = 0; j < 32; ++j) dot += qx[j] * long(qw[o * cols + b * 32 + j]);
+        y[t * rows + o] = std::fma(float(dot), d * dw[o * blocks + b], y[t * rows + o]);
+      }
+    }
+  return y;
+}
+
 }  // namespace llmkit::reference

@@ -25,6 +25,7 @@
 #include "llmkit/model/detail/matmul_kquants_vnni.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
+#include "llmkit/model/detail/matmul_q8_vnni.hpp"
 #include "llmkit/model/tuning.hpp"
 #include "llmkit/simd/arch.hpp"
 

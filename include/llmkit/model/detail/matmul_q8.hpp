@@ -15,20 +15,16 @@
 /// one of matmul.hpp (f32 activations times the dequantised weights) only by
 /// the activations' rounding, at most d_x / 2 per value. In exchange the
 /// arithmetic per weight is one int8 multiply-add in a VPDPBUSD (64 per
-/// instruction) instead of widen + convert + scale + FMA, so a decode step
-/// runs at the int8 weights' memory speed.
+/// instruction) instead of widen + convert + scale + FMA.
 ///
-/// VPDPBUSD multiplies unsigned by signed bytes: the unsigned side is |q_w|
-/// (VPABSB, exact for -128 too) and the signed side q_x with the sign of q_w
-/// (q_x is in [-127, 127], so negating it is exact). Two blocks fill a
-/// 64-byte register; lanes 0-7 sum block 2p, lanes 8-15 block 2p + 1, and
-/// the f32 accumulator gets cvt(int32 lanes) * (d_x * d_w) per pair. An odd
-/// last block is a pair with zero upper half.
+/// Every kernel sums an output in one order: the blocks ascending, each
+/// block's exact int32 sum converted and added with one FMA,
 ///
-/// Batch invariant like matmul.hpp: every output is accumulated in the same
-/// order (pairs ascending, then the fixed horizontal-add tree), whatever n,
-/// the tile or the thread. Without AVX-512 VNNI the same formula runs as a
-/// scalar loop (blocks ascending; a different but equally fixed order).
+///     y[t, o] = fma(float(sum_j q_x q_w), d_x[t, b] * d_w[o, b], y[t, o]),
+///
+/// so the product is batch, thread and arch invariant: the AVX-512 VNNI
+/// GEMM (matmul_q8_vnni.hpp) gives the bits of the scalar loop below,
+/// which is the fallback on every other arch.
 
 #include <algorithm>
 #include <cmath>
@@ -61,6 +57,7 @@ struct q8_activations {
   aligned_vector<std::int8_t> q;  ///< [n, stride] int8 values (0 in the padding)
   aligned_vector<float> d;        ///< [n, pairs, 16]: lanes 0-7 the scale of the 32 values 64p.., 8-15 of the next 32 (0 past the end)
   aligned_vector<std::int16_t> sums16;  ///< assign_k: [n, stride / 16] the sum of each 16 consecutive q
+  aligned_vector<std::int32_t> bias_sums;  ///< assign: [n, stride / 32] -128 * the sum of each block's q
   /// For products with weights stored as unsigned integers minus an
   /// offset (model/detail/matmul_blocks_q8.hpp), filled by `assign_sums`:
   aligned_vector<std::int32_t> offset_sums;  ///< [n, stride / 4]: -offset * the sum of each 4 consecutive q
@@ -118,6 +115,7 @@ struct q8_activations {
     stride = (in + 63) / 64 * 64;
     q.assign(n * stride, std::int8_t{0});
     d.assign(n * pairs() * 16, 0.0f);
+    bias_sums.assign(n * stride / q8_block_size, 0);
     sums_offset = -1;
     const std::size_t blocks = in / q8_block_size;
     for (std::size_t t = 0; t < n; ++t) {
@@ -134,6 +132,9 @@ struct q8_activations {
           scale = std::numeric_limits<float>::quiet_NaN();
         }
         std::fill_n(d.data() + (t * pairs() + b / 2) * 16 + (b % 2) * 8, 8, scale);
+        int sum = 0;
+        for (std::size_t j = 0; j < q8_block_size; ++j) sum += qb[j];
+        bias_sums[t * stride / q8_block_size + b] = -128 * sum;
       }
     }
   }
@@ -156,98 +157,6 @@ struct q8_activations {
     }
   }
 };
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-
-/// Folds pair p (blocks 2p, 2p + 1; only 2p when !Full) of tokens
-/// [t0, t0 + TN) x rows [o0, o0 + ON) into acc.
-template <std::size_t TN, std::size_t ON, bool Full>
-inline void matmul_q8_pair(const q8_activations& xa, const q8_weights& w, std::size_t t0, std::size_t o0,
-                           std::size_t p, __m512 (&acc)[TN][ON]) noexcept {
-  const std::size_t in = xa.in, blocks = in / q8_block_size, k = p * 2 * q8_block_size;
-  const __mmask64 bytes = Full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
-  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  __m512i aw[ON];
-  __mmask64 neg[ON];
-  __m512 dw[ON];
-  #pragma GCC unroll 16
-  for (std::size_t b = 0; b < ON; ++b) {
-    const std::int8_t* wp = w.q + (o0 + b) * in + k;
-    const float* sp = w.s + (o0 + b) * blocks + 2 * p;
-    prefetch_l2(wp, matmul_prefetch_bytes);
-    prefetch_l2(sp, matmul_prefetch_bytes / 8);
-    const __m512i wq = Full ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi8(bytes, wp);
-    aw[b] = _mm512_abs_epi8(wq);
-    neg[b] = _mm512_movepi8_mask(wq);
-    const __m128 s2 = Full ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp))) : _mm_load_ss(sp);
-    dw[b] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
-  }
-  #pragma GCC unroll 16
-  for (std::size_t a = 0; a < TN; ++a) {
-    const std::int8_t* xp = xa.row(t0 + a) + k;
-    const __m512i xq = Full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi8(bytes, xp);
-    const __m512 dx = _mm512_load_ps(xa.pair_scales(t0 + a, p));
-    #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) {
-      const __m512i sx = _mm512_mask_sub_epi8(xq, neg[b], _mm512_setzero_si512(), xq);
-      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw[b], sx);
-      acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dx, dw[b]), acc[a][b]);
-    }
-  }
-}
-
-/// One tile: tokens [t0, t0 + TN) x rows [o0, o0 + ON).
-template <std::size_t TN, std::size_t ON>
-inline void matmul_q8_tile(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
-                           bool accumulate, std::size_t t0, std::size_t o0) noexcept {
-  static_assert(TN * ON <= 16);
-  const std::size_t blocks = xa.in / q8_block_size;
-  __m512 acc[TN][ON];
-  #pragma GCC unroll 16
-  for (std::size_t a = 0; a < TN; ++a)
-    #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
-  for (std::size_t p = 0; p < blocks / 2; ++p) matmul_q8_pair<TN, ON, true>(xa, w, t0, o0, p, acc);
-  if (blocks % 2 != 0) matmul_q8_pair<TN, ON, false>(xa, w, t0, o0, blocks / 2, acc);
-  float sums[TN][ON];
-  reduce_tile16(acc, sums);
-  for (std::size_t a = 0; a < TN; ++a)
-    for (std::size_t b = 0; b < ON; ++b) {
-      float& out = y[(t0 + a) * y_stride + o0 + b];
-      out = accumulate ? out + sums[a][b] : sums[a][b];
-    }
-}
-
-/// Output rows [o, o + ON) for every token: tiles of up to 4 tokens while
-/// the strip's int8 rows stay in L1.
-template <std::size_t ON>
-inline void matmul_q8_strip(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
-                            bool accumulate, std::size_t o) noexcept {
-  std::size_t t = 0;
-  for (; t + 4 <= xa.n; t += 4) matmul_q8_tile<4, ON>(xa, w, y, y_stride, accumulate, t, o);
-  switch (xa.n - t) {
-    case 3: matmul_q8_tile<3, ON>(xa, w, y, y_stride, accumulate, t, o); break;
-    case 2: matmul_q8_tile<2, ON>(xa, w, y, y_stride, accumulate, t, o); break;
-    case 1: matmul_q8_tile<1, ON>(xa, w, y, y_stride, accumulate, t, o); break;
-    default: break;
-  }
-}
-
-/// matmul_q8_rows on AVX-512 VNNI (xsimd has no VNNI tag: avx512bw stands
-/// for it where the build enables VNNI; without, it takes the fallback).
-inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
-                           bool accumulate, std::size_t row_first, std::size_t row_last,
-                           simd::requires_arch<xsimd::avx512bw>) noexcept {
-  std::size_t o = row_first;
-  for (; o + 4 <= row_last; o += 4) matmul_q8_strip<4>(xa, w, y, y_stride, accumulate, o);
-  switch (row_last - o) {
-    case 3: matmul_q8_strip<3>(xa, w, y, y_stride, accumulate, o); break;
-    case 2: matmul_q8_strip<2>(xa, w, y, y_stride, accumulate, o); break;
-    case 1: matmul_q8_strip<1>(xa, w, y, y_stride, accumulate, o); break;
-    default: break;
-  }
-}
-#endif
 
 /// Rows [row_first, row_last) of y for every token of xa on an arch, one
 /// overload per xsimd tag; this scalar loop is the fallback.
