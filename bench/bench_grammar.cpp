@@ -6,7 +6,8 @@
 //   compile/<schema>           schema_to_gbnf + parse_gbnf + automaton + element tables
 //                              (token_masker) + the first mask; counters table_kib (memory
 //                              of the tables), tables, walk_elements (tables whose
-//                              positions take the full trie walk), states (automaton)
+//                              positions take the full trie walk), deferred (pairs
+//                              left to read on first use), states (automaton)
 //   mask/<schema>              grammar_processor::apply on a dense [128256] row, for
 //                              every step of a valid document of the schema (its
 //                              Llama 3 tokens, then EOS), with a freshly compiled masker
@@ -89,7 +90,7 @@ void vocabulary(benchmark::State& state) {
 
 void compile(benchmark::State& state, const bench_case& c) {
   const auto& v = vocab();
-  std::size_t table_bytes = 0, elements = 0, walk_elements = 0, states = 0;
+  std::size_t table_bytes = 0, elements = 0, walk_elements = 0, deferred = 0, states = 0;
   for (auto _ : state) {
     const std::string gbnf = grammar::schema_to_gbnf(std::string_view(c.schema));
     grammar::token_masker m(std::make_shared<const grammar::automaton>(grammar::parse_gbnf(gbnf)), v);
@@ -97,12 +98,14 @@ void compile(benchmark::State& state, const bench_case& c) {
     table_bytes = m.tables().memory_bytes();
     elements = m.tables().size();
     walk_elements = m.tables().n_walk();
+    deferred = m.tables().n_deferred();
     states = m.grammar_automaton().n_states();
   }
   state.counters["states"] = static_cast<double>(states);
   state.counters["table_kib"] = static_cast<double>(table_bytes) / 1024.0;
   state.counters["tables"] = static_cast<double>(elements);
   state.counters["walk_elements"] = static_cast<double>(walk_elements);
+  state.counters["deferred"] = static_cast<double>(deferred);
 }
 
 void mask(benchmark::State& state, const bench_case& c) {

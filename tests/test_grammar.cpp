@@ -280,8 +280,10 @@ namespace {
 // equals the full trie walk (compute_mask) and the token-by-token automaton.
 // Returns how many positions took the tables with dependent tokens to check.
 int check_tables(const char* text, const std::shared_ptr<const token_vocabulary>& vocab, int n_walks, int n_steps,
-                 std::uint32_t seed, std::size_t max_dependent = 0) {
-  const token_masker masker(std::make_shared<const automaton>(parse_gbnf(text)), vocab, 1024, max_dependent);
+                 std::uint32_t seed, std::size_t max_dependent = 0,
+                 std::size_t eager_pairs = mask_tables::default_eager_pairs) {
+  const token_masker masker(std::make_shared<const automaton>(parse_gbnf(text)), vocab, 1024, max_dependent,
+                            eager_pairs);
   const automaton& a = masker.grammar_automaton();
   std::mt19937 rng(seed);
   int n_dependent = 0;
@@ -341,6 +343,26 @@ TEST_CASE("mask tables: the table path equals the full walk where tokens cross r
   n_dependent += check_tables(json_gbnf, llama3_vocab(), 1, 6, 31);
   n_dependent += check_tables(unicode_gbnf, llama3_vocab(), 1, 4, 32);
   CHECK(n_dependent > 20);  // the dependent-token path ran, not only accepted sets
+}
+
+TEST_CASE("mask tables: pairs read on first use give the same masks as pairs read up front") {
+  // No pair read up front: every pair table comes from `at` during the walks.
+  int n_dependent = 0;
+  for (std::size_t i = 0; i < std::size(crossing_gbnf); ++i)
+    n_dependent += check_tables(crossing_gbnf[i], stories_vocab(), 6, 14, 50 + static_cast<std::uint32_t>(i), 0, 0);
+  n_dependent += check_tables(json_gbnf, stories_vocab(), 4, 20, 60, 0, 0);
+  CHECK(n_dependent > 10);
+  const token_masker m(std::make_shared<const automaton>(parse_gbnf(json_gbnf)), stories_vocab(), 1024, 0, 0);
+  const std::size_t deferred = m.tables().n_deferred(), tables = m.tables().size();
+  REQUIRE(deferred > 0);
+  state_id s = m.grammar_automaton().start();
+  for (char ch : std::string_view(R"({"ab": [1, "x y"]})")) {
+    (void)m.allowed(s);
+    s = m.grammar_automaton().advance(s, std::string_view(&ch, 1));
+    REQUIRE(s != dead_state);
+  }
+  CHECK(m.tables().n_deferred() < deferred);  // read on first use, once
+  CHECK(m.tables().size() == tables + (deferred - m.tables().n_deferred()));
 }
 
 TEST_CASE("mask tables: elements with many dependent tokens take the full walk, with the same masks") {

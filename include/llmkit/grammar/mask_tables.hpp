@@ -29,6 +29,8 @@
 /// grammar: r follows a rule reference that is not last in its alternative,
 /// and c is a class of the referenced rule or of a rule it reaches by tail
 /// calls. A stack of one frame, or a pair not listed, uses the table of `[c]`.
+/// The first pairs are read when the tables are built, the others on first
+/// use (`at`), so a grammar with many pairs keeps its build time bounded.
 ///
 /// A position's mask is then the accepted set of each of its tops plus the
 /// dependent tokens that pass from the real position. Dependent tokens are
@@ -42,9 +44,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "llmkit/core/error.hpp"
@@ -72,63 +78,83 @@ class mask_tables {
   /// Marks "no frame below" (automaton::no_frame).
   static constexpr std::uint32_t no_frame = automaton::no_frame;
 
-  mask_tables() = default;
+  /// Pairs considered at most (beyond them, stacks use `[c]`).
+  static constexpr std::size_t max_pairs = 1u << 14;
+  /// Pairs read when the tables are built; the others are read on their
+  /// first use. Reading all of them up front costs as much as a few
+  /// thousand trie walks for a grammar with long bounded repetitions (each
+  /// copy of `[ \t\n]{0,20}` is a pair of its own), most of them never met.
+  static constexpr std::size_t default_eager_pairs = 1024;
 
-  /// Reads the vocabulary from every character class `[c]` and every top pair `[r, c]`.
+  mask_tables() : mutex_(std::make_unique<std::mutex>()) {}
+
+  /// Reads the vocabulary from every character class `[c]` and from the
+  /// first `eager_pairs` top pairs `[r, c]` worth it; the other pairs are
+  /// read by `at` on first use. Keeps pointers to `a` and `v`: both must
+  /// outlive the tables (token_masker holds them).
   /// @param max_dependent  dependent tokens kept per table; 0 means
   ///                       n_vocab / 8 (beyond it the full walk is as cheap).
-  /// @param max_pairs      top pairs read at most (beyond them, stacks use `[c]`).
   /// @throws llmkit::error if the automaton exceeds its limits.
   mask_tables(const automaton& a, const token_vocabulary& v, std::size_t max_dependent = 0,
-              std::size_t max_pairs = 4096) {
-    if (max_dependent == 0) max_dependent = v.size() / 8;
+              std::size_t eager_pairs = default_eager_pairs)
+      : a_(&a), v_(&v), max_dependent_(max_dependent == 0 ? v.size() / 8 : max_dependent),
+        mutex_(std::make_unique<std::mutex>()) {
     const compiled_grammar& g = a.grammar();
-    std::vector<std::array<std::uint32_t, 2>> keys;  // (below, top)
     for (std::uint32_t c = 0; c < g.elements.size(); ++c)
-      if (g.elements[c].type == element::kind::char_class) keys.push_back({no_frame, c});
-    const auto pairs = top_pairs(g, max_pairs);
-    keys.insert(keys.end(), pairs.begin(), pairs.end());
-    index_.reserve(keys.size());
-    const std::size_t n_single = keys.size() - pairs.size();
-    for (std::size_t e = 0; e < keys.size(); ++e) {
-      const std::uint32_t frames[2] = {keys[e][0], keys[e][1]};
-      if (e >= n_single) {
-        // A pair is worth a table only when `[c]` leaves many tokens to the
-        // stack; and pairs stop before their positions crowd out the
-        // automaton's run-time ones.
-        const element_tokens& single = entries_[index_.at(key(no_frame, frames[1]))];
-        if (!single.walk && single.dependent.size() <= pair_threshold) continue;
-        if (a.n_states() > a.limits().max_states / 2) break;
+      if (g.elements[c].type == element::kind::char_class) read(no_frame, c);
+    std::size_t n_eager = 0;
+    for (const auto& [r, c] : top_pairs(g, max_pairs)) {
+      // A pair is worth a table only when `[c]` leaves many tokens to the stack.
+      const element_tokens& single = entries_[index_.at(key(no_frame, c))];
+      if (!single.walk && single.dependent.size() <= pair_threshold) continue;
+      if (n_eager < eager_pairs && room()) {
+        read(r, c);
+        ++n_eager;
+      } else {
+        deferred_.insert(key(r, c));
       }
-      const state_id start = frames[0] == no_frame ? a.stack_state(std::span(frames + 1, 1)) : a.stack_state(frames);
-      entries_.push_back(
-          a.with_lock([&](auto step, auto can_end) { return classify(v, start, max_dependent, step, can_end); }));
-      entries_.back().frames = frames[0] == no_frame ? 1 : 2;
-      index_.emplace(key(frames[0], frames[1]), static_cast<std::uint32_t>(entries_.size() - 1));
     }
   }
 
-  /// The table of a stack whose top is `top` with `below` under it (no_frame: nothing).
+  /// The table of a stack whose top is `top` with `below` under it
+  /// (no_frame: nothing), reading it now on its first use.
   /// @pre top is the offset of a char_class element of the grammar.
-  const element_tokens& at(std::uint32_t below, std::uint32_t top) const noexcept {
+  /// @throws llmkit::error if reading a deferred pair exceeds the automaton's limits.
+  const element_tokens& at(std::uint32_t below, std::uint32_t top) const {
+    std::lock_guard lock(*mutex_);
     auto it = index_.find(key(below, top));
-    if (it == index_.end()) it = index_.find(key(no_frame, top));
-    return entries_[it->second];
+    if (it != index_.end()) return entries_[it->second];
+    if (auto d = deferred_.find(key(below, top)); d != deferred_.end()) {
+      deferred_.erase(d);
+      // Pairs stop before their positions crowd out the automaton's run-time ones.
+      if (room()) return entries_[read(below, top)];
+    }
+    return entries_[index_.find(key(no_frame, top))->second];
   }
   /// The table of `[top]` alone.
-  const element_tokens& at(std::uint32_t top) const noexcept { return at(no_frame, top); }
-  /// Tables (classes and top pairs).
-  std::size_t size() const noexcept { return entries_.size(); }
+  const element_tokens& at(std::uint32_t top) const { return at(no_frame, top); }
+  /// Tables read so far (classes and top pairs).
+  std::size_t size() const {
+    std::lock_guard lock(*mutex_);
+    return entries_.size();
+  }
+  /// Pairs left to read on first use.
+  std::size_t n_deferred() const {
+    std::lock_guard lock(*mutex_);
+    return deferred_.size();
+  }
   /// Tables whose positions take the full walk.
-  std::size_t n_walk() const noexcept {
+  std::size_t n_walk() const {
+    std::lock_guard lock(*mutex_);
     std::size_t n = 0;
     for (const auto& e : entries_) n += e.walk ? 1 : 0;
     return n;
   }
-  /// Bytes held by the tables.
-  std::size_t memory_bytes() const noexcept {
-    std::size_t n = index_.size() * (sizeof(std::uint64_t) + sizeof(std::uint32_t) + 2 * sizeof(void*)) +
-                    entries_.capacity() * sizeof(element_tokens);
+  /// Bytes held by the tables read so far.
+  std::size_t memory_bytes() const {
+    std::lock_guard lock(*mutex_);
+    std::size_t n = (index_.size() + deferred_.size()) * (sizeof(std::uint64_t) + sizeof(std::uint32_t) + 2 * sizeof(void*)) +
+                    entries_.size() * sizeof(element_tokens);
     for (const auto& e : entries_)
       n += e.accepted.memory_bytes() + (e.dependent.capacity() + e.ends_at.capacity()) * sizeof(std::uint32_t) +
            e.ends.capacity() * sizeof(std::uint16_t);
@@ -142,8 +168,8 @@ class mask_tables {
     return (static_cast<std::uint64_t>(below) << 32) | top;
   }
 
-  // The (r, c) pairs of the file comment, at most `max_pairs`.
-  static std::vector<std::array<std::uint32_t, 2>> top_pairs(const compiled_grammar& g, std::size_t max_pairs) {
+  // The (r, c) pairs of the file comment, at most `limit`.
+  static std::vector<std::array<std::uint32_t, 2>> top_pairs(const compiled_grammar& g, std::size_t limit) {
     const std::size_t n_rules = g.n_rules();
     std::vector<std::vector<std::uint32_t>> classes(n_rules), tail_refs(n_rules);
     for (std::uint32_t r = 0; r < n_rules; ++r)
@@ -164,7 +190,7 @@ class mask_tables {
         const std::uint32_t x = todo.back();
         todo.pop_back();
         for (std::uint32_t c : classes[x]) {
-          if (out.size() >= max_pairs) return out;
+          if (out.size() >= limit) return out;
           out.push_back({r, c});
         }
         for (std::uint32_t y : tail_refs[x])
@@ -234,8 +260,28 @@ class mask_tables {
     return out;
   }
 
-  std::unordered_map<std::uint64_t, std::uint32_t> index_;  // key(below, top) -> entries_
-  std::vector<element_tokens> entries_;
+  bool room() const { return a_->n_states() <= a_->limits().max_states / 2; }
+
+  // Reads the table of (below, top) and returns its index in entries_.
+  std::uint32_t read(std::uint32_t below, std::uint32_t top) const {
+    const std::uint32_t frames[2] = {below, top};
+    const state_id start = below == no_frame ? a_->stack_state(std::span(frames + 1, 1)) : a_->stack_state(frames);
+    element_tokens e =
+        a_->with_lock([&](auto step, auto can_end) { return classify(*v_, start, max_dependent_, step, can_end); });
+    e.frames = below == no_frame ? 1 : 2;
+    entries_.push_back(std::move(e));
+    const auto i = static_cast<std::uint32_t>(entries_.size() - 1);
+    index_.emplace(key(below, top), i);
+    return i;
+  }
+
+  const automaton* a_ = nullptr;
+  const token_vocabulary* v_ = nullptr;
+  std::size_t max_dependent_ = 0;
+  std::unique_ptr<std::mutex> mutex_;  // guards the three below (pairs are read on first use)
+  mutable std::unordered_map<std::uint64_t, std::uint32_t> index_;  // key(below, top) -> entries_
+  mutable std::deque<element_tokens> entries_;                      // a deque: references stay valid as it grows
+  mutable std::unordered_set<std::uint64_t> deferred_;              // pairs not read yet
 };
 
 }  // namespace llmkit::grammar

@@ -49,12 +49,14 @@ class token_masker {
   /// element: the bulk of compiling a grammar).
   /// @param max_cached_masks  masks kept; the cache is emptied when full.
   /// @param max_dependent     dependent tokens listed per element (`mask_tables`; 0: n_vocab / 8).
+  /// @param eager_pairs       top pairs read now (`mask_tables`; the others on first use).
   /// @throws llmkit::error on null arguments or when the automaton exceeds its limits.
   token_masker(std::shared_ptr<const automaton> a, std::shared_ptr<const token_vocabulary> v,
-               std::size_t max_cached_masks = 1024, std::size_t max_dependent = 0)
+               std::size_t max_cached_masks = 1024, std::size_t max_dependent = 0,
+               std::size_t eager_pairs = mask_tables::default_eager_pairs)
       : automaton_(std::move(a)), vocab_(std::move(v)), max_cached_(max_cached_masks) {
     LLMKIT_CHECK(automaton_ && vocab_, "token_masker: null automaton or vocabulary");
-    tables_ = mask_tables(*automaton_, *vocab_, max_dependent);
+    tables_ = mask_tables(*automaton_, *vocab_, max_dependent, eager_pairs);
   }
 
   const automaton& grammar_automaton() const noexcept { return *automaton_; }
