@@ -25,7 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <bit>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -270,6 +272,234 @@ TEST_CASE("masks: special tokens are never allowed, EOS exactly at the end") {
   CHECK(test_bit(mask, tok.eos()));
   const token_masker m2(std::make_shared<const automaton>(parse_gbnf("root ::= \"ab\"")), vocab);
   CHECK_FALSE(test_bit(m2.compute_mask(m2.grammar_automaton().start()), tok.eos()));
+}
+
+namespace {
+
+// On random reachable positions, the element-table path (compute_allowed)
+// equals the full trie walk (compute_mask) and the token-by-token automaton.
+// Returns how many positions took the tables with dependent tokens to check.
+int check_tables(const char* text, const std::shared_ptr<const token_vocabulary>& vocab, int n_walks, int n_steps,
+                 std::uint32_t seed, std::size_t max_dependent = 0,
+                 std::size_t eager_pairs = mask_tables::default_eager_pairs) {
+  const token_masker masker(std::make_shared<const automaton>(parse_gbnf(text)), vocab, 1024, max_dependent,
+                            eager_pairs);
+  const automaton& a = masker.grammar_automaton();
+  std::mt19937 rng(seed);
+  int n_dependent = 0;
+  for (int walk = 0; walk < n_walks; ++walk) {
+    state_id s = a.start();
+    for (int step = 0; step < n_steps; ++step) {
+      const token_bitset walked = masker.compute_mask(s);
+      const token_mask m = masker.compute_allowed(s);
+      REQUIRE(m.to_bitset() == walked);
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> tops;
+      if (a.stack_tops(s, tops))
+        for (const auto& [below, top] : tops) n_dependent += masker.tables().at(below, top).dependent.empty() ? 0 : 1;
+      std::vector<token_id> allowed;
+      for (std::size_t t = 0; t < vocab->size(); ++t) {
+        const auto id = static_cast<token_id>(t);
+        const bool expected = vocab->is_eos(id) ? a.can_end(s) : masker.advance(s, id) != dead_state;
+        INFO("token " << t << " '" << vocab->bytes[t] << "'");
+        REQUIRE(m.contains(id) == expected);
+        if (expected && !vocab->is_eos(id)) allowed.push_back(id);
+      }
+      std::size_t n_walked = 0;
+      for (std::uint64_t w : walked) n_walked += static_cast<std::size_t>(std::popcount(w));
+      REQUIRE(m.count() == n_walked);
+      if (allowed.empty()) break;
+      s = masker.advance(s, allowed[rng() % allowed.size()]);
+    }
+  }
+  return n_dependent;
+}
+
+// Grammars whose tokens cross rule ends: short rules joined by separators,
+// recursion, nullable rules and nullable tails, repetitions with bounds.
+const char* const crossing_gbnf[] = {
+    R"g(root ::= word ("," " "? word)* "."
+word ::= [a-z]+)g",
+    R"g(root ::= item
+item ::= "(" item* ")" | [a-z]+ | "<" item ">" item?)g",
+    R"g(root ::= a b c d "!"
+a ::= "x"?
+b ::= ( | "y" | "yy" )
+c ::= [a-z]*
+d ::= e
+e ::= | " " d)g",
+    R"g(root ::= "\"" [^"\\]{0,6} "\"" ( ":" root )?)g",
+};
+
+}  // namespace
+
+TEST_CASE("mask tables: the table path equals the full walk where tokens cross rule ends") {
+  int n_dependent = 0;
+  for (std::size_t i = 0; i < std::size(crossing_gbnf); ++i) {
+    INFO("grammar " << i);
+    n_dependent += check_tables(crossing_gbnf[i], stories_vocab(), 8, 16, 10 + static_cast<std::uint32_t>(i));
+    n_dependent += check_tables(crossing_gbnf[i], llama3_vocab(), 1, 5, 20 + static_cast<std::uint32_t>(i));
+  }
+  n_dependent += check_tables(json_gbnf, stories_vocab(), 6, 20, 30);
+  n_dependent += check_tables(json_gbnf, llama3_vocab(), 1, 6, 31);
+  n_dependent += check_tables(unicode_gbnf, llama3_vocab(), 1, 4, 32);
+  CHECK(n_dependent > 20);  // the dependent-token path ran, not only accepted sets
+}
+
+TEST_CASE("mask tables: pairs read on first use give the same masks as pairs read up front") {
+  // No pair read up front: every pair table comes from `at` during the walks.
+  int n_dependent = 0;
+  for (std::size_t i = 0; i < std::size(crossing_gbnf); ++i)
+    n_dependent += check_tables(crossing_gbnf[i], stories_vocab(), 6, 14, 50 + static_cast<std::uint32_t>(i), 0, 0);
+  n_dependent += check_tables(json_gbnf, stories_vocab(), 4, 20, 60, 0, 0);
+  CHECK(n_dependent > 10);
+  const token_masker m(std::make_shared<const automaton>(parse_gbnf(json_gbnf)), stories_vocab(), 1024, 0, 0);
+  const std::size_t deferred = m.tables().n_deferred(), tables = m.tables().size();
+  REQUIRE(deferred > 0);
+  state_id s = m.grammar_automaton().start();
+  for (char ch : std::string_view(R"({"ab": [1, "x y"]})")) {
+    (void)m.allowed(s);
+    s = m.grammar_automaton().advance(s, std::string_view(&ch, 1));
+    REQUIRE(s != dead_state);
+  }
+  CHECK(m.tables().n_deferred() < deferred);  // read on first use, once
+  CHECK(m.tables().size() == tables + (deferred - m.tables().n_deferred()));
+}
+
+TEST_CASE("mask tables: elements with many dependent tokens take the full walk, with the same masks") {
+  // A limit of 2 dependent tokens sends most string and word elements to the walk.
+  for (std::size_t i = 0; i < std::size(crossing_gbnf); ++i) check_tables(crossing_gbnf[i], stories_vocab(), 4, 12, 40, 2);
+  const token_masker m(std::make_shared<const automaton>(parse_gbnf(json_gbnf)), stories_vocab(), 1024, 2);
+  CHECK(m.tables().n_walk() > 0);
+  CHECK(m.tables().n_walk() < m.tables().size());
+}
+
+TEST_CASE("mask tables: classification of one element") {
+  // From the class [a-z] of `word` alone, "ab" stays inside the rule (accepted),
+  // "a," runs past its end (dependent), ",a" dies at once (rejected).
+  auto v = std::make_shared<token_vocabulary>();
+  v->bytes = {"ab", "a,", ",a", "a", "", "a, b"};
+  v->trie = vocabulary_trie(v->bytes, std::vector<bool>(v->bytes.size(), false));
+  v->eos = {4};
+  const compiled_grammar g = parse_gbnf("root ::= word (\",\" \" \"? word)*\nword ::= [a-z]+");
+  const auto a = std::make_shared<const automaton>(g);
+  const token_masker m(a, v, 1024, 16);  // the default limit (n_vocab / 8) is 0 for 6 tokens
+  std::uint32_t p = 0;
+  while (g.elements[p].type != element::kind::char_class || !g.classes[g.elements[p].value].contains(U'q')) ++p;
+  const element_tokens& e = m.tables().at(p);
+  CHECK(e.accepted.contains(0));
+  CHECK(e.accepted.contains(3));
+  CHECK_FALSE(e.accepted.contains(1));
+  CHECK_FALSE(e.accepted.contains(2));
+  CHECK_FALSE(e.accepted.contains(4));
+  std::vector<token_id> dependent;
+  for (std::uint32_t k : e.dependent) dependent.push_back(v->trie.node_tokens()[k]);
+  CHECK(dependent == std::vector<token_id>{1, 5});  // in byte order: "a," then "a, b"
+  // At the start a word must come first: ",a" and EOS are rejected; "a," and
+  // "a, b" pass only through the stack below the word (the list goes on).
+  const token_mask first = m.compute_allowed(a->start());
+  CHECK(first.to_bitset() == m.compute_mask(a->start()));
+  for (token_id t : {0, 1, 3, 5}) CHECK(first.contains(t));
+  CHECK_FALSE(first.contains(2));
+  CHECK_FALSE(first.contains(4));
+  // After "a" the word may go on, the list continue, or the text end: all pass.
+  const state_id s = a->advance(a->start(), "a");
+  const token_mask allowed = m.compute_allowed(s);
+  CHECK(allowed.to_bitset() == m.compute_mask(s));
+  for (token_id t : {0, 1, 2, 3, 4, 5}) CHECK(allowed.contains(t));
+  // Bad frames for a table's position are named.
+  const auto n = static_cast<std::uint32_t>(g.elements.size());
+  CHECK_THAT(error_of([&] { (void)a->stack_state({}); }), Catch::Contains("no frames"));
+  CHECK_THAT(error_of([&] { (void)a->stack_state(std::vector<std::uint32_t>{n}); }),
+             Catch::Contains("element " + std::to_string(n) + " is outside the grammar"));
+  std::uint32_t ref = 0;
+  while (g.elements[ref].type != element::kind::rule_ref) ++ref;
+  CHECK_THAT(error_of([&] { (void)a->stack_state(std::vector<std::uint32_t>{p, ref}); }),
+             Catch::Contains("top element " + std::to_string(ref) + " is not a character class"));
+  CHECK(a->stack_state(std::vector<std::uint32_t>{p}) != dead_state);
+}
+
+TEST_CASE("token_mask: the smallest form, and the same set in every form") {
+  std::mt19937 rng(7);
+  for (std::size_t n : {1u, 63u, 64u, 65u, 1000u, 4096u, 128256u}) {
+    for (double density : {0.0, 0.001, 0.02, 0.5, 0.98, 0.999, 1.0}) {
+      token_bitset b((n + 63) / 64, 0);
+      std::bernoulli_distribution keep(density);
+      std::vector<token_id> in;
+      for (std::size_t t = 0; t < n; ++t)
+        if (keep(rng)) {
+          set_bit(b, static_cast<token_id>(t));
+          in.push_back(static_cast<token_id>(t));
+        }
+      const token_mask m = token_mask::from_bitset(b, n);
+      INFO("n " << n << " density " << density);
+      REQUIRE(m.count() == in.size());
+      REQUIRE(m.to_bitset() == b);
+      const std::size_t list_max = n / 32;
+      if (in.size() <= list_max) CHECK(m.storage() == token_mask::form::allowed);
+      else if (n - in.size() <= list_max) CHECK(m.storage() == token_mask::form::forbidden);
+      else CHECK(m.storage() == token_mask::form::bitset);
+      for (std::size_t t = 0; t < n; t += 1 + n / 500) REQUIRE(m.contains(static_cast<token_id>(t)) == test_bit(b, static_cast<token_id>(t)));
+      // Adding tokens gives the union, whatever the form.
+      std::vector<token_id> extra;
+      for (int k = 0; k < 5; ++k) extra.push_back(static_cast<token_id>(rng() % n));
+      std::sort(extra.begin(), extra.end());
+      extra.erase(std::unique(extra.begin(), extra.end()), extra.end());
+      token_bitset u = b;
+      for (token_id t : extra) set_bit(u, t);
+      const token_mask w = m.with(extra);
+      REQUIRE(w.to_bitset() == u);
+      REQUIRE(w.count() == token_mask::from_bitset(u, n).count());
+    }
+  }
+}
+
+TEST_CASE("grammar_processor: each mask form keeps exactly the allowed logits, dense or sparse") {
+  const auto vocab = llama3_vocab();
+  const auto& tok = llama3_tok();
+  // "{" allows a handful (allowed list), inside the string nearly all (forbidden list or bitset).
+  const auto masker = compile_cached(R"(root ::= "{" [a-z]{0,3} "\"" [^"]* "\"" "}")", vocab);
+  const grammar_processor p(masker);
+  std::vector<float> row(tok.vocab_size());
+  for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f;
+  const std::vector<token_id> prompt{tok.bos()};
+  std::vector<std::vector<token_id>> histories = {prompt};
+  histories.push_back({tok.bos(), static_cast<token_id>(tok.find("{").value())});
+  histories.push_back({tok.bos(), static_cast<token_id>(tok.find("{").value()), static_cast<token_id>(tok.find("\"").value())});
+  std::set<token_mask::form> forms;
+  sampling::candidates c;
+  std::vector<float> out(row.size());
+  for (const auto& h : histories) {
+    const sampling::sampling_context ctx{.history = h, .n_prompt = 1};
+    const token_mask& m = *masker->allowed(p.sync(ctx));
+    forms.insert(m.storage());
+    c.reset_copy(row);
+    p.apply(c, ctx);
+    c.to_logits(out);
+    for (std::size_t t = 0; t < row.size(); ++t)
+      REQUIRE(out[t] == (m.contains(static_cast<token_id>(t)) ? row[t] : -std::numeric_limits<float>::infinity()));
+    // Sparse candidates (after a truncation): kept exactly when allowed.
+    std::vector<token_id> ids;
+    std::vector<float> vals;
+    for (std::size_t t = 0; t < row.size(); t += 97) {
+      ids.push_back(static_cast<token_id>(t));
+      vals.push_back(row[t]);
+    }
+    ids.push_back(m.storage() == token_mask::form::forbidden ? 0 : m.ids().empty() ? 0 : m.ids()[0]);
+    vals.push_back(9.0f);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    vals.resize(ids.size(), 1.0f);
+    c.reset_copy(row);
+    c.assign_sparse(ids, vals, sampling::candidates::order::any);
+    std::size_t n_allowed = 0;
+    for (token_id t : ids) n_allowed += m.contains(t) ? 1 : 0;
+    if (n_allowed == 0) continue;
+    p.apply(c, ctx);
+    REQUIRE(c.size() == n_allowed);
+    for (std::size_t i = 0; i < c.size(); ++i) REQUIRE(m.contains(c.token(i)));
+  }
+  CHECK(forms.count(token_mask::form::allowed) == 1);
+  CHECK(forms.size() >= 2);
 }
 
 TEST_CASE("json schema: documents valid under the schema match, invalid ones do not") {

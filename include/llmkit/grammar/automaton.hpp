@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -90,10 +91,64 @@ class automaton {
     std::lock_guard lock(mutex_);
     return states_[s].can_end;
   }
+  const automaton_limits& limits() const noexcept { return limits_; }
   /// Interned positions so far.
   std::size_t n_states() const {
     std::lock_guard lock(mutex_);
     return states_.size();
+  }
+
+  /// The position whose only stack is `frames` (bottom first, a character
+  /// class on top): nothing below it. Reading from it tells what a token does
+  /// inside those frames whatever the stack below is (see mask_tables.hpp).
+  /// @throws llmkit::error if `frames` is empty, names an element outside the
+  /// grammar, or its top is not a character class.
+  state_id stack_state(std::span<const std::uint32_t> frames) const {
+    LLMKIT_CHECK(!frames.empty(), "automaton::stack_state: no frames");
+    for (std::uint32_t p : frames)
+      LLMKIT_CHECK(p < g_.elements.size() && g_.elements[p].type != element::kind::end,
+                   "automaton::stack_state: element ", p, " is outside the grammar or an alternative's end");
+    LLMKIT_CHECK(g_.elements[frames.back()].type == element::kind::char_class, "automaton::stack_state: top element ",
+                 frames.back(), " is not a character class");
+    std::lock_guard lock(mutex_);
+    return intern({stack(frames.begin(), frames.end())}, 0, 0, 0);
+  }
+  /// Copies the stacks of `s` (each bottom first) to `out`; false (and
+  /// nothing copied) when `s` is inside a UTF-8 sequence.
+  bool stacks(state_id s, std::vector<std::vector<std::uint32_t>>& out) const {
+    std::lock_guard lock(mutex_);
+    const state& st = states_[s];
+    if (st.remaining != 0) return false;
+    out.assign(st.stacks.begin(), st.stacks.end());
+    return true;
+  }
+  /// The position where a stack `rest` (bottom first) resumes its top frame:
+  /// what follows once the frames above it have ended. An empty `rest` is
+  /// the end of the input.
+  /// @throws llmkit::error if `rest` names an element outside the grammar.
+  state_id resume_state(std::span<const std::uint32_t> rest) const {
+    for (std::uint32_t p : rest)
+      LLMKIT_CHECK(p < g_.elements.size(), "automaton::resume_state: element ", p, " is outside the grammar");
+    std::vector<stack> out;
+    expand(stack(rest.begin(), rest.end()), out);
+    std::lock_guard lock(mutex_);
+    return intern(normalise(std::move(out)), 0, 0, 0);
+  }
+  /// Marks "no frame below the top" in `stack_tops`.
+  static constexpr std::uint32_t no_frame = 0xFFFFFFFFu;
+  /// Appends to `out` the distinct (frame below the top, top) pairs of the
+  /// non-empty stacks of `s`, ascending, with `no_frame` below a stack of one
+  /// frame; false (and nothing appended) when `s` is inside a UTF-8 sequence.
+  bool stack_tops(state_id s, std::vector<std::pair<std::uint32_t, std::uint32_t>>& out) const {
+    std::lock_guard lock(mutex_);
+    const state& st = states_[s];
+    if (st.remaining != 0) return false;
+    const std::size_t first = out.size();
+    for (const stack& x : st.stacks)
+      if (!x.empty()) out.emplace_back(x.size() > 1 ? x[x.size() - 2] : no_frame, x.back());
+    std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+    out.erase(std::unique(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()), out.end());
+    return true;
   }
 
   /// Runs `f(step)` under the lock, where `step(state, byte)` is the unlocked
@@ -245,10 +300,34 @@ class automaton {
     const auto [lo, hi] = completions(bits, remaining, length);
     if (lo > hi) return dead_state;
     std::vector<stack> alive;
-    for (const stack& st : s.stacks)
-      if (!st.empty() && g_.classes[g_.elements[st.back()].value].intersects(lo, hi)) alive.push_back(st);
+    bool any_code_point = true;  // every live top takes every non-ASCII code point
+    for (const stack& st : s.stacks) {
+      if (st.empty()) continue;
+      const char_class& c = g_.classes[g_.elements[st.back()].value];
+      if (!c.intersects(lo, hi)) continue;
+      alive.push_back(st);
+      any_code_point = any_code_point && covers(c, 0x80, 0xD7FF) && covers(c, 0xE000, 0x10FFFF);
+    }
     if (alive.empty()) return dead_state;
+    // Then the bits read so far matter only if they restrict the next byte
+    // (E0, ED, F0, F4 leads): otherwise one position per byte count serves
+    // every prefix, instead of one per prefix in the vocabulary.
+    if (any_code_point && next_byte_free(bits, remaining, length))
+      bits = static_cast<char32_t>(length == 2 ? 2 : 1) << (6 * (length - 1 - remaining));
     return intern(std::move(alive), bits, remaining, length);
+  }
+  static bool covers(const char_class& c, char32_t lo, char32_t hi) {
+    for (const auto& r : c.ranges)
+      if (r.first <= lo && r.second >= hi) return true;
+    return false;
+  }
+  // True when every continuation byte keeps the sequence valid.
+  static bool next_byte_free(char32_t bits, std::uint8_t remaining, std::uint8_t length) {
+    for (char32_t x = 0; x < 64; ++x) {
+      const auto [lo, hi] = completions((bits << 6) | x, static_cast<std::uint8_t>(remaining - 1), length);
+      if (lo > hi) return false;
+    }
+    return true;
   }
 
   compiled_grammar g_;

@@ -39,6 +39,7 @@
 #include "llmkit/core/ids.hpp"
 #include "llmkit/grammar/automaton.hpp"
 #include "llmkit/grammar/gbnf.hpp"
+#include "llmkit/grammar/token_mask.hpp"
 #include "llmkit/grammar/token_masker.hpp"
 #include "llmkit/sampling/candidates.hpp"
 #include "llmkit/sampling/context.hpp"
@@ -62,37 +63,49 @@ class grammar_processor {
     LLMKIT_CHECK(c.vocab_size() == masker_->vocab_size(), "grammar_processor: logits row has ", c.vocab_size(),
                  " entries, the grammar's vocabulary ", masker_->vocab_size());
     const state_id s = sync(ctx);
-    const auto mask = masker_->mask(s);
-    const token_bitset& bits = *mask;
+    const auto allowed = masker_->allowed(s);
+    const token_mask& m = *allowed;
     std::size_t n_keep = 0;
     if (c.is_dense()) {
-      for (std::uint64_t w : bits) n_keep += static_cast<std::size_t>(std::popcount(w));
+      n_keep = m.count();
     } else {
-      for (std::size_t i = 0; i < c.size(); ++i) n_keep += test_bit(bits, c.token(i)) ? 1 : 0;
+      for (std::size_t i = 0; i < c.size(); ++i) n_keep += m.contains(c.token(i)) ? 1 : 0;
     }
     LLMKIT_CHECK(n_keep > 0 || !c.is_dense(), "grammar_processor: the grammar allows no token after ",
                  ctx.n_generated(), " generated tokens");
     LLMKIT_CHECK(n_keep > 0, "grammar_processor: none of the ", c.size(),
                  " candidates left by earlier processors is allowed by the grammar (put the grammar first)");
-    if (c.is_dense()) {
-      // Word by word: a zero word clears 64 logits at once, a full one is skipped.
+    if (!c.is_dense()) {
+      c.retain([&](std::size_t i) { return m.contains(c.token(i)); }, n_keep, false);
+    } else {
+      // Each form costs what it stores: gather the allowed entries, clear the
+      // forbidden ones, or one pass over the row.
       constexpr float neg_inf = -std::numeric_limits<float>::infinity();
       float* v = c.values().data();
-      const std::size_t n = c.size();
-      for (std::size_t w = 0; w * 64 < n; ++w) {
-        const std::uint64_t m = bits[w];
-        const std::size_t begin = w * 64, end = std::min(n, begin + 64);
-        if (m == ~std::uint64_t{0}) continue;
-        if (m == 0) {
-          std::fill(v + begin, v + end, neg_inf);
-          continue;
+      switch (m.storage()) {
+        case token_mask::form::allowed: {
+          gathered_.resize(m.ids().size());
+          for (std::size_t i = 0; i < gathered_.size(); ++i) gathered_[i] = v[static_cast<std::size_t>(m.ids()[i])];
+          c.assign_sparse(m.ids(), gathered_, sampling::candidates::order::any);
+          break;
         }
-        for (std::size_t i = begin; i < end; ++i)
-          if (!((m >> (i - begin)) & 1u)) v[i] = neg_inf;
+        case token_mask::form::forbidden:
+          for (token_id t : m.ids()) v[static_cast<std::size_t>(t)] = neg_inf;
+          c.values_changed();
+          break;
+        case token_mask::form::bitset: {
+          const token_bitset& bits = m.bits();
+          const std::size_t n = c.size();
+          for (std::size_t w = 0; w * 64 < n; ++w) {
+            const std::uint64_t word = bits[w];
+            if (word == ~std::uint64_t{0}) continue;
+            const std::size_t begin = w * 64, end = std::min(n, begin + 64);
+            for (std::size_t i = begin; i < end; ++i) v[i] = ((word >> (i - begin)) & 1u) ? v[i] : neg_inf;
+          }
+          c.values_changed();
+          break;
+        }
       }
-      c.values_changed();
-    } else {
-      c.retain([&](std::size_t i) { return test_bit(bits, c.token(i)); }, n_keep, false);
     }
     LLMKIT_CHECK(c.max() != -std::numeric_limits<float>::infinity(),
                  "grammar_processor: every token the grammar allows has logit -inf (removed by earlier processors)");
@@ -129,6 +142,7 @@ class grammar_processor {
   std::shared_ptr<const token_masker> masker_;
   mutable std::vector<token_id> tokens_;
   mutable std::vector<state_id> states_;
+  mutable std::vector<float> gathered_;  // logits of the allowed tokens when the mask is a short list
 };
 
 /// Compiles GBNF `text` for `vocab`, reusing the masker of an earlier call

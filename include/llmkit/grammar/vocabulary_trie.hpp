@@ -89,6 +89,10 @@ class vocabulary_trie {
       open.push_back(i);
     }
     for (std::uint32_t i : open) nodes_[i].subtree_end = static_cast<std::uint32_t>(nodes_.size());
+    // Tokens were appended in node order, so a subtree's tokens are contiguous.
+    first_token_.resize(nodes_.size() + 1);
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      first_token_[i + 1] = first_token_[i] + (nodes_[i].tokens_end - nodes_[i].tokens_begin);
     for (std::size_t i = 0; i < token_bytes.size(); ++i) max_depth_ = std::max(max_depth_, token_bytes[i].size());
   }
 
@@ -96,6 +100,11 @@ class vocabulary_trie {
   const std::vector<node>& nodes() const noexcept { return nodes_; }
   /// Token ids ending at the nodes, indexed by `node::tokens_begin/end`.
   const std::vector<token_id>& node_tokens() const noexcept { return tokens_; }
+  /// Range `[first, last)` of `node_tokens()` holding the tokens of the
+  /// subtree of node i (the node itself included).
+  std::pair<std::uint32_t, std::uint32_t> subtree_tokens(std::size_t i) const noexcept {
+    return {first_token_[i], first_token_[nodes_[i].subtree_end]};
+  }
   /// Size of the vocabulary the trie was built from (excluded tokens included).
   std::size_t vocab_size() const noexcept { return n_vocab_; }
   /// Longest token, in bytes.
@@ -104,6 +113,7 @@ class vocabulary_trie {
  private:
   std::vector<node> nodes_;
   std::vector<token_id> tokens_;
+  std::vector<std::uint32_t> first_token_{0};  // [n_nodes + 1] tokens before node i
   std::size_t n_vocab_ = 0;
   std::size_t max_depth_ = 0;
 };
