@@ -7,13 +7,18 @@
 /// format_chat and token_text. A backend derives from it and adds how the
 /// model runs.
 
+#include <llmkit/grammar/processor.hpp>
 #include <llmkit/model/chat_template.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama_config.hpp>
 #include <llmkit/model/tokenizer.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -79,6 +84,20 @@ class gguf_backend : public backend {
   std::string decode(std::span<const token_id> ids) const override {
     return tok_.decode(ids, {.render_special = true});
   }
+  std::shared_ptr<const llmkit::grammar::token_masker> compile_grammar(const std::string& gbnf,
+                                                                       const grammar_limits& limits) const override {
+    std::call_once(vocab_once_, [&] { vocab_ = llmkit::grammar::token_vocabulary::from_tokenizer(tok_); });
+    auto m = llmkit::grammar::compile_cached(
+        gbnf, vocab_,
+        {.max_rules = limits.max_rules,
+         .max_elements = limits.max_elements,
+         .max_repetition = static_cast<std::uint32_t>(std::min<std::size_t>(limits.max_repetition, std::numeric_limits<std::uint32_t>::max())),
+         .max_source_bytes = limits.max_gbnf_bytes,
+         .max_nesting = limits.max_nesting},
+        {.max_states = limits.max_positions, .max_stacks = limits.max_stacks, .max_stack_depth = limits.max_stack_depth});
+    llmkit::grammar::warm_up(*m, limits.warm_up_positions);
+    return m;
+  }
 
  protected:
   /// Opens `model_path`; `chat_template` names a built-in template, or is
@@ -109,6 +128,9 @@ class gguf_backend : public backend {
   llmkit::model::tokenizer tok_;
   std::optional<llmkit::model::chat_template> template_;
   user_special_tokens user_;
+  // The vocabulary as grammars mask it, built by the first constrained request.
+  mutable std::once_flag vocab_once_;
+  mutable std::shared_ptr<const llmkit::grammar::token_vocabulary> vocab_;
 };
 
 }  // namespace llmkit_server
