@@ -533,16 +533,16 @@ TEST_CASE("structured output: huge repetition counts get 400, in GBNF, schemas a
 TEST_CASE("structured output: exponential alternations get 400 when compiled, not a swollen server") {
   server_process s;
   const std::size_t rss0 = resident_bytes(s.pid());
-  // Each 'a' multiplies the live parses by 16: past --grammar-max-stacks within three bytes.
+  // Each 'a' multiplies the live parses by 16: past --grammar-max-stacks within four bytes.
   std::string g = "root ::= s\ns ::= \"\"";
   for (const char c : std::string("0123456789abcdef")) g += std::string(" | \"a\" s \"") + c + "\"";
   require_grammar_400(s.port(), grammar_field(g + "\n"), "grammar");
-  // 400 alternatives sharing every prefix.
+  // 2000 alternatives sharing every prefix.
   std::string alts = "root ::= \"x\"";
-  for (int i = 0; i < 400; ++i) alts += " | \"xx" + std::to_string(i) + "\"";
+  for (int i = 0; i < 2000; ++i) alts += " | \"xx" + std::to_string(i) + "\"";
   require_grammar_400(s.port(), grammar_field(alts + "\n"), "grammar");
   std::string consts;
-  for (int i = 0; i < 400; ++i) consts += (i ? ", " : "") + ("{\"const\": \"item " + std::to_string(i) + "\"}");
+  for (int i = 0; i < 2000; ++i) consts += (i ? ", " : "") + ("{\"const\": \"item " + std::to_string(i) + "\"}");
   require_grammar_400(s.port(), schema_field(R"({"anyOf": [)" + consts + "]}"), "response_format.json_schema.schema");
   // Doubling rules: r20 is 2^20 ambiguous ways of one string.
   std::string doubling = "root ::= r20\nr0 ::= \"a\" | \"a\"\n";

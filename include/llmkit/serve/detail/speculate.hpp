@@ -52,9 +52,8 @@ inline std::size_t n_decodes(const sched::step_plan& plan) {
 }
 
 /// Cuts `[k] draft`, guesses after request `l`'s context, before the first
-/// guess l's grammar forbids and after the first EOS (the grammar follows
-/// no token past it): every row verified then has a context the grammar
-/// accepts, so a rejected guess rolls the grammar back with the context.
+/// guess l's grammar forbids (no masked draw can take it: its row would be
+/// wasted) and after the first EOS (the grammar follows no token past it).
 inline void cut_to_grammar(const live_request& l, std::vector<token_id>& draft) {
   const grammar::grammar_processor& g = *l.grammar;
   std::size_t k = 0;
