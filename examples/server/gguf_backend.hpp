@@ -87,16 +87,15 @@ class gguf_backend : public backend {
   std::shared_ptr<const llmkit::grammar::token_masker> compile_grammar(const std::string& gbnf,
                                                                        const grammar_limits& limits) const override {
     std::call_once(vocab_once_, [&] { vocab_ = llmkit::grammar::token_vocabulary::from_tokenizer(tok_); });
-    auto m = llmkit::grammar::compile_cached(
+    return llmkit::grammar::compile_cached(
         gbnf, vocab_,
         {.max_rules = limits.max_rules,
          .max_elements = limits.max_elements,
          .max_repetition = static_cast<std::uint32_t>(std::min<std::size_t>(limits.max_repetition, std::numeric_limits<std::uint32_t>::max())),
          .max_source_bytes = limits.max_gbnf_bytes,
          .max_nesting = limits.max_nesting},
-        {.max_states = limits.max_positions, .max_stacks = limits.max_stacks, .max_stack_depth = limits.max_stack_depth});
-    llmkit::grammar::warm_up(*m, limits.warm_up_positions);
-    return m;
+        {.max_states = limits.max_positions, .max_stacks = limits.max_stacks, .max_stack_depth = limits.max_stack_depth},
+        limits.warm_up_positions);
   }
 
  protected:

@@ -125,7 +125,7 @@ struct grammar_limits {
   std::size_t max_schema_depth = 32;       ///< JSON Schema subschemas nested (through $ref too)
   std::size_t max_positions = 8192;        ///< automaton positions of one grammar (each 1 KiB and more)
   std::size_t max_stacks = 1024;           ///< parses alive at one position (ambiguity; an enum of k strings has k)
-  std::size_t max_stack_depth = 256;       ///< rules nested at one position
+  std::size_t max_stack_depth = 128;       ///< rules nested at one position (memory grows with depth x ambiguity)
   std::size_t warm_up_positions = 512;     ///< positions built when compiled
 };
 
