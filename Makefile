@@ -27,7 +27,7 @@ DEMO ?= llmkit-generate
 deps:
 	@./scripts/deps.sh $(PACKAGES)
 
-# Also the `openai` npm package for llmkit-server's client test (npm ci from
+# Also the `openai`, `ajv` and `ajv-formats` npm packages for llmkit-server's client tests (npm ci from
 # tests/server-client/package-lock.json; skipped with a note without node).
 deps-all:
 	@./scripts/deps.sh $(PACKAGES) $(MPI_PACKAGES)

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include <bit>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <string>
@@ -538,6 +539,20 @@ TEST_CASE("json schema: documents valid under the schema match, invalid ones do 
   CHECK_FALSE(matches(misc, R"(["y"])"));
   CHECK_FALSE(matches(misc, R"(["x", true, "2024-13-01"])"));
   CHECK_FALSE(matches(misc, R"(["x", true, "2024-01-01T25:00:00Z"])"));
+  {  // format date: exactly the calendar's dates (leap years by the Gregorian rule)
+    const automaton date{parse_gbnf(schema_to_gbnf(std::string_view(R"({"type": "string", "format": "date"})")))};
+    for (const int year : {0, 4, 1900, 1996, 2000, 2023, 2024, 2100, 2400, 9999})
+      for (int month = 0; month <= 13; ++month)
+        for (int day = 0; day <= 32; ++day) {
+          const bool leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+          const int days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+          const bool valid = month >= 1 && month <= 12 && day >= 1 && day <= days[month - 1];
+          char doc[32];
+          std::snprintf(doc, sizeof doc, "\"%04d-%02d-%02d\"", year, month, day);
+          INFO(doc);
+          CHECK(full_match(date, doc) == valid);
+        }
+  }
   CHECK(matches(R"({"type": "string", "format": "time"})", R"("23:59:60.5+01:00")") == false);
   CHECK(matches(R"({"type": "string", "format": "time"})", R"("23:59:59.5+01:00")"));
 
@@ -602,6 +617,22 @@ TEST_CASE("json schema: bad or unsupported schemas name their path") {
   for (int i = 0; i < 300; ++i) defs += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}, ";
   defs += "\"d300\": {\"type\": \"null\"}}}";
   CHECK_THAT(err(defs.c_str()), Catch::Contains("nested deeper than"));
+}
+
+TEST_CASE("compile_cached with a warm-up: a grammar past a limit throws every time and is not kept") {
+  const auto vocab = stories_vocab();
+  // Each '(' nests root once more: the warm-up walks past 32 nested rules.
+  const std::string deep = "root ::= \"(\" root \")\" | \"(\" root | \"x\"";
+  const automaton_limits tight{.max_stack_depth = 32};
+  for (int attempt = 0; attempt < 2; ++attempt)
+    CHECK_THAT(error_of([&] { (void)compile_cached(deep, vocab, {}, tight, 256); }), Catch::Contains("deeper than 32"));
+  // Without the warm-up the same grammar compiles (the limit would be met mid-generation).
+  const auto lazy = compile_cached(deep, vocab, {}, tight);
+  CHECK(lazy != nullptr);
+  // A grammar that passes is cached under its warm-up too.
+  const auto fine = compile_cached("root ::= \"yes\" | \"no\"", vocab, {}, tight, 256);
+  CHECK(compile_cached("root ::= \"yes\" | \"no\"", vocab, {}, tight, 256) == fine);
+  CHECK(compile_cached("root ::= \"yes\" | \"no\"", vocab, {}, tight) != fine);
 }
 
 TEST_CASE("grammar_processor: masks, follows the history, rolls back, and refuses what the grammar cannot continue") {

@@ -8,6 +8,8 @@
 // pass, no sockets.
 #include <catch2/catch.hpp>
 
+#include <llmkit/grammar/automaton.hpp>
+#include <llmkit/grammar/gbnf.hpp>
 #include <llmkit/model/llama_config.hpp>
 #include <llmkit/sampling/logprobs.hpp>
 #include <llmkit/sampling/runtime_chain.hpp>
@@ -206,7 +208,7 @@ TEST_CASE("chat messages: roles, text parts, and what is refused") {
   check_names(chat_error({{"logprobs", true}, {"top_logprobs", 21}}), "top_logprobs", "21");
   check_names(chat_error({{"logprobs", "yes"}}), "logprobs", "\"yes\"");
   check_names(chat_error({{"tools", json::array({{{"type", "function"}}})}}), "tools", "function");
-  check_names(chat_error({{"response_format", {{"type", "json_object"}}}}), "response_format", "json_object");
+  check_names(chat_error({{"response_format", {{"type", "xml"}}}}), "response_format.type", "xml");
   // Chat logprobs default off; a bool without top_logprobs asks for the chosen tokens only.
   CHECK_FALSE(ok(api_kind::chat_completions, chat_body()).logprobs);
   json b = chat_body();
@@ -1262,4 +1264,69 @@ TEST_CASE("tool calls: a trigger marker that decodes to no text is handed to the
   auto r = prepare(qwen, api_kind::chat_completions, body);
   REQUIRE(std::holds_alternative<prepared_request>(r));
   CHECK(std::get<prepared_request>(r).silent_markers.empty());
+
+TEST_CASE("structured output: response_format, grammar and json_schema become GBNF, bad ones a 400 naming where") {
+  for (const api_kind kind : {api_kind::completions, api_kind::chat_completions}) {
+    json base = kind == api_kind::completions ? json{{"prompt", "hi"}} : chat_body();
+    auto with = [&](json patch) {
+      json b = base;
+      b.update(patch);
+      return b;
+    };
+    CHECK_FALSE(ok(kind, with({{"response_format", {{"type", "text"}}}})).grammar);
+    const auto object = ok(kind, with({{"response_format", {{"type", "json_object"}}}})).grammar;
+    REQUIRE(object);
+    CHECK(object->param == "response_format");
+    CHECK_THAT(object->gbnf, Catch::Contains("root ::="));
+    // The schema's properties in the order the body lists them (not sorted).
+    const std::string body = base.dump().substr(0, base.dump().size() - 1) +
+                             R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+        "schema": {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "string"}},
+        "required": ["zeta", "alpha"], "additionalProperties": false}}}})";
+    const auto parsed = parse_request(kind, body, limits);
+    REQUIRE(std::holds_alternative<generation_request>(parsed));
+    const auto& g = *std::get<generation_request>(parsed).grammar;
+    CHECK(g.param == "response_format.json_schema.schema");
+    const llmkit::grammar::automaton a(llmkit::grammar::parse_gbnf(g.gbnf));
+    auto accepts = [&](std::string_view doc) {
+      const auto st = a.advance(a.start(), doc);
+      return st != llmkit::grammar::dead_state && a.can_end(st);
+    };
+    CHECK(accepts(R"({"zeta": 1, "alpha": "x"})"));
+    CHECK_FALSE(accepts(R"({"alpha": "x", "zeta": 1})"));
+    const auto gbnf = ok(kind, with({{"grammar", "root ::= \"yes\" | \"no\""}})).grammar;
+    REQUIRE(gbnf);
+    CHECK(gbnf->param == "grammar");
+    CHECK(gbnf->gbnf == "root ::= \"yes\" | \"no\"");
+    const auto schema = ok(kind, with({{"json_schema", {{"type", "boolean"}, {"unknownKeyword", 1}}}})).grammar;
+    REQUIRE(schema);  // llama-server's field is not strict: the unknown keyword is ignored
+    CHECK(schema->param == "json_schema");
+
+    auto error = [&](json patch) { return error_of(kind, with(patch).dump()); };
+    check_names(error({{"response_format", {{"type", "json_schema"}}}}), "response_format.json_schema", "required");
+    check_names(error({{"response_format", "json"}}), "response_format", "\"json\"");
+    check_names(error({{"response_format", {{"type", "json_schema"},
+                                            {"json_schema", {{"name", "x"}, {"strict", true},
+                                                             {"schema", {{"type", "object"},
+                                                                         {"properties", {{"a", {{"type", "strin"}}}}}}}}}}}}),
+                "response_format.json_schema.schema", "#/properties/a");
+    check_names(error({{"response_format", {{"type", "json_schema"},
+                                            {"json_schema", {{"name", "x"}, {"strict", true},
+                                                             {"schema", {{"type", "string"}, {"uniqueItems", true}}}}}}}}),
+                "response_format.json_schema.schema", "uniqueItems");
+    check_names(error({{"grammar", "root ::= (\"a\""}}), "grammar", "line 1, column 10");
+    check_names(error({{"grammar", 7}}), "grammar", "7");
+    check_names(error({{"grammar", "root ::= \"a\"{5000}"}}), "grammar", "limit of 1024");
+    check_names(error({{"json_schema", {{"$ref", "#/$defs/nowhere"}}}}), "json_schema", "nowhere");
+    check_names(error({{"grammar", "root ::= \"a\""}, {"json_schema", {{"type", "string"}}}}), "json_schema", "grammar");
+    check_names(error({{"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}}), "grammar",
+                "response_format");
+  }
+  // The limits are the caller's.
+  request_limits tight;
+  tight.grammar.max_gbnf_bytes = 16;
+  const auto e = parse_request(api_kind::completions, R"({"prompt": "hi", "grammar": "root ::= \"a long literal\""})",
+                               limits, tight);
+  REQUIRE(std::holds_alternative<api_error>(e));
+  check_names(std::get<api_error>(e), "grammar", "16");
 }

@@ -130,6 +130,17 @@ class backend {
   /// Cancels every request, queued or running.
   virtual void cancel_all() = 0;
   virtual backend_stats stats() const = 0;
+  /// The mask source of GBNF `gbnf` over the model's vocabulary, compiled
+  /// under `limits` (cached by content across requests), its first
+  /// positions built (`grammar_limits::warm_up_positions`); nullptr when
+  /// this backend does not constrain output.
+  /// @throws llmkit::error when the grammar exceeds a limit.
+  virtual std::shared_ptr<const llmkit::grammar::token_masker> compile_grammar(const std::string& gbnf,
+                                                                               const grammar_limits& limits) const {
+    (void)gbnf;
+    (void)limits;
+    return nullptr;
+  }
 };
 
 /// A checked request as the backend takes it (without its callback), and
@@ -198,18 +209,39 @@ inline std::optional<serve::beam_options> beam_of(const generation_request& r) {
                              .stopping = llmkit::search::early_stopping::when_no_better};
 }
 
+/// The compiled grammar of `r` (nullptr when it has none), or the 400 that
+/// answers it: a grammar past one of `limits`, or a backend that does not
+/// constrain output.
+inline std::variant<std::shared_ptr<const llmkit::grammar::token_masker>, api_error> grammar_of(
+    const generation_request& r, const backend& model, const grammar_limits& limits) {
+  if (!r.grammar) return nullptr;
+  try {
+    auto m = model.compile_grammar(r.grammar->gbnf, limits);
+    if (m == nullptr)
+      return invalid_request(r.grammar->param, "structured output ('" + r.grammar->param +
+                                                   "') needs the engine backend (--backend engine)");
+    return m;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (what.size() > 300) what = what.substr(0, 300) + "...";
+    return invalid_request(r.grammar->param, "'" + r.grammar->param + "' cannot be compiled: " + what);
+  }
+}
+
 /// Turns a parsed request into the backend's: the prompt tokenized (a chat
 /// through the model's template, its end-of-turn token added to the EOS
 /// set), the completion budget checked against the context, the sampling
 /// chain (or the beam search) and the stop rules, and speculative decoding:
 /// the server's (`drafting`, from `--draft`) unless the request opts out
 /// (`"speculative": false`) or searches beams, with its own
-/// `speculative.n_max` if sent. A 400 when the model has no chat template,
-/// the template refuses the conversation, or the prompt and budget do not
-/// fit.
+/// `speculative.n_max` if sent, and the request's grammar compiled by the
+/// backend under `grammar`. A 400 when the model has no chat template,
+/// the template refuses the conversation, the prompt and budget do not
+/// fit, or the grammar exceeds a limit or cannot be served.
 inline std::variant<prepared_request, api_error> prepare_request(const generation_request& r, const backend& model,
                                                                  std::uint64_t seed,
-                                                                 const serve::speculation& drafting = {}) {
+                                                                 const serve::speculation& drafting = {},
+                                                                 const grammar_limits& grammar = {}) {
   const backend_model_info& info = model.info();
   const model_limits limits{.n_ctx = info.n_ctx, .n_vocab = info.n_vocab};
   std::vector<token_id> prompt;
@@ -241,6 +273,8 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   }
   const auto budget = completion_budget(r, prompt.size(), limits);
   if (const auto* e = std::get_if<api_error>(&budget)) return *e;
+  const auto masker = grammar_of(r, model, grammar);
+  if (const auto* e = std::get_if<api_error>(&masker)) return *e;
   const std::size_t n_prompt = prompt.size();
   std::optional<llmkit::chat::tool_syntax> syntax;
   std::optional<llmkit::sampling::runtime_chain> chain;
@@ -262,6 +296,7 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   return prepared_request{.request = {.prompt = std::move(prompt),
                                       .sampling = r.beam ? std::string("greedy") : chain_config(r.sampling),
                                       .chain = std::move(chain),
+                                      .grammar = std::get<0>(masker),
                                       .seed = seed,
                                       .stop = stop_rules(r, std::get<std::size_t>(budget), std::move(eos)),
                                       .top_logprobs = r.logprobs.value_or(0),

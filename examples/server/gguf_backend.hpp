@@ -9,13 +9,16 @@
 
 #include <llmkit/chat/tool_template.hpp>
 #include <llmkit/grammar/token_masker.hpp>
+#include <llmkit/grammar/processor.hpp>
 #include <llmkit/model/chat_template.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama_config.hpp>
 #include <llmkit/model/tokenizer.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -104,6 +107,19 @@ class gguf_backend : public backend {
     return tok_.decode(ids, {.render_special = true});
   }
 
+  std::shared_ptr<const llmkit::grammar::token_masker> compile_grammar(const std::string& gbnf,
+                                                                       const grammar_limits& limits) const override {
+    return llmkit::grammar::compile_cached(
+        gbnf, grammar_vocabulary(),
+        {.max_rules = limits.max_rules,
+         .max_elements = limits.max_elements,
+         .max_repetition = static_cast<std::uint32_t>(std::min<std::size_t>(limits.max_repetition, std::numeric_limits<std::uint32_t>::max())),
+         .max_source_bytes = limits.max_gbnf_bytes,
+         .max_nesting = limits.max_nesting},
+        {.max_states = limits.max_positions, .max_stacks = limits.max_stacks, .max_stack_depth = limits.max_stack_depth},
+        limits.warm_up_positions);
+  }
+
  protected:
   /// Opens `model_path`; `chat_template` names a built-in template, or is
   /// empty for the model's own (none if the file has none); `user` says what
@@ -133,6 +149,7 @@ class gguf_backend : public backend {
   llmkit::model::tokenizer tok_;
   std::optional<llmkit::model::chat_template> template_;
   user_special_tokens user_;
+  // The vocabulary as grammars mask it, built by the first constrained request.
   mutable std::once_flag vocab_once_;
   mutable std::shared_ptr<const llmkit::grammar::token_vocabulary> vocab_;
 };

@@ -441,3 +441,166 @@ TEST_CASE("a user's text is text: </s> in a prompt does not end the completion")
   CHECK(r.at("usage").at("prompt_tokens").get<int>() > 6);
   CHECK(s.stop() == 0);
 }
+
+namespace {
+
+/// Posts `{"prompt": "Once", "max_tokens": 8, <field>}` and requires a 400
+/// naming `param` within `max_seconds`; returns the error message.
+std::string require_grammar_400(int port, const std::string& field, const std::string& param,
+                                double max_seconds = 10.0) {
+  const std::string body = R"({"prompt": "Once", "max_tokens": 8, )" + field + "}";
+  const auto t0 = clock_type::now();
+  const std::string reply = exchange(port, post_request(body, "Connection: close\r\n"), "never");
+  const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  INFO("payload of " << body.size() << " bytes: " << body.substr(0, 160) << " -> " << reply.substr(0, 400));
+  CHECK(status_of(reply) == 400);
+  CHECK(seconds < max_seconds);  // a hung compile would hold the reply (bounded wait, not a timing test)
+  CHECK(reply.find("\"param\":\"" + param) != std::string::npos);
+  CHECK(reply.size() < 4096);
+  const auto at = reply.find("\r\n\r\n");
+  if (at == std::string::npos) return {};
+  const json r = json::parse(reply.substr(at + 4), nullptr, false);
+  return r.is_discarded() ? std::string() : r.at("error").at("message").get<std::string>();
+}
+
+std::string schema_field(const std::string& schema) {
+  return R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": )" +
+         schema + "}}";
+}
+std::string grammar_field(const std::string& gbnf) { return R"("grammar": )" + json(gbnf).dump(); }
+
+/// After an attack class: memory grew by less than `max_growth`, /health
+/// answers, and a constrained request still completes.
+void require_serving(server_process& s, std::size_t rss0, std::size_t max_growth = 64u << 20) {
+#if defined(__SANITIZE_ADDRESS__)
+  max_growth += std::size_t{256} << 20;  // ASan's quarantine (256 MiB by default) keeps freed blocks resident
+#endif
+  CHECK(resident_bytes(s.pid()) < rss0 + max_growth);
+  CHECK(timed_health(s.port()).first == 200);
+  const std::string body =
+      R"({"prompt": "Once", "max_tokens": 64, "temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": {"type": "boolean"}}}})";
+  const std::string reply = exchange(s.port(), post_request(body, "Connection: close\r\n"), "never");
+  REQUIRE(status_of(reply) == 200);
+  const json r = json::parse(reply.substr(reply.find("\r\n\r\n") + 4));
+  const std::string text = r.at("choices")[0].at("text").get<std::string>();
+  CHECK((text == "true" || text == "false"));
+  CHECK(r.at("choices")[0].at("finish_reason") == "stop");
+}
+
+}  // namespace
+
+TEST_CASE("structured output: deep and cyclic $ref chains get 400 naming where, the server lives") {
+  server_process s;
+  const std::size_t rss0 = resident_bytes(s.pid());
+  // Cycles that consume nothing (left recursion), through one, two and many definitions.
+  CHECK_THAT(require_grammar_400(s.port(), schema_field(R"({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}})"),
+                                 "response_format.json_schema.schema"),
+             Catch::Contains("recurs"));
+  require_grammar_400(s.port(),
+                      schema_field(R"({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}})"),
+                      "response_format.json_schema.schema");
+  std::string defs;
+  for (int i = 0; i < 3000; ++i)
+    defs += (i ? ", " : "") + ("\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string((i + 1) % 3000) + "\"}");
+  require_grammar_400(s.port(), schema_field(R"({"$ref": "#/$defs/d0", "$defs": {)" + defs + "}}"),
+                      "response_format.json_schema.schema");
+  // A chain of 3000 definitions, each an array of the next: deeper than allowed.
+  defs.clear();
+  for (int i = 0; i < 3000; ++i)
+    defs += (i ? ", " : "") + ("\"d" + std::to_string(i) + "\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/d" +
+                               std::to_string(i + 1) + "\"}}");
+  defs += R"(, "d3000": {"type": "integer"})";
+  CHECK_THAT(require_grammar_400(s.port(), R"("json_schema": {"$ref": "#/$defs/d0", "$defs": {)" + defs + "}}", "json_schema"),
+             Catch::Contains("deeper"));
+  // The same cycles in GBNF.
+  require_grammar_400(s.port(), grammar_field("root ::= a\na ::= b\nb ::= a | \"x\"\n"), "grammar");
+  require_serving(s, rss0);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("structured output: huge repetition counts get 400, in GBNF, schemas and patterns") {
+  server_process s;
+  const std::size_t rss0 = resident_bytes(s.pid());
+  for (const char* g : {"root ::= \"a\"{1000000}\n", "root ::= [a-z]{0,99999999}\n", "root ::= \"a\"{5,4294967296}\n",
+                        "root ::= (\"ab\"{1000} \"c\"){1025}\n"})
+    require_grammar_400(s.port(), grammar_field(g), "grammar");
+  for (const char* schema : {R"({"type": "string", "minLength": 5000000})", R"({"type": "string", "maxLength": 100000})",
+                             R"({"type": "array", "items": {"type": "integer"}, "maxItems": 99999})",
+                             R"({"type": "array", "minItems": 18446744073709551615})",
+                             R"({"type": "string", "pattern": "^a{100000}$"})"})
+    require_grammar_400(s.port(), schema_field(schema), "response_format.json_schema.schema");
+  require_serving(s, rss0);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("structured output: exponential alternations get 400 when compiled, not a swollen server") {
+  server_process s;
+  const std::size_t rss0 = resident_bytes(s.pid());
+  // Each 'a' multiplies the live parses by 16: past --grammar-max-stacks within four bytes.
+  std::string g = "root ::= s\ns ::= \"\"";
+  for (const char c : std::string("0123456789abcdef")) g += std::string(" | \"a\" s \"") + c + "\"";
+  require_grammar_400(s.port(), grammar_field(g + "\n"), "grammar");
+  // 2000 alternatives sharing every prefix.
+  std::string alts = "root ::= \"x\"";
+  for (int i = 0; i < 2000; ++i) alts += " | \"xx" + std::to_string(i) + "\"";
+  require_grammar_400(s.port(), grammar_field(alts + "\n"), "grammar");
+  std::string consts;
+  for (int i = 0; i < 2000; ++i) consts += (i ? ", " : "") + ("{\"const\": \"item " + std::to_string(i) + "\"}");
+  require_grammar_400(s.port(), schema_field(R"({"anyOf": [)" + consts + "]}"), "response_format.json_schema.schema");
+  // Doubling rules: r20 is 2^20 ambiguous ways of one string.
+  std::string doubling = "root ::= r20\nr0 ::= \"a\" | \"a\"\n";
+  for (int i = 1; i <= 20; ++i)
+    doubling += "r" + std::to_string(i) + " ::= r" + std::to_string(i - 1) + " r" + std::to_string(i - 1) + " | r" +
+                std::to_string(i - 1) + " \"b\" r" + std::to_string(i - 1) + "\n";
+  const std::string body = R"({"prompt": "Once", "max_tokens": 8, )" + grammar_field(doubling) + "}";
+  const std::string reply = exchange(s.port(), post_request(body, "Connection: close\r\n"), "never");
+  CHECK((status_of(reply) == 400 || status_of(reply) == 200));  // a 200 ends within its 8 tokens
+  require_serving(s, rss0);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("structured output: enormous enums and alternations get 400 for their size") {
+  server_process s;
+  const std::size_t rss0 = resident_bytes(s.pid());
+  std::string values;
+  for (int i = 0; i < 60000; ++i) values += (i ? ", " : "") + ("\"v" + std::to_string(i) + "\"");
+  CHECK_THAT(require_grammar_400(s.port(), schema_field(R"({"enum": [)" + values + "]}"),
+                                 "response_format.json_schema.schema"),
+             Catch::Contains("bytes"));
+  require_grammar_400(s.port(), R"("json_schema": {"type": "string", "enum": [)" + values + "]}", "json_schema");
+  std::string alts = "root ::= \"v0\"";
+  for (int i = 1; i < 30000; ++i) alts += " | \"v" + std::to_string(i) + "\"";
+  require_grammar_400(s.port(), grammar_field(alts + "\n"), "grammar");
+  require_serving(s, rss0);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("structured output: 100k-deep nesting in GBNF and patterns, long rule chains, deep schemas get 400") {
+  server_process s;
+  const std::size_t rss0 = resident_bytes(s.pid());
+  const std::size_t depth = 100'000;
+  require_grammar_400(s.port(), grammar_field("root ::= " + std::string(depth, '(') + "\"a\"" + std::string(depth, ')') + "\n"),
+                      "grammar");
+  std::string chain;
+  for (int i = 0; i < 30000; ++i) {
+    chain += 'r';
+    chain += std::to_string(i) + " ::= \"(\" r" + std::to_string(i + 1) + " \")\"\n";
+  }
+  require_grammar_400(s.port(), grammar_field("root ::= r0\n" + chain + "r30000 ::= \"x\"\n"), "grammar");
+  require_grammar_400(s.port(),
+                      schema_field(R"({"type": "string", "pattern": ")" + std::string(depth, '(') + "a" + std::string(depth, ')') + "\"}"),
+                      "response_format.json_schema.schema");
+  // A schema nested 30k deep (a 1 MiB body) is refused by the body's own depth limit.
+  std::string nested;
+  for (std::size_t i = 0; i < 30'000; ++i) nested += R"({"type": "array", "items": )";
+  nested += "{}" + std::string(30'000, '}');
+  const std::string body = R"({"prompt": "Once", )" + schema_field(nested) + "}";
+  CHECK(status_of(exchange(s.port(), post_request(body, "Connection: close\r\n"), "never")) == 400);
+  // A grammar that nests rules as it reads reaches --grammar-max-stack-depth when compiled; sent again, it is
+  // compiled again (a grammar that failed is not cached) and refused again.
+  for (int attempt = 0; attempt < 2; ++attempt)
+    CHECK_THAT(require_grammar_400(s.port(), grammar_field("root ::= \"(\" root \")\" | \"(\" root | \"x\"\n"), "grammar"),
+               Catch::Contains("deeper than"));
+  require_serving(s, rss0);
+  CHECK(s.stop() == 0);
+}

@@ -5,7 +5,7 @@
 // streamed pieces (p50, p99).
 //
 //   llmkit-server-load [--host 127.0.0.1] [--port 8080] [--clients 8] [--requests 32]
-//                      [--prompt TEXT] [--max-tokens 64] [--temperature 0.8] [--api-key KEY] [--json]
+//                      [--prompt TEXT] [--max-tokens 64] [--temperature 0.8] [--api-key KEY] [--grammar GBNF] [--json]
 //   llmkit-server-load --in-process --model PATH [--threads N] [--max-batch N] [--max-queue N] [--ctx N]
 //                      [--draft ngram|self|DRAFT.gguf] [--draft-max N] [--draft-max-decodes N] ...
 //
@@ -147,7 +147,7 @@ request_timing run_in_process(llmkit_server::backend& model, const std::string& 
 int main(int argc, char** argv) {
   llmkit_examples::command_line cli{"llmkit-server-load: concurrent streaming clients against llmkit-server"};
   cli.show_defaults();
-  std::string host = "127.0.0.1", prompt = "Once upon a time", api_key;
+  std::string host = "127.0.0.1", prompt = "Once upon a time", api_key, grammar;
   long port = 8080;
   std::size_t clients = 8, requests = 32, max_tokens = 64;
   double temperature = 0.8;
@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   cli.add_option("--max-tokens", max_tokens, "max_tokens of every request").count_at_least(1, "nothing to generate");
   cli.add_option("--temperature", temperature, "temperature of every request").in_range(0.0, 2.0);
   cli.add_option("--api-key", api_key, "bearer token");
+  cli.add_option("--grammar", grammar, "GBNF grammar of every request (structured output); empty = none");
   cli.add_flag("--json", json_output, "one JSON line instead of text");
   cli.add_flag("--in-process", in_process,
                "no server: the same requests to llmkit-server's engine backend in this process (the options below)");
@@ -205,9 +206,10 @@ int main(int argc, char** argv) {
   for (std::size_t c = 0; c < clients; ++c)
     threads.emplace_back([&] {
       for (std::size_t i = next++; i < requests; i = next++) {
-        const nlohmann::json body = {{"prompt", prompt},           {"max_tokens", max_tokens},
-                                     {"temperature", temperature}, {"seed", i},
-                                     {"stream", true},             {"stream_options", {{"include_usage", true}}}};
+        nlohmann::json body = {{"prompt", prompt},           {"max_tokens", max_tokens},
+                               {"temperature", temperature}, {"seed", i},
+                               {"stream", true},             {"stream_options", {{"include_usage", true}}}};
+        if (!grammar.empty()) body["grammar"] = grammar;
         auto t = engine ? run_in_process(*engine, body.dump(), drafting) : run_one(host, static_cast<int>(port), body.dump(), api_key);
         std::lock_guard lock(mutex);
         done.push_back(std::move(t));

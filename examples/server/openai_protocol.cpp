@@ -7,6 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <llmkit/core/error.hpp>
+#include <llmkit/grammar/gbnf.hpp>
+#include <llmkit/grammar/json_schema.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -345,14 +349,104 @@ void parse_unsupported(const json& body, api_kind kind) {
     if (const json* suffix = field(body, "suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
       reject("suffix", "'suffix' is not supported");
   } else {
-    if (const json* rf = field(body, "response_format")) {
-      if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
-      const json* type = field(*rf, "type");
-      if (type && !(type->is_string() && type->get<std::string>() == "text"))
-        reject("response_format", "'response_format.type' must be \"text\" (structured output is not supported), got " +
-                                      quote(*type));
-    }
   }
+}
+
+// --- structured outputs ---
+
+// The GBNF limits of `limits` as the grammar parser takes them.
+llmkit::grammar::compile_limits gbnf_limits(const grammar_limits& limits) {
+  return {.max_rules = limits.max_rules,
+          .max_elements = limits.max_elements,
+          .max_repetition = static_cast<std::uint32_t>(std::min<std::size_t>(limits.max_repetition, std::numeric_limits<std::uint32_t>::max())),
+          .max_source_bytes = limits.max_gbnf_bytes,
+          .max_nesting = limits.max_nesting};
+}
+
+// Checks GBNF `text` (from field `param`) against `limits` by parsing it:
+// a 400 naming the line and column, or the limit, otherwise.
+grammar_request checked_gbnf(std::string text, std::string param, const grammar_limits& limits) {
+  if (text.size() > limits.max_gbnf_bytes)
+    reject(param, "'" + param + "' gives a grammar of " + std::to_string(text.size()) + " bytes; at most " +
+                      std::to_string(limits.max_gbnf_bytes) + " are allowed");
+  try {
+    (void)llmkit::grammar::parse_gbnf(text, gbnf_limits(limits));
+  } catch (const llmkit::error& e) {
+    reject(param, "'" + param + "': " + cut(e.what(), 400));
+  }
+  return {std::move(text), std::move(param)};
+}
+
+// The grammar of JSON Schema `schema` (field `param`): keywords it cannot
+// enforce are a 400 when `strict`, ignored otherwise; where the schema is
+// wrong is named by its JSON pointer.
+grammar_request schema_grammar(const ordered_json& schema, bool strict, std::string param,
+                               const grammar_limits& limits) {
+  if (!schema.is_object()) reject(param, "'" + param + "' must be a JSON Schema object, got " + quote(json(schema)));
+  std::string gbnf;
+  try {
+    gbnf = llmkit::grammar::schema_to_gbnf(
+        schema, {.strict = strict, .max_rules = limits.max_rules, .max_depth = limits.max_schema_depth});
+  } catch (const llmkit::error& e) {
+    reject(param, "'" + param + "': " + cut(e.what(), 400));
+  }
+  return checked_gbnf(std::move(gbnf), std::move(param), limits);
+}
+
+// `response_format` (both APIs): {"type": "text"} (nothing), {"type":
+// "json_object"} (any JSON object), or {"type": "json_schema", "json_schema":
+// {"name", "schema", "strict"}}. `ordered` is the same body with its keys in
+// their order (a schema's properties are generated in it).
+std::optional<grammar_request> parse_response_format(const json& body, const ordered_json& ordered,
+                                                     const grammar_limits& limits) {
+  const json* rf = field(body, "response_format");
+  if (rf == nullptr) return std::nullopt;
+  if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
+  const json* type = field(*rf, "type");
+  if (type == nullptr) reject("response_format.type", "'response_format.type' is required");
+  if (!type->is_string()) wrong_type("response_format.type", "a string", *type);
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object")
+    return checked_gbnf(llmkit::grammar::json_object_gbnf(), "response_format", limits);
+  if (t != "json_schema")
+    reject("response_format.type",
+           "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got " + quote(*type));
+  const json* js = field(*rf, "json_schema");
+  if (js == nullptr) reject("response_format.json_schema", "'response_format.json_schema' is required with type \"json_schema\"");
+  if (!js->is_object()) wrong_type("response_format.json_schema", "an object", *js);
+  if (const json* name = field(*js, "name"); name && !name->is_string())
+    wrong_type("response_format.json_schema.name", "a string", *name);
+  const auto strict = bool_field(*js, "strict");
+  if (field(*js, "schema") == nullptr)
+    reject("response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
+  return schema_grammar(ordered.at("response_format").at("json_schema").at("schema"), strict.value_or(false),
+                        "response_format.json_schema.schema", limits);
+}
+
+// The grammar a request body (`body`, parsed from `body_text`) asks for,
+// from `response_format`, llama-server's `grammar` (GBNF) or its
+// `json_schema`; at most one of them.
+std::optional<grammar_request> grammar_from_request(const json& body, std::string_view body_text,
+                                                    const grammar_limits& limits) {
+  const bool any = field(body, "response_format") || field(body, "grammar") || field(body, "json_schema");
+  if (!any) return std::nullopt;
+  const ordered_json ordered = ordered_json::parse(body_text.begin(), body_text.end());
+  std::optional<grammar_request> out = parse_response_format(body, ordered, limits);
+  auto one_only = [&](const char* name) {
+    if (out) reject(name, std::string("'") + name + "' and '" + out->param +
+                              "' both constrain the output; send one of response_format, grammar, json_schema");
+  };
+  if (const json* g = field(body, "grammar")) {
+    if (!g->is_string()) wrong_type("grammar", "a string (GBNF)", *g);
+    one_only("grammar");
+    out = checked_gbnf(g->get<std::string>(), "grammar", limits);
+  }
+  if (field(body, "json_schema") != nullptr) {
+    one_only("json_schema");
+    out = schema_grammar(ordered.at("json_schema"), false, "json_schema", limits);
+  }
+  return out;
 }
 
 // `use_beam_search: true` (vLLM's shape): `best_of` beams (default n, at
@@ -536,6 +630,7 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
     if (want) r.logprobs = top ? static_cast<std::size_t>(*top) : 0;
   }
   if (beam) parse_beam(body, r, best_of);
+  r.grammar = grammar_from_request(body, text, limits.grammar);
   return r;
 }
 

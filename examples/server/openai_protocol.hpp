@@ -112,6 +112,33 @@ inline constexpr double min_repetition_penalty = 0.01;
 /// NaN or infinity.
 inline constexpr float masked_logprob = -9999.0f;
 
+/// Bounds on the grammars requests carry (`response_format`, `grammar`,
+/// `json_schema`), so that compiling an adversarial one costs a 400 rather
+/// than a hung or swollen server. Parsing checks the first five (GBNF size
+/// and shape, schema conversion); the backend checks the rest when it
+/// compiles (automaton positions, built ahead for the first
+/// `warm_up_positions` of them, and later as generation reaches them: a
+/// request that reaches a limit then ends with finish reason "error").
+struct grammar_limits {
+  std::size_t max_gbnf_bytes = 64 * 1024;  ///< GBNF text, as sent or as converted from a schema
+  std::size_t max_rules = 2048;            ///< GBNF rules, helper rules of repetitions included
+  std::size_t max_elements = 1u << 16;     ///< GBNF elements over all alternatives (repetitions expanded)
+  std::size_t max_repetition = 1024;       ///< largest m or n of `{m,n}` (and of minLength, maxItems, ...)
+  std::size_t max_nesting = 64;            ///< parentheses nested in one GBNF rule
+  std::size_t max_schema_depth = 32;       ///< JSON Schema subschemas nested (through $ref too)
+  std::size_t max_positions = 8192;        ///< automaton positions of one grammar (each 1 KiB and more)
+  std::size_t max_stacks = 1024;           ///< parses alive at one position (ambiguity; an enum of k strings has k)
+  std::size_t max_stack_depth = 128;       ///< rules nested at one position (memory grows with depth x ambiguity)
+  std::size_t warm_up_positions = 512;     ///< positions built when compiled
+};
+
+/// What constrains a request's output: GBNF text (as sent in `grammar`, or
+/// converted from a JSON Schema), and the field it came from (for errors).
+struct grammar_request {
+  std::string gbnf{};
+  std::string param{};  ///< "response_format", "grammar" or "json_schema"
+};
+
 /// Ranges the parser enforces besides the model's own.
 struct request_limits {
   std::size_t max_n = 16;             ///< `n`: 1..max_n completions per request
@@ -121,6 +148,7 @@ struct request_limits {
   std::size_t max_top_logprobs = 20;  ///< chat `top_logprobs`: 0..max_top_logprobs
   std::size_t max_logit_bias = 1024;  ///< entries of `logit_bias`
   std::size_t max_draft_tokens = 16;  ///< `speculative.n_max`: 1..max_draft_tokens
+  grammar_limits grammar{};           ///< structured outputs
 };
 
 /// The sampling fields of a request, OpenAI's defaults where absent. Every
@@ -184,6 +212,9 @@ struct generation_request {
   /// Chat: `tools`, `tool_choice`, `parallel_tool_calls` (tool_calls.hpp);
   /// nullopt without tools.
   std::optional<tool_request> tools{};
+  /// Structured output (`response_format` json_object / json_schema,
+  /// llama-server's `grammar` and `json_schema`); nullopt: free text.
+  std::optional<grammar_request> grammar{};
 };
 
 /// A request or the error that answers it.

@@ -81,6 +81,10 @@ class serial_backend final : public gguf_backend {
     if (r.beam)
       out = {.status = submit_status::invalid,
              .message = "beam search ('use_beam_search') needs the engine backend (--backend engine)"};
+    if (r.grammar)
+      out = {.status = submit_status::invalid,
+             .message = "structured output (response_format, grammar, json_schema) needs the engine backend "
+                        "(--backend engine)"};
     for (const token_id t : r.prompt)
       if (out.accepted() && (t < 0 || static_cast<std::size_t>(t) >= info_.n_vocab))
         out = {.status = submit_status::invalid,

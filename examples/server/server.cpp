@@ -6,7 +6,7 @@
 //                 [--backend engine|serial] [--kv-blocks N] [--kv-type f32|f16|bf16|int8]
 //                 [--activations q8_0|f32] [--no-mmap] [--mlock]
 //                 [--draft ngram|self|DRAFT.gguf] [--draft-max N] [--draft-max-decodes N]
-//                 [--max-body-bytes N] [--drain-seconds S]
+//                 [--max-body-bytes N] [--drain-seconds S] [--grammar-max-* N]
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (streamed as SSE
 // with "stream": true), GET /v1/models, POST /tokenize, POST /detokenize,
@@ -313,7 +313,7 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   const generation_request& r = std::get<generation_request>(parsed);
 
   const std::uint64_t id = ++s.next_id;
-  auto prepared = prepare_request(r, s.model, r.sampling.seed.value_or(mix(s.seed_base + id)), s.draft);
+  auto prepared = prepare_request(r, s.model, r.sampling.seed.value_or(mix(s.seed_base + id)), s.draft, s.limits.grammar);
   if (const auto* e = std::get_if<api_error>(&prepared)) return send_error(*ex, *e, s);
   serve::generation_request& br = std::get<prepared_request>(prepared).request;
   const std::size_t n_prompt = std::get<prepared_request>(prepared).n_prompt;
@@ -506,6 +506,35 @@ int main(int argc, char** argv) {
   cli.add_option("--write-timeout", write_timeout,
                  "seconds one write of a reply may take: a client that stops reading is disconnected")
       .in_range(0.001, 86400.0);
+  grammar_limits glimits{};
+  cli.add_option("--grammar-max-bytes", glimits.max_gbnf_bytes,
+                 "structured output: largest grammar, as sent or converted from a JSON Schema (bytes)")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-max-rules", glimits.max_rules, "structured output: most grammar rules")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-max-elements", glimits.max_elements,
+                 "structured output: most grammar elements, repetitions expanded")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-max-repetition", glimits.max_repetition,
+                 "structured output: largest count of {m,n}, minLength, maxItems and the like")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-max-nesting", glimits.max_nesting, "structured output: parentheses nested in a rule")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-max-schema-depth", glimits.max_schema_depth,
+                 "structured output: JSON Schema subschemas nested ($ref included)")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-max-positions", glimits.max_positions,
+                 "structured output: matcher positions of one grammar (1 KiB and more each)")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-max-stacks", glimits.max_stacks,
+                 "structured output: parses alive at one position (ambiguous grammars)")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-max-stack-depth", glimits.max_stack_depth,
+                 "structured output: rules nested at one position")
+      .count_at_least(1, "no grammar would compile");
+  cli.add_option("--grammar-warm-up", glimits.warm_up_positions,
+                 "structured output: positions built when a grammar is compiled (limits reached there give a 400)")
+      .count_at_least(1, "no grammar would compile");
   if (const auto exit_code = cli.parse(argc, argv)) return *exit_code;
 
   const sigset_t signals = shutdown_signals();
@@ -550,6 +579,7 @@ int main(int argc, char** argv) {
     s.parse_special = bo.parse_special;
     s.seed_base = std::random_device{}();
     s.draft = speculation_of(draft, draft_max);
+    s.limits.grammar = glimits;
     s.started = static_cast<std::int64_t>(std::time(nullptr));
 
     const auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<long long>(seconds * 1000)); };

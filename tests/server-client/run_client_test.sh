@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # ctest driver: starts llmkit-server on a free loopback port (with an API key
-# and a chat template, zephyr unless given), runs a client script (client.mjs
-# unless given; the `openai` npm package) against it, then stops it with
-# SIGTERM and checks that it exits 0.
+# and a chat template, zephyr unless given), runs SCRIPT (default client.mjs:
+# the `openai` npm package; structured.mjs: structured outputs checked by
+# `ajv`; tools.mjs: tool calls) against it, then stops it with SIGTERM and
+# checks that it exits 0.
 # Exits 77 (ctest: skipped) only when node is not installed.
 #   run_client_test.sh SERVER_BINARY [SCRIPT.mjs [CHAT_TEMPLATE]]
 set -uo pipefail
@@ -15,10 +16,12 @@ if ! command -v node >/dev/null 2>&1; then
   echo "SKIPPED: node is not installed; the openai client test needs node and 'npm ci' in $dir"
   exit 77
 fi
-if [ ! -f "$dir/node_modules/openai/package.json" ]; then
-  echo "error: $dir/node_modules/openai is missing: run 'make deps-all' (npm ci in $dir)"
-  exit 1
-fi
+for package in openai ajv ajv-formats; do
+  if [ ! -f "$dir/node_modules/$package/package.json" ]; then
+    echo "error: $dir/node_modules/$package is missing: run 'make deps-all' (npm ci in $dir)"
+    exit 1
+  fi
+done
 work=$(mktemp -d)
 "$server" --port 0 --api-key test-key --chat-template "$template" --drain-seconds 5 >"$work/out" 2>"$work/err" &
 pid=$!
@@ -43,7 +46,7 @@ if [ -z "$url" ]; then
   exit 1
 fi
 echo "llmkit-server at $url"
-timeout 120 node "$dir/$script" "$url/v1"
+timeout 200 node "$dir/$script" "$url/v1"
 client_status=$?
 kill -TERM "$pid"
 for _ in $(seq 1 150); do  # 15 s at most

@@ -260,7 +260,14 @@ class schema_converter {
     if (s.contains("format")) {
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
       const std::string q = "\"\\\"\"";
-      const std::string date = "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])";
+      // Calendar dates only (validators reject 02-30 and 02-29 of a common year): 31-, 30- and 28-day
+      // months, and 02-29 of a leap year (divisible by 4; by 400 when it ends in 00).
+      const std::string by4 = "(\"0\" [048] | [2468] [048] | [13579] [26])";
+      const std::string day28 = "(\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8])";
+      const std::string date = "([0-9]{4} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (" + day28 +
+                               " | \"29\" | \"3\" [01]) | (\"0\" [469] | \"11\") \"-\" (" + day28 +
+                               " | \"29\" | \"30\") | \"02-\" " + day28 + ") | ([0-9] [0-9] (\"0\" [48] | [2468] [048] | [13579] [26]) | " +
+                               by4 + " \"00\") \"-02-29\")";
       const std::string hm = "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9]";
       const std::string time = hm + " \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? (\"Z\" | [+-] " + hm + ")";
       const std::string hex = "[0-9a-fA-F]";

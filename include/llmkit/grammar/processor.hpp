@@ -145,25 +145,56 @@ class grammar_processor {
   mutable std::vector<float> gathered_;  // logits of the allowed tokens when the mask is a short list
 };
 
+/// Builds the first positions of `m`'s automaton ahead of use: the mask
+/// of the start, then the positions reachable byte by byte, breadth first,
+/// until `max_positions` are known. A grammar whose early positions exceed
+/// the automaton's limits (ambiguity that multiplies stacks, nesting that
+/// deepens them) fails here, when it is compiled, rather than in the
+/// middle of a generation; the work is bounded by `max_positions` x 256
+/// transitions.
+/// @throws llmkit::error when a limit of `automaton_limits` is exceeded.
+inline void warm_up(const token_masker& m, std::size_t max_positions = 256) {
+  const automaton& a = m.grammar_automaton();
+  (void)m.mask(a.start());
+  std::vector<state_id> queue{a.start()};
+  std::unordered_map<state_id, bool> seen{{a.start(), true}};
+  for (std::size_t head = 0; head < queue.size() && seen.size() < max_positions; ++head)
+    for (unsigned b = 0; b < 256 && seen.size() < max_positions; ++b) {
+      const state_id next = a.step(queue[head], static_cast<std::uint8_t>(b));
+      if (next != dead_state && seen.emplace(next, true).second) queue.push_back(next);
+    }
+}
+
 /// Compiles GBNF `text` for `vocab`, reusing the masker of an earlier call
-/// with the same text and vocabulary object (and so its automaton and mask
-/// caches). Thread-safe; the cache keeps up to 64 grammars, then restarts.
-/// @throws llmkit::error as parse_gbnf does.
+/// with the same text, vocabulary object and limits (and so its automaton
+/// and mask caches). With `warm_up_positions` > 0 a new masker is first
+/// warmed up (`warm_up`), and only one that passes is kept: a grammar that
+/// fails a limit frees what it built. Thread-safe; the cache keeps up to 64
+/// grammars, then restarts.
+/// @throws llmkit::error as parse_gbnf, the automaton's constructor and
+/// `warm_up` do.
 inline std::shared_ptr<const token_masker> compile_cached(const std::string& text,
                                                           const std::shared_ptr<const token_vocabulary>& vocab,
-                                                          const compile_limits& limits = {}) {
+                                                          const compile_limits& limits = {},
+                                                          const automaton_limits& positions = {},
+                                                          std::size_t warm_up_positions = 0) {
   static std::mutex mutex;
   static std::unordered_map<std::string, std::shared_ptr<const token_masker>> cache;
   LLMKIT_CHECK(vocab != nullptr, "compile_cached: null vocabulary");
   std::string key = text;
   key += '\0';
-  key += std::to_string(reinterpret_cast<std::uintptr_t>(vocab.get()));
+  for (std::size_t v : {static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(vocab.get())), limits.max_rules,
+                        limits.max_elements, static_cast<std::size_t>(limits.max_repetition), limits.max_source_bytes,
+                        limits.max_nesting, positions.max_states, positions.max_stacks, positions.max_stack_depth,
+                        warm_up_positions})
+    key += std::to_string(v) + ',';
   {
     std::lock_guard lock(mutex);
     if (auto it = cache.find(key); it != cache.end() && &it->second->vocabulary() == vocab.get()) return it->second;
   }
-  auto masker =
-      std::make_shared<const token_masker>(std::make_shared<const automaton>(parse_gbnf(text, limits)), vocab);
+  auto masker = std::make_shared<const token_masker>(
+      std::make_shared<const automaton>(parse_gbnf(text, limits), positions), vocab);
+  if (warm_up_positions > 0) warm_up(*masker, warm_up_positions);
   std::lock_guard lock(mutex);
   if (cache.size() >= 64) cache.clear();
   cache.emplace(std::move(key), masker);

@@ -294,6 +294,7 @@ class engine {
       LLMKIT_CHECK(!request.beam || request.speculative.drafter == draft_source::none,
                    "speculative decoding does not run with beam search (beam and speculative are both set)");
       chain = chain_of(request);
+      detail::add_grammar_eos(request);
     } catch (const std::exception& e) {
       checked.status = submit_status::invalid;
       checked.message = e.what();
@@ -371,7 +372,7 @@ class engine {
   // (detail/beams.hpp), starting as its prompt alone.
   void enqueue_beams(detail::submission s) {
     detail::live_request l = detail::new_live_request(std::move(s.request), std::move(s.chain));
-    l.beams.emplace(*l.request.beam, l.request.prompt);
+    l.beams.emplace(*l.request.beam, l.request.prompt, l.request.grammar);
     const auto it = live_.emplace(s.handle, std::move(l)).first;
     try {
       sched_.submit(detail::scheduler_request(s.handle, it->second));

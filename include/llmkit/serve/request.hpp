@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 
 #include "llmkit/core/ids.hpp"
 #include "llmkit/core/stop.hpp"
+#include "llmkit/grammar/token_masker.hpp"
 #include "llmkit/sampling/logprobs.hpp"
 #include "llmkit/sampling/runtime_chain.hpp"
 #include "llmkit/search/early_stopping.hpp"
@@ -144,6 +146,17 @@ struct generation_request {
   /// processor keeps no mutable state of its own (what it needs of the
   /// request comes in `sampling_context`: seed, step, history).
   std::optional<sampling::runtime_chain> chain{};
+  /// A grammar the output must follow (structured outputs), compiled for
+  /// the model's vocabulary (`grammar::compile_cached`; share it between
+  /// requests). The engine keeps one grammar position per sample and per
+  /// beam, and masks every token that cannot continue it before the chain
+  /// (or the beam expansion) sees the logits: drafted guesses are cut at
+  /// the first token it forbids, and a beam's position forks with it. The
+  /// grammar vocabulary's EOS ids join `stop.eos_tokens`, so the request
+  /// ends where EOS is drawn, which the mask allows exactly where the
+  /// grammar may end. A step where the grammar allows no token ends the
+  /// request with an `error` finish naming it. nullptr = unconstrained.
+  std::shared_ptr<const grammar::token_masker> grammar{};
   /// Seed of the request's own Philox stream: the draw of step t is a pure
   /// function of (seed, stream, t), whatever else runs in the batch.
   std::uint64_t seed = 0;

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -34,6 +35,7 @@
 #include "llmkit/core/error.hpp"
 #include "llmkit/core/ids.hpp"
 #include "llmkit/core/views.hpp"
+#include "llmkit/grammar/token_masker.hpp"
 #include "llmkit/model/batch.hpp"
 #include "llmkit/model/tokenizer.hpp"
 #include "llmkit/sched/state.hpp"
@@ -123,6 +125,28 @@ void add_beam_rows(std::span<const sched::step_item> items, live_map& live, Cach
   }
 }
 
+/// Copies the rows `[first_row, first_row + n_live)` of `logits` into
+/// `g.masked` with every token that beam's grammar position forbids at -inf.
+/// @throws llmkit::error when the grammar allows a beam no token.
+inline void mask_beam_rows(beam_group& g, matrix_view<const float> logits, std::size_t first_row) {
+  const std::size_t n_live = g.live.size(), vocab = logits.cols();
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  g.masked.resize(n_live * vocab);
+  for (std::size_t i = 0; i < n_live; ++i) {
+    const auto bits = g.grammar->mask(g.live[i].grammar_state);
+    const float* row = logits.row(first_row + i).data();
+    float* out = g.masked.data() + i * vocab;
+    bool any = false;
+    for (std::size_t t = 0; t < vocab; ++t) {
+      const bool ok = grammar::test_bit(*bits, static_cast<token_id>(t));
+      out[t] = ok ? row[t] : neg_inf;
+      any = any || ok;
+    }
+    LLMKIT_CHECK(any, "grammar: the grammar allows no token after ", g.live[i].context.size() - g.n_prompt,
+                 " generated tokens (beam ", i, ")");
+  }
+}
+
 /// Expands beam group `g` from its rows `[first_row, first_row + n_live)`
 /// of `[n_rows, vocab] logits`, as `search::beam_search` does. Returns the
 /// hypotheses (best first, at most `n`) when the search is over, nothing
@@ -137,13 +161,21 @@ std::optional<std::vector<search::beam_hypothesis>> expand_group(Cache& cache, b
                                                                  const stop_criteria& stop) {
   const std::size_t n_live = g.live.size(), vocab = logits.cols(), B = g.options.width;
   const double alpha = g.options.length_penalty;
-  auto row_of = [&](std::size_t i) { return std::span<const float>(logits.row(first_row + i).data(), vocab); };
+  if (g.grammar) mask_beam_rows(g, logits, first_row);
+  auto row_of = [&](std::size_t i) {
+    return g.grammar ? std::span<const float>(g.masked).subspan(i * vocab, vocab)
+                     : std::span<const float>(logits.row(first_row + i).data(), vocab);
+  };
   g.lse.resize(n_live);
   for (std::size_t i = 0; i < n_live; ++i) g.lse[i] = search::detail::log_sum_exp(row_of(i), "engine: beam search");
   search::detail::expand_beams(
       n_live, vocab, B, stop, alpha, row_of, g.lse, [&](std::size_t i) { return g.live[i].logprob; },
       [&](std::size_t i) { return std::span<const token_id>(g.live[i].context).subspan(g.n_prompt); }, g.buffers,
       g.picks, g.finished);
+  if (g.grammar) {  // fewer allowed tokens than candidates: the rest scored -inf
+    std::erase_if(g.picks, [](const search::detail::beam_pick& p) { return !std::isfinite(p.logprob); });
+    std::erase_if(g.finished, [](const search::beam_hypothesis& h) { return !std::isfinite(h.logprob); });
+  }
   for (search::beam_hypothesis& h : g.finished) g.done.add(std::move(h));
   ++g.n_steps;
 
@@ -183,6 +215,7 @@ std::optional<std::vector<search::beam_hypothesis>> expand_group(Cache& cache, b
     child.context = parent.context;
     child.context.push_back(p.token);
     child.logprob = p.logprob;
+    if (g.grammar) child.grammar_state = g.grammar->advance(parent.grammar_state, p.token);
     if (--g.n_children[p.parent] == 0) {  // the last child takes the parent's sequence
       child.seq = parent.seq;
       parent.seq.reset();

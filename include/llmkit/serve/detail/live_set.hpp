@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "llmkit/core/ids.hpp"
+#include "llmkit/grammar/processor.hpp"
 #include "llmkit/kv/kv_view.hpp"
 #include "llmkit/sampling/runtime_chain.hpp"
 #include "llmkit/sched/scheduler.hpp"
@@ -30,6 +31,8 @@ namespace llmkit::serve::detail {
 struct live_request {
   generation_request request;
   sampling::runtime_chain chain;
+  /// The grammar position of this sample (`request.grammar` set, no beams).
+  std::optional<grammar::grammar_processor> grammar;
   std::vector<token_id> context;  ///< `[n_prompt + n_generated]` prompt then generated tokens
   std::size_t n_prompt = 0;
   std::optional<kv::seq_id> seq;  ///< while it holds KV (running)
@@ -57,6 +60,7 @@ inline live_request new_live_request(generation_request request, sampling::runti
   l.context = request.prompt;
   l.usage.n_prompt_tokens = l.n_prompt;
   l.chain = std::move(chain);
+  if (request.grammar && !request.beam) l.grammar.emplace(request.grammar);
   l.request = std::move(request);
   return l;
 }

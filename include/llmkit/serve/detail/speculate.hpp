@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <vector>
 
@@ -50,6 +51,25 @@ inline std::size_t n_decodes(const sched::step_plan& plan) {
       std::count_if(plan.items.begin(), plan.items.end(), [](const sched::step_item& it) { return !it.is_prefill; }));
 }
 
+/// Cuts `[k] draft`, guesses after request `l`'s context, before the first
+/// guess l's grammar forbids (no masked draw can take it: its row would be
+/// wasted) and after the first EOS (the grammar follows no token past it).
+inline void cut_to_grammar(const live_request& l, std::vector<token_id>& draft) {
+  const grammar::grammar_processor& g = *l.grammar;
+  std::size_t k = 0;
+  try {
+    grammar::state_id s = g.sync({.history = l.context, .n_prompt = l.n_prompt});
+    for (; k < draft.size(); ++k) {
+      if (k > 0 && g.masker().vocabulary().is_eos(draft[k - 1])) break;
+      s = g.masker().advance(s, draft[k]);
+      if (s == grammar::dead_state) break;
+    }
+  } catch (const std::exception&) {  // the request's own row reports the grammar's error
+    k = 0;
+  }
+  draft.resize(k);
+}
+
 /// Fills `b.drafts` with the guesses of each decode item of `plan` whose
 /// request drafts (`speculation::drafter`), at most its lookahead and the
 /// request's k: prompt lookup here, draft-model jobs in one batched call of
@@ -85,9 +105,13 @@ inline void propose_drafts(const sched::step_plan& plan, const live_map& live, c
     }
   }
   if (!b.jobs.empty()) options.draft_model->propose(b.jobs);
-  for (std::size_t i = 0; i < plan.items.size(); ++i)  // a drafter must not overstep its job
+  for (std::size_t i = 0; i < plan.items.size(); ++i) {  // a drafter must not overstep its job
     if (b.drafts[i].size() > static_cast<std::size_t>(plan.items[i].n_lookahead))
       b.drafts[i].resize(static_cast<std::size_t>(plan.items[i].n_lookahead));
+    if (b.drafts[i].empty()) continue;
+    if (const auto l = live.find(plan.items[i].id); l != live.end() && l->second.grammar)
+      cut_to_grammar(l->second, b.drafts[i]);
+  }
 }
 
 /// Verifies the guesses of every sampled row k (request `rows[k]`, guesses

@@ -218,7 +218,7 @@ inline void sample_into(const live_request& l, std::span<const token_id> context
   try {
     out.top.resize(l.request.top_logprobs);
     std::size_t n_top = 0;
-    out.sample = sample_token(l.chain, l.request, context, row, ws, out.top, &n_top);
+    out.sample = sample_token(l.chain, l.request, context, row, ws, out.top, &n_top, l.grammar ? &*l.grammar : nullptr);
     out.top.resize(n_top);
   } catch (const std::exception& e) {
     out.error = e.what();

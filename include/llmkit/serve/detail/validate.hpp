@@ -46,7 +46,8 @@ inline void check_speculation(const speculation& s, const engine_options& o) {
 /// and tokenizer (`has_tokenizer`): a non-empty prompt inside the
 /// vocabulary, valid stop rules, prompt + `max_new_tokens` within
 /// `max_context`, stop strings only with a tokenizer, `top_logprobs` <=
-/// vocab, `n` in [1, max_queued]. The sampling string is checked apart (by
+/// vocab, `n` in [1, max_queued], a grammar compiled for `vocab` tokens.
+/// The sampling string is checked apart (by
 /// parsing it).
 /// @throws llmkit::error for the first check that fails.
 inline void check_request(const generation_request& r, std::size_t vocab, const engine_options& o,
@@ -63,6 +64,17 @@ inline void check_request(const generation_request& r, std::size_t vocab, const 
                " tokens");
   LLMKIT_CHECK(r.n >= 1 && r.n <= o.max_queued, "n = ", r.n, " is outside [1, max_queued = ", o.max_queued, "]");
   check_speculation(r.speculative, o);
+  LLMKIT_CHECK(!r.grammar || r.grammar->vocab_size() == vocab, "grammar: compiled for a vocabulary of ",
+               r.grammar ? r.grammar->vocab_size() : 0, " tokens, the model has ", vocab);
+}
+
+/// Adds the EOS ids of request `r`'s grammar vocabulary to its stop
+/// tokens (a grammar allows EOS where it may end; drawing it must end the
+/// request). Nothing without a grammar.
+inline void add_grammar_eos(generation_request& r) {
+  if (!r.grammar) return;
+  for (token_id e : r.grammar->vocabulary().eos)
+    if (!r.stop.is_eos(e)) r.stop.eos_tokens.push_back(e);
 }
 
 /// Checks a prefilled request as `check_request` does, plus: the engine
