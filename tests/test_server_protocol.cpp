@@ -1264,6 +1264,7 @@ TEST_CASE("tool calls: a trigger marker that decodes to no text is handed to the
   auto r = prepare(qwen, api_kind::chat_completions, body);
   REQUIRE(std::holds_alternative<prepared_request>(r));
   CHECK(std::get<prepared_request>(r).silent_markers.empty());
+}
 
 TEST_CASE("structured output: response_format, grammar and json_schema become GBNF, bad ones a 400 naming where") {
   for (const api_kind kind : {api_kind::completions, api_kind::chat_completions}) {
