@@ -126,7 +126,7 @@ TEST_CASE("gpt-oss: biases, sinks, alternating windows, YaRN, top-k softmax and 
   }
 }
 
-TEST_CASE("gpt-oss: MXFP4 and Q8_0 experts match the oracle; int8 activations stay close") {
+TEST_CASE("gpt-oss: MXFP4 and Q8_0 experts match the oracle, and int8 activations stay close") {
   std::mt19937 rng(21);
   for (const ggml_type type : {ggml_type::mxfp4, ggml_type::q8_0}) {
     INFO(ggml_type_name(std::uint32_t(type)));
