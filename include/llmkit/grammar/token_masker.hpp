@@ -103,7 +103,9 @@ class token_masker {
     // end, the rest of the stack reads the remaining bytes.
     const auto& toks = vocab_->trie.node_tokens();
     std::vector<token_id> extra;  // dependent tokens that pass, and EOS
-    for (const auto& [table, rest] : items) {
+    for (const auto& item : items) {
+      const auto& table = item.first;  // not a structured binding: clang before 16 cannot capture one
+      const auto& rest = item.second;
       if (table->dependent.empty() || rest.empty()) continue;  // nothing follows the bottom frame
       const state_id resume = automaton_->resume_state(rest);
       automaton_->with_lock([&](auto step, auto) {
