@@ -1331,3 +1331,21 @@ TEST_CASE("structured output: response_format, grammar and json_schema become GB
   REQUIRE(std::holds_alternative<api_error>(e));
   check_names(std::get<api_error>(e), "grammar", "16");
 }
+
+TEST_CASE("harmony: a chat on the harmony template is rendered, and its answer is split by channel") {
+  const tokenizing_backend oss("harmony", user_special_tokens::text);
+  json body = chat_body();
+  body["max_tokens"] = 8;
+  auto p = prepare(oss, api_kind::chat_completions, body);
+  if (const auto* e = std::get_if<api_error>(&p)) FAIL("unexpected error: " << e->message);
+  const auto& pr = std::get<prepared_request>(p);
+  CHECK(pr.harmony);
+  CHECK_FALSE(pr.reasoning);
+  CHECK_THAT(oss.decode(pr.request.prompt), Catch::Contains("<|start|>user<|message|>") &&
+                                                Catch::EndsWith("<|start|>assistant"));
+  // stories260K holds no harmony control token: nothing to write back.
+  CHECK(pr.silent_markers.empty());
+  CHECK_FALSE(std::get<prepared_request>(prepare(tokenizing_backend("qwen2.5", user_special_tokens::text),
+                                                 api_kind::chat_completions, body))
+                  .harmony);
+}

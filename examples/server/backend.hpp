@@ -65,6 +65,9 @@ struct chat_prompt {
   /// Whether the answer opens with a thinking block (Qwen3 with thinking
   /// on): the server returns it as `reasoning_content`.
   bool reasoning = false;
+  /// Whether the answer is in harmony's channels (gpt-oss): the analysis
+  /// channel is returned as `reasoning_content`, the final one as content.
+  bool harmony = false;
 };
 
 /// What special-token texts (`</s>`, `<|im_start|>`, `<|eot_id|>`) in a
@@ -149,6 +152,7 @@ struct prepared_request {
   serve::generation_request request;
   std::size_t n_prompt = 0;
   bool reasoning = false;  ///< the answer opens with a thinking block (chat_prompt::reasoning)
+  bool harmony = false;    ///< the answer is in harmony's channels (chat_prompt::harmony)
   /// Chat with tools that may be called: how the answer writes calls.
   std::optional<llmkit::chat::tool_syntax> tool_syntax{};
   /// Marker tokens the tokenizer decodes to no text (control tokens such as
@@ -246,7 +250,7 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   const model_limits limits{.n_ctx = info.n_ctx, .n_vocab = info.n_vocab};
   std::vector<token_id> prompt;
   std::vector<token_id> eos = info.eos_tokens;
-  bool reasoning = false;
+  bool reasoning = false, harmony = false;
   if (r.kind == api_kind::completions) {
     prompt = r.prompt_is_tokens ? r.prompt_tokens : model.tokenize(r.prompt_text);
   } else {
@@ -269,6 +273,7 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
                                          "llmkit-server with --chat-template NAME");
     prompt = model.tokenize_chat(*chat);
     reasoning = chat->reasoning;
+    harmony = chat->harmony;
     eos.insert(eos.end(), chat->end_of_turn.begin(), chat->end_of_turn.end());
   }
   const auto budget = completion_budget(r, prompt.size(), limits);
@@ -293,6 +298,14 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
     }
     reasoning = false;  // the answer is split into content and calls instead
   }
+  if (harmony) {
+    // Its markers are control tokens that decode to no text: the answer gets
+    // their text, so that the channels can be told apart.
+    for (std::string_view m : {"<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>", "<|call|>",
+                               "<|constrain|>"})
+      if (const auto id = model.single_token(m); id && model.token_text(*id).empty())
+        silent_markers.emplace_back(*id, std::string(m));
+  }
   return prepared_request{.request = {.prompt = std::move(prompt),
                                       .sampling = r.beam ? std::string("greedy") : chain_config(r.sampling),
                                       .chain = std::move(chain),
@@ -311,6 +324,7 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
                                       .on_event = {}},
                           .n_prompt = n_prompt,
                           .reasoning = reasoning,
+                          .harmony = harmony,
                           .tool_syntax = syntax,
                           .silent_markers = std::move(silent_markers)};
 }

@@ -56,6 +56,7 @@ inline chat_prompt format_chat_prompt(const llmkit::model::tokenizer& tok, const
   llmkit::model::formatted_chat f = llmkit::chat::format_with_tools(t, m, tools, {.enable_thinking = enable_thinking});
   chat_prompt p{.text = std::move(f.text), .contents = std::move(f.contents)};
   p.reasoning = t.has_reasoning() && enable_thinking;
+  p.harmony = t.family() == llmkit::model::chat_family::harmony;
   if (const auto eot = tok.find(t.end_of_turn_text())) p.end_of_turn.push_back(*eot);
   return p;
 }

@@ -37,6 +37,7 @@
 
 #include "../example_cli.hpp"
 #include <llmkit/model/chat_template.hpp>
+#include <llmkit/model/harmony_stream.hpp>
 
 #include "backend.hpp"
 #include "http_server.hpp"
@@ -116,6 +117,9 @@ struct generation {
   /// The answers open with a thinking block: split into reasoning_content and content.
   bool reasoning = false;
   std::vector<reasoning_stream> splitters;  // per choice, when streaming a reasoning answer
+  /// The answers are in harmony's channels (gpt-oss): analysis as reasoning_content, final as content.
+  bool harmony = false;
+  std::vector<llmkit::model::harmony_stream> harmony_streams;  // per choice, when streaming harmony
   /// Tools may be called: answers are split into content and calls (tool_calls.hpp).
   std::optional<llmkit::chat::tool_syntax> tool_syntax;
   std::vector<std::pair<token_id, std::string>> silent_markers;  // prepared_request::silent_markers
@@ -184,7 +188,7 @@ struct generation {
       add_piece(index, piece, with_logprobs ? piece_content::text_and_logprobs : piece_content::text);
     } else {
       if (!e.text.empty()) add_piece(index, piece, piece_content::text);
-      if (stream && reasoning) flush_reasoning(index);
+      if (stream && (reasoning || harmony)) flush_reasoning(index);
       if (stream && tool_syntax) emit_tool_delta(index, tool_streams[index].finish());
       choices[index].finish = e.finish;
       state.metrics.record_finish(e.finish);
@@ -224,6 +228,14 @@ struct generation {
         choices[i].text = std::move(parsed.content);
         choices[i].tool_calls = std::move(parsed.calls);
       }
+    if (harmony)
+      for (choice_result& c : choices) {  // as the stream splits it
+        llmkit::model::harmony_stream split;
+        auto parts = split.feed(c.text);
+        auto rest = split.finish();
+        c.reasoning = std::move(parts.reasoning) + rest.reasoning;
+        c.text = std::move(parts.content) + rest.content;
+      }
     if (reasoning)
       for (choice_result& c : choices) {
         // As the stream splits it: only an answer that opens with <think> has reasoning.
@@ -257,9 +269,18 @@ struct generation {
 
   // Under the mutex: what choice `index`'s splitter held back, at its end.
   void flush_reasoning(std::size_t index) {
+    if (harmony) {
+      const auto parts = harmony_streams[index].finish();
+      return emit_split(index, parts.reasoning, parts.content);
+    }
     const auto parts = splitters[index].finish();
-    if (!parts.reasoning.empty()) emit(sse_event(reasoning_chunk(header, index, parts.reasoning)));
-    if (!parts.content.empty()) emit(sse_event(piece_chunk(kind, header, index, {.text = parts.content}, false)));
+    emit_split(index, parts.reasoning, parts.content);
+  }
+
+  // Under the mutex: streamed reasoning and content of choice `index`.
+  void emit_split(std::size_t index, const std::string& reasoning_text, const std::string& content_text) {
+    if (!reasoning_text.empty()) emit(sse_event(reasoning_chunk(header, index, reasoning_text)));
+    if (!content_text.empty()) emit(sse_event(piece_chunk(kind, header, index, {.text = content_text}, false)));
   }
 
   // The call ids of choice `index`.
@@ -281,9 +302,12 @@ struct generation {
       emit_tool_delta(index, tool_streams[index].feed(piece.text));
       return;
     }
-    if (stream && reasoning) {
+    if (stream && (reasoning || harmony)) {
       // Thinking goes out as reasoning_content deltas; logprobs ride on the content chunk.
-      const auto parts = splitters[index].feed(piece.text);
+      const auto parts = harmony ? harmony_streams[index].feed(piece.text) : [&] {
+        const auto p = splitters[index].feed(piece.text);
+        return llmkit::model::harmony_stream::parts{p.reasoning, p.content};
+      }();
       if (!parts.reasoning.empty()) emit(sse_event(reasoning_chunk(header, index, parts.reasoning)));
       if (!parts.content.empty() || (keep_token && parts.reasoning.empty())) {
         token_piece content = piece;
@@ -323,6 +347,8 @@ void handle_generation(api_kind kind, const std::shared_ptr<http::exchange>& ex,
   gen->include_usage = r.include_usage;
   gen->with_logprobs = r.logprobs.has_value();
   gen->reasoning = std::get<prepared_request>(prepared).reasoning;
+  gen->harmony = std::get<prepared_request>(prepared).harmony;
+  gen->harmony_streams.resize(gen->harmony ? r.n : 0);
   gen->splitters.resize(r.n);
   gen->tool_syntax = std::get<prepared_request>(prepared).tool_syntax;
   gen->silent_markers = std::get<prepared_request>(prepared).silent_markers;
