@@ -27,6 +27,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -76,7 +77,7 @@ class hybrid_cache : public detail::hybrid_block_size<Global> {
       : shape_(checked(shape, local_layers)),
         global_(kv_shape{count(local_layers, false), shape.n_kv_heads, shape.head_dim}, global_options),
         local_(kv_shape{count(local_layers, true), shape.n_kv_heads, shape.head_dim}, local_options),
-        sequences_(std::size_t(INT32_MAX)) {
+        sequences_(static_cast<std::size_t>(std::numeric_limits<seq_id>::max())) {
     std::size_t g = 0, j = 0;
     for (std::uint8_t local : local_layers) layers_.push_back({local != 0, local != 0 ? j++ : g++});
   }
