@@ -15,6 +15,11 @@
 // - memory/<workload>: bytes a workload of sequences keeps reserved in a
 //   contiguous cache (max_tokens each) and a paged one (whole blocks, shared
 //   prefixes counted once), over the bytes the tokens need. No timing.
+// - memory/window/<cache>: resident KV bytes of one 8192-token sequence of
+//   Gemma 3 1B's shape (26 layers, 1 KV head of 256, f16; 22 local layers
+//   with a window of 512, prefill in 512-token chunks) when every layer keeps
+//   its history (full_bytes) and when the local layers keep a ring
+//   (model::window_cache / paged_window_cache, window_bytes). No timing.
 //
 // LLMKIT_BENCH_SMOKE=1 shrinks sizes so the smoke run takes seconds.
 
@@ -34,6 +39,7 @@
 #include <llmkit/core/dtype.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
 #include <llmkit/kv/paged_cache.hpp>
+#include <llmkit/model/window_cache.hpp>
 
 #include "roofline.hpp"
 
@@ -231,6 +237,40 @@ void bm_memory(benchmark::State& state) {
   state.counters["contiguous_over_paged"] = static_cast<double>(c.bytes_in_use) / static_cast<double>(p.bytes_in_use);
 }
 
+/// One long sequence of Gemma 3 1B's shape: every layer's history vs the
+/// local layers in rings (range 0: contiguous global layers, 1: paged).
+void bm_memory_window(benchmark::State& state) {
+  const kv_shape shape{26, 1, 256};
+  const std::size_t context = smoke() ? 2048 : 8192, chunk = 512;
+  std::vector<std::uint8_t> local(shape.n_layers);
+  for (std::size_t l = 0; l < local.size(); ++l) local[l] = (l + 1) % 6 != 0;  // 5 local, then 1 global
+  const sliding_window_options ring{.window = 512, .max_grow = chunk, .align = llmkit::model::local_ring_align};
+  auto fill = [&](auto& cache) {
+    const seq_id s = *cache.add_sequence();
+    for (std::size_t n = 0; n < context; n += chunk) cache.grow(s, chunk);
+    return cache.usage().bytes_in_use;
+  };
+  std::size_t full_bytes = 0, window_bytes = 0;
+  if (state.range(0) == 0) {
+    contiguous_cache<f16> full(shape, {.max_tokens = context});
+    hybrid_cache<contiguous_cache<f16>, sliding_window_cache<f16>> window(shape, local,
+                                                                          contiguous_cache_options{.max_tokens = context}, ring);
+    full_bytes = fill(full);
+    window_bytes = fill(window);
+  } else {
+    paged_cache<f16, block> full(shape, {.n_blocks = context / block});
+    hybrid_cache<paged_cache<f16, block>, sliding_window_cache<f16>> window(
+        shape, local, paged_cache_options{.n_blocks = context / block}, ring);
+    full_bytes = fill(full);
+    window_bytes = fill(window);
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(window_bytes);
+  state.counters["context"] = static_cast<double>(context);
+  state.counters["full_bytes"] = static_cast<double>(full_bytes);
+  state.counters["window_bytes"] = static_cast<double>(window_bytes);
+  state.counters["full_over_window"] = static_cast<double>(full_bytes) / static_cast<double>(window_bytes);
+}
+
 std::vector<std::int64_t> fork_lengths() {
   if (smoke()) return {64, 1024};
   return {64, 1024, 16384, 131072};
@@ -255,6 +295,8 @@ const bool registered = [] {
   }
   benchmark::RegisterBenchmark("memory/chats64", bm_memory)->Arg(0)->Iterations(1);
   benchmark::RegisterBenchmark("memory/beam8", bm_memory)->Arg(1)->Iterations(1);
+  benchmark::RegisterBenchmark("memory/window/contiguous", bm_memory_window)->Arg(0)->Iterations(1);
+  benchmark::RegisterBenchmark("memory/window/paged", bm_memory_window)->Arg(1)->Iterations(1);
   return true;
 }();
 

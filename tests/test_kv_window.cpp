@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// kv/: sliding-window cache with attention sinks.
+// kv/: sliding-window cache with attention sinks, and its visible ring aligned.
 #include <llmkit/kv/sliding_window_cache.hpp>
 
 #include <catch2/catch.hpp>
@@ -34,19 +34,22 @@ void grow_and_store(Cache& cache, seq_id s, kv_reference::sequence& ref, std::si
   }
 }
 
-/// Oracle of the visible positions: sinks, then (T - W - g + 1 .. T).
-std::vector<std::size_t> visible(std::size_t n_tokens, std::size_t window, std::size_t n_sink, std::size_t last_grow) {
+/// Oracle of the visible positions: sinks, then (T - W - g + 1 .. T), its
+/// start rounded down to a multiple of `align`.
+std::vector<std::size_t> visible(std::size_t n_tokens, std::size_t window, std::size_t n_sink, std::size_t last_grow,
+                                 std::size_t align = 1) {
   std::vector<std::size_t> out;
   for (std::size_t p = 0; p < std::min(n_sink, n_tokens); ++p) out.push_back(p);
   const std::size_t reach = window + last_grow - 1;
-  for (std::size_t p = std::max(n_sink, n_tokens > reach ? n_tokens - reach : 0); p < n_tokens; ++p) out.push_back(p);
+  const std::size_t begin = (n_tokens > reach ? n_tokens - reach : 0) / align * align;
+  for (std::size_t p = std::max(n_sink, begin); p < n_tokens; ++p) out.push_back(p);
   return out;
 }
 
 template <class Cache>
 void require_visible(const Cache& cache, seq_id s, const kv_reference::sequence& ref, std::size_t last_grow) {
   const auto& o = cache.options();
-  const auto want = visible(ref.n_tokens(), o.window, o.n_sink, last_grow);
+  const auto want = visible(ref.n_tokens(), o.window, o.n_sink, last_grow, o.align);
   REQUIRE(cache.n_tokens(s) == ref.n_tokens());
   REQUIRE(cache.n_visible(s) == want.size());
   REQUIRE(n_visible_rows(cache, s) == want.size());
@@ -89,14 +92,17 @@ TEMPLATE_TEST_CASE("sliding window matches the oracle through random grow, trunc
                    std::int8_t) {
   std::mt19937 rng(99);
   struct config {
-    std::size_t window, n_sink, max_grow, max_rollback;
+    std::size_t window, n_sink, max_grow, max_rollback, align = 1;
   };
   for (const config c : {config{1, 0, 1, 0}, config{4, 0, 1, 0}, config{5, 3, 4, 2}, config{8, 1, 8, 8},
-                         config{3, 4, 2, 5}, config{16, 2, 17, 1}}) {
+                         config{3, 4, 2, 5}, config{16, 2, 17, 1}, config{5, 0, 4, 2, 4}, config{8, 8, 8, 3, 8},
+                         config{3, 1, 2, 5, 2}, config{1, 0, 1, 0, 32}}) {
     const kv_shape shape{2, 2, 3};
     sliding_window_cache<TestType> cache(
         shape, {.window = c.window, .n_sink = c.n_sink, .max_grow = c.max_grow, .max_rollback = c.max_rollback,
-                .max_sequences = 3});
+                .max_sequences = 3, .align = c.align});
+    REQUIRE(cache.ring_capacity() % c.align == 0);
+    REQUIRE(cache.ring_capacity() >= c.window + std::max(c.max_grow - 1, c.max_rollback) + c.align - 1);
     const seq_id s = *cache.add_sequence();
     kv_reference::sequence ref{shape, {}, {}};
     std::size_t last_grow = 1, high = 0;
@@ -118,6 +124,10 @@ TEMPLATE_TEST_CASE("sliding window matches the oracle through random grow, trunc
         high = std::max(high, ref.n_tokens());
       }
       require_visible(cache, s, ref, last_grow);
+      // With sinks a multiple of align, every chunk starts at a multiple of it.
+      if (c.n_sink % c.align == 0)
+        for (std::size_t i = 0; i < cache.n_chunks(s); ++i)
+          REQUIRE(static_cast<std::size_t>(cache.chunk(s, 1, 1, i).first_pos) % c.align == 0);
     }
     REQUIRE((c.max_rollback == 0 || n_truncates > 0));
     // One token further back than the ring allows (C - W below the highest position) is refused.

@@ -36,6 +36,16 @@
 /// tokens (speculative decoding) with every row the next query needs still
 /// present.
 ///
+/// With `align` = A > 1 the visible ring starts at a position that is a
+/// multiple of A (up to A - 1 rows earlier than needed; the mask hides
+/// them) and C is a multiple of A, so with n_sink a multiple of A every
+/// chunk boundary is too. Attention kernels group keys into tiles by row
+/// from the first visible one: when A is a multiple of their tile, the
+/// tiles hold the same positions as in a cache that keeps every row, and
+/// the sums run in the same order (a local layer of a model then gives the
+/// same bits on this cache as on a full one). C grows by A - 1, rounded up
+/// to a multiple of A.
+///
 /// Unlike the other caches, `n_tokens(s)` counts every position appended
 /// (the next token's position), not just the rows attention sees; those are
 /// `n_visible(s)`, the sum of the chunks' n_tokens.
@@ -67,6 +77,7 @@ struct sliding_window_options {
   std::size_t max_grow = 1;       ///< most tokens one grow may add (prefill chunk size), >= 1
   std::size_t max_rollback = 0;   ///< tokens truncate may roll back
   std::size_t max_sequences = 1;  ///< live sequences at once (> 0)
+  std::size_t align = 1;          ///< the visible ring starts at a multiple of this position (> 0)
 };
 
 /// A ring-buffer KV cache for sliding-window attention with sinks.
@@ -84,14 +95,17 @@ class sliding_window_cache {
     LLMKIT_CHECK(options.max_grow > 0, "sliding_window_cache: options.max_grow must be > 0, got ", options.max_grow);
     LLMKIT_CHECK(options.max_sequences > 0, "sliding_window_cache: options.max_sequences must be > 0, got ",
                  options.max_sequences);
-    ring_ = options.window + std::max(options.max_grow - 1, options.max_rollback);
+    LLMKIT_CHECK(options.align > 0, "sliding_window_cache: options.align must be > 0, got ", options.align);
+    const std::size_t need = options.window + std::max(options.max_grow - 1, options.max_rollback) + options.align - 1;
+    ring_ = (need + options.align - 1) / options.align * options.align;
     LLMKIT_CHECK(options.n_sink + ring_ <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
                  "sliding_window_cache: n_sink + ring capacity ", options.n_sink + ring_, " is too large");
   }
 
   kv_shape shape() const noexcept { return shape_; }
   const sliding_window_options& options() const noexcept { return options_; }
-  /// Rows in the ring: window + max(max_grow - 1, max_rollback).
+  /// Rows in the ring: window + max(max_grow - 1, max_rollback) (+ align
+  /// - 1, rounded up to a multiple of align).
   std::size_t ring_capacity() const noexcept { return ring_; }
   /// Rows per sequence and (layer, head): n_sink + ring_capacity().
   std::size_t rows_per_sequence() const noexcept { return options_.n_sink + ring_; }
@@ -130,7 +144,7 @@ class sliding_window_cache {
     sequence& seq = sequences_.at(s, "truncate");
     LLMKIT_CHECK(n_tokens <= seq.n_tokens, "truncate: n_tokens ", n_tokens, " exceeds the ", seq.n_tokens,
                  " tokens of sequence ", s);
-    const std::size_t needed_from = std::max(options_.n_sink, n_tokens >= options_.window ? n_tokens - options_.window : 0);
+    const std::size_t needed_from = visible_begin(n_tokens, 1);
     LLMKIT_CHECK(n_tokens == seq.n_tokens || seq.retained_begin <= needed_from, "truncate: n_tokens ", n_tokens,
                  " of sequence ", s, " cannot be restored: it needs positions from ", needed_from,
                  " but the ring holds positions from ", seq.retained_begin, " (options.max_rollback = ",
@@ -253,8 +267,7 @@ class sliding_window_cache {
     part_list out;
     const std::size_t sinks = std::min(options_.n_sink, seq.n_tokens);
     if (sinks > 0) out.items[out.n++] = {0, 0, sinks};
-    const std::size_t reach = options_.window + seq.last_grow - 1;
-    const std::size_t begin = std::max(options_.n_sink, seq.n_tokens > reach ? seq.n_tokens - reach : 0);
+    const std::size_t begin = visible_begin(seq.n_tokens, seq.last_grow);
     if (begin >= seq.n_tokens) return out;
     LLMKIT_ASSERT(begin >= seq.retained_begin);
     const std::size_t row = slot(begin), count = seq.n_tokens - begin;
@@ -267,6 +280,14 @@ class sliding_window_cache {
       out.items[out.n++] = {begin + first, options_.n_sink, count - first};
     }
     return out;
+  }
+
+  // First ring position the last `grow` queries of n_tokens need: their
+  // window back from the first of them, aligned down.
+  std::size_t visible_begin(std::size_t n_tokens, std::size_t grow) const noexcept {
+    const std::size_t reach = options_.window + grow - 1;
+    const std::size_t begin = n_tokens > reach ? n_tokens - reach : 0;
+    return std::max(options_.n_sink, begin / options_.align * options_.align);
   }
 
   std::size_t n_runs() const noexcept { return shape_.n_layers * 2 * shape_.n_kv_heads; }

@@ -45,11 +45,13 @@ class truncated_view {
     return c;
   }
 
-  /// Rows visible in view sequence v.
+  /// Positions of view sequence v: those of its sequence up to `last[v]`
+  /// (the rows visible, except in caches that keep only some of them, such
+  /// as sliding_window_cache and hybrid_cache, whose n_tokens counts
+  /// positions too; a hybrid cache's layers hold different rows).
   std::size_t n_tokens(seq_id v) const {
-    std::size_t n = 0;
-    for (std::size_t i = 0, e = n_chunks(v); i < e; ++i) n += chunk(v, 0, 0, i).n_tokens;
-    return n;
+    const std::size_t i = index(v);
+    return std::min(cache_->n_tokens(seqs_[i]), static_cast<std::size_t>(std::max(last_[i] + 1, 0)));
   }
 
  private:

@@ -73,6 +73,18 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
   LLMKIT_CHECK(cache.shape() == c.kv_shape(), "llama_model::forward: the cache's shape {", cache.shape().n_layers,
                ", ", cache.shape().n_kv_heads, ", ", cache.shape().head_dim, "} differs from the model's {",
                c.n_layers, ", ", c.n_kv_heads, ", ", c.head_dim, "}");
+  // A cache that keeps only a window in some layers (kv::hybrid_cache) may
+  // hold this model's local layers there, and no others.
+  if constexpr (requires { cache.local_cache().options().window; }) {
+    const std::size_t window = cache.local_cache().options().window;
+    for (std::size_t l = 0; l < c.n_layers; ++l) {
+      if (!cache.is_local(l)) continue;
+      LLMKIT_CHECK(c.is_local(l), "llama_model::forward: the cache keeps a window of ", window,
+                   " positions in layer ", l, ", a global layer of the model");
+      LLMKIT_CHECK(window >= c.sliding_window, "llama_model::forward: the cache keeps a window of ", window,
+                   " positions in layer ", l, ", narrower than the model's sliding_window = ", c.sliding_window);
+    }
+  }
   for (std::size_t i = 0; i < n; ++i)
     LLMKIT_CHECK(b.token_ids[i] >= 0 && static_cast<std::size_t>(b.token_ids[i]) < c.n_vocab,
                  "llama_model::forward: token_ids[", i, "] = ", b.token_ids[i], " is outside the vocabulary of ",
