@@ -45,34 +45,15 @@ inline constexpr bool is_lookup4_block = std::is_same_v<Block, block_iq4_nl> || 
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
-/// A format's levels + 128 (VPDPBUSD's unsigned operand), in each 128-bit lane.
+/// A format's levels + 128 (VPDPBUSD's unsigned operand), repeated in each
+/// 16 bytes: VPSHUFB reads a 16-entry table per 128-bit lane, VPERMB indexes
+/// all 64 bytes by an index's low 6 bits, so either ignores the bits above
+/// the nibble they look up.
 template <class Block>
 inline __m512i lookup4_levels() noexcept {
   const std::uint8_t* levels = std::is_same_v<Block, block_mxfp4> ? mxfp4_biased : iq4nl_biased;
   return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
 }
-
-/// Blocks p[0, nb) of a row, nb in 1-4: their nibbles in 128-bit lanes 0 to
-/// nb - 1 (zeros past nb), and their scale bytes.
-template <class Block>
-struct lookup4_group {
-  __m512i nibbles;
-  __m512i scale_bytes;  ///< the first 64 bytes from p[0]: block k's scale lies in 128-bit lane k
-
-  template <std::size_t NB>
-  static lookup4_group load(const Block* p) noexcept {
-    static_assert(NB >= 1 && NB <= 4);
-    __m512i z = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0].qs)));
-    if constexpr (NB > 1) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[1].qs)), 1);
-    if constexpr (NB > 2) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[2].qs)), 2);
-    if constexpr (NB > 3) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[3].qs)), 3);
-    // Four blocks span 68 or 72 bytes, so 64 bytes from p[0] stay inside
-    // them; fewer are read byte-masked.
-    const __m512i s = NB == 4 ? _mm512_loadu_si512(p)
-                              : _mm512_maskz_loadu_epi8(__mmask64((std::uint64_t{1} << (NB * sizeof(Block))) - 1), p);
-    return {z, s};
-  }
-};
 
 /// VPSHUFB indices that move block k's scale (byte k * (sizeof(Block) - 16)
 /// of 128-bit lane k, 1 or 2 bytes) into the low bytes of every int32 of
@@ -86,6 +67,52 @@ inline constexpr auto lookup4_scale_index = [] {
       index[std::size_t(16 * lane + i)] = i % 4 < scale_bytes ? std::int8_t(lane * gap + i % 4) : std::int8_t(-128);
   return index;
 }();
+
+/// VPERMT2B indices that gather block k's 16 bytes of nibbles into 128-bit
+/// lane k from the 128 bytes that follow p[0].
+template <class Block>
+inline constexpr auto lookup4_nibble_index = [] {
+  constexpr int scale_bytes = int(sizeof(Block)) - 16;
+  std::array<std::int8_t, 64> index{};
+  for (int lane = 0; lane < 4; ++lane)
+    for (int i = 0; i < 16; ++i) index[std::size_t(16 * lane + i)] = std::int8_t(lane * int(sizeof(Block)) + scale_bytes + i);
+  return index;
+}();
+
+/// Blocks p[0, NB) of a row, NB in 1-4, decoded: `lo` and `hi` block k's
+/// values 0-15 and 16-31 as level + 128 in 128-bit lane k (past NB: level
+/// 0's, against zero activations), `scale_bytes` the first 64 bytes from
+/// p[0] (block k's scale lies in lane k; zeros past NB).
+struct lookup4_group {
+  __m512i lo, hi, scale_bytes;
+
+  template <class Block, std::size_t NB>
+  static lookup4_group load(const Block* p, __m512i levels) noexcept {
+    static_assert(NB >= 1 && NB <= 4);
+    constexpr std::size_t bytes = NB * sizeof(Block);
+    // Four blocks span 68 or 72 bytes: the first 64 whole, the rest (and
+    // any shorter group) byte-masked, so nothing past the blocks is read.
+    const auto* base = reinterpret_cast<const std::uint8_t*>(p);
+    const __m512i a = bytes >= 64 ? _mm512_loadu_si512(base)
+                                  : _mm512_maskz_loadu_epi8(__mmask64((std::uint64_t{1} << bytes) - 1), base);
+#if defined(__AVX512VBMI__)
+    // One VPERMT2B gathers the four blocks' nibbles; VPERMB looks them up
+    // without masking off the other nibble (the table repeats every 16 bytes).
+    const __m512i b = bytes > 64 ? _mm512_maskz_loadu_epi8(__mmask64((std::uint64_t{1} << (bytes - 64)) - 1), base + 64)
+                                 : _mm512_setzero_si512();
+    const __m512i z = _mm512_permutex2var_epi8(a, _mm512_loadu_si512(lookup4_nibble_index<Block>.data()), b);
+    return {_mm512_permutexvar_epi8(z, levels), _mm512_permutexvar_epi8(_mm512_srli_epi16(z, 4), levels), a};
+#else
+    __m512i z = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0].qs)));
+    if constexpr (NB > 1) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[1].qs)), 1);
+    if constexpr (NB > 2) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[2].qs)), 2);
+    if constexpr (NB > 3) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[3].qs)), 3);
+    const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
+    return {_mm512_shuffle_epi8(levels, _mm512_and_si512(z, low_nibbles)),
+            _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(z, 4), low_nibbles)), a};
+#endif
+  }
+};
 
 /// d_w * d_x per lane: `weight` the block's scale as lookup4_weight_scale
 /// gives it, `dx` the activations' scales (per block, 4 lanes each).
@@ -139,7 +166,7 @@ inline void lookup4_tile(const q8_activations& xa, const block_weights& w, float
   const Block* rows[ON];
 #pragma GCC unroll 16
   for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
-  const __m512i levels = lookup4_levels<Block>(), low_nibbles = _mm512_set1_epi8(0x0F);
+  const __m512i levels = lookup4_levels<Block>();
   const __m512i scale_index = _mm512_loadu_si512(lookup4_scale_index<Block>.data());
   __m512 acc[TN][ON];
 #pragma GCC unroll 16
@@ -152,22 +179,18 @@ inline void lookup4_tile(const q8_activations& xa, const block_weights& w, float
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(rows[0]) + matmul_prefetch_bytes;
   auto step = [&]<std::size_t NB>(std::size_t g) {
     prefetch_lines_l2(ahead + g * step_bytes, step_bytes);
-    __m512i lo[ON], hi[ON];
-    __m512 ws[ON];
+    lookup4_activations x[TN];
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < TN; ++a) x[a] = lookup4_activations::load<NB>(xa, t0 + a, g);
+    // Row by row: a row's decoded group is dead once its tokens used it.
 #pragma GCC unroll 16
     for (std::size_t b = 0; b < ON; ++b) {
-      const auto group = lookup4_group<Block>::template load<NB>(rows[b] + 4 * g);
-      lo[b] = _mm512_shuffle_epi8(levels, _mm512_and_si512(group.nibbles, low_nibbles));
-      hi[b] = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(group.nibbles, 4), low_nibbles));
-      ws[b] = lookup4_weight_scale(group.scale_bytes, scale_index, format);
-    }
+      const auto group = lookup4_group::load<Block, NB>(rows[b] + 4 * g, levels);
+      const __m512 ws = lookup4_weight_scale(group.scale_bytes, scale_index, format);
 #pragma GCC unroll 16
-    for (std::size_t a = 0; a < TN; ++a) {
-      const auto x = lookup4_activations::load<NB>(xa, t0 + a, g);
-#pragma GCC unroll 16
-      for (std::size_t b = 0; b < ON; ++b) {
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x.start, lo[b], x.lo), hi[b], x.hi);
-        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), lookup4_combined_scale(ws[b], x.d, format), acc[a][b]);
+      for (std::size_t a = 0; a < TN; ++a) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x[a].start, group.lo, x[a].lo), group.hi, x[a].hi);
+        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), lookup4_combined_scale(ws, x[a].d, format), acc[a][b]);
       }
     }
   };
@@ -190,13 +213,23 @@ inline void lookup4_tile(const q8_activations& xa, const block_weights& w, float
 
 /// int8_block_rows for IQ4_NL and MXFP4 on AVX-512 VNNI (avx512bw stands for
 /// VNNI where the build enables it, as in matmul_blocks32_vnni.hpp): one
-/// token in 1 x 4 tiles, two in 2 x 2, more in 4 x 2 (four tokens' permuted
-/// activations and two rows' decoded groups fill the registers).
+/// token in 1 x 8 tiles (a token's permuted activations shared by 8 rows),
+/// two in 2 x 2, more in 4 x 2 (four tokens' activations fill the registers).
 template <class Block>
   requires is_lookup4_block<Block>
 void int8_block_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                      bool accumulate, std::size_t row_first, std::size_t row_last,
                      simd::requires_arch<xsimd::avx512bw>) noexcept {
+  if (xa.n == 1) {
+    std::size_t o = row_first;
+    for (; o + 8 <= row_last; o += 8) lookup4_tile<Block, 1, 8>(xa, w, y, y_stride, accumulate, 0, o);
+    if (o + 4 <= row_last) {
+      lookup4_tile<Block, 1, 4>(xa, w, y, y_stride, accumulate, 0, o);
+      o += 4;
+    }
+    for (; o < row_last; ++o) lookup4_tile<Block, 1, 1>(xa, w, y, y_stride, accumulate, 0, o);
+    return;
+  }
   for_each_int8_tile<2>(xa.n, row_first, row_last, [&]<std::size_t TN, std::size_t ON>(std::size_t t, std::size_t o) {
     lookup4_tile<Block, TN, ON>(xa, w, y, y_stride, accumulate, t, o);
   });
