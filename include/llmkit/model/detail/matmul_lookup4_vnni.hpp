@@ -6,20 +6,20 @@
 /// 32 values per block, each a nibble indexing 16 levels, one scale per
 /// block) with AVX-512 VNNI, four blocks (128 values) per step.
 ///
-/// The four blocks' 64 bytes of nibbles load as one register, 16 bytes per
-/// 128-bit lane, so lane k holds block k: its low nibbles are values 0-15 of
-/// the four blocks, its high nibbles values 16-31, and one VPSHUFB each turns
-/// them into level + 128. The activations are permuted to match (two
-/// 128-bit-lane shuffles per token, shared by the tile's rows), and both
-/// halves go through VPDPBUSD into one int32 accumulator started from the
-/// blocks' -128 * sum q, so each block's exact integer dot lies in 4 lanes.
-/// Then one conversion and one FMA per four blocks apply d_w * d_x: the four
-/// weight scales come from one load and one VPSHUFB (each block's scale
-/// byte falls in its own 128-bit lane: blocks are 16 bytes of nibbles plus
-/// 1 or 2 scale bytes), times the activations' scales by a multiply (IQ4_NL's
-/// f16) or an exact VSCALEFPS (MXFP4's power of two). Per four blocks and
-/// row: 5 loads, 1 shift, 2 masks, 3 shuffles, 2 VPDPBUSD, 2-3 scale
-/// operations, 1 conversion, 1 FMA; no scalar work per block.
+/// The four blocks' 64 bytes of nibbles go to one register, block k in
+/// 128-bit lane k (with VBMI one VPERMT2B from two loads, else four loads),
+/// so its low nibbles are values 0-15 of the four blocks and its high nibbles
+/// values 16-31; a VPERMB (or a mask and a VPSHUFB) each turns them into
+/// level + 128. The activations are permuted to match (two 128-bit-lane
+/// shuffles per token, shared by the tile's rows), and both halves go
+/// through VPDPBUSD into one int32 accumulator started from the blocks'
+/// -128 * sum q, so each block's exact integer dot lies in 4 lanes. Then one
+/// conversion and one FMA per four blocks apply d_w * d_x: the four weight
+/// scales come from the first load and one VPSHUFB (each block's scale byte
+/// falls in its own 128-bit lane: blocks are 16 bytes of nibbles plus 1 or
+/// 2 scale bytes), times the activations' scales by a multiply (IQ4_NL's
+/// f16) or an exact VSCALEFPS (MXFP4's power of two). No scalar work per
+/// block.
 ///
 /// Every output sums its 16 lanes group by group in the same order and
 /// reduces them with one fixed tree whatever the tile or batch, so the
