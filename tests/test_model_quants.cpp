@@ -479,6 +479,49 @@ TEST_CASE("quants: int8-activation products pick their kernel by the arch tag, e
   (void)avx2_scalar_differs;
 }
 
+TEST_CASE("quants: IQ4_NL and MXFP4 int8 products at 1 to 9 blocks per row match the oracle, batch invariant") {
+  // Their VNNI kernel steps four blocks at a time: every remainder (1-3
+  // blocks, a row of one block), row counts around its 4- and 2-row tiles,
+  // token counts of each tile shape, and block scales far from 1 (MXFP4's
+  // exponents applied by VSCALEFPS).
+  std::mt19937 rng(53);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  serial_executor serial;
+  for (const weight_type wt : {weight_type::iq4_nl, weight_type::mxfp4}) {
+    const ggml_type gt = stored_block_type(wt);
+    for (std::size_t blocks = 1; blocks <= 9; ++blocks) {
+      const std::size_t cols = 32 * blocks;
+      for (const std::size_t rows : {1u, 3u, 6u, 9u}) {
+        weight_matrix w(wt, rows, cols);
+        std::vector<float> values(cols);
+        for (std::size_t r = 0; r < rows; ++r) {
+          const float magnitude = wt == weight_type::mxfp4 ? std::ldexp(1.0f, int(r % 3) * 40 - 40) : 1.0f;
+          for (auto& v : values) v = normal(rng) * magnitude;
+          w.set_row(r, values);
+        }
+        for (const std::size_t n : {1u, 2u, 3u, 5u}) {
+          INFO(weight_type_name(wt) << " rows " << rows << " blocks " << blocks << " n " << n);
+          std::vector<float> x(n * cols);
+          for (auto& v : x) v = normal(rng) * 2.0f;
+          std::vector<float> y(n * rows, 7.0f);
+          linear(serial, x, n, w, y, rows, output_mode::overwrite, activation_type::q8_0);
+          for (std::size_t t = 0; t < n; ++t) {
+            const int8_oracle expected(gt, w, &x[t * cols]);
+            std::vector<float> one(rows);
+            linear(serial, std::span<const float>(x).subspan(t * cols, cols), 1, w, one, rows, output_mode::overwrite,
+                   activation_type::q8_0);
+            for (std::size_t o = 0; o < rows; ++o) {
+              REQUIRE(std::abs(double(y[t * rows + o]) - expected.e[o]) <= expected.bound[o]);
+              REQUIRE(one[o] == y[t * rows + o]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+
 TEST_CASE("quants: every block format has an int8-activation product, Q8_0 blocks are refused by name") {
   for (const ggml_type t : quant_types)
     REQUIRE(model::detail::has_int8_product_for(t) == (t != ggml_type::q8_0));

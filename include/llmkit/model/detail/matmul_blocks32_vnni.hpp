@@ -2,21 +2,22 @@
 #pragma once
 
 /// @file llmkit/model/detail/matmul_blocks32_vnni.hpp
-/// The 32-value block formats' (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) int8-activation
+/// The 32-value block formats' (Q4_0, Q4_1, Q5_0, Q5_1) int8-activation
 /// products with AVX-512 VNNI, the weights decoded in registers as they
 /// stream in, at every token count. Activations are quantised per 32 values
 /// (q8_activations::assign), as ggml multiplies these formats by Q8_0 / Q8_1.
 ///
 /// Two blocks make one 64-value group: their 16 bytes of nibbles become 64
 /// unsigned values in natural order (two loads, a shift, a shuffle, a mask;
-/// Q5's fifth bits are one masked move from their 2 x 32 bits; IQ4_NL's
-/// indices one VPSHUFB into its levels + 128), then one
+/// Q5's fifth bits are one masked move from their 2 x 32 bits), then one
 /// VPDPBUSD started from the activations' -offset * sum q, and the lane
 /// arithmetic of matmul_blocks_q8.hpp: cvt(dot) * (d_w * d_x) into f32
 /// lanes. Q4_1 / Q5_1's minimums add m * d_x * sum q per block. Each output
 /// is accumulated in the same order whatever the batch or tile, so the
 /// product is batch and thread invariant. Without VNNI the strip kernel
-/// (matmul_blocks_q8.hpp) computes the same formula in scalar code.
+/// (matmul_blocks_q8.hpp) computes the same formula in scalar code. The
+/// 32-value lookup formats (IQ4_NL, MXFP4) have their own kernel,
+/// matmul_lookup4_vnni.hpp.
 
 #include <cstddef>
 #include <cstdint>
@@ -83,35 +84,9 @@ struct pair_block<Block> {
   }
 };
 
-/// IQ4_NL: the nibbles looked up as level + 128 (offset 128: VPDPBUSD sums
-/// u * q in int32, so u up to 241 cannot saturate).
-template <>
-struct pair_block<block_iq4_nl> {
-  static __m512i values(const block_iq4_nl* p, bool two) noexcept {
-    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4nl_biased)));
-    return _mm512_shuffle_epi8(table, pair_nibbles(p[0].qs, two ? p[1].qs : nullptr));
-  }
-  static __m512 scales(const block_iq4_nl* p, bool two) noexcept {
-    return pair_lanes(scale_f32(p[0].d), two ? scale_f32(p[1].d) : 0.0f);
-  }
-};
-
-/// MXFP4: as IQ4_NL with its own levels and the E8M0 scale.
-template <>
-struct pair_block<block_mxfp4> {
-  static __m512i values(const block_mxfp4* p, bool two) noexcept {
-    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4_biased)));
-    return _mm512_shuffle_epi8(table, pair_nibbles(p[0].qs, two ? p[1].qs : nullptr));
-  }
-  static __m512 scales(const block_mxfp4* p, bool two) noexcept {
-    return pair_lanes(scale_f32(p[0].d), two ? scale_f32(p[1].d) : 0.0f);
-  }
-};
-
 /// The formats pair_tile serves.
 template <class Block>
-inline constexpr bool is_pair_block =
-    is_block32<Block> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_mxfp4>;
+inline constexpr bool is_pair_block = is_block32<Block>;
 
 /// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) over the whole row.
 template <class Block, std::size_t TN, std::size_t ON>

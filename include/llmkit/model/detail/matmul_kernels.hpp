@@ -23,6 +23,7 @@
 #include "llmkit/model/detail/matmul_blocks32_vnni.hpp"
 #include "llmkit/model/detail/matmul_blocks_avx2.hpp"
 #include "llmkit/model/detail/matmul_kquants_vnni.hpp"
+#include "llmkit/model/detail/matmul_lookup4_vnni.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
 #include "llmkit/model/detail/matmul_q8.hpp"
 #include "llmkit/model/detail/matmul_q8_vnni.hpp"
