@@ -10,7 +10,7 @@
 //
 // The vocabulary trie is built once before (bench_grammar's vocabulary/llama3
 // times it): every grammar of a server shares it. The tools are kept here so
-// figures stay comparable.
+// figures stay comparable (tests/chat_fixtures.hpp, shared with test_chat_tools).
 #include <benchmark/benchmark.h>
 
 #include <llmkit/chat/tool_grammar.hpp>
@@ -20,6 +20,8 @@
 #include <llmkit/model/tokenizer.hpp>
 
 #include <string>
+
+#include "chat_fixtures.hpp"
 
 namespace {
 
@@ -31,22 +33,7 @@ const std::shared_ptr<const grammar::token_vocabulary>& vocab() {
   return v;
 }
 
-const char* const five_tools = R"([
-  {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-   "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-     "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false}}},
-  {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
-     "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": 0, "maximum": 99}},
-     "required": ["a", "b"]}}},
-  {"type": "function", "function": {"name": "send_mail", "parameters": {"type": "object",
-     "properties": {"to": {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1, "maxItems": 2},
-       "urgent": {"type": "boolean"}}, "required": ["to", "urgent"]}}},
-  {"type": "function", "function": {"name": "move", "parameters": {"type": "object",
-     "properties": {"to": {"$ref": "#/$defs/point"}}, "required": ["to"],
-     "$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer", "minimum": -9, "maximum": 9},
-       "y": {"type": "integer", "minimum": -9, "maximum": 9}}, "required": ["x", "y"]}}}}},
-  {"type": "function", "function": {"name": "ping"}}
-])";
+using llmkit::test::five_tools_json;
 
 void compile_gbnf(const std::string& gbnf) {
   grammar::token_masker m(std::make_shared<const grammar::automaton>(grammar::parse_gbnf(gbnf)), vocab());
@@ -54,14 +41,14 @@ void compile_gbnf(const std::string& gbnf) {
 }
 
 void tools5(benchmark::State& state, chat::tool_syntax syntax) {
-  const auto tools = chat::parse_tools(chat::json::parse(five_tools));
+  const auto tools = chat::parse_tools(chat::json::parse(five_tools_json));
   (void)vocab();
   for (auto _ : state)
     compile_gbnf(chat::tool_call_grammar(syntax, tools, {chat::tool_choice_mode::required})->gbnf);
 }
 
 void one_schema(benchmark::State& state) {
-  const auto tools = chat::parse_tools(chat::json::parse(five_tools));
+  const auto tools = chat::parse_tools(chat::json::parse(five_tools_json));
   (void)vocab();
   for (auto _ : state) compile_gbnf(grammar::schema_to_gbnf(tools[3].parameters));
 }

@@ -47,10 +47,6 @@ const runsOf = (f) => {
 const kinds = new Array(0x110000);
 for (let cp = 0; cp < 0x110000; ++cp) kinds[cp] = classOf(cp);
 const ranges = runsOf((cp) => kinds[cp]);
-// Llama 3's and Qwen2's classes: the letter kinds are one class, marks are other.
-const coarse = { upper: 'letter', lower: 'letter', caseless: 'letter', mark: 'other', number: 'number', space: 'space', other: 'other' };
-const classRanges = runsOf((cp) => coarse[kinds[cp]]);
-
 const hex = (v) => '0x' + v.toString(16).padStart(5, '0');
 const table = (rs) => {
   const rows = [];
@@ -66,9 +62,9 @@ const text = `// SPDX-License-Identifier: MIT
 /// Code point ranges of the kinds of character the byte-level BPE
 /// pre-tokenizers tell apart: letters by case (\\p{Lu} and \\p{Lt}: upper;
 /// \\p{Ll}: lower; \\p{Lm} and \\p{Lo}: caseless), \\p{M} (mark), \\p{N}
-/// (number) and \\s (space: Unicode White_Space), and the coarser classes
-/// of Llama 3's and Qwen2's splits (\\p{L}, \\p{N}, \\s; marks are other
-/// there). Code points in no range are \`other\`.
+/// (number) and \\s (space: Unicode White_Space). Code points in no range
+/// are \`other\`. (unicode.hpp derives the coarser classes of Llama 3's
+/// and Qwen2's splits from these.)
 
 #include <array>
 #include <cstdint>
@@ -78,38 +74,23 @@ namespace llmkit::model::detail {
 /// The pre-tokenizers' kinds of character (disjoint).
 enum class char_kind : std::uint8_t { other, mark, upper, lower, caseless, number, space };
 
-/// One run of code points [first, last] of one kind.
-struct char_kind_range {
+/// One run of code points [first, last] that share one value: a kind here,
+/// a class in unicode.hpp (which derives its ranges from these).
+template <class Value>
+struct code_point_range {
   char32_t first, last;
-  char_kind kind;
+  Value value;
 };
 
 /// ${ranges.length} ranges sorted by \`first\`, disjoint.
-inline constexpr std::array<char_kind_range, ${ranges.length}> char_kind_ranges = [] {
+inline constexpr std::array<code_point_range<char_kind>, ${ranges.length}> char_kind_ranges = [] {
   using enum char_kind;
-  return std::array<char_kind_range, ${ranges.length}>{{
+  return std::array<code_point_range<char_kind>, ${ranges.length}>{{
 ${table(ranges)}
-  }};
-}();
-
-/// The classes of Llama 3's and Qwen2's split regexes (disjoint).
-enum class char_class : std::uint8_t { other, letter, number, space };
-
-/// One run of code points [first, last] of one class.
-struct char_class_range {
-  char32_t first, last;
-  char_class cls;
-};
-
-/// ${classRanges.length} ranges sorted by \`first\`, disjoint: the kinds above merged.
-inline constexpr std::array<char_class_range, ${classRanges.length}> char_class_ranges = [] {
-  using enum char_class;
-  return std::array<char_class_range, ${classRanges.length}>{{
-${table(classRanges)}
   }};
 }();
 
 }  // namespace llmkit::model::detail
 `;
 writeFileSync(out, text);
-console.log(`wrote ${out}: ${ranges.length} kind ranges, ${classRanges.length} class ranges`);
+console.log(`wrote ${out}: ${ranges.length} kind ranges`);

@@ -5,14 +5,18 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <random>
 #include <vector>
 #include <xsimd/xsimd.hpp>
 
 #include <llmkit/attention/head_dims.hpp>
+#include <llmkit/attention/mask.hpp>
 #include <llmkit/core/dtype.hpp>
+#include <llmkit/simd/arch.hpp>
 
 #include "reference/attention_reference.hpp"
 
@@ -49,6 +53,39 @@ void require_every_storage_type(Run&& run, double tolerance, double int8_toleran
   }
   REQUIRE(e[1].original > e[0].original);
   REQUIRE(e[2].original > e[1].original);
+}
+
+/// `[n_heads]` attention-sink logits around `mean` (mean + k / 2 for a
+/// random k in [-4, 4] per head), or none when `mean` is NaN.
+inline std::vector<float> random_sinks(std::size_t n_heads, float mean, std::mt19937& rng) {
+  std::vector<float> sinks;
+  if (!std::isnan(mean))
+    for (std::size_t h = 0; h < n_heads; ++h) sinks.push_back(mean + float(int(rng() % 9) - 4) * 0.5f);
+  return sinks;
+}
+
+/// Runs one case with sinks on f32, f16, bf16 and int8 caches, on the
+/// scalar arch, and under a sliding window of `window` keys
+/// (`run(T{}, Arch{}, mask)` runs it with storage type T on Arch), and
+/// requires every output finite and within `tolerance` (int8:
+/// `int8_tolerance`) of the oracle of the stored values. Returns the f32
+/// run's errors.
+template <class Run>
+attention_errors require_sinks_everywhere(Run&& run, attention::position window, double tolerance,
+                                          double int8_tolerance) {
+  using simd::default_arch;
+  const attention::causal_mask causal;
+  const attention_errors e[] = {run(float{}, default_arch{}, causal),
+                                run(f16{}, default_arch{}, causal),
+                                run(bf16{}, default_arch{}, causal),
+                                run(std::int8_t{}, default_arch{}, causal),
+                                run(float{}, simd::scalar{}, causal),
+                                run(float{}, default_arch{}, attention::sliding_window_mask(window))};
+  for (const auto& x : e) {
+    REQUIRE(x.finite);
+    REQUIRE(x.stored < (&x == &e[3] ? int8_tolerance : tolerance));
+  }
+  return e[0];
 }
 
 }  // namespace llmkit::test

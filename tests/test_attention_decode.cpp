@@ -93,9 +93,7 @@ errors run_case(const decode_case& c, const Mask& mask, std::uint32_t seed, Exec
   }
   const std::size_t n_heads = c.n_kv_heads * c.group, row = n_heads * c.head_dim;
   const auto q = uniform_values(n_seqs * row, rng);
-  std::vector<float> sinks;
-  if (!std::isnan(c.sink_mean))
-    for (std::size_t h = 0; h < n_heads; ++h) sinks.push_back(c.sink_mean + float(int(rng() % 9) - 4) * 0.5f);
+  const auto sinks = llmkit::test::random_sinks(n_heads, c.sink_mean, rng);
   errors e;
   e.out.assign(q.size(), std::nanf(""));
   decode<Arch>({.q = q, .out = e.out, .seq_ids = ids, .layer = 0, .n_heads = n_heads, .scale = c.scale,
@@ -564,16 +562,9 @@ TEST_CASE("decode: attention sinks on every storage type, across splits and mask
       c.split = split;
       c.sink_mean = sink;
       const auto seed = static_cast<std::uint32_t>(rng());
-      const auto f = run_case<float>(c, causal_mask{}, seed);
-      const auto h = run_case<f16>(c, causal_mask{}, seed);
-      const auto b = run_case<bf16>(c, causal_mask{}, seed);
-      const auto i8 = run_case<std::int8_t>(c, causal_mask{}, seed);
-      const auto s = run_case<float, simd::scalar>(c, causal_mask{}, seed);
-      const auto w = run_case<float>(c, sliding_window_mask(20), seed);
-      for (const auto* e : {&f, &h, &b, &i8, &s, &w}) {
-        REQUIRE(e->finite);
-        REQUIRE(e->stored < (e == &i8 ? int8_tolerance : f32_tolerance));
-      }
+      const auto f = llmkit::test::require_sinks_everywhere(
+          [&](auto type, auto arch, const auto& mask) { return run_case<decltype(type), decltype(arch)>(c, mask, seed); },
+          20, f32_tolerance, int8_tolerance);
       // A sink holding most of the weight shrinks every output.
       if (sink == 12.0f)
         REQUIRE(std::all_of(f.out.begin(), f.out.end(), [](float x) { return std::fabs(x) < 0.01f; }));

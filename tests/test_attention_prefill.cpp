@@ -67,9 +67,7 @@ errors run_case(const prefill_case& c, const Mask& mask, std::uint32_t seed, Exe
   const std::size_t n_heads = c.n_kv_heads * c.group;
   const std::size_t row = n_heads * c.head_dim;
   const auto q = uniform_values(static_cast<std::size_t>(cu.back()) * row, rng);
-  std::vector<float> sinks;
-  if (!std::isnan(c.sink_mean))
-    for (std::size_t h = 0; h < n_heads; ++h) sinks.push_back(c.sink_mean + float(int(rng() % 9) - 4) * 0.5f);
+  const auto sinks = llmkit::test::random_sinks(n_heads, c.sink_mean, rng);
   std::vector<float> out(q.size(), std::nanf(""));
   prefill<Arch>({.q = q, .out = out, .cu_seqlens = cu, .seq_ids = ids, .layer = layer, .n_heads = n_heads,
                  .scale = c.scale, .softcap = c.softcap, .sinks = sinks},
@@ -489,16 +487,9 @@ TEST_CASE("prefill: attention sinks on every storage type, packed batches and ma
     c.max_chunk = 1 + rng() % 70;
     c.sink_mean = sink;
     const auto seed = static_cast<std::uint32_t>(rng());
-    const auto f = run_case<float>(c, causal_mask{}, seed);
-    const auto h = run_case<f16>(c, causal_mask{}, seed);
-    const auto b = run_case<bf16>(c, causal_mask{}, seed);
-    const auto i8 = run_case<std::int8_t>(c, causal_mask{}, seed);
-    const auto s = run_case<float, simd::scalar>(c, causal_mask{}, seed);
-    const auto w = run_case<float>(c, sliding_window_mask(16), seed);
-    for (const auto* e : {&f, &h, &b, &i8, &s, &w}) {
-      REQUIRE(e->finite);
-      REQUIRE(e->stored < f32_tolerance);
-    }
+    llmkit::test::require_sinks_everywhere(
+        [&](auto type, auto arch, const auto& mask) { return run_case<decltype(type), decltype(arch)>(c, mask, seed); },
+        16, f32_tolerance, f32_tolerance);
   }
   // A fully masked row gives zeros with a sink too.
   prefill_case c;

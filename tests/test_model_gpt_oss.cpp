@@ -25,10 +25,12 @@
 #include <variant>
 #include <vector>
 
+#include "model_checks.hpp"
 #include "reference/model_reference.hpp"
 
 using namespace llmkit;
 using namespace llmkit::model;
+using namespace llmkit::test;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -60,38 +62,6 @@ llama_config gpt_oss_config(std::size_t dim, std::size_t n_expert, std::size_t k
   return c;
 }
 
-std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.data(), v.size()}; }
-
-const llama_options exact{.activations = activation_type::f32};
-
-std::vector<std::vector<float>> run(llama_model& m, const std::vector<std::int32_t>& tokens) {
-  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
-  batch_builder b;
-  b.add(*cache.add_sequence(), tokens, 0, last_logits::skip);
-  for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
-  const auto logits = m.forward(b.view(), cache);
-  std::vector<std::vector<float>> out;
-  for (std::size_t t = 0; t < tokens.size(); ++t) out.emplace_back(logits.row(t).begin(), logits.row(t).end());
-  return out;
-}
-
-double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
-  const auto got = run(m, tokens);
-  const auto want = reference::llama_reference(f).logits(tokens);
-  double worst = 0;
-  for (std::size_t t = 0; t < tokens.size(); ++t)
-    for (std::size_t v = 0; v < m.vocab_size(); ++v)
-      worst = std::max(worst, std::abs(double(got[t][v]) - want[t][v]) / std::max(1.0, std::abs(want[t][v])));
-  return worst;
-}
-
-std::vector<std::int32_t> random_tokens(std::size_t n, std::mt19937& rng) {
-  std::uniform_int_distribution<std::int32_t> token(0, 299);
-  std::vector<std::int32_t> tokens(n);
-  for (auto& t : tokens) t = token(rng);
-  return tokens;
-}
-
 }  // namespace
 
 TEST_CASE("gpt-oss: biases, sinks, alternating windows, YaRN, top-k softmax and clamped SwiGLU match the oracle") {
@@ -121,7 +91,7 @@ TEST_CASE("gpt-oss: biases, sinks, alternating windows, YaRN, top-k softmax and 
     REQUIRE((c.rope.yarn.ext_factor != 0.0f) == sh.yarn);
     for (std::size_t n : {1u, 9u, 20u}) {
       INFO("shape " << si << " n " << n);
-      REQUIRE(max_error(m, f, random_tokens(n, rng)) <= 2e-5);
+      REQUIRE(max_error(m, f, random_tokens(n, 300, rng)) <= 2e-5);
     }
   }
 }
@@ -135,19 +105,11 @@ TEST_CASE("gpt-oss: MXFP4 and Q8_0 experts match the oracle, and int8 activation
     const gguf_file f(as_span(image));
     REQUIRE(f.tensor("blk.0.ffn_up_exps.weight").type == type);
     llama_model m(f, exact);
-    const auto tokens = random_tokens(11, rng);
+    const auto tokens = random_tokens(11, 300, rng);
     REQUIRE(max_error(m, f, tokens) <= 2e-5);
     // int8 activations, every expert used (k = n_expert) so rounding cannot change the routing.
     llama_model int8(f);
-    const auto e = run(m, tokens), a = run(int8, tokens);
-    double worst = 0, scale = 0;
-    for (std::size_t t = 0; t < tokens.size(); ++t)
-      for (std::size_t v = 0; v < 300; ++v) {
-        worst = std::max(worst, double(std::abs(a[t][v] - e[t][v])));
-        scale = std::max(scale, double(std::abs(e[t][v])));
-      }
-    INFO("largest logit " << scale << ", largest difference " << worst);
-    REQUIRE(worst <= 0.05 * scale);
+    require_int8_close(all_logits(m, tokens), all_logits(int8, tokens), 0.05);
   }
 }
 
@@ -158,39 +120,7 @@ TEST_CASE("gpt-oss: prefill equals decode, packed sequences equal sequences alon
   const gguf_file f(as_span(image));
   llama_model m(f);
   thread_pool pool(2);
-  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1, 33}, {42}, {3, 299, 8, 100}};
-  std::vector<std::vector<float>> last(prompts.size());
-  for (std::size_t p = 0; p < prompts.size(); ++p) {
-    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
-    batch_builder b;
-    b.add(*cache.add_sequence(), prompts[p], 0);
-    const auto l = m.forward(b.view(), cache);
-    last[p].assign(l.row(0).begin(), l.row(0).end());
-    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
-    const kv::seq_id q = *step.add_sequence();
-    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
-      batch_builder one;
-      one.add(q, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
-      const auto d = m.forward(one.view(), step, pool);
-      if (i + 1 == prompts[p].size())
-        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
-    }
-  }
-  for (int threads = 1; threads <= 2; ++threads) {
-    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
-    batch_builder b;
-    std::vector<kv::seq_id> ids;
-    for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
-    for (std::size_t p : {2u, 0u, 1u}) b.add(ids[p], prompts[p], 0);
-    serial_executor serial;
-    const auto l = threads == 1 ? m.forward(b.view(), cache, serial) : m.forward(b.view(), cache, pool);
-    std::size_t r = 0;
-    for (std::size_t p : {2u, 0u, 1u}) {
-      INFO("threads " << threads << " prompt " << p);
-      for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);
-      ++r;
-    }
-  }
+  check_prefill_equals_decode(m, {{5, 9, 200, 7, 7, 1, 33}, {42}, {3, 299, 8, 100}}, {2, 0, 1}, &pool);
 }
 
 TEST_CASE("gpt-oss: bad files raise llmkit::error naming the tensor") {
@@ -232,22 +162,10 @@ TEST_CASE("gpt-oss: the fuzzer's gpt-oss seed is synthetic_llama's output, and l
   const auto expected = synthetic_llama(o).bytes();
   const gguf_file f(as_span(expected));
   llama_model m(f, exact);
-  const auto got = run(m, {1, 7, 39, 3});
+  const auto got = all_logits(m, {1, 7, 39, 3});
   const auto want = reference::llama_reference(f).logits({1, 7, 39, 3});
   for (std::size_t t = 0; t < 4; ++t)
     for (std::size_t v = 0; v < 40; ++v) REQUIRE(std::abs(double(got[t][v]) - want[t][v]) <= 2e-5 * std::max(1.0, std::abs(want[t][v])));
 
-  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_gpt_oss.gguf";
-  std::vector<std::byte> seed;
-  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
-    std::byte buf[4096];
-    for (std::size_t got_n; (got_n = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got_n);
-    std::fclose(in);
-  }
-  if (seed != expected) {
-    // Regenerates it: the fresh bytes go to the working directory.
-    synthetic_llama(o).write("tiny_gpt_oss.gguf");
-    FAIL("tests/fuzz/gguf/tiny_gpt_oss.gguf is missing or stale: copy the tiny_gpt_oss.gguf this test just wrote "
-         "to its working directory there");
-  }
+  test::require_fuzz_seed(o, expected, "tiny_gpt_oss.gguf");
 }

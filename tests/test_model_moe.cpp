@@ -24,10 +24,12 @@
 #include <variant>
 #include <vector>
 
+#include "model_checks.hpp"
 #include "reference/model_reference.hpp"
 
 using namespace llmkit;
 using namespace llmkit::model;
+using namespace llmkit::test;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -50,33 +52,6 @@ llama_config moe_config(std::size_t dim, std::size_t n_expert, std::size_t k, st
   c.rope.theta = 1000000.0f;
   c.rms_eps = 1e-6f;
   return c;
-}
-
-std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.data(), v.size()}; }
-
-const llama_options exact{.activations = activation_type::f32};
-
-// Logits of every position of `tokens` as one prefill.
-std::vector<std::vector<float>> run(llama_model& m, const std::vector<std::int32_t>& tokens) {
-  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 64});
-  batch_builder b;
-  b.add(*cache.add_sequence(), tokens, 0, last_logits::skip);
-  for (std::size_t i = 0; i < tokens.size(); ++i) b.request_logits(static_cast<std::int32_t>(i));
-  const auto logits = m.forward(b.view(), cache);
-  std::vector<std::vector<float>> out;
-  for (std::size_t t = 0; t < tokens.size(); ++t) out.emplace_back(logits.row(t).begin(), logits.row(t).end());
-  return out;
-}
-
-// Max |model - oracle| over all positions, relative to max(1, |oracle|).
-double max_error(llama_model& m, const gguf_file& f, const std::vector<std::int32_t>& tokens) {
-  const auto got = run(m, tokens);
-  const auto want = reference::llama_reference(f).logits(tokens);
-  double worst = 0;
-  for (std::size_t t = 0; t < tokens.size(); ++t)
-    for (std::size_t v = 0; v < m.vocab_size(); ++v)
-      worst = std::max(worst, std::abs(double(got[t][v]) - want[t][v]) / std::max(1.0, std::abs(want[t][v])));
-  return worst;
 }
 
 // A key value that removes the key.
@@ -102,13 +77,6 @@ std::vector<std::byte> with_keys(const gguf_file& f, const std::vector<std::pair
       w.add_tensor(t.name, t.type, std::span<const std::uint64_t>(t.dims.data(), t.n_dims),
                    std::span<const std::byte>(t.data, static_cast<std::size_t>(t.n_bytes)));
   return w.bytes();
-}
-
-std::vector<std::int32_t> random_tokens(std::size_t n, std::size_t vocab, std::mt19937& rng) {
-  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab) - 1);
-  std::vector<std::int32_t> tokens(n);
-  for (auto& t : tokens) t = token(rng);
-  return tokens;
 }
 
 }  // namespace
@@ -171,10 +139,10 @@ TEST_CASE("qwen3moe: Q4_K_M and Q8_0 experts, in place or copied, match the orac
     const gguf_file mapped = gguf_file::open(path);
     llama_model in_place(mapped, exact);
     REQUIRE(in_place.weight_bytes_in_place() > 0);
-    REQUIRE(run(in_place, tokens) == run(copied, tokens));  // the same bytes, the same kernels
+    REQUIRE(all_logits(in_place, tokens) == all_logits(copied, tokens));  // the same bytes, the same kernels
     // int8 activations: the same in place or copied.
     llama_model int8(mapped), int8_copied(mapped, {.weights_in_place = false});
-    REQUIRE(run(int8, tokens) == run(int8_copied, tokens));
+    REQUIRE(all_logits(int8, tokens) == all_logits(int8_copied, tokens));
   }
   std::remove(path.c_str());
 
@@ -185,15 +153,8 @@ TEST_CASE("qwen3moe: Q4_K_M and Q8_0 experts, in place or copied, match the orac
   const auto all_image = synthetic_llama(all).bytes();
   const gguf_file af(as_span(all_image));
   llama_model all_exact(af, exact), all_int8(af);
-  const auto e = run(all_exact, tokens), a = run(all_int8, tokens);
-  double worst = 0, scale = 0;
-  for (std::size_t t = 0; t < tokens.size(); ++t)
-    for (std::size_t v = 0; v < 300; ++v) {
-      worst = std::max(worst, double(std::abs(a[t][v] - e[t][v])));
-      scale = std::max(scale, double(std::abs(e[t][v])));
-    }
-  INFO("largest logit " << scale << ", largest difference " << worst);
-  REQUIRE(worst <= 0.05 * scale);  // ~2% here: 256-value int8 blocks over 3 layers
+  // ~2% here: 256-value int8 blocks over 3 layers.
+  require_int8_close(all_logits(all_exact, tokens), all_logits(all_int8, tokens), 0.05);
 
   synthetic_options q8{.config = moe_config(64, 4, 2, 96, 300), .weight_type = ggml_type::q8_0, .seed = 3};
   const auto image = synthetic_llama(q8).bytes();
@@ -209,39 +170,7 @@ TEST_CASE("qwen3moe: prefill equals decode, packed sequences equal sequences alo
   const gguf_file f(as_span(image));
   llama_model m(f);  // int8 activations, the default
   thread_pool pool(2);
-  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}};
-  std::vector<std::vector<float>> last(prompts.size());
-  for (std::size_t p = 0; p < prompts.size(); ++p) {
-    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
-    batch_builder b;
-    b.add(*cache.add_sequence(), prompts[p], 0);
-    const auto l = m.forward(b.view(), cache);
-    last[p].assign(l.row(0).begin(), l.row(0).end());
-    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
-    const kv::seq_id q = *step.add_sequence();
-    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
-      batch_builder one;
-      one.add(q, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
-      const auto d = m.forward(one.view(), step, pool);
-      if (i + 1 == prompts[p].size())
-        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
-    }
-  }
-  for (int threads = 1; threads <= 2; ++threads) {
-    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
-    batch_builder b;
-    std::vector<kv::seq_id> ids;
-    for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
-    for (std::size_t p : {2u, 0u, 1u}) b.add(ids[p], prompts[p], 0);
-    serial_executor serial;
-    const auto l = threads == 1 ? m.forward(b.view(), cache, serial) : m.forward(b.view(), cache, pool);
-    std::size_t r = 0;
-    for (std::size_t p : {2u, 0u, 1u}) {
-      INFO("threads " << threads << " prompt " << p);
-      for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);  // batch invariant: bit-identical
-      ++r;
-    }
-  }
+  check_prefill_equals_decode(m, {{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}}, {2, 0, 1}, &pool);
 }
 
 TEST_CASE("qwen3moe: a decode step reads the router and k experts per layer") {
@@ -305,17 +234,5 @@ TEST_CASE("qwen3moe: the fuzzer's qwen3moe seed is synthetic_llama's output, and
   llama_model m(f, exact);
   REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
 
-  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_qwen3moe.gguf";
-  std::vector<std::byte> seed;
-  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
-    std::byte buf[4096];
-    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
-    std::fclose(in);
-  }
-  if (seed != expected) {
-    // Regenerates it: the fresh bytes go to the working directory.
-    synthetic_llama(o).write("tiny_qwen3moe.gguf");
-    FAIL("tests/fuzz/gguf/tiny_qwen3moe.gguf is missing or stale: copy the tiny_qwen3moe.gguf this test just "
-         "wrote to its working directory there");
-  }
+  test::require_fuzz_seed(o, expected, "tiny_qwen3moe.gguf");
 }

@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include "model_checks.hpp"
 #include "reference/model_reference.hpp"
 
 using namespace llmkit;
@@ -43,11 +44,9 @@ llama_config small_config(std::size_t dim, std::size_t n_heads, std::size_t n_kv
   return c;
 }
 
-std::span<const std::byte> as_span(const std::vector<std::byte>& v) { return {v.data(), v.size()}; }
-
-// Quantised matrices times f32 activations: the product the f32 oracle computes
-// (the default, int8 activations, rounds them; tested in test_model_weights).
-const llama_options exact{.activations = activation_type::f32};
+// (test::exact: int8 activations are tested in test_model_weights.)
+using test::as_span;
+using test::exact;
 
 // Max |model - oracle| over all positions of `tokens`, relative to max(1, |oracle|).
 double max_error(llama_model& m, const reference::llama_reference& oracle, const std::vector<std::int32_t>& tokens) {
@@ -490,19 +489,7 @@ TEST_CASE("architectures: the fuzzer's qwen2 seed is synthetic_llama's output, a
   llama_model m(f, exact);
   REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
 
-  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_qwen2_rope_freqs.gguf";
-  std::vector<std::byte> seed;
-  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
-    std::byte buf[4096];
-    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
-    std::fclose(in);
-  }
-  if (seed != expected) {
-    // Regenerates it: the fresh bytes go to the working directory.
-    synthetic_llama(o).write("tiny_qwen2_rope_freqs.gguf");
-    FAIL("tests/fuzz/gguf/tiny_qwen2_rope_freqs.gguf is missing or stale: copy the tiny_qwen2_rope_freqs.gguf "
-         "this test just wrote to its working directory there");
-  }
+  test::require_fuzz_seed(o, expected, "tiny_qwen2_rope_freqs.gguf");
 }
 
 TEST_CASE("architectures: qwen3 (per-head Q/K norms, wide heads) matches the double-precision oracle") {
@@ -561,35 +548,7 @@ TEST_CASE("architectures: qwen3 prefill equals decode, and packed sequences equa
   const auto image = synthetic_llama(o).bytes();
   const gguf_file f(as_span(image));
   llama_model m(f, exact);
-  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}};
-  std::vector<std::vector<float>> last(prompts.size());
-  for (std::size_t p = 0; p < prompts.size(); ++p) {
-    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
-    batch_builder b;
-    b.add(*cache.add_sequence(), prompts[p], 0);
-    const auto l = m.forward(b.view(), cache);
-    last[p].assign(l.row(0).begin(), l.row(0).end());
-    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
-    const kv::seq_id s = *step.add_sequence();
-    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
-      batch_builder one;
-      one.add(s, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
-      const auto d = m.forward(one.view(), step);
-      if (i + 1 == prompts[p].size())
-        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
-    }
-  }
-  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
-  batch_builder b;
-  std::vector<kv::seq_id> ids;
-  for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
-  for (std::size_t p : {1u, 2u, 0u}) b.add(ids[p], prompts[p], 0);
-  const auto l = m.forward(b.view(), cache);
-  std::size_t r = 0;
-  for (std::size_t p : {1u, 2u, 0u}) {
-    for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);
-    ++r;
-  }
+  test::check_prefill_equals_decode(m, {{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}}, {1, 2, 0});
 }
 
 TEST_CASE("architectures: bad qwen3 files raise llmkit::error naming the tensor or key") {
@@ -627,18 +586,7 @@ TEST_CASE("architectures: the fuzzer's qwen3 seed is synthetic_llama's output, a
   const gguf_file f(as_span(expected));
   llama_model m(f, exact);
   REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
-  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_qwen3.gguf";
-  std::vector<std::byte> seed;
-  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
-    std::byte buf[4096];
-    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
-    std::fclose(in);
-  }
-  if (seed != expected) {
-    synthetic_llama(o).write("tiny_qwen3.gguf");
-    FAIL("tests/fuzz/gguf/tiny_qwen3.gguf is missing or stale: copy the tiny_qwen3.gguf this test just wrote to "
-         "its working directory there");
-  }
+  test::require_fuzz_seed(o, expected, "tiny_qwen3.gguf");
 }
 
 namespace {
@@ -718,35 +666,7 @@ TEST_CASE("architectures: gemma3 decode through the window equals prefill, and p
   const auto image = synthetic_llama(o).bytes();
   const gguf_file f(as_span(image));
   llama_model m(f, exact);
-  const std::vector<std::vector<std::int32_t>> prompts{{5, 9, 200, 7, 7, 1, 3, 44, 12, 250}, {42}, {3, 299, 8, 100}};
-  std::vector<std::vector<float>> last(prompts.size());
-  for (std::size_t p = 0; p < prompts.size(); ++p) {
-    kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
-    batch_builder b;
-    b.add(*cache.add_sequence(), prompts[p], 0);
-    const auto l = m.forward(b.view(), cache);
-    last[p].assign(l.row(0).begin(), l.row(0).end());
-    kv::contiguous_cache<float> step(m.kv_shape(), {.max_sequences = 1, .max_tokens = 16});
-    const kv::seq_id s = *step.add_sequence();
-    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
-      batch_builder one;
-      one.add(s, {&prompts[p][i], 1}, static_cast<std::int32_t>(i));
-      const auto d = m.forward(one.view(), step);
-      if (i + 1 == prompts[p].size())
-        for (std::size_t v = 0; v < 300; ++v) REQUIRE(std::abs(d(0, v) - last[p][v]) <= 1e-4f);
-    }
-  }
-  kv::contiguous_cache<float> cache(m.kv_shape(), {.max_sequences = 4, .max_tokens = 16});
-  batch_builder b;
-  std::vector<kv::seq_id> ids;
-  for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(*cache.add_sequence());
-  for (std::size_t p : {2u, 0u, 1u}) b.add(ids[p], prompts[p], 0);
-  const auto l = m.forward(b.view(), cache);
-  std::size_t r = 0;
-  for (std::size_t p : {2u, 0u, 1u}) {
-    for (std::size_t v = 0; v < 300; ++v) REQUIRE(l(r, v) == last[p][v]);
-    ++r;
-  }
+  test::check_prefill_equals_decode(m, {{5, 9, 200, 7, 7, 1, 3, 44, 12, 250}, {42}, {3, 299, 8, 100}}, {2, 0, 1});
 }
 
 TEST_CASE("architectures: a gemma3 file with the 262144-token vocabulary") {
@@ -824,18 +744,7 @@ TEST_CASE("architectures: the fuzzer's gemma3 seed is synthetic_llama's output, 
   const gguf_file f(as_span(expected));
   llama_model m(f, exact);
   REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
-  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_gemma3.gguf";
-  std::vector<std::byte> seed;
-  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
-    std::byte buf[4096];
-    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
-    std::fclose(in);
-  }
-  if (seed != expected) {
-    synthetic_llama(o).write("tiny_gemma3.gguf");
-    FAIL("tests/fuzz/gguf/tiny_gemma3.gguf is missing or stale: copy the tiny_gemma3.gguf this test just wrote to "
-         "its working directory there");
-  }
+  test::require_fuzz_seed(o, expected, "tiny_gemma3.gguf");
 }
 
 TEST_CASE("architectures: a sliding window in a llama file's metadata is honoured") {
@@ -1006,18 +915,7 @@ TEST_CASE("architectures: the fuzzer's phi3 seed is synthetic_llama's output, an
   const gguf_file f(as_span(expected));
   llama_model m(f, exact);
   REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
-  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_phi3.gguf";
-  std::vector<std::byte> seed;
-  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
-    std::byte buf[4096];
-    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
-    std::fclose(in);
-  }
-  if (seed != expected) {
-    synthetic_llama(o).write("tiny_phi3.gguf");
-    FAIL("tests/fuzz/gguf/tiny_phi3.gguf is missing or stale: copy the tiny_phi3.gguf this test just wrote to "
-         "its working directory there");
-  }
+  test::require_fuzz_seed(o, expected, "tiny_phi3.gguf");
 }
 
 TEST_CASE("architectures: the fuzzer's gemma2 seed is synthetic_llama's output, and loads") {
@@ -1035,18 +933,7 @@ TEST_CASE("architectures: the fuzzer's gemma2 seed is synthetic_llama's output, 
   llama_model m(f, exact);
   REQUIRE(m.config().attention_softcap == 3.0f);
   REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
-  const std::string path = std::string(LLMKIT_SOURCE_DIR) + "/tests/fuzz/gguf/tiny_gemma2.gguf";
-  std::vector<std::byte> seed;
-  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
-    std::byte buf[4096];
-    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, in)) > 0;) seed.insert(seed.end(), buf, buf + got);
-    std::fclose(in);
-  }
-  if (seed != expected) {
-    synthetic_llama(o).write("tiny_gemma2.gguf");
-    FAIL("tests/fuzz/gguf/tiny_gemma2.gguf is missing or stale: copy the tiny_gemma2.gguf this test just wrote to "
-         "its working directory there");
-  }
+  test::require_fuzz_seed(o, expected, "tiny_gemma2.gguf");
 }
 
 TEST_CASE("architectures: YaRN RoPE scaling matches the oracle on qwen3 and windowed llama files") {

@@ -1090,27 +1090,14 @@ TEST_CASE("engine: every architecture runs, its greedy tokens equal the model's 
   }
 }
 
-TEST_CASE("engine: a qwen3moe request's tokens are the same alone and in a batch, on 1 and 2 threads") {
-  model::llama_config c;
-  c.arch = model::architecture::qwen3moe;
-  c.n_vocab = 300;
-  c.dim = 256;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 64;
-  c.ffn_dim = 256;
-  c.n_expert = 8;
-  c.n_expert_used = 2;
-  c.expert_ffn_dim = 256;
-  c.context_length = 128;
-  const auto image =
-      model::synthetic_llama({.config = c, .weight_type = model::ggml_type::q4_k, .seed = 48}).bytes();
-  const model::gguf_file file{std::span<const std::byte>(image)};
-  model::llama_model m(file);  // int8 activations
+namespace {
+
+// The tokens of one request alone, and among four others (chunked prefill
+// mixed with decode steps), are the same, serially and on 2 threads.
+void check_tokens_alone_equal_batched(model::llama_model& m) {
   auto run = [&](const std::vector<std::vector<token_id>>& prompts, auto& exec) {
     cache_t cache(m.kv_shape(), {.n_blocks = 64});
-    serve::engine eng(m, cache, exec, small_steps(16));  // chunked prefill mixed with decode steps
+    serve::engine eng(m, cache, exec, small_steps(16));
     recorder rec;
     std::vector<request_id> handles;
     for (const auto& p : prompts)
@@ -1131,6 +1118,29 @@ TEST_CASE("engine: a qwen3moe request's tokens are the same alone and in a batch
   REQUIRE(run(busy, serial)[2] == alone);
   REQUIRE(run(busy, pool)[2] == alone);
   REQUIRE(run({target}, pool)[0] == alone);
+}
+
+}  // namespace
+
+TEST_CASE("engine: a qwen3moe request's tokens are the same alone and in a batch, on 1 and 2 threads") {
+  model::llama_config c;
+  c.arch = model::architecture::qwen3moe;
+  c.n_vocab = 300;
+  c.dim = 256;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 64;
+  c.ffn_dim = 256;
+  c.n_expert = 8;
+  c.n_expert_used = 2;
+  c.expert_ffn_dim = 256;
+  c.context_length = 128;
+  const auto image =
+      model::synthetic_llama({.config = c, .weight_type = model::ggml_type::q4_k, .seed = 48}).bytes();
+  const model::gguf_file file{std::span<const std::byte>(image)};
+  model::llama_model m(file);  // int8 activations
+  check_tokens_alone_equal_batched(m);
 }
 
 TEST_CASE("engine: a gpt-oss request's tokens are the same alone and in a batch, on 1 and 2 threads") {
@@ -1154,27 +1164,5 @@ TEST_CASE("engine: a gpt-oss request's tokens are the same alone and in a batch,
       model::synthetic_llama({.config = c, .weight_type = model::ggml_type::mxfp4, .seed = 49}).bytes();
   const model::gguf_file file{std::span<const std::byte>(image)};
   model::llama_model m(file);  // int8 activations
-  auto run = [&](const std::vector<std::vector<token_id>>& prompts, auto& exec) {
-    cache_t cache(m.kv_shape(), {.n_blocks = 64});
-    serve::engine eng(m, cache, exec, small_steps(16));  // chunked prefill mixed with decode steps
-    recorder rec;
-    std::vector<request_id> handles;
-    for (const auto& p : prompts)
-      handles.push_back(
-          eng.submit({.prompt = p, .stop = {.max_new_tokens = 12}, .on_event = rec.sink()}).handle);
-    eng.run_until_idle();
-    std::vector<std::vector<token_id>> out;
-    for (auto h : handles) out.push_back(rec.get(h).tokens);
-    return out;
-  };
-  serial_executor serial;
-  thread_pool pool(2);
-  const std::vector<token_id> target{1, 17, 299, 3, 42, 8, 100, 7, 7};
-  const auto alone = run({target}, serial)[0];
-  REQUIRE(alone.size() == 12);
-  std::vector<std::vector<token_id>> busy{{5, 6}, {250, 3, 9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, target,
-                                          {42}, {8, 8, 8, 8, 8}};
-  REQUIRE(run(busy, serial)[2] == alone);
-  REQUIRE(run(busy, pool)[2] == alone);
-  REQUIRE(run({target}, pool)[0] == alone);
+  check_tokens_alone_equal_batched(m);
 }

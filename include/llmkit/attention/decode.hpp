@@ -24,7 +24,7 @@
 #include "llmkit/attention/detail/bind_job.hpp"
 #include "llmkit/attention/detail/common.hpp"
 #include "llmkit/attention/detail/decode_job.hpp"
-#include "llmkit/attention/detail/decode_kernel_table.hpp"
+#include "llmkit/attention/detail/kernel_tables.hpp"
 #include "llmkit/attention/detail/decode_merge.hpp"
 #include "llmkit/attention/detail/mask_ref.hpp"
 #include "llmkit/attention/mask.hpp"
@@ -129,16 +129,11 @@ struct decode_params {
 template <class Arch = simd::default_arch, kv::kv_readable Cache, mask_policy Mask = causal_mask,
           executor Exec = serial_executor>
 void decode(const decode_params& p, const Cache& cache, const Mask& mask = {}, Exec&& exec = {}) {
-  const std::size_t group = detail::check_heads("decode", cache, p.layer, p.n_heads, p.scale, p.softcap);
-  detail::check_sinks("decode", p.sinks, p.n_heads);
+  const std::size_t group = detail::check_heads("decode", p, cache);
   const kv::kv_shape shape = cache.shape();
   const std::size_t head_dim = shape.head_dim;
   const std::size_t n_seqs = p.seq_ids.size();
-  const std::size_t expected = n_seqs * p.n_heads * head_dim;
-  LLMKIT_CHECK(p.q.size() == expected, "decode: q.size() = ", p.q.size(), " must be n_seqs * n_heads * head_dim = ",
-               n_seqs, " * ", p.n_heads, " * ", head_dim, " = ", expected);
-  LLMKIT_CHECK(p.out.size() == expected, "decode: out.size() = ", p.out.size(),
-               " must be n_seqs * n_heads * head_dim = ", expected);
+  detail::check_rows("decode", p, "n_seqs", n_seqs, head_dim);
 
   thread_local decode_workspace own;
   decode_workspace& ws = p.workspace ? *p.workspace : own;

@@ -27,7 +27,7 @@
 #include "llmkit/attention/detail/common.hpp"
 #include "llmkit/attention/detail/mask_ref.hpp"
 #include "llmkit/attention/detail/prefill_job.hpp"
-#include "llmkit/attention/detail/prefill_kernel_table.hpp"
+#include "llmkit/attention/detail/kernel_tables.hpp"
 #include "llmkit/attention/mask.hpp"
 #include "llmkit/attention/tuning.hpp"
 #include "llmkit/core/dtype.hpp"
@@ -79,8 +79,7 @@ struct prefill_params {
 template <class Arch = simd::default_arch, kv::kv_readable Cache, mask_policy Mask = causal_mask,
           executor Exec = serial_executor>
 void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {}, Exec&& exec = {}) {
-  const std::size_t group = detail::check_heads("prefill", cache, p.layer, p.n_heads, p.scale, p.softcap);
-  detail::check_sinks("prefill", p.sinks, p.n_heads);
+  const std::size_t group = detail::check_heads("prefill", p, cache);
   const std::size_t head_dim = cache.shape().head_dim;
   LLMKIT_CHECK(p.tuning.run_length > 0, "prefill: tuning.run_length must be > 0, got ", p.tuning.run_length);
   LLMKIT_CHECK(p.cu_seqlens.size() == p.seq_ids.size() + 1, "prefill: cu_seqlens.size() = ", p.cu_seqlens.size(),
@@ -90,11 +89,7 @@ void prefill(const prefill_params& p, const Cache& cache, const Mask& mask = {},
     LLMKIT_CHECK(p.cu_seqlens[i] >= p.cu_seqlens[i - 1], "prefill: cu_seqlens[", i, "] = ", p.cu_seqlens[i],
                  " is below cu_seqlens[", i - 1, "] = ", p.cu_seqlens[i - 1]);
   const auto n_tokens = static_cast<std::size_t>(p.cu_seqlens.back());
-  const std::size_t expected = n_tokens * p.n_heads * head_dim;
-  LLMKIT_CHECK(p.q.size() == expected, "prefill: q.size() = ", p.q.size(), " must be n_tokens * n_heads * head_dim = ",
-               n_tokens, " * ", p.n_heads, " * ", head_dim, " = ", expected);
-  LLMKIT_CHECK(p.out.size() == expected, "prefill: out.size() = ", p.out.size(),
-               " must be n_tokens * n_heads * head_dim = ", expected);
+  detail::check_rows("prefill", p, "n_tokens", n_tokens, head_dim);
   std::vector<std::int32_t> last_pos(p.seq_ids.size());
   for (std::size_t i = 0; i < p.seq_ids.size(); ++i) {
     const auto n_q = static_cast<std::size_t>(p.cu_seqlens[i + 1] - p.cu_seqlens[i]);

@@ -40,8 +40,7 @@ namespace llmkit::eval {
 /// Mean and standard error of a sample, kept as its sum, sum of squares
 /// and count (the form llama-perplexity reports its estimates in).
 struct running_mean {
-  double sum = 0.0;
-  double sum2 = 0.0;
+  double sum = 0.0, sum2 = 0.0;  ///< of the values, of their squares
   std::size_t count = 0;
 
   void add(double v) noexcept {

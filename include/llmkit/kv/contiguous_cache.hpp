@@ -136,11 +136,7 @@ class contiguous_cache {
         detail::check_store(shape_, layer, k, v, has_row_scale_v<T>, s, first_token, seq.n_tokens);
     const std::size_t d = shape_.head_dim;
     detail::store_rows<T>(shape_, options_.max_tokens, layer, first_token, n_new, k.data(), v.data(),
-                          [&](std::size_t slot) {
-                            detail::slot_rows<T> at{seq.rows.data() + slot * d};
-                            if constexpr (has_row_scale_v<T>) at.scales = seq.scales.data() + slot;
-                            return at;
-                          });
+                          [&](std::size_t slot) { return detail::slot_at(seq.rows.data(), seq.scales.data(), slot, d); });
   }
 
   /// 1 when s holds tokens, else 0.
@@ -150,18 +146,8 @@ class contiguous_cache {
   kv_chunk<T> chunk(seq_id s, std::size_t layer, std::size_t kv_head, std::size_t i) const {
     const sequence& seq = sequences_.at(s, "chunk");
     detail::check_chunk(shape_, layer, kv_head, i, seq.n_tokens > 0 ? 1 : 0);
-    const std::size_t k_run = run_index(layer, 0, kv_head), v_run = run_index(layer, 1, kv_head);
-    kv_chunk<T> c;
-    c.k = seq.rows.data() + k_run * run_elements();
-    c.v = seq.rows.data() + v_run * run_elements();
-    if constexpr (has_row_scale_v<T>) {
-      c.k_scale = seq.scales.data() + k_run * options_.max_tokens;
-      c.v_scale = seq.scales.data() + v_run * options_.max_tokens;
-    }
-    c.n_tokens = seq.n_tokens;
-    c.row_stride = shape_.head_dim;
-    c.first_pos = 0;
-    return c;
+    return detail::run_chunk(seq.rows.data(), seq.scales.data(), shape_, options_.max_tokens, layer, kv_head, 0,
+                             seq.n_tokens, 0);
   }
 
   /// Memory and sequence statistics.
@@ -179,10 +165,7 @@ class contiguous_cache {
     aligned_vector<float> scales;  // [n_layers][2][n_kv_heads][max_tokens] (int8 only)
   };
 
-  std::size_t n_runs() const noexcept { return shape_.n_layers * 2 * shape_.n_kv_heads; }
-  std::size_t run_index(std::size_t layer, std::size_t kv, std::size_t head) const noexcept {
-    return (layer * 2 + kv) * shape_.n_kv_heads + head;
-  }
+  std::size_t n_runs() const noexcept { return detail::n_runs(shape_); }
   std::size_t run_elements() const noexcept { return options_.max_tokens * shape_.head_dim; }
   std::size_t row_elements() const noexcept { return n_runs() * run_elements(); }
   std::size_t scale_elements() const noexcept { return n_runs() * options_.max_tokens; }

@@ -195,10 +195,8 @@ class paged_cache {
                    " owners; only slots reserved by grow are writable");
     detail::store_rows<T>(shape_, BlockSize, layer, first_token, n_new, k.data(), v.data(), [&](std::size_t slot) {
       const auto b = static_cast<std::size_t>(seq.table[slot / BlockSize]);
-      const std::size_t r = slot % BlockSize;
-      detail::slot_rows<T> at{row_ptr(b, 0, r)};
-      if constexpr (has_row_scale_v<T>) at.scales = scales_.data() + b * block_scale_elements() + r;
-      return at;
+      float* scales = has_row_scale_v<T> ? scales_.data() + b * block_scale_elements() : nullptr;
+      return detail::slot_at(data_.data() + b * block_elements(), scales, slot % BlockSize, shape_.head_dim);
     });
   }
 
@@ -210,18 +208,9 @@ class paged_cache {
     const sequence& seq = sequences_.at(s, "chunk");
     detail::check_chunk(shape_, layer, kv_head, i, seq.table.size());
     const std::size_t b = static_cast<std::size_t>(seq.table[i]);
-    const std::size_t k_run = run_index(layer, 0, kv_head), v_run = run_index(layer, 1, kv_head);
-    kv_chunk<T> c;
-    c.k = data_.data() + b * block_elements() + k_run * BlockSize * shape_.head_dim;
-    c.v = data_.data() + b * block_elements() + v_run * BlockSize * shape_.head_dim;
-    if constexpr (has_row_scale_v<T>) {
-      c.k_scale = scales_.data() + b * block_scale_elements() + k_run * BlockSize;
-      c.v_scale = scales_.data() + b * block_scale_elements() + v_run * BlockSize;
-    }
-    c.n_tokens = std::min(BlockSize, seq.n_tokens - i * BlockSize);
-    c.row_stride = shape_.head_dim;
-    c.first_pos = static_cast<std::int32_t>(i * BlockSize);
-    return c;
+    const float* scales = has_row_scale_v<T> ? scales_.data() + b * block_scale_elements() : nullptr;
+    return detail::run_chunk(data_.data() + b * block_elements(), scales, shape_, BlockSize, layer, kv_head, 0,
+                             std::min(BlockSize, seq.n_tokens - i * BlockSize), i * BlockSize);
   }
 
   /// Memory and sequence statistics (see also pool().stats()).
@@ -379,10 +368,7 @@ class paged_cache {
     return n > 0 && seq.n_tokens % BlockSize != 0 && pool_.refcount(seq.table.back()) > 1;
   }
 
-  std::size_t n_runs() const noexcept { return shape_.n_layers * 2 * shape_.n_kv_heads; }
-  std::size_t run_index(std::size_t layer, std::size_t kv, std::size_t head) const noexcept {
-    return (layer * 2 + kv) * shape_.n_kv_heads + head;
-  }
+  std::size_t n_runs() const noexcept { return detail::n_runs(shape_); }
   std::size_t block_elements() const noexcept { return n_runs() * BlockSize * shape_.head_dim; }
   std::size_t block_scale_elements() const noexcept { return n_runs() * BlockSize; }
   T* row_ptr(std::size_t b, std::size_t run, std::size_t r) noexcept {

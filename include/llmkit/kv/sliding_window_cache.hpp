@@ -198,12 +198,7 @@ class sliding_window_cache {
                  " are no longer in the ring, which holds positions from ", seq.retained_begin);
     const std::size_t d = shape_.head_dim;
     detail::store_rows<T>(shape_, rows_per_sequence(), layer, first_token, n_new, k.data(), v.data(),
-                          [&](std::size_t pos) {
-                            const std::size_t row = slot(pos);
-                            detail::slot_rows<T> at{seq.rows.data() + row * d};
-                            if constexpr (has_row_scale_v<T>) at.scales = seq.scales.data() + row;
-                            return at;
-                          });
+                          [&](std::size_t pos) { return detail::slot_at(seq.rows.data(), seq.scales.data(), slot(pos), d); });
   }
 
   /// Sinks, then the visible ring (1 or 2 chunks): 0 to 3.
@@ -215,19 +210,8 @@ class sliding_window_cache {
     const auto ps = parts(seq);
     detail::check_chunk(shape_, layer, kv_head, i, ps.size());
     const part& p = ps[i];
-    const std::size_t rows = rows_per_sequence(), d = shape_.head_dim;
-    const std::size_t k_run = run_index(layer, 0, kv_head), v_run = run_index(layer, 1, kv_head);
-    kv_chunk<T> c;
-    c.k = seq.rows.data() + (k_run * rows + p.row) * d;
-    c.v = seq.rows.data() + (v_run * rows + p.row) * d;
-    if constexpr (has_row_scale_v<T>) {
-      c.k_scale = seq.scales.data() + k_run * rows + p.row;
-      c.v_scale = seq.scales.data() + v_run * rows + p.row;
-    }
-    c.n_tokens = p.count;
-    c.row_stride = d;
-    c.first_pos = static_cast<std::int32_t>(p.first_pos);
-    return c;
+    return detail::run_chunk(seq.rows.data(), seq.scales.data(), shape_, rows_per_sequence(), layer, kv_head, p.row,
+                             p.count, p.first_pos);
   }
 
   /// Memory statistics; token_bytes counts the rows held (sinks + ring
@@ -290,10 +274,7 @@ class sliding_window_cache {
     return std::max(options_.n_sink, begin / options_.align * options_.align);
   }
 
-  std::size_t n_runs() const noexcept { return shape_.n_layers * 2 * shape_.n_kv_heads; }
-  std::size_t run_index(std::size_t layer, std::size_t kv, std::size_t head) const noexcept {
-    return (layer * 2 + kv) * shape_.n_kv_heads + head;
-  }
+  std::size_t n_runs() const noexcept { return detail::n_runs(shape_); }
 
   kv_shape shape_;
   sliding_window_options options_;

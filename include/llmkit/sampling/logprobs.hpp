@@ -14,17 +14,15 @@
 
 #include "llmkit/core/ids.hpp"
 #include "llmkit/sampling/candidates.hpp"
+#include "llmkit/sampling/concepts.hpp"
 #include "llmkit/sampling/detail/select.hpp"
 #include "llmkit/sampling/greedy.hpp"
 
 namespace llmkit::sampling {
 
-/// A token and its log-probability.
-struct token_logprob {
-  token_id token = -1;
-  float logprob = 0.0f;
-  friend bool operator==(const token_logprob&, const token_logprob&) = default;
-};
+/// A token and its log-probability: the pair a sampler returns
+/// (concepts.hpp), here one of the alternatives listed beside it.
+using token_logprob = sample_result;
 
 /// Writes the min(out.size(), candidates) most probable tokens, most probable
 /// first (token ascending on ties), to `[n] out`; returns how many. Tokens of

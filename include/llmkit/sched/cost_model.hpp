@@ -41,13 +41,9 @@ namespace llmkit::sched {
 
 /// Shapes of a Llama-architecture decoder and its storage precision.
 struct llama_config {
-  std::int64_t n_layers = 0;
-  std::int64_t dim = 0;
-  std::int64_t n_heads = 0;
-  std::int64_t n_kv_heads = 0;
-  std::int64_t head_dim = 0;
-  std::int64_t ffn_dim = 0;
-  std::int64_t vocab = 0;
+  std::int64_t n_layers = 0, dim = 0;                      ///< depth, residual width
+  std::int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  ///< attention (GQA when n_kv_heads < n_heads)
+  std::int64_t ffn_dim = 0, vocab = 0;                     ///< FFN hidden width, vocabulary
   /// Bytes per stored weight (4 for f32, 2 for f16/bf16, 34/32 for q8_0).
   double bytes_per_weight = 4.0;
   /// Bytes per stored K or V element.

@@ -65,8 +65,7 @@ enum class event_type : std::uint8_t {
 
 /// Token counts of a request (OpenAI's `usage`).
 struct request_usage {
-  std::size_t n_prompt_tokens = 0;
-  std::size_t n_generated_tokens = 0;
+  std::size_t n_prompt_tokens = 0, n_generated_tokens = 0;  ///< `prompt_tokens`, `completion_tokens`
   /// Prompt tokens whose K/V came from the prefix cache at the request's
   /// first admission (not prefilled).
   std::size_t n_prompt_tokens_reused = 0;

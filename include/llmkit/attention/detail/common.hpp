@@ -88,28 +88,36 @@ T* ensure(aligned_vector<T>& buffer, std::size_t n) {
   return buffer.data();
 }
 
-/// Checks the arguments both kernels share and returns the GQA group size.
-template <class Cache>
-std::size_t check_heads(const char* kernel, const Cache& cache, std::size_t layer, std::size_t n_heads,
-                        float scale, float softcap) {
+/// Checks the arguments decode and prefill share (`Params`: their
+/// parameter structs): layer, heads, scale, softcap and sinks (none, or one
+/// finite logit per query head). Returns the GQA group size.
+template <class Params, class Cache>
+std::size_t check_heads(const char* kernel, const Params& p, const Cache& cache) {
   const kv::kv_shape shape = cache.shape();
-  LLMKIT_CHECK(layer < shape.n_layers, kernel, ": layer ", layer, " is out of range (n_layers = ", shape.n_layers,
+  LLMKIT_CHECK(p.layer < shape.n_layers, kernel, ": layer ", p.layer, " is out of range (n_layers = ", shape.n_layers,
                ")");
   LLMKIT_CHECK(shape.n_kv_heads > 0, kernel, ": the cache has n_kv_heads = 0");
-  LLMKIT_CHECK(n_heads > 0 && n_heads % shape.n_kv_heads == 0, kernel, ": n_heads = ", n_heads,
+  LLMKIT_CHECK(p.n_heads > 0 && p.n_heads % shape.n_kv_heads == 0, kernel, ": n_heads = ", p.n_heads,
                " is not a positive multiple of the cache's n_kv_heads = ", shape.n_kv_heads);
-  LLMKIT_CHECK(std::isfinite(scale) && scale >= 0.0f, kernel, ": scale must be finite and >= 0, got ", scale);
-  LLMKIT_CHECK(std::isfinite(softcap) && softcap >= 0.0f, kernel, ": softcap must be finite and >= 0, got ",
-               softcap);
-  return n_heads / shape.n_kv_heads;
+  LLMKIT_CHECK(std::isfinite(p.scale) && p.scale >= 0.0f, kernel, ": scale must be finite and >= 0, got ", p.scale);
+  LLMKIT_CHECK(std::isfinite(p.softcap) && p.softcap >= 0.0f, kernel, ": softcap must be finite and >= 0, got ",
+               p.softcap);
+  LLMKIT_CHECK(p.sinks.empty() || p.sinks.size() == p.n_heads, kernel, ": sinks.size() = ", p.sinks.size(),
+               " must be 0 or n_heads = ", p.n_heads);
+  for (std::size_t h = 0; h < p.sinks.size(); ++h)
+    LLMKIT_CHECK(std::isfinite(p.sinks[h]), kernel, ": sinks[", h, "] = ", p.sinks[h], " must be finite");
+  return p.n_heads / shape.n_kv_heads;
 }
 
-/// Checks a call's attention sinks: none, or one finite logit per query head.
-inline void check_sinks(const char* kernel, std::span<const float> sinks, std::size_t n_heads) {
-  LLMKIT_CHECK(sinks.empty() || sinks.size() == n_heads, kernel, ": sinks.size() = ", sinks.size(),
-               " must be 0 or n_heads = ", n_heads);
-  for (std::size_t h = 0; h < sinks.size(); ++h)
-    LLMKIT_CHECK(std::isfinite(sinks[h]), kernel, ": sinks[", h, "] = ", sinks[h], " must be finite");
+/// Checks `[n_rows, n_heads, head_dim] q, out`; `rows` is n_rows's name in
+/// the message (n_seqs for decode, n_tokens for prefill).
+template <class Params>
+void check_rows(const char* kernel, const Params& p, const char* rows, std::size_t n_rows, std::size_t head_dim) {
+  const std::size_t expected = n_rows * p.n_heads * head_dim;
+  LLMKIT_CHECK(p.q.size() == expected, kernel, ": q.size() = ", p.q.size(), " must be ", rows,
+               " * n_heads * head_dim = ", n_rows, " * ", p.n_heads, " * ", head_dim, " = ", expected);
+  LLMKIT_CHECK(p.out.size() == expected, kernel, ": out.size() = ", p.out.size(), " must be ", rows,
+               " * n_heads * head_dim = ", expected);
 }
 
 /// The softmax denominator l of a row whose running max is m, with head

@@ -27,10 +27,20 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::attention::detail {
 
+/// The int8 paths decode_task.hpp and the softmax choose between, all off:
+/// what an arch without them has. The int8 kernel classes derive from it
+/// and redeclare the flags of the paths they have.
+struct int8_paths_off {
+  static constexpr bool int16_values = false;  ///< P.V in integers (int8 values, int16 probabilities)
+  static constexpr bool u8_values = false;     ///< P.V with 8-bit probabilities (int8_probabilities)
+  static constexpr bool int8_queries = false;  ///< Q.K with int8 queries (decode_params::int8_queries)
+  static constexpr bool amx_scores = false;    ///< Q.K on AMX tiles
+};
+
 /// decode_bf16_kernels plus the int8 kernels of AVX2 (every `Arch` but
 /// AVX-512's; their flags are false where the arch lacks AVX2).
 template <class Arch, std::size_t D, class T, std::size_t GB>
-struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB> {
+struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off {
 #if defined(__AVX2__)
   using layout = decode_layout<Arch, D, T, GB>;
   using layout::avx2_int16, layout::avx2_vnni, layout::block, layout::passes, layout::width, layout::R;
@@ -275,20 +285,10 @@ struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB> {
     }
   }
 
-  /// This arch's names for the paths decode.hpp and the softmax choose
-  /// between (as in decode_int8_avx512.hpp; no AMX here).
+  /// This arch's int8 paths (int8_paths_off; no AMX here).
   static constexpr bool int16_values = avx2_values;
   static constexpr bool u8_values = avx2_u8_values;
   static constexpr bool int8_queries = int8_queries_avx2;
-  static constexpr bool amx_scores = false;
-#else
-  static constexpr bool int8_queries_avx2 = false;
-  static constexpr bool avx2_values = false;
-  static constexpr bool avx2_u8_values = false;
-  static constexpr bool int16_values = false;
-  static constexpr bool u8_values = false;
-  static constexpr bool int8_queries = false;
-  static constexpr bool amx_scores = false;
 #endif
 };
 

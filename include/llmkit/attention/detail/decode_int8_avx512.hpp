@@ -18,6 +18,7 @@
 
 #include "llmkit/attention/detail/amx.hpp"
 #include "llmkit/attention/detail/decode_bf16.hpp"
+#include "llmkit/attention/detail/decode_int8_avx2.hpp"
 #include "llmkit/attention/detail/kv_rows.hpp"
 #include "llmkit/attention/detail/vec.hpp"
 #include "llmkit/simd/detail/diagnostics.hpp"
@@ -31,7 +32,7 @@ namespace llmkit::attention::detail {
 /// decode_bf16_kernels plus the int8 kernels of AVX-512 (the `Arch` of an
 /// AVX-512 build; `decode_int8_kernels_of` picks this or decode_int8_avx2).
 template <class Arch, std::size_t D, class T, std::size_t GB>
-struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB> {
+struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
   using layout = decode_layout<Arch, D, T, GB>;
   using layout::vnni_int16, layout::block, layout::passes, layout::width, layout::R, layout::row_bytes;
@@ -189,8 +190,6 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB> {
       _mm512_store_ps(s + p * width, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(idx, sum)), qs));
     }
   }
-#else
-  static constexpr bool amx_scores = false;
 #endif
 
   /// int8 values with AVX-512 VNNI (AVX2: `avx2_values`): the block's
@@ -378,19 +377,10 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB> {
     cols[3] = _mm512_shuffle_f32x4(t1, u1, _MM_SHUFFLE(3, 2, 3, 2));
   }
 
-  /// This arch's names for the paths decode.hpp and the softmax choose
-  /// between (decode_int8_avx2.hpp defines the same).
+  /// This arch's int8 paths (int8_paths_off, decode_int8_avx2.hpp).
   static constexpr bool int16_values = vnni512_values;
   static constexpr bool u8_values = vnni512_u8_values;
   static constexpr bool int8_queries = int8_queries_512;
-#else
-  static constexpr bool vnni512_values = false;
-  static constexpr bool int8_queries_512 = false;
-  static constexpr bool amx_scores = false;
-  static constexpr bool vnni512_u8_values = false;
-  static constexpr bool int16_values = false;
-  static constexpr bool u8_values = false;
-  static constexpr bool int8_queries = false;
 #endif
 };
 

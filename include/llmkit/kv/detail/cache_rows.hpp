@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 
@@ -27,6 +28,44 @@ struct slot_rows {
   float* scales = nullptr;
 };
 
+/// Runs of every cache's rows: one per (layer, K/V, KV head), in that order.
+inline std::size_t n_runs(const kv_shape& shape) noexcept { return shape.n_layers * 2 * shape.n_kv_heads; }
+
+/// Index of the run of (layer, kv: 0 for K and 1 for V, head).
+inline std::size_t run_index(const kv_shape& shape, std::size_t layer, std::size_t kv, std::size_t head) noexcept {
+  return (layer * 2 + kv) * shape.n_kv_heads + head;
+}
+
+/// slot_rows of slot `slot` in a region of `[n_runs][slots_per_run][head_dim]
+/// rows` and `[n_runs][slots_per_run] scales` (scales unused unless T has
+/// row scales).
+template <kv_storage T>
+slot_rows<T> slot_at(T* rows, float* scales, std::size_t slot, std::size_t head_dim) noexcept {
+  slot_rows<T> at{rows + slot * head_dim};
+  if constexpr (has_row_scale_v<T>) at.scales = scales + slot;
+  return at;
+}
+
+/// The chunk of `count` rows from slot `first_slot` of (layer, kv_head) in
+/// a region laid out as for slot_at, its row 0 at position `first_pos`.
+template <kv_storage T>
+kv_chunk<T> run_chunk(const T* rows, const float* scales, const kv_shape& shape, std::size_t slots_per_run,
+                      std::size_t layer, std::size_t kv_head, std::size_t first_slot, std::size_t count,
+                      std::size_t first_pos) noexcept {
+  const std::size_t k_run = run_index(shape, layer, 0, kv_head), v_run = run_index(shape, layer, 1, kv_head);
+  kv_chunk<T> c;
+  c.k = rows + (k_run * slots_per_run + first_slot) * shape.head_dim;
+  c.v = rows + (v_run * slots_per_run + first_slot) * shape.head_dim;
+  if constexpr (has_row_scale_v<T>) {
+    c.k_scale = scales + k_run * slots_per_run + first_slot;
+    c.v_scale = scales + v_run * slots_per_run + first_slot;
+  }
+  c.n_tokens = count;
+  c.row_stride = shape.head_dim;
+  c.first_pos = static_cast<std::int32_t>(first_pos);
+  return c;
+}
+
 /// Encodes `[n_new, n_kv_heads, head_dim] k, v` into token slots
 /// [first_token, first_token + n_new) of layer `layer`, token by token, and
 /// prefetches for writing the rows `store_prefetch_tokens<T>` slots ahead.
@@ -44,8 +83,7 @@ void store_rows(const kv_shape& shape, std::size_t rows_per_run, std::size_t lay
     const slot_rows<T> next = ahead ? locate(first_token + t + prefetch) : slot_rows<T>{};
     for (std::size_t h = 0; h < shape.n_kv_heads; ++h) {
       const std::size_t src = (t * shape.n_kv_heads + h) * d;
-      const std::size_t k_run = (layer * 2 + 0) * shape.n_kv_heads + h;
-      const std::size_t v_run = (layer * 2 + 1) * shape.n_kv_heads + h;
+      const std::size_t k_run = run_index(shape, layer, 0, h), v_run = run_index(shape, layer, 1, h);
       if (ahead) {
         prefetch_for_write(next.rows + k_run * run_stride, d);
         prefetch_for_write(next.rows + v_run * run_stride, d);

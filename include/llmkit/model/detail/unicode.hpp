@@ -49,6 +49,9 @@ inline utf8_char decode_utf8(std::string_view text, std::size_t at) noexcept {
   return {cp, length};
 }
 
+/// The classes of Llama 3's and Qwen2's split regexes (disjoint).
+enum class char_class : std::uint8_t { other, letter, number, space };
+
 /// The class of a kind of character.
 constexpr char_class class_of(char_kind k) noexcept {
   switch (k) {
@@ -63,36 +66,58 @@ constexpr char_class class_of(char_kind k) noexcept {
   return char_class::other;
 }
 
-/// The kind of code point `cp` (`other` for `invalid_code_point`).
-inline char_kind kind_of(char32_t cp) noexcept {
-  static constexpr auto ascii = [] {
-    std::array<char_kind, 128> t{};
-    for (const auto& r : char_kind_ranges)
-      for (char32_t c = r.first; c <= r.last && c < 128; ++c) t[c] = r.kind;
-    return t;
-  }();
-  if (cp < 128) return ascii[cp];
-  const auto it = std::upper_bound(char_kind_ranges.begin(), char_kind_ranges.end(), cp,
-                                   [](char32_t c, const char_kind_range& r) { return c < r.first; });
-  if (it == char_kind_ranges.begin()) return char_kind::other;
-  const auto& r = *(it - 1);
-  return cp <= r.last ? r.kind : char_kind::other;
+/// char_kind_ranges through class_of, adjacent runs of one class merged
+/// and `other` (marks) left out: the first `n` entries of `runs`.
+struct class_runs {
+  std::array<code_point_range<char_class>, char_kind_ranges.size()> runs{};
+  std::size_t n = 0;
+};
+
+constexpr class_runs merge_class_runs() noexcept {
+  class_runs out;
+  for (const auto& r : char_kind_ranges) {
+    const char_class c = class_of(r.value);
+    if (c == char_class::other) continue;
+    auto& last = out.runs[out.n > 0 ? out.n - 1 : 0];
+    if (out.n > 0 && last.value == c && last.last + 1 == r.first) last.last = r.last;
+    else out.runs[out.n++] = {r.first, r.last, c};
+  }
+  return out;
 }
 
-/// The class of code point `cp` (`other` for `invalid_code_point`).
-inline char_class classify(char32_t cp) noexcept {
+/// The ranges of each class, sorted by `first`, disjoint (computed at
+/// compile time, so the two tables cannot disagree).
+inline constexpr auto char_class_ranges = [] {
+  constexpr class_runs merged = merge_class_runs();
+  std::array<code_point_range<char_class>, merged.n> out{};
+  std::copy_n(merged.runs.begin(), merged.n, out.begin());
+  return out;
+}();
+
+/// The value of code point `cp` in `Ranges` (sorted by `first`, disjoint),
+/// the value type's first enumerator (`other`) outside them; a table for
+/// ASCII, a binary search above.
+template <const auto& Ranges>
+inline auto range_value(char32_t cp) noexcept {
+  using value_type = decltype(Ranges[0].value);
   static constexpr auto ascii = [] {
-    std::array<char_class, 128> t{};
-    for (const auto& r : char_class_ranges)
-      for (char32_t c = r.first; c <= r.last && c < 128; ++c) t[c] = r.cls;
+    std::array<value_type, 128> t{};
+    for (const auto& r : Ranges)
+      for (char32_t c = r.first; c <= r.last && c < 128; ++c) t[c] = r.value;
     return t;
   }();
   if (cp < 128) return ascii[cp];
-  const auto it = std::upper_bound(char_class_ranges.begin(), char_class_ranges.end(), cp,
-                                   [](char32_t c, const char_class_range& r) { return c < r.first; });
-  if (it == char_class_ranges.begin()) return char_class::other;
+  const auto it =
+      std::upper_bound(Ranges.begin(), Ranges.end(), cp, [](char32_t c, const auto& r) { return c < r.first; });
+  if (it == Ranges.begin()) return value_type{};
   const auto& r = *(it - 1);
-  return cp <= r.last ? r.cls : char_class::other;
+  return cp <= r.last ? r.value : value_type{};
 }
+
+/// The kind of code point `cp` (`other` for `invalid_code_point`).
+inline char_kind kind_of(char32_t cp) noexcept { return range_value<char_kind_ranges>(cp); }
+
+/// The class of code point `cp` (`other` for `invalid_code_point`).
+inline char_class classify(char32_t cp) noexcept { return range_value<char_class_ranges>(cp); }
 
 }  // namespace llmkit::model::detail
