@@ -23,8 +23,7 @@
 ///   no parallel calls); triggers `{"name"` and `{ "name"`;
 /// - mistral: `[TOOL_CALLS] [C, ...]` with C = `{"name": N, "arguments": A,
 ///   "id": I}`, I 9 letters or digits; one C unless parallel; trigger
-///   `[TOOL_CALLS]`.
-///
+///   `[TOOL_CALLS]`;
 /// - harmony: an optional analysis message, then one call (`<|call|>`
 ///   ends the answer: it belongs in the vocabulary's end tokens):
 ///   `<|channel|>commentary to=functions.N <|constrain|>json<|message|>A`
@@ -37,8 +36,8 @@
 ///
 /// JSON whitespace is at most one space between tokens (Python's
 /// `json.dumps` writes one after `:` and `,`, none elsewhere); keys in the
-/// order above. Markers after the first are spelled in characters: a
-/// grammar never allows a special token.
+/// order above. Except harmony's, markers after the first are spelled in
+/// characters: those grammars never allow a special token.
 
 #include <cstddef>
 #include <optional>
