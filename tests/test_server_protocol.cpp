@@ -1390,7 +1390,8 @@ TEST_CASE("harmony: tools go into the developer message, calls are constrained a
     const auto& pr = std::get<prepared_request>(p);
     CHECK(pr.tool_syntax == llmkit::chat::tool_syntax::harmony);
     CHECK_FALSE(pr.harmony);  // the tool stream splits the channels
-    CHECK(pr.request.chain.has_value());
+    CHECK(pr.request.chain.has_value() == (std::string(choice) == "auto"));
+    CHECK((pr.request.grammar != nullptr) == (std::string(choice) == "required"));
     CHECK_THAT(oss.decode(pr.request.prompt),
                Catch::Contains("Calls to these tools must go to the commentary channel: 'functions'.<|end|>"
                                "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n"
