@@ -98,7 +98,8 @@ void check_chat(const generation_request& r, std::uint8_t selector) {
   try {
     p = format_chat_prompt(vocab(), t, r.messages, true,
                            r.tools ? std::span<const llmkit::chat::tool_definition>(r.tools->tools)
-                                   : std::span<const llmkit::chat::tool_definition>());
+                                   : std::span<const llmkit::chat::tool_definition>(),
+                           r.reasoning_effort);
   } catch (const llmkit::error&) {
     return;  // a conversation the template refuses (prepare_request answers 400)
   }

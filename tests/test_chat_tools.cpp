@@ -4,6 +4,8 @@
 // rendered with Jinja2 from the Hugging Face templates), call grammars per
 // family against the Earley oracle, the lazy grammar processor, the parser
 // whole and streamed, and generation on stories260K under a call grammar.
+#include <llmkit/chat/harmony_parser.hpp>
+#include <llmkit/chat/harmony_tools.hpp>
 #include <llmkit/chat/tool_grammar.hpp>
 #include <llmkit/chat/tool_parser.hpp>
 #include <llmkit/chat/tool_template.hpp>
@@ -25,6 +27,7 @@
 #include "chat_fixtures.hpp"
 #include "reference/grammar_reference.hpp"
 
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -238,7 +241,8 @@ TEST_CASE("tools: rendered calls parse back to the same calls in every family") 
   };
   for (const family_case f : {family_case{"qwen2.5", "<|im_start|>assistant\n", "<|im_end|>", 2},
                               family_case{"llama3.1", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", 1},
-                              family_case{"mistral-v3", "[/INST]", "</s>", 2}}) {
+                              family_case{"mistral-v3", "[/INST]", "</s>", 2},
+                              family_case{"harmony", "<|start|>user<|message|>Go<|end|><|start|>assistant", "", 2}}) {
     INFO(f.name);
     const auto tmpl = model::chat_template::by_name(f.name);
     const std::vector<chat_turn> turns{
@@ -488,4 +492,235 @@ TEST_CASE("tools: generation on stories260K under required and named call gramma
       }
     }
   }
+}
+
+TEST_CASE("tools: harmony chats render as gpt-oss's Jinja template renders them") {
+  // tests/data/harmony-tools-rendered.json: scripts/harmony-oracle/render-tools.mjs.
+  std::ifstream in(std::string(LLMKIT_SOURCE_DIR) + "/tests/data/harmony-tools-rendered.json");
+  REQUIRE(in.good());
+  const json data = json::parse(in);
+  const std::string date = data["date"].get<std::string>();
+  const auto tmpl = model::chat_template::by_name("harmony");
+  REQUIRE(data["cases"].size() >= 12);
+  for (const json& c : data["cases"]) {
+    INFO(c["name"].get<std::string>());
+    // Lax schemas: the template reads keywords JSON Schema does not have (OpenAPI's `nullable`).
+    const auto tools = parse_tools(c["tools"], {.strict = false});
+    std::vector<chat_turn> turns;
+    for (const json& m : c["messages"]) {
+      chat_turn t{m["role"].get<std::string>(), m["content"].get<std::string>()};
+      if (m.contains("tool_call_id")) t.tool_call_id = m["tool_call_id"].get<std::string>();
+      if (m.contains("tool_calls"))
+        for (const json& k : m["tool_calls"])
+          t.tool_calls.push_back({k["id"].get<std::string>(), k["function"]["name"].get<std::string>(),
+                                  k["function"]["arguments"].get<std::string>()});
+      turns.push_back(std::move(t));
+    }
+    const std::string effort = c["reasoning_effort"].get<std::string>();
+    const model::chat_format_options options{
+        .prompt = c["add_generation_prompt"].get<bool>() ? model::generation_prompt::add : model::generation_prompt::omit,
+        .reasoning_effort = effort,
+        .current_date = date};
+    const auto f = format_with_tools(tmpl, turns, tools, options);
+    CHECK(f.text == c["text"].get<std::string>());
+    // Markers are never content: the user's words, tool definitions, names, arguments and results are.
+    for (const auto& span : f.contents)
+      CHECK(std::string_view(f.text).substr(span.offset, span.length).find("<|") == std::string_view::npos);
+    for (const json& m : c["messages"])
+      if (m["role"] == "user") {
+        const std::string& u = m["content"].get_ref<const std::string&>();
+        const std::size_t at = f.text.find(u);
+        CHECK(std::any_of(f.contents.begin(), f.contents.end(),
+                          [&](const model::text_span& s) { return s.offset <= at && at + u.size() <= s.end(); }));
+      }
+  }
+}
+
+TEST_CASE("tools: harmony writes every call of a turn, names results by call id, refuses orphan results") {
+  const auto tools = parse_tools(weather_tools);
+  const auto tmpl = model::chat_template::by_name("harmony");
+  const model::chat_format_options dated{.current_date = "2026-01-02"};
+  const std::vector<chat_turn> two{{"user", "Both?"},
+                                   {"assistant", "", {{"c1", "get_weather", R"({"city":"Oslo"})"}, {"c2", "other", "{}"}}},
+                                   {"tool", "1", {}, "c1"},
+                                   {"tool", "2", {}, "c2"}};
+  const std::string text = format_with_tools(tmpl, two, tools, dated).text;
+  CHECK_THAT(text, Catch::EndsWith(
+                       "<|start|>user<|message|>Both?<|end|><|start|>assistant to=functions.get_weather<|channel|>"
+                       "commentary json<|message|>{\"city\": \"Oslo\"}<|call|><|start|>assistant to=functions.other"
+                       "<|channel|>commentary json<|message|>{}<|call|><|start|>functions.get_weather to=assistant"
+                       "<|channel|>commentary<|message|>\"1\"<|end|><|start|>functions.other to=assistant<|channel|>"
+                       "commentary<|message|>\"2\"<|end|><|start|>assistant"));
+  const std::vector<chat_turn> orphan{{"user", "Hi"}, {"tool", "1", {}, "c1"}};
+  CHECK_THAT(error_of([&] { format_with_tools(tmpl, orphan, tools, dated); }),
+             Catch::Contains("messages[1]: a tool result needs an earlier assistant tool call"));
+  model::chat_format_options bad = dated;
+  bad.reasoning_effort = "max";
+  CHECK_THAT(error_of([&] { format_with_tools(tmpl, two, tools, bad); }),
+             Catch::Contains("reasoning_effort is 'max'"));
+  // A tool without a description has no comment line; without properties it takes no arguments.
+  const auto bare = parse_tools(json::parse(R"([{"type": "function", "function": {"name": "ping"}}])"));
+  CHECK(harmony_tool_namespace(bare) == "## functions\n\nnamespace functions {\n\ntype ping = () => any;\n\n} // namespace functions");
+  // Without tools, calls or results, a harmony chat renders as the template family does.
+  const std::vector<chat_turn> plain{{"system", "S"}, {"user", "Hi"}};
+  CHECK(format_with_tools(tmpl, plain, {}, dated).text ==
+        tmpl.format(std::vector<model::chat_message>{{"system", "S"}, {"user", "Hi"}}, dated));
+}
+
+TEST_CASE("tools: harmony answers split into reasoning, content and calls, whole and streamed in any chunking") {
+  struct answer_case {
+    std::string text;
+    std::string reasoning, content;
+    std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+  };
+  const std::vector<answer_case> cases{
+      {"<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+       "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+       "Need the weather.", "", {{"get_weather", R"({"city": "Paris"})"}}},
+      {" to=functions.add<|channel|>commentary json<|message|> {\"a\": 1,\n \"b\": 2} \n<|call|>", "", "",
+       {{"add", "{\"a\": 1,\n \"b\": 2}"}}},
+      {"<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is 21 C.<|return|>",
+       "Easy.", "It is 21 C.", {}},
+      {"<|channel|>commentary to=functions.ping <|constrain|>json<|message|>{}<|call|><|start|>assistant "
+       "to=functions.add<|channel|>commentary json<|message|>{\"s\": \"<|end <|call\"}<|call|>",
+       "", "", {{"ping", "{}"}, {"add", R"({"s": "<|end <|call"})"}}},
+      {"<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>analysis to=browser.search"
+       "<|message|>{\"q\": 1}<|call|>",
+       "", "Checking.", {}},
+      {"Hello <|there", "", "Hello <|there", {}},
+      {"<|channel|>analysis<|message|>cut off mid-thou", "cut off mid-thou", "", {}},
+  };
+  std::mt19937 rng(11);
+  for (const auto& k : cases) {
+    INFO(k.text);
+    const auto whole = parse_tool_calls(tool_syntax::harmony, k.text, 42);
+    CHECK(whole.reasoning == k.reasoning);
+    CHECK(whole.content == k.content);
+    REQUIRE(whole.calls.size() == k.calls.size());
+    for (std::size_t i = 0; i < k.calls.size(); ++i) {
+      CHECK(whole.calls[i].name == k.calls[i].first);
+      CHECK(whole.calls[i].arguments == k.calls[i].second);
+      CHECK(whole.calls[i].id == make_tool_call_id(42, i));
+    }
+    for (int trial = 0; trial < 30; ++trial) {
+      tool_call_stream s(tool_syntax::harmony, 42);
+      std::string reasoning, content;
+      std::vector<tool_call> calls;
+      const auto take = [&](const answer_delta& d) {
+        reasoning += d.reasoning;
+        content += d.content;
+        for (const auto& c : d.calls) {
+          if (!c.name.empty()) {
+            REQUIRE(c.index == calls.size());  // announced in order, once
+            calls.push_back({c.id, c.name, {}});
+          }
+          REQUIRE(c.index < calls.size());  // no arguments before the name
+          calls[c.index].arguments += c.arguments;
+        }
+      };
+      for (std::size_t at = 0; at < k.text.size();) {
+        const std::size_t n = trial == 0 ? 1 : 1 + rng() % 9;
+        take(s.feed(std::string_view(k.text).substr(at, n)));
+        at += n;
+      }
+      take(s.finish());
+      CHECK(reasoning == whole.reasoning);
+      CHECK(content == whole.content);
+      REQUIRE(calls.size() == whole.calls.size());
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        CHECK(calls[i].id == whole.calls[i].id);
+        CHECK(calls[i].name == whole.calls[i].name);
+        CHECK(calls[i].arguments == whole.calls[i].arguments);
+      }
+    }
+  }
+  // A call is announced once its header is complete, before its arguments end.
+  harmony_call_stream s(1);
+  CHECK(s.feed("<|channel|>commentary to=functions.ad").calls.empty());
+  const auto d = s.feed("d <|constrain|>json<|message|>{\"a\": 1 ");
+  REQUIRE(d.calls.size() == 1);
+  CHECK(d.calls[0].name == "add");
+  CHECK(d.calls[0].arguments == "{\"a\": 1");  // the space waits for what follows
+  CHECK(s.feed(", \"b\": 2}<|call|>").calls[0].arguments == " , \"b\": 2}");
+}
+
+TEST_CASE("tools: harmony call grammars think then call, and name the special tokens they allow (Earley oracle)") {
+  const auto tools = parse_tools(five_tools);
+  const auto m = [](std::string_view marker) {  // a named special token
+    std::string bytes = "\x01";
+    bytes += marker;
+    return bytes;
+  };
+  const std::string call_add = m("<|channel|>") + "commentary to=functions.add " + m("<|constrain|>") + "json" +
+                               m("<|message|>") + "{\"a\": 1, \"b\": 2}";
+  const std::string call_ping = " to=functions.ping" + m("<|channel|>") + "commentary json" + m("<|message|>") + "{}";
+  const std::string thought = m("<|channel|>") + "analysis" + m("<|message|>") + "Add <them> {now}." + m("<|end|>") +
+                              m("<|start|>") + "assistant";
+  const auto required = tool_call_grammar(tool_syntax::harmony, tools, {tool_choice_mode::required});
+  REQUIRE(required.has_value());
+  CHECK(required->triggers.empty());
+  CHECK(accepts(required->gbnf, call_add));
+  CHECK(accepts(required->gbnf, call_ping));
+  CHECK(accepts(required->gbnf, thought + call_add));
+  CHECK(accepts(required->gbnf, m("<|channel|>") + "commentary to=functions.ping" + m("<|message|>") + "{}"));
+  CHECK_FALSE(accepts(required->gbnf, thought));  // thinking alone is not a call
+  CHECK_FALSE(accepts(required->gbnf, thought + thought + call_add));
+  CHECK_FALSE(accepts(required->gbnf, m("<|channel|>") + "analysis" + m("<|message|>") + "a" + m("<|call|>") + "b" +
+                                          m("<|end|>") + m("<|start|>") + "assistant" + call_ping));
+  CHECK_FALSE(accepts(required->gbnf, "<|channel|>commentary to=functions.ping<|message|>{}"));  // markers as text
+  CHECK_FALSE(accepts(required->gbnf, m("<|channel|>") + "commentary to=functions.add" + m("<|message|>") +
+                                          "{\"a\": 100, \"b\": 2}"));
+  CHECK_FALSE(accepts(required->gbnf, m("<|channel|>") + "commentary to=functions.sub" + m("<|message|>") + "{}"));
+  CHECK_FALSE(accepts(required->gbnf, m("<|channel|>") + "final" + m("<|message|>") + "Hi"));
+  const auto named = tool_call_grammar(tool_syntax::harmony, tools, {tool_choice_mode::named, "ping"});
+  CHECK(accepts(named->gbnf, call_ping));
+  CHECK_FALSE(accepts(named->gbnf, call_add));
+  const auto lazy = tool_call_grammar(tool_syntax::harmony, tools, {tool_choice_mode::automatic});
+  CHECK(lazy->triggers == std::vector<std::string>{" to=functions."});
+  CHECK(accepts(lazy->gbnf, " to=functions.add " + m("<|constrain|>") + "json" + m("<|message|>") + "{\"a\": 1, \"b\": 2}"));
+  CHECK(accepts(lazy->gbnf, call_ping));
+  CHECK_FALSE(accepts(lazy->gbnf, " to=functions.ping" + m("<|message|>") + "{\"x\": 1}"));
+
+  // On gpt-oss's vocabulary the markers are special tokens: allowed where the grammar names them, and never
+  // inside a JSON string, where their text would be.
+  const model::tokenizer tok = model::tokenizer::from_gguf(
+      model::gguf_file::open(std::string(LLMKIT_SOURCE_DIR) + "/tests/data/o200k-vocab.gguf"));
+  const auto id = [&](std::string_view text) {
+    const auto t = tok.find(text);
+    REQUIRE(t.has_value());
+    return *t;
+  };
+  const auto vocab = grammar::token_vocabulary::from_tokenizer(tok, {id("<|call|>")}, harmony_grammar_markers);
+  CHECK(vocab->bytes[static_cast<std::size_t>(id("<|channel|>"))] == "\x01<|channel|>");
+  CHECK(vocab->bytes[static_cast<std::size_t>(id("<|return|>"))].empty());  // not named: no grammar allows it
+  const auto plain = grammar::token_vocabulary::from_tokenizer(tok, {id("<|call|>")});
+  CHECK(plain->bytes[static_cast<std::size_t>(id("<|channel|>"))].empty());
+  const auto named_masker = grammar::compile_cached(named->gbnf, vocab);
+  grammar::state_id s = named_masker->grammar_automaton().start();
+  CHECK(named_masker->allowed(s)->contains(id("<|channel|>")));
+  CHECK_FALSE(named_masker->allowed(s)->contains(id("<|end|>")));
+  CHECK_FALSE(named_masker->allowed(s)->contains(id("<|call|>")));  // the grammar may not end yet
+  std::vector<token_id> answer{id("<|channel|>")};
+  for (const token_id t : tok.encode("commentary to=functions.ping", {.add_bos = false})) answer.push_back(t);
+  answer.push_back(id("<|message|>"));
+  for (const token_id t : answer) {
+    REQUIRE(named_masker->allowed(s)->contains(t));
+    s = named_masker->grammar_automaton().advance(s, vocab->bytes[static_cast<std::size_t>(t)]);
+    REQUIRE(s != grammar::dead_state);
+  }
+  CHECK(named_masker->allowed(s)->contains(id("{")));
+  CHECK_FALSE(named_masker->allowed(s)->contains(id("<|call|>")));
+  const auto required_masker = grammar::compile_cached(required->gbnf, vocab);
+  // Inside a string argument of send_mail: '<' is text, the special tokens are not.
+  std::string in_string = m("<|channel|>") + "commentary to=functions.send_mail" + m("<|message|>") + "{\"to\": [\"a";
+  s = required_masker->grammar_automaton().advance(required_masker->grammar_automaton().start(), in_string);
+  REQUIRE(s != grammar::dead_state);
+  const auto inside = required_masker->allowed(s);
+  CHECK(inside->contains(id("<")));
+  for (std::string_view marker : harmony_grammar_markers) CHECK_FALSE(inside->contains(id(marker)));
+  CHECK_FALSE(inside->contains(id("<|call|>")));
+  // Once the arguments are complete, <|call|> (an end token of this vocabulary) ends the answer.
+  s = required_masker->grammar_automaton().advance(required_masker->grammar_automaton().start(), call_ping);
+  REQUIRE(s != grammar::dead_state);
+  CHECK(required_masker->allowed(s)->contains(id("<|call|>")));
 }

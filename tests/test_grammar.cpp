@@ -122,6 +122,13 @@ TEST_CASE("gbnf: good grammars parse and match what they describe") {
   const automaton open_ended{parse_gbnf("root ::= [0-9]{2,} \"x\"{0,1}")};
   CHECK_FALSE(full_match(open_ended, "1"));
   CHECK(full_match(open_ended, "123456789x"));
+  // A repetition after a literal of several characters repeats the whole literal (llama.cpp's reading).
+  const automaton words{parse_gbnf("root ::= \"<\" \"ab\"? \"cd\"* \"ef\" {2} \">\"")};
+  CHECK(full_match(words, "<efef>"));
+  CHECK(full_match(words, "<abcdcdefef>"));
+  CHECK_FALSE(full_match(words, "<aefef>"));
+  CHECK_FALSE(full_match(words, "<abcddefef>"));
+  CHECK_FALSE(full_match(words, "<abeff>"));
 }
 
 TEST_CASE("gbnf: syntax errors name their line and column") {

@@ -1204,9 +1204,30 @@ TEST_CASE("tool calls: prepare_request renders the tools and puts the call gramm
     if (const auto* e = std::get_if<api_error>(&p)) FAIL("unexpected error: " << e->message);
     const auto& pr = std::get<prepared_request>(p);
     CHECK(pr.tool_syntax == llmkit::chat::tool_syntax::hermes);
-    CHECK(pr.request.chain.has_value());
+    // "auto": a lazy grammar in the sampling chain; "required": the request's grammar, as a response grammar.
+    CHECK(pr.request.chain.has_value() == (std::string(choice) == "auto"));
+    CHECK((pr.request.grammar != nullptr) == (std::string(choice) == "required"));
     CHECK_THAT(qwen.decode(pr.request.prompt), Catch::Contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"add\""));
   }
+  // As the request's grammar, a required call composes with beam search and n samples; "auto" does not.
+  body["tool_choice"] = "required";
+  json beams = body;
+  beams["use_beam_search"] = true;
+  beams["n"] = 2;
+  auto beam = prepare(qwen, api_kind::chat_completions, beams);
+  if (const auto* e = std::get_if<api_error>(&beam)) FAIL("unexpected error: " << e->message);
+  CHECK(std::get<prepared_request>(beam).request.grammar != nullptr);
+  CHECK(std::get<prepared_request>(beam).request.beam.has_value());
+  beams["tool_choice"] = "auto";
+  auto lazy_beam = prepare(qwen, api_kind::chat_completions, beams);
+  REQUIRE(std::holds_alternative<api_error>(lazy_beam));
+  CHECK(std::get<api_error>(lazy_beam).param == "tools");
+  json both = body;
+  both["response_format"] = {{"type", "json_object"}};
+  auto two_grammars = prepare(qwen, api_kind::chat_completions, both);
+  REQUIRE(std::holds_alternative<api_error>(two_grammars));
+  CHECK(std::get<api_error>(two_grammars).param == "tool_choice");
+  CHECK_THAT(std::get<api_error>(two_grammars).message, Catch::Contains("response_format"));
   body["tool_choice"] = "none";  // rendered, not constrained
   auto none = prepare(qwen, api_kind::chat_completions, body);
   REQUIRE(std::holds_alternative<prepared_request>(none));
@@ -1348,4 +1369,76 @@ TEST_CASE("harmony: a chat on the harmony template is rendered, and its answer i
   CHECK_FALSE(std::get<prepared_request>(prepare(tokenizing_backend("qwen2.5", user_special_tokens::text),
                                                  api_kind::chat_completions, body))
                   .harmony);
+}
+
+TEST_CASE("harmony: tools go into the developer message, calls are constrained and parsed with the reasoning") {
+  const tokenizing_backend oss("harmony", user_special_tokens::text);
+  json body = chat_body();
+  body["max_tokens"] = 8;
+  body["tools"] = json::parse(R"([{"type": "function", "function": {"name": "add", "description": "Adds",
+      "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}])");
+  body["messages"] = json::array(
+      {{{"role", "user"}, {"content", "Add 2"}},
+       {{"role", "assistant"}, {"content", nullptr},
+        {"tool_calls", json::array({{{"id", "call_1"}, {"type", "function"},
+                                     {"function", {{"name", "add"}, {"arguments", "{\"a\":2}"}}}}})}},
+       {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "2"}}});
+  for (const char* choice : {"auto", "required"}) {
+    body["tool_choice"] = choice;
+    auto p = prepare(oss, api_kind::chat_completions, body);
+    if (const auto* e = std::get_if<api_error>(&p)) FAIL("unexpected error: " << e->message);
+    const auto& pr = std::get<prepared_request>(p);
+    CHECK(pr.tool_syntax == llmkit::chat::tool_syntax::harmony);
+    CHECK_FALSE(pr.harmony);  // the tool stream splits the channels
+    CHECK(pr.request.chain.has_value() == (std::string(choice) == "auto"));
+    CHECK((pr.request.grammar != nullptr) == (std::string(choice) == "required"));
+    CHECK_THAT(oss.decode(pr.request.prompt),
+               Catch::Contains("Calls to these tools must go to the commentary channel: 'functions'.<|end|>"
+                               "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n"
+                               "// Adds\ntype add = (_: {\na: number,\n}) => any;\n\n} // namespace functions<|end|>") &&
+                   Catch::EndsWith("<|start|>assistant to=functions.add<|channel|>commentary json<|message|>"
+                                   "{\"a\": 2}<|call|><|start|>functions.add to=assistant<|channel|>commentary"
+                                   "<|message|>\"2\"<|end|><|start|>assistant"));
+  }
+  // The answer: reasoning from the analysis channel, the call from the commentary channel.
+  const auto parsed = llmkit::chat::parse_tool_calls(
+      llmkit::chat::tool_syntax::harmony,
+      "<|channel|>analysis<|message|>Add it.<|end|><|start|>assistant<|channel|>commentary to=functions.add "
+      "<|constrain|>json<|message|>{\"a\":2}<|call|>",
+      7);
+  const response_header h{.id = "chatcmpl-1", .created = 1, .model = "m"};
+  choice_result c{.text = parsed.content, .finish = serve::finish_kind::stop};
+  c.reasoning = parsed.reasoning;
+  c.tool_calls = parsed.calls;
+  const json answer = json::parse(completion_response(api_kind::chat_completions, h, {c}, {3, 4}, false));
+  CHECK(answer["choices"][0]["finish_reason"] == "tool_calls");
+  CHECK(answer["choices"][0]["message"]["reasoning_content"] == "Add it.");
+  CHECK(answer["choices"][0]["message"]["content"].is_null());
+  CHECK(answer["choices"][0]["message"]["tool_calls"][0]["function"] == json::parse(R"({"name": "add", "arguments": "{\"a\":2}"})"));
+}
+
+TEST_CASE("harmony: reasoning_effort from chat_template_kwargs or the top level reaches the template") {
+  const tokenizing_backend oss("harmony", user_special_tokens::text);
+  json body = chat_body();
+  body["max_tokens"] = 8;
+  const auto system_of = [&](const json& b) { return oss.decode(prompt_of(oss, api_kind::chat_completions, b)); };
+  CHECK_THAT(system_of(body), Catch::Contains("\n\nReasoning: medium\n\n"));
+  CHECK(ok(api_kind::chat_completions, body).reasoning_effort.empty());
+  body["reasoning_effort"] = "high";
+  CHECK(ok(api_kind::chat_completions, body).reasoning_effort == "high");
+  CHECK_THAT(system_of(body), Catch::Contains("\n\nReasoning: high\n\n"));
+  body["chat_template_kwargs"] = {{"reasoning_effort", "low"}};  // the template's kwargs win
+  CHECK_THAT(system_of(body), Catch::Contains("\n\nReasoning: low\n\n"));
+  // Other templates ignore it.
+  const tokenizing_backend qwen("qwen2.5", user_special_tokens::text);
+  CHECK_THAT(qwen.decode(prompt_of(qwen, api_kind::chat_completions, body)), !Catch::Contains("Reasoning"));
+  auto chat_error = [&](json patch) {
+    json b = chat_body();
+    b.update(patch);
+    return error_of(api_kind::chat_completions, b.dump());
+  };
+  check_names(chat_error({{"reasoning_effort", "max"}}), "reasoning_effort", "max");
+  check_names(chat_error({{"reasoning_effort", 3}}), "reasoning_effort", "string");
+  check_names(chat_error({{"chat_template_kwargs", {{"reasoning_effort", "extreme"}}}}),
+              "chat_template_kwargs.reasoning_effort", "extreme");
 }

@@ -102,9 +102,11 @@ class backend {
   ///         (e.g. Llama 2's turns must alternate user / assistant)
   /// `enable_thinking`: chat_template_kwargs.enable_thinking (Qwen3);
   /// `[k] tools`: the request's tools, rendered as the template's family
-  /// does (llmkit/chat/tool_template.hpp).
+  /// does (llmkit/chat/tool_template.hpp); `reasoning_effort`: gpt-oss's
+  /// (empty: the template's default).
   virtual std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages, bool enable_thinking,
-                                                 std::span<const llmkit::chat::tool_definition> tools) const = 0;
+                                                 std::span<const llmkit::chat::tool_definition> tools,
+                                                 std::string_view reasoning_effort) const = 0;
   /// The call syntax of the chat template's family; nullopt when there is
   /// no template or its family has no tools.
   virtual std::optional<llmkit::chat::tool_syntax> tool_syntax() const { return std::nullopt; }
@@ -167,13 +169,15 @@ struct tool_sampling {
   std::vector<std::pair<token_id, std::string>> silent_markers{};
 };
 
-/// The sampling chain of a chat request whose tools may be called: the
-/// call grammar of `syntax` (llmkit/chat/tool_grammar.hpp) first, whole
-/// (tool_choice "required" or named) or lazy (from the opening marker on,
-/// for "auto"), then the request's own chain. The engine takes it as
+/// The sampling chain of a chat request whose tools may be called with
+/// tool_choice "auto": the lazy call grammar of `syntax`
+/// (llmkit/chat/tool_grammar.hpp; from the opening marker on) first, then
+/// the request's own chain. The engine takes it as
 /// `serve::generation_request::chain`. A marker the vocabulary holds as one
 /// special token triggers the lazy grammar as its text does; those that
-/// decode to no text are returned as `silent_markers`.
+/// decode to no text are returned as `silent_markers`. ("required" and
+/// named choices constrain the whole answer: prepare_request gives their
+/// grammar to the engine as the request's grammar instead.)
 /// @throws llmkit::error when the tools' grammar cannot be compiled
 inline tool_sampling tool_chain(const tool_request& tools, llmkit::chat::tool_syntax syntax,
                                                   const backend& model, const std::string& sampling) {
@@ -187,17 +191,14 @@ inline tool_sampling tool_chain(const tool_request& tools, llmkit::chat::tool_sy
   const bool greedy = rest.is_greedy();
   std::vector<llmkit::sampling::any_processor> chain;
   std::vector<std::pair<token_id, std::string>> silent;
-  if (g->triggers.empty()) {
-    chain.emplace_back(grammar::grammar_processor(masker));
-  } else {
-    std::vector<std::pair<token_id, std::string>> markers;
-    for (const auto& t : g->triggers)
-      if (const auto id = model.single_token(t)) {
-        markers.emplace_back(*id, t);
-        if (model.token_text(*id).empty()) silent.emplace_back(*id, t);
-      }
-    chain.emplace_back(grammar::lazy_grammar_processor(masker, g->triggers, std::move(markers)));
-  }
+  LLMKIT_ASSERT(!g->triggers.empty());  // "auto": the lazy grammar
+  std::vector<std::pair<token_id, std::string>> markers;
+  for (const auto& t : g->triggers)
+    if (const auto id = model.single_token(t)) {
+      markers.emplace_back(*id, t);
+      if (model.token_text(*id).empty()) silent.emplace_back(*id, t);
+    }
+  chain.emplace_back(grammar::lazy_grammar_processor(masker, g->triggers, std::move(markers)));
   chain.emplace_back(std::move(rest));
   return {.chain = greedy ? llmkit::sampling::runtime_chain(std::move(chain), llmkit::sampling::greedy{})
                           : llmkit::sampling::runtime_chain(std::move(chain)),
@@ -257,12 +258,13 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
     if (r.tools && !model.tool_syntax())
       return invalid_request("tools", "the chat template has no tool-call format; start llmkit-server with "
                                       "--chat-template NAME, NAME one of chatml, qwen2, qwen2.5, qwen3, llama3.1, "
-                                      "mistral-v3");
+                                      "mistral-v3, harmony");
     std::optional<chat_prompt> chat;
     try {
       chat = model.format_chat(r.messages, r.enable_thinking,
                                r.tools ? std::span<const llmkit::chat::tool_definition>(r.tools->tools)
-                                       : std::span<const llmkit::chat::tool_definition>());
+                                       : std::span<const llmkit::chat::tool_definition>(),
+                               r.reasoning_effort);
     } catch (const llmkit::error& e) {
       std::string what = e.what();
       if (what.size() > 300) what = what.substr(0, 300) + "...";
@@ -284,17 +286,37 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
   std::optional<llmkit::chat::tool_syntax> syntax;
   std::optional<llmkit::sampling::runtime_chain> chain;
   std::vector<std::pair<token_id, std::string>> silent_markers;
+  std::shared_ptr<const llmkit::grammar::token_masker> call_grammar;
   if (r.kind == api_kind::chat_completions && r.tools && r.tools->active()) {
-    if (r.beam) return invalid_request("tools", "'tools' cannot be called with 'use_beam_search'");
     syntax = model.tool_syntax();
-    try {
-      auto t = tool_chain(*r.tools, *syntax, model, chain_config(r.sampling));
-      chain = std::move(t.chain);
-      silent_markers = std::move(t.silent_markers);
-    } catch (const llmkit::error& e) {
+    const auto cut = [](const std::exception& e) {
       std::string what = e.what();
-      if (what.size() > 300) what = what.substr(0, 300) + "...";
-      return invalid_request("tools", "the tools' call grammar cannot be built: " + what);
+      return what.size() > 300 ? what.substr(0, 300) + "..." : what;
+    };
+    if (r.tools->choice.mode == llmkit::chat::tool_choice_mode::automatic) {
+      if (r.beam) return invalid_request("tools", "tool_choice \"auto\" cannot be used with 'use_beam_search'");
+      try {
+        auto t = tool_chain(*r.tools, *syntax, model, chain_config(r.sampling));
+        chain = std::move(t.chain);
+        silent_markers = std::move(t.silent_markers);
+      } catch (const llmkit::error& e) {
+        return invalid_request("tools", "the tools' call grammar cannot be built: " + cut(e));
+      }
+    } else {
+      // The whole answer is calls: the request's grammar, so that it composes with n > 1, beams and drafts
+      // as a response grammar does.
+      if (r.grammar)
+        return invalid_request("tool_choice", "tool_choice \"required\" or a named function constrains the whole "
+                                              "answer: it cannot be combined with '" + r.grammar->param + "'");
+      try {
+        const auto g = llmkit::chat::tool_call_grammar(*syntax, r.tools->tools, r.tools->choice, r.tools->parallel);
+        LLMKIT_ASSERT(g.has_value());
+        call_grammar = model.compile_grammar(g->gbnf, grammar);
+      } catch (const std::exception& e) {
+        return invalid_request("tools", "the tools' call grammar cannot be built: " + cut(e));
+      }
+      if (call_grammar == nullptr)
+        return invalid_request("tools", "tool calls need the engine backend (--backend engine)");
     }
     reasoning = false;  // the answer is split into content and calls instead
   }
@@ -305,11 +327,13 @@ inline std::variant<prepared_request, api_error> prepare_request(const generatio
                                "<|constrain|>"})
       if (const auto id = model.single_token(m); id && model.token_text(*id).empty())
         silent_markers.emplace_back(*id, std::string(m));
+    // With tools, the tool stream splits the channels (llmkit/chat/harmony_parser.hpp).
+    if (syntax) harmony = false;
   }
   return prepared_request{.request = {.prompt = std::move(prompt),
                                       .sampling = r.beam ? std::string("greedy") : chain_config(r.sampling),
                                       .chain = std::move(chain),
-                                      .grammar = std::get<0>(masker),
+                                      .grammar = call_grammar ? call_grammar : std::get<0>(masker),
                                       .seed = seed,
                                       .stop = stop_rules(r, std::get<std::size_t>(budget), std::move(eos)),
                                       .top_logprobs = r.logprobs.value_or(0),

@@ -7,6 +7,7 @@
 /// format_chat and token_text. A backend derives from it and adds how the
 /// model runs.
 
+#include <llmkit/chat/tool_grammar.hpp>
 #include <llmkit/chat/tool_template.hpp>
 #include <llmkit/grammar/token_masker.hpp>
 #include <llmkit/grammar/processor.hpp>
@@ -48,16 +49,22 @@ inline std::vector<token_id> encode_chat(const llmkit::model::tokenizer& tok, co
 /// @throws llmkit::error when the template refuses the conversation
 inline chat_prompt format_chat_prompt(const llmkit::model::tokenizer& tok, const llmkit::model::chat_template& t,
                                       const std::vector<chat_message>& messages, bool enable_thinking = true,
-                                      std::span<const llmkit::chat::tool_definition> tools = {}) {
+                                      std::span<const llmkit::chat::tool_definition> tools = {},
+                                      std::string_view reasoning_effort = {}) {
   std::vector<llmkit::chat::chat_turn> m;
   m.reserve(messages.size());
   for (const auto& x : messages)
     m.push_back({.role = x.role, .content = x.content, .tool_calls = x.tool_calls, .tool_call_id = x.tool_call_id});
-  llmkit::model::formatted_chat f = llmkit::chat::format_with_tools(t, m, tools, {.enable_thinking = enable_thinking});
+  llmkit::model::chat_format_options o{.enable_thinking = enable_thinking};
+  if (!reasoning_effort.empty()) o.reasoning_effort = reasoning_effort;
+  llmkit::model::formatted_chat f = llmkit::chat::format_with_tools(t, m, tools, o);
   chat_prompt p{.text = std::move(f.text), .contents = std::move(f.contents)};
   p.reasoning = t.has_reasoning() && enable_thinking;
   p.harmony = t.family() == llmkit::model::chat_family::harmony;
   if (const auto eot = tok.find(t.end_of_turn_text())) p.end_of_turn.push_back(*eot);
+  // A harmony call ends the answer: the caller runs the tool.
+  if (p.harmony)
+    if (const auto call = tok.find("<|call|>")) p.end_of_turn.push_back(*call);
   return p;
 }
 
@@ -71,9 +78,10 @@ class gguf_backend : public backend {
   std::vector<token_id> tokenize_chat(const chat_prompt& chat) const override { return encode_chat(tok_, chat, user_); }
 
   std::optional<chat_prompt> format_chat(const std::vector<chat_message>& messages, bool enable_thinking,
-                                         std::span<const llmkit::chat::tool_definition> tools) const override {
+                                         std::span<const llmkit::chat::tool_definition> tools,
+                                         std::string_view reasoning_effort) const override {
     if (!template_) return std::nullopt;
-    return format_chat_prompt(tok_, *template_, messages, enable_thinking, tools);
+    return format_chat_prompt(tok_, *template_, messages, enable_thinking, tools, reasoning_effort);
   }
 
   std::optional<llmkit::chat::tool_syntax> tool_syntax() const override {
@@ -86,8 +94,15 @@ class gguf_backend : public backend {
       std::vector<token_id> ends{tok_.eos()};
       if (template_)
         if (const auto eot = tok_.find(template_->end_of_turn_text()); eot && *eot != tok_.eos()) ends.push_back(*eot);
+      // harmony: a call ends the answer, and call grammars name the channel markers (chat/tool_grammar.hpp).
+      const bool harmony = template_ && template_->family() == llmkit::model::chat_family::harmony;
+      if (harmony)
+        if (const auto call = tok_.find("<|call|>")) ends.push_back(*call);
       ends.erase(std::remove(ends.begin(), ends.end(), token_id{-1}), ends.end());
-      vocab_ = llmkit::grammar::token_vocabulary::from_tokenizer(tok_, std::move(ends));
+      vocab_ = llmkit::grammar::token_vocabulary::from_tokenizer(
+          tok_, std::move(ends),
+          harmony ? std::span<const std::string_view>(llmkit::chat::harmony_grammar_markers)
+                  : std::span<const std::string_view>());
     });
     return vocab_;
   }

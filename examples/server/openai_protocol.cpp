@@ -611,6 +611,22 @@ generation_request parse_body(api_kind kind, std::string_view text, const model_
       r.enable_thinking = t->get<bool>();
     }
   }
+  if (kind == api_kind::chat_completions) {
+    // chat_template_kwargs.reasoning_effort (vLLM's and llama-server's way to gpt-oss's template) wins over
+    // the top-level reasoning_effort of OpenAI's API.
+    const json* kw = field(body, "chat_template_kwargs");
+    for (const auto& [param, value] : {std::pair{std::string("chat_template_kwargs.reasoning_effort"),
+                                                 kw ? field(*kw, "reasoning_effort") : nullptr},
+                                       std::pair{std::string("reasoning_effort"), field(body, "reasoning_effort")}}) {
+      if (value == nullptr) continue;
+      if (!value->is_string()) wrong_type(param, "a string", *value);
+      const std::string effort = value->get<std::string>();
+      if (effort != "low" && effort != "medium" && effort != "high")
+        reject(param, "'" + param + "' must be \"low\", \"medium\" or \"high\", got \"" + effort.substr(0, 32) + "\"");
+      r.reasoning_effort = effort;
+      break;
+    }
+  }
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
     if (const auto u = bool_field(*so, "include_usage")) r.include_usage = *u;

@@ -207,8 +207,13 @@ struct generation_request {
   std::optional<std::size_t> speculative_n_max{};
   /// Chat: `chat_template_kwargs.enable_thinking` (vLLM's and llama-server's
   /// switch of Qwen3's thinking block); other keys of chat_template_kwargs
-  /// are ignored, as the built-in templates take no others.
+  /// than these two are ignored, as the built-in templates take no others.
   bool enable_thinking = true;
+  /// Chat: gpt-oss's reasoning effort, "low", "medium" or "high"
+  /// (`chat_template_kwargs.reasoning_effort`, or the top-level
+  /// `reasoning_effort` of OpenAI's API; the former wins); empty: the
+  /// template's default (medium). Other templates ignore it.
+  std::string reasoning_effort{};
   /// Chat: `tools`, `tool_choice`, `parallel_tool_calls` (tool_calls.hpp);
   /// nullopt without tools.
   std::optional<tool_request> tools{};

@@ -120,7 +120,8 @@ struct generation {
   /// The answers are in harmony's channels (gpt-oss): analysis as reasoning_content, final as content.
   bool harmony = false;
   std::vector<llmkit::model::harmony_stream> harmony_streams;  // per choice, when streaming harmony
-  /// Tools may be called: answers are split into content and calls (tool_calls.hpp).
+  /// Tools may be called: answers are split into content and calls (tool_calls.hpp), and
+  /// harmony's into reasoning too.
   std::optional<llmkit::chat::tool_syntax> tool_syntax;
   std::vector<std::pair<token_id, std::string>> silent_markers;  // prepared_request::silent_markers
   std::uint64_t tool_call_seed = 0;                 // of the call ids
@@ -227,6 +228,7 @@ struct generation {
         auto parsed = llmkit::chat::parse_tool_calls(*tool_syntax, choices[i].text, choice_seed(i));
         choices[i].text = std::move(parsed.content);
         choices[i].tool_calls = std::move(parsed.calls);
+        if (*tool_syntax == llmkit::chat::tool_syntax::harmony) choices[i].reasoning = std::move(parsed.reasoning);
       }
     if (harmony)
       for (choice_result& c : choices) {  // as the stream splits it
@@ -286,8 +288,9 @@ struct generation {
   // The call ids of choice `index`.
   std::uint64_t choice_seed(std::size_t index) const { return tool_call_seed + 0x9E3779B97F4A7C15ull * index; }
 
-  // Under the mutex: a streamed answer's content and call deltas.
+  // Under the mutex: a streamed answer's reasoning (harmony), content and call deltas.
   void emit_tool_delta(std::size_t index, const llmkit::chat::answer_delta& d) {
+    if (!d.reasoning.empty()) emit(sse_event(reasoning_chunk(header, index, d.reasoning)));
     if (!d.content.empty()) emit(sse_event(piece_chunk(kind, header, index, {.text = d.content}, false)));
     if (!d.calls.empty()) {
       made_tool_calls[index] = true;

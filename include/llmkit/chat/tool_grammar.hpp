@@ -23,12 +23,21 @@
 ///   no parallel calls); triggers `{"name"` and `{ "name"`;
 /// - mistral: `[TOOL_CALLS] [C, ...]` with C = `{"name": N, "arguments": A,
 ///   "id": I}`, I 9 letters or digits; one C unless parallel; trigger
-///   `[TOOL_CALLS]`.
+///   `[TOOL_CALLS]`;
+/// - harmony: an optional analysis message, then one call (`<|call|>`
+///   ends the answer: it belongs in the vocabulary's end tokens):
+///   `<|channel|>commentary to=functions.N <|constrain|>json<|message|>A`
+///   or `<|start|>assistant`'s ` to=functions.N<|channel|>commentary json<|message|>A`
+///   (the type ` <|constrain|>json`, ` json` or none); with `auto`, from the
+///   trigger ` to=functions.` on. Its markers are special tokens: the
+///   grammar names them as a 0x01 byte and their text, which a vocabulary
+///   built with harmony_grammar_markers gives them, and which no JSON
+///   string, whitespace or free text of the grammar matches.
 ///
 /// JSON whitespace is at most one space between tokens (Python's
 /// `json.dumps` writes one after `:` and `,`, none elsewhere); keys in the
-/// order above. Markers after the first are spelled in characters: a
-/// grammar never allows a special token.
+/// order above. Except harmony's, markers after the first are spelled in
+/// characters: those grammars never allow a special token.
 
 #include <cstddef>
 #include <optional>
@@ -85,7 +94,90 @@ inline void hoist_refs(json& s, const std::string& prefix, json& defs) {
   }
 }
 
+// Tightens a converted schema's JSON whitespace to at most one space, as
+// the templates' tojson writes calls: a model's calls look like the ones it
+// was trained on, and a small model cannot wander off into runs of newlines.
+inline void tighten_json_space(std::string& gbnf) {
+  constexpr std::string_view loose_ws = "\nws ::= [ \\t\\n]{0,20}\n";
+  if (const std::size_t at = gbnf.find(loose_ws); at != std::string::npos)
+    gbnf.replace(at, loose_ws.size(), "\nws ::= \" \"?\n");
+}
+
+// A harmony marker as a grammar literal: its special token's bytes in a
+// vocabulary built with harmony_grammar_markers.
+inline std::string harmony_marker(std::string_view marker) { return "\"\\x01" + std::string(marker) + "\""; }
+
+inline tool_grammar harmony_call_grammar(std::span<const tool_definition> tools, const tool_choice& choice,
+                                         const grammar::json_schema_options& options) {
+  json defs = json::object();
+  json refs = json::array();
+  std::vector<std::size_t> chosen;
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    if (choice.mode == tool_choice_mode::named && tools[i].name != choice.name) continue;
+    const std::string prefix = "tool" + std::to_string(i);
+    json params = tools[i].parameters;
+    hoist_refs(params, prefix, defs);
+    defs[prefix] = std::move(params);
+    refs.push_back(json{{"$ref", "#/$defs/" + prefix}});
+    chosen.push_back(i);
+  }
+  LLMKIT_CHECK(!chosen.empty(), "tool_choice: function '", choice.name.substr(0, 64), "' is not in tools");
+  json root = refs.size() == 1 ? refs[0] : json{{"anyOf", std::move(refs)}};
+  root["$defs"] = std::move(defs);
+  std::string args = grammar::schema_to_gbnf(root, options);
+  LLMKIT_ASSERT(args.rfind("root ::= ", 0) == 0);
+  args.replace(0, 4, "harmony-arguments");  // the union of every tool's arguments, unused
+  tighten_json_space(args);
+  // Each tool's arguments rule: "ref" + the $defs name + "-" + digits.
+  const auto rule_of = [&](std::size_t i) {
+    const std::string head = "reftool" + std::to_string(i) + "-";
+    for (std::size_t at = args.find("\n" + head); at != std::string::npos; at = args.find("\n" + head, at + 1)) {
+      const std::size_t end = args.find(" ::= ", at);
+      const std::string name = args.substr(at + 1, end - at - 1);
+      if (name.find_first_not_of("0123456789", head.size()) == std::string::npos) return name;
+    }
+    LLMKIT_ASSERT(false);
+    return std::string();
+  };
+  const std::string channel = harmony_marker("<|channel|>"), message = harmony_marker("<|message|>");
+  tool_grammar g;
+  // The header's recipient comes before <|channel|> (as the template writes
+  // calls) or after its channel name (as the model's training format has
+  // it), then the arguments' type: ` <|constrain|>json`, ` json` or none.
+  g.gbnf = "harmony-type ::= (\" \" " + harmony_marker("<|constrain|>") + "? \"json\")?\n";
+  std::string lazy_root = "root ::= \" to=functions.\" (", calls = "harmony-call ::= ";
+  for (std::size_t k = 0; k < chosen.size(); ++k) {
+    const std::string& name = tools[chosen[k]].name;
+    const std::string rule = rule_of(chosen[k]);
+    const std::string n = std::to_string(k);
+    lazy_root += (k ? " | " : "") + std::string("\"") + name + "\" (" + channel + " \"commentary\")? harmony-type " + message +
+                 " " + rule;
+    calls += (k ? " | " : "") + std::string("call-") + n;
+    g.gbnf += "call-" + n + " ::= (" + channel + " \"commentary to=functions." + name + "\" | \" to=functions." + name +
+              "\" " + channel + " \"commentary\") harmony-type " + message + " " + rule + "\n";
+  }
+  if (choice.mode == tool_choice_mode::automatic) {
+    g.gbnf = lazy_root + ")\n" + g.gbnf;
+    g.triggers = {" to=functions."};
+  } else {
+    // The model may think first: one analysis message (text without
+    // special tokens), then the call.
+    g.gbnf = "root ::= harmony-analysis? harmony-call\nharmony-analysis ::= " + channel + " \"analysis\" " + message +
+             " [^\\x01]* " + harmony_marker("<|end|>") + " " + harmony_marker("<|start|>") + " \"assistant\"\n" +
+             calls + "\n" + g.gbnf;
+  }
+  g.gbnf += args;
+  return g;
+}
+
 }  // namespace detail
+
+/// harmony's markers, each one special token in gpt-oss's vocabulary: build
+/// the vocabulary of harmony call grammars with them
+/// (grammar::token_vocabulary::from_tokenizer's `named_specials`), so that
+/// the grammar allows them where it names them, and nowhere else.
+inline constexpr std::string_view harmony_grammar_markers[] = {"<|channel|>", "<|message|>", "<|constrain|>",
+                                                               "<|end|>", "<|start|>"};
 
 /// The grammar of `syntax` for calls of `[n] tools` under `choice`
 /// (nullopt for `none` or no tools: nothing to constrain); `parallel`
@@ -97,6 +189,7 @@ inline std::optional<tool_grammar> tool_call_grammar(tool_syntax syntax, std::sp
                                                      const tool_choice& choice, bool parallel = true,
                                                      const grammar::json_schema_options& options = {}) {
   if (choice.mode == tool_choice_mode::none || tools.empty()) return std::nullopt;
+  if (syntax == tool_syntax::harmony) return detail::harmony_call_grammar(tools, choice, options);
   const char* args_key = syntax == tool_syntax::llama3_json ? "parameters" : "arguments";
   json defs = json::object();
   json calls = json::array();
@@ -132,12 +225,7 @@ inline std::optional<tool_grammar> tool_call_grammar(tool_syntax syntax, std::sp
   std::string gbnf = grammar::schema_to_gbnf(root, options);
   LLMKIT_ASSERT(gbnf.rfind("root ::= ", 0) == 0);
   gbnf.replace(0, 4, "tool-call");
-  // At most one space between JSON tokens, as the templates' tojson writes
-  // calls: a model's calls look like the ones it was trained on, and a
-  // small model cannot wander off into runs of newlines.
-  constexpr std::string_view loose_ws = "\nws ::= [ \\t\\n]{0,20}\n";
-  if (const std::size_t at = gbnf.find(loose_ws); at != std::string::npos)
-    gbnf.replace(at, loose_ws.size(), "\nws ::= \" \"?\n");
+  detail::tighten_json_space(gbnf);
 
   tool_grammar g;
   switch (syntax) {
@@ -154,6 +242,8 @@ inline std::optional<tool_grammar> tool_call_grammar(tool_syntax syntax, std::sp
       g.gbnf = "root ::= \"[TOOL_CALLS]\" \" \"? tool-call\n";
       g.triggers = {"[TOOL_CALLS]"};
       break;
+    case tool_syntax::harmony: break;  // harmony_call_grammar
+
   }
   g.gbnf += gbnf;
   if (choice.mode != tool_choice_mode::automatic) g.triggers.clear();

@@ -25,6 +25,8 @@
 /// trimmed, so what a stream sends adds up to what a whole parse returns.
 /// Call ids are `make_tool_call_id(seed, index)` (a model's own `id` is
 /// ignored: a stream announces the id before the model writes it).
+/// harmony (gpt-oss) answers are split by harmony_call_stream
+/// (harmony_parser.hpp), which also returns their reasoning.
 ///
 /// Content is the text outside calls, without the whitespace that
 /// separates calls from it or from each other and without trailing
@@ -38,31 +40,11 @@
 #include <string_view>
 #include <vector>
 
+#include "llmkit/chat/harmony_parser.hpp"
 #include "llmkit/chat/tools.hpp"
 #include "llmkit/model/detail/python_strip.hpp"
 
 namespace llmkit::chat {
-
-/// A change to one call of a streamed answer.
-struct tool_call_delta {
-  std::size_t index = 0;  ///< the call's position in the answer
-  std::string id{};       ///< set in the call's first delta only
-  std::string name{};     ///< set in the call's first delta only
-  std::string arguments{};  ///< the next chunk of the arguments' JSON text (may be empty)
-};
-
-/// What one piece of generated text adds to an answer.
-struct answer_delta {
-  std::string content{};
-  std::vector<tool_call_delta> calls{};
-  bool empty() const noexcept { return content.empty() && calls.empty(); }
-};
-
-/// A whole answer split into content and calls.
-struct parsed_answer {
-  std::string content{};
-  std::vector<tool_call> calls{};
-};
 
 namespace detail {
 
@@ -175,11 +157,13 @@ inline call_scan scan_call(std::string_view s, std::size_t p, std::string_view a
 class tool_call_stream {
  public:
   /// @param seed  of the call ids (make_tool_call_id)
-  explicit tool_call_stream(tool_syntax syntax, std::uint64_t seed = 0) : syntax_(syntax), seed_(seed) {}
+  explicit tool_call_stream(tool_syntax syntax, std::uint64_t seed = 0)
+      : syntax_(syntax), seed_(seed), harmony_(seed) {}
 
   /// The content and call deltas that `text`, the next piece of the answer,
   /// makes known.
   answer_delta feed(std::string_view text) {
+    if (syntax_ == tool_syntax::harmony) return harmony_.feed(text);
     buffer_ += text;
     answer_delta d;
     step(d, false);
@@ -189,13 +173,16 @@ class tool_call_stream {
   /// The rest, at the end of the answer: held-back text that turned out
   /// not to start a marker.
   answer_delta finish() {
+    if (syntax_ == tool_syntax::harmony) return harmony_.finish();
     answer_delta d;
     step(d, true);
     return d;
   }
 
   /// The calls so far, arguments as sent.
-  const std::vector<tool_call>& calls() const noexcept { return calls_; }
+  const std::vector<tool_call>& calls() const noexcept {
+    return syntax_ == tool_syntax::harmony ? harmony_.calls() : calls_;
+  }
   /// True unless the answer so far ends inside a call.
   bool calls_complete() const noexcept { return mode_ == mode::text || mode_ == mode::close; }
   /// True when text after an opening marker did not have the shape of a
@@ -218,6 +205,7 @@ class tool_call_stream {
       case tool_syntax::hermes: return "<tool_call>";
       case tool_syntax::llama3_json: return "{\"name\"";
       case tool_syntax::mistral: return "[TOOL_CALLS]";
+      case tool_syntax::harmony: break;  // harmony_ parses those
     }
     return {};
   }
@@ -380,14 +368,16 @@ class tool_call_stream {
   bool segment_started_ = false;  // the current content segment has had text other than whitespace
   bool malformed_ = false;
   std::vector<tool_call> calls_{};
+  harmony_call_stream harmony_;
 };
 
 /// Splits a whole answer in `syntax` into content and calls, as
 /// tool_call_stream would stream it. When the answer does not hold
 /// well-formed calls (a call cut off, text after a marker that is not a
 /// call, arguments that are not JSON), it is all content and there are no
-/// calls.
+/// calls. harmony answers are split by parse_harmony_answer.
 inline parsed_answer parse_tool_calls(tool_syntax syntax, std::string_view text, std::uint64_t seed = 0) {
+  if (syntax == tool_syntax::harmony) return parse_harmony_answer(text, seed);
   tool_call_stream stream(syntax, seed);
   parsed_answer out;
   out.content = stream.feed(text).content;

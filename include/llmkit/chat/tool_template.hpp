@@ -26,6 +26,9 @@
 ///   conversation (as the template's `loop.last`); calls as `[TOOL_CALLS] [{"name": N, "arguments": A, "id":
 ///   I}]</s>`; results as `[TOOL_RESULTS] {"content": R, "call_id":
 ///   I}[/TOOL_RESULTS]`; call ids must be 9 letters or digits.
+/// - harmony (gpt-oss): the tools as a TypeScript namespace in the
+///   developer message, calls and results on the commentary channel
+///   (harmony_tools.hpp).
 ///
 /// JSON is written as Python's `json.dumps` writes it (`", "` and `": "`
 /// separators, UTF-8 unescaped), since that is what the templates' `tojson`
@@ -40,6 +43,8 @@
 #include <string_view>
 #include <vector>
 
+#include "llmkit/chat/detail/render.hpp"
+#include "llmkit/chat/harmony_tools.hpp"
 #include "llmkit/chat/tools.hpp"
 #include "llmkit/core/error.hpp"
 #include "llmkit/model/chat_template.hpp"
@@ -47,46 +52,7 @@
 
 namespace llmkit::chat {
 
-/// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it;
-/// `indent` > 0 as `json.dumps(value, indent=indent)` (separators `,` and
-/// `: `, one element per line).
-inline std::string python_json(const json& value, int indent = 0, int depth = 0) {
-  const bool container = value.is_object() || value.is_array();
-  if (!container) return value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (value.empty()) return value.is_object() ? "{}" : "[]";
-  const std::string nl = indent > 0 ? "\n" + std::string(static_cast<std::size_t>(indent * (depth + 1)), ' ') : "";
-  const std::string close_nl = indent > 0 ? "\n" + std::string(static_cast<std::size_t>(indent * depth), ' ') : "";
-  const std::string sep = indent > 0 ? "," : ", ";
-  std::string out(1, value.is_object() ? '{' : '[');
-  bool first = true;
-  for (auto it = value.begin(); it != value.end(); ++it) {
-    out += first ? "" : sep;
-    out += nl;
-    first = false;
-    if (value.is_object()) out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ": ";
-    out += python_json(*it, indent, depth + 1);
-  }
-  return out + close_nl + (value.is_object() ? '}' : ']');
-}
-
 namespace detail {
-
-inline void markup(model::formatted_chat& out, std::string_view s) { out.text += s; }
-inline void content(model::formatted_chat& out, std::string_view s) {
-  if (s.empty()) return;
-  if (!out.contents.empty() && out.contents.back().end() == out.text.size()) out.contents.back().length += s.size();
-  else out.contents.push_back({.offset = out.text.size(), .length = s.size()});
-  out.text += s;
-}
-
-// A call's arguments as the JSON value the templates render.
-inline json call_arguments(const tool_call& c, std::size_t turn, std::size_t index) {
-  try {
-    return json::parse(c.arguments.empty() ? std::string_view("{}") : std::string_view(c.arguments));
-  } catch (const json::exception&) {
-    ::llmkit::detail::throw_error("messages[", turn, "].tool_calls[", index, "].function.arguments: not valid JSON");
-  }
-}
 
 inline void check_roles(std::span<const chat_turn> turns) {
   for (std::size_t i = 0; i < turns.size(); ++i) {
@@ -329,12 +295,14 @@ inline model::formatted_chat format_with_tools(const model::chat_template& tmpl,
   }
   const auto syntax = tool_syntax_of(tmpl.family());
   LLMKIT_CHECK(syntax.has_value(), "chat template '", tmpl.name(),
-               "' has no tool-call format (the ones with tools: chatml, qwen2, qwen2.5, qwen3, llama3.1, mistral-v3)");
+               "' has no tool-call format (the ones with tools: chatml, qwen2, qwen2.5, qwen3, llama3.1, mistral-v3, "
+               "harmony)");
   model::formatted_chat out;
   switch (*syntax) {
     case tool_syntax::hermes: detail::format_hermes(tmpl, turns, tools, options, out); break;
     case tool_syntax::llama3_json: detail::format_llama3_1(tmpl, turns, tools, options, out); break;
     case tool_syntax::mistral: detail::format_mistral_v3(tmpl, turns, tools, options, out); break;
+    case tool_syntax::harmony: detail::format_harmony_tools(turns, tools, options, out); break;
   }
   return out;
 }

@@ -68,6 +68,29 @@ struct tool_call {
   std::string arguments{};  ///< `function.arguments`: the arguments object as JSON text
 };
 
+/// A change to one call of a streamed answer.
+struct tool_call_delta {
+  std::size_t index = 0;  ///< the call's position in the answer
+  std::string id{};       ///< set in the call's first delta only
+  std::string name{};     ///< set in the call's first delta only
+  std::string arguments{};  ///< the next chunk of the arguments' JSON text (may be empty)
+};
+
+/// What one piece of generated text adds to an answer.
+struct answer_delta {
+  std::string content{};
+  std::vector<tool_call_delta> calls{};
+  std::string reasoning{};  ///< harmony: the analysis channel's text
+  bool empty() const noexcept { return content.empty() && calls.empty() && reasoning.empty(); }
+};
+
+/// A whole answer split into content and calls.
+struct parsed_answer {
+  std::string content{};
+  std::vector<tool_call> calls{};
+  std::string reasoning{};  ///< harmony: the analysis channel's text
+};
+
 /// A conversation turn with tool calling's extras: roles `system`, `user`,
 /// `assistant` (with or without `tool_calls`) and `tool` (a result, naming
 /// the call it answers).
@@ -88,11 +111,15 @@ enum class tool_syntax : std::uint8_t {
   llama3_json,
   /// Mistral v0.3: `[TOOL_CALLS] [{"name": N, "arguments": {...}, "id": "abcdefghi"}, ...]`.
   mistral,
+  /// gpt-oss (harmony): a commentary message addressed to the function,
+  /// `<|channel|>commentary to=functions.N <|constrain|>json<|message|>{...}<|call|>`
+  /// (the recipient may also precede `<|channel|>`), after any analysis.
+  harmony,
 };
 
 /// The call syntax of `family`: hermes for chatml, qwen2, qwen2.5 and
-/// qwen3; llama3_json for llama3.1; mistral for mistral-v3; nullopt for
-/// families whose templates have no tools.
+/// qwen3; llama3_json for llama3.1; mistral for mistral-v3; harmony for
+/// harmony (gpt-oss); nullopt for families whose templates have no tools.
 inline std::optional<tool_syntax> tool_syntax_of(model::chat_family family) {
   using model::chat_family;
   switch (family) {
@@ -102,6 +129,7 @@ inline std::optional<tool_syntax> tool_syntax_of(model::chat_family family) {
     case chat_family::qwen3: return tool_syntax::hermes;
     case chat_family::llama3_1: return tool_syntax::llama3_json;
     case chat_family::mistral_v3: return tool_syntax::mistral;
+    case chat_family::harmony: return tool_syntax::harmony;
     default: return std::nullopt;
   }
 }

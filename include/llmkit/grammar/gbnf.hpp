@@ -296,15 +296,28 @@ class gbnf_parser {
       const char c = s_[pos_];
       if (c == '"') {
         ++pos_;
+        std::vector<node> chars;
         while (pos_ < s_.size() && s_[pos_] != '"') {
           if (s_[pos_] == '\n') fail(pos_, "unterminated literal");
           const char32_t cp = parse_char();
           node n;
           n.index = add_class(make_class({{cp, cp}}, false));
-          seq.push_back(std::move(n));
+          chars.push_back(std::move(n));
         }
         if (pos_ >= s_.size()) fail(at, "unterminated literal");
         ++pos_;
+        std::size_t next = pos_;
+        while (next < s_.size() && (s_[next] == ' ' || s_[next] == '\t')) ++next;
+        const bool repeated = next < s_.size() && (s_[next] == '*' || s_[next] == '+' || s_[next] == '?' || s_[next] == '{');
+        if (repeated && chars.size() > 1) {
+          // A repetition applies to the whole literal, as in llama.cpp ("ab"? is "ab" or nothing).
+          node n;
+          n.type = node::kind::group;
+          n.alts.push_back(std::move(chars));
+          seq.push_back(std::move(n));
+        } else {
+          for (node& n : chars) seq.push_back(std::move(n));
+        }
       } else if (c == '[') {
         ++pos_;
         bool negated = false;

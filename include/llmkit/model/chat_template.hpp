@@ -192,6 +192,15 @@ reasoning_split split_reasoning(std::string_view text);
 /// text. Text without any `<|channel|>` marker is all content.
 reasoning_split split_harmony(std::string_view text);
 
+/// harmony's system message (gpt-oss), as its template writes it:
+/// `<|start|>system<|message|>You are ChatGPT, ...Reasoning: R\n\n# Valid channels: ...<|end|>`
+/// with `options.reasoning_effort` and `current_date`; `functions` adds the
+/// line that sends calls of the developer message's tools to the
+/// commentary channel (chat/tool_template.hpp renders those).
+/// @throws llmkit::error if reasoning_effort is not low, medium or high, or
+/// current_date is neither empty nor YYYY-MM-DD.
+std::string harmony_system_message(const chat_format_options& options, bool functions = false);
+
 /// A built-in chat template: a family plus the BOS / EOS texts its
 /// template writes (`bos_token`, `eos_token` in the Jinja source).
 ///

@@ -444,9 +444,7 @@ LLMKIT_DECL void chat_template::format_qwen3(std::span<const chat_message> m, co
   }
 }
 
-LLMKIT_DECL void chat_template::format_harmony(std::span<const chat_message> m, const chat_format_options& o,
-                                               formatted_chat& out) {
-  using namespace detail;
+LLMKIT_DECL std::string harmony_system_message(const chat_format_options& o, bool functions) {
   const std::string_view effort = o.reasoning_effort;
   LLMKIT_CHECK(effort == "low" || effort == "medium" || effort == "high",
                "chat_template harmony: reasoning_effort is '", effort, "'; it is low, medium or high");
@@ -465,10 +463,16 @@ LLMKIT_DECL void chat_template::format_harmony(std::span<const chat_message> m, 
                   static_cast<unsigned>(today.month()), static_cast<unsigned>(today.day()));
     date = buf;
   }
-  append_markup(out, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-                     "Knowledge cutoff: 2024-06\nCurrent date: " + date + "\n\nReasoning: " + std::string(effort) +
-                     "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
-                     "message.<|end|>");
+  return "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+         "Knowledge cutoff: 2024-06\nCurrent date: " + date + "\n\nReasoning: " + std::string(effort) +
+         "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message." +
+         (functions ? "\nCalls to these tools must go to the commentary channel: 'functions'." : "") + "<|end|>";
+}
+
+LLMKIT_DECL void chat_template::format_harmony(std::span<const chat_message> m, const chat_format_options& o,
+                                               formatted_chat& out) {
+  using namespace detail;
+  append_markup(out, harmony_system_message(o));
   std::size_t first = 0;
   if (m.front().role == "system") {
     first = 1;
