@@ -10,16 +10,19 @@
 /// multiplies the unsigned weights by the int8 activations into 16-bit pair
 /// sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies those
 /// by their sub-block scales into int32 lanes; per super-block one
-/// conversion and one FMA by d * d_x, plus the minimums
-/// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's and Q3_K's offset
+/// conversion and one FMA by d * d_x, plus the minimums or Q6_K's and Q3_K's offset
 /// (-32 or -4 times sum_s sc_s * sum q, in int32); Q2_K's minimums are per
 /// 16 values, so -dmin * d_x * sum_s m_s * sum q in int32 too (VPMADDWD of
 /// its 4-bit mins by the activations' sums of 16). IQ4_XS's values are
 /// signed levels (-127..113): VPMADDUBSW takes their magnitudes and the
 /// activations with the levels' signs (at most 2 * 127 * 127, no
-/// saturation), then its 6-bit sub-block scales as Q4_K's. Each output is accumulated in the
-/// same order whatever the batch or tile, so the product is batch and
-/// thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
+/// saturation), then its 6-bit sub-block scales as Q4_K's. Q4_K's and
+/// Q5_K's super-block sums I = sum_s sc_s * sum u q and M = sum_s m_s * sum q
+/// are reduced to exact int32 and added as fma(float(I), d * d_x, y), then
+/// fma(float(M), -(dmin * d_x), y): the arithmetic of their prefill GEMM
+/// (gemm_kquants_vnni.hpp), which runs them from 4 tokens on. Each output is
+/// accumulated in the same order whatever the batch or tile, so the product
+/// is batch and thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
 /// computes the same formula in scalar code.
 
 #include <bit>
@@ -149,14 +152,13 @@ inline __m512i k_crumbs(const std::uint8_t* qs, std::size_t g) noexcept {
 /// A super-block's scales for the ON rows of a tile: `sc` the sub-block
 /// scales as int16 words (Q6_K: row b's 16 in sc[b]; Q4_K / Q5_K: every
 /// row's 8 in sc[0], row b's from word 8b), `d[b]` row b's super-block
-/// scale, `mins[b]` its dmin * m_s (Q4_K / Q5_K).
+/// scale.
 template <std::size_t ON>
 struct k_tile_scales {
   __m512i sc[ON];
   float d[ON];
-  __m256 mins[ON];
-  __m256i min_words[ON];  ///< Q2_K: row b's 16 minimums as int16 words
-  float dmin[ON];         ///< Q2_K: row b's dmin
+  __m256i min_words[ON];  ///< row b's minimum of each 16 values as int16 words (Q2_K, Q4_K, Q5_K)
+  float dmin[ON];         ///< row b's dmin (Q2_K, Q4_K, Q5_K)
 };
 
 /// K-quant register decoders: `scales<ON>(rows, i)` (super-block i of each
@@ -216,15 +218,15 @@ inline k_tile_scales<ON> k_affine_scales(const Block* const (&rows)[ON], std::si
   _mm512_store_ps(scale_f, scale);
 #pragma GCC unroll 4
   for (std::size_t b = 0; b < ON; ++b) out.d[b] = scale_f[2 * b];
-  const __m256i min_bytes = _mm512_extracti64x4_epi64(by_kind, 1);
-#pragma GCC unroll 2
-  for (std::size_t b = 0; b < ON; b += 2) {  // rows b and b + 1 in the low and high 8 lanes
-    const __m128i m = b == 0 ? _mm256_castsi256_si128(min_bytes) : _mm256_extracti128_si256(min_bytes, 1);
-    const __m512i pick = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m512 dmin = _mm512_permutexvar_ps(_mm512_add_epi32(pick, _mm512_set1_epi32(int(2 * b))), scale);
-    const __m512 mins = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
-    out.mins[b] = _mm512_castps512_ps256(mins);
-    if (b + 1 < ON) out.mins[b + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins), 1));
+  // Row b's 8 mins (64-bit element b of the high half), each to two int16
+  // words: word 2s + e pairs with the activations' sum of values 16 (2s + e)..
+  alignas(32) std::uint64_t min_bytes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(min_bytes), _mm512_extracti64x4_epi64(by_kind, 1));
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < ON; ++b) {
+    const __m128i m = _mm_cvtsi64_si128(std::int64_t(min_bytes[b]));
+    out.min_words[b] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+    out.dmin[b] = scale_f[2 * b + 1];
   }
   return out;
 }
@@ -413,13 +415,15 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
 #pragma GCC unroll 16
   for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
   __m512 acc[TN][ON];
-  [[maybe_unused]] __m256 macc[TN][ON];
+  // Q4_K / Q5_K: each super-block's sums reduced to exact int32 and added
+  // in f32 as the GEMM does (gemm_kquants_vnni.hpp), so batches agree.
+  [[maybe_unused]] float affine[TN][ON];
 #pragma GCC unroll 16
   for (std::size_t a = 0; a < TN; ++a)
 #pragma GCC unroll 16
     for (std::size_t b = 0; b < ON; ++b) {
       acc[a][b] = _mm512_setzero_ps();
-      if constexpr (F::has_mins) macc[a][b] = _mm256_setzero_ps();
+      if constexpr (F::has_mins) affine[a][b] = 0.0f;
     }
   // The tile's rows are contiguous: each step prefetches its share of the
   // bytes matmul_prefetch_bytes ahead, every cache line of them.
@@ -470,6 +474,17 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
           iacc[a][b] = _mm512_sub_epi32(iacc[a][b], _mm512_zextsi256_si512(offset));
         }
       }
+      if constexpr (F::has_mins) {  // fma(float(I), d * d_x, y), then fma(float(M), -(dmin * d_x), y)
+        const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+#pragma GCC unroll 16
+        for (std::size_t b = 0; b < ON; ++b) {
+          const int dot = _mm512_reduce_add_epi32(iacc[a][b]);
+          const int mins = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16)));
+          affine[a][b] = std::fma(float(dot), sc.d[b] * dk, affine[a][b]);
+          affine[a][b] = std::fma(float(mins), -(sc.dmin[b] * dk), affine[a][b]);
+        }
+        continue;
+      }
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b)
         acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[a][b]), _mm512_set1_ps(sc.d[b] * dk), acc[a][b]);
@@ -481,11 +496,6 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
           acc[a][b] = _mm512_fmadd_ps(m, _mm512_set1_ps(-(sc.dmin[b] * dk)), acc[a][b]);
         }
       }
-      if constexpr (F::has_mins) {
-        const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + t * stride / 32 + 8 * i);
-#pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc.mins[b], xs, macc[a][b]);
-      }
     }
   }
   float sums[TN][ON];
@@ -493,7 +503,7 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
   for (std::size_t a = 0; a < TN; ++a)
     for (std::size_t b = 0; b < ON; ++b) {
       float v = sums[a][b];
-      if constexpr (F::has_mins) v -= reduce8(macc[a][b]);
+      if constexpr (F::has_mins) v = affine[a][b];
       float& out = y[(t0 + a) * y_stride + o0 + b];
       out = accumulate ? out + v : v;
     }
