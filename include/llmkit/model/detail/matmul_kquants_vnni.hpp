@@ -16,11 +16,12 @@
 /// its 4-bit mins by the activations' sums of 16). IQ4_XS's values are
 /// signed levels (-127..113): VPMADDUBSW takes their magnitudes and the
 /// activations with the levels' signs (at most 2 * 127 * 127, no
-/// saturation), then its 6-bit sub-block scales as Q4_K's. Q4_K's and
-/// Q5_K's super-block sums I = sum_s sc_s * sum u q and M = sum_s m_s * sum q
-/// are reduced to exact int32 and added as fma(float(I), d * d_x, y), then
-/// fma(float(M), -(dmin * d_x), y): the arithmetic of their prefill GEMM
-/// (gemm_kquants_vnni.hpp), which runs them from 4 tokens on. Each output is
+/// saturation), then its 6-bit sub-block scales as Q4_K's. Q4_K's, Q5_K's
+/// and Q6_K's super-block sums (I = sum_s sc_s * sum u q, less Q6_K's
+/// offset; M = sum_s m_s * sum q) are reduced to exact int32 and added as
+/// fma(float(I), d * d_x, y), then fma(float(M), -(dmin * d_x), y): the
+/// arithmetic of their prefill GEMM (gemm_kquants_vnni.hpp), which runs
+/// them from 4 tokens on. Each output is
 /// accumulated in the same order whatever the batch or tile, so the product
 /// is batch and thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
 /// computes the same formula in scalar code.
@@ -415,15 +416,16 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
 #pragma GCC unroll 16
   for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
   __m512 acc[TN][ON];
-  // Q4_K / Q5_K: each super-block's sums reduced to exact int32 and added
-  // in f32 as the GEMM does (gemm_kquants_vnni.hpp), so batches agree.
-  [[maybe_unused]] float affine[TN][ON];
+  // Q4_K, Q5_K, Q6_K: each super-block's sums reduced to exact int32 and
+  // added in f32 as their GEMM does (gemm_kquants_vnni.hpp), so batches agree.
+  constexpr bool exact = F::has_mins || std::is_same_v<Block, block_q6_k>;
+  [[maybe_unused]] float sums_f[TN][ON];
 #pragma GCC unroll 16
   for (std::size_t a = 0; a < TN; ++a)
 #pragma GCC unroll 16
     for (std::size_t b = 0; b < ON; ++b) {
       acc[a][b] = _mm512_setzero_ps();
-      if constexpr (F::has_mins) affine[a][b] = 0.0f;
+      if constexpr (exact) sums_f[a][b] = 0.0f;
     }
   // The tile's rows are contiguous: each step prefetches its share of the
   // bytes matmul_prefetch_bytes ahead, every cache line of them.
@@ -474,14 +476,16 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
           iacc[a][b] = _mm512_sub_epi32(iacc[a][b], _mm512_zextsi256_si512(offset));
         }
       }
-      if constexpr (F::has_mins) {  // fma(float(I), d * d_x, y), then fma(float(M), -(dmin * d_x), y)
+      if constexpr (exact) {  // fma(float(I), d * d_x, y), then (Q4_K, Q5_K) fma(float(M), -(dmin * d_x), y)
         const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
 #pragma GCC unroll 16
         for (std::size_t b = 0; b < ON; ++b) {
           const int dot = _mm512_reduce_add_epi32(iacc[a][b]);
-          const int mins = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16)));
-          affine[a][b] = std::fma(float(dot), sc.d[b] * dk, affine[a][b]);
-          affine[a][b] = std::fma(float(mins), -(sc.dmin[b] * dk), affine[a][b]);
+          sums_f[a][b] = std::fma(float(dot), sc.d[b] * dk, sums_f[a][b]);
+          if constexpr (F::has_mins) {
+            const int mins = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16)));
+            sums_f[a][b] = std::fma(float(mins), -(sc.dmin[b] * dk), sums_f[a][b]);
+          }
         }
         continue;
       }
@@ -503,7 +507,7 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
   for (std::size_t a = 0; a < TN; ++a)
     for (std::size_t b = 0; b < ON; ++b) {
       float v = sums[a][b];
-      if constexpr (F::has_mins) v = affine[a][b];
+      if constexpr (exact) v = sums_f[a][b];
       float& out = y[(t0 + a) * y_stride + o0 + b];
       out = accumulate ? out + v : v;
     }
