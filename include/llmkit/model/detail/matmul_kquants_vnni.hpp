@@ -405,6 +405,21 @@ struct kquant_block<block_iq4_xs> {
   }
 };
 
+/// The exact int32 sums of ON (<= 4) vectors in lanes 0..ON-1, through one
+/// transposing tree for all (a fraction of ON separate reductions).
+template <std::size_t ON>
+inline __m128i k_row_sums(const __m512i (&v)[ON]) noexcept {
+  __m512i p[4];
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < 4; ++b) p[b] = b < ON ? v[b] : _mm512_setzero_si512();
+  // Per 128-bit lane: [p0 p1 p0 p1] and [p2 p3 p2 p3] partial sums, then [p0 p1 p2 p3].
+  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+  const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
 /// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant product over
 /// activations quantised by assign_k (with assign_sums for the minimums).
 template <class Block, std::size_t TN, std::size_t ON>
@@ -419,14 +434,14 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
   // Q4_K, Q5_K, Q6_K: each super-block's sums reduced to exact int32 and
   // added in f32 as their GEMM does (gemm_kquants_vnni.hpp), so batches agree.
   constexpr bool exact = F::has_mins || std::is_same_v<Block, block_q6_k>;
-  [[maybe_unused]] float sums_f[TN][ON];
+  static_assert(!exact || ON <= 4, "kquant_tile: the exact sums of a token's rows share one 4-lane vector");
+  [[maybe_unused]] __m128 sums_f[TN];  // row b in lane b
 #pragma GCC unroll 16
-  for (std::size_t a = 0; a < TN; ++a)
+  for (std::size_t a = 0; a < TN; ++a) {
 #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) {
-      acc[a][b] = _mm512_setzero_ps();
-      if constexpr (exact) sums_f[a][b] = 0.0f;
-    }
+    for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
+    if constexpr (exact) sums_f[a] = _mm_setzero_ps();
+  }
   // The tile's rows are contiguous: each step prefetches its share of the
   // bytes matmul_prefetch_bytes ahead, every cache line of them.
   const std::size_t step_bytes = ON * row_bytes / units;
@@ -477,16 +492,21 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
         }
       }
       if constexpr (exact) {  // fma(float(I), d * d_x, y), then (Q4_K, Q5_K) fma(float(M), -(dmin * d_x), y)
-        const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
-#pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b) {
-          const int dot = _mm512_reduce_add_epi32(iacc[a][b]);
-          sums_f[a][b] = std::fma(float(dot), sc.d[b] * dk, sums_f[a][b]);
-          if constexpr (F::has_mins) {
-            const int mins = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16)));
-            sums_f[a][b] = std::fma(float(mins), -(sc.dmin[b] * dk), sums_f[a][b]);
+        alignas(16) float d_dk[4] = {}, dmin_dk[4] = {};
+#pragma GCC unroll 4
+        for (std::size_t b = 0; b < ON; ++b) d_dk[b] = sc.d[b] * dk;
+        __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(k_row_sums(iacc[a])), _mm_load_ps(d_dk), sums_f[a]);
+        if constexpr (F::has_mins) {
+          const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+          __m512i mins[ON];
+#pragma GCC unroll 4
+          for (std::size_t b = 0; b < ON; ++b) {
+            mins[b] = _mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16));
+            dmin_dk[b] = sc.dmin[b] * dk;
           }
+          v = _mm_fnmadd_ps(_mm_cvtepi32_ps(k_row_sums(mins)), _mm_load_ps(dmin_dk), v);
         }
+        sums_f[a] = v;
         continue;
       }
 #pragma GCC unroll 16
@@ -504,13 +524,16 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
   }
   float sums[TN][ON];
   reduce_tile16(acc, sums);
-  for (std::size_t a = 0; a < TN; ++a)
+  for (std::size_t a = 0; a < TN; ++a) {
+    alignas(16) float row_sums[4];
+    if constexpr (exact) _mm_store_ps(row_sums, sums_f[a]);
     for (std::size_t b = 0; b < ON; ++b) {
       float v = sums[a][b];
-      if constexpr (exact) v = sums_f[a][b];
+      if constexpr (exact) v = row_sums[b];
       float& out = y[(t0 + a) * y_stride + o0 + b];
       out = accumulate ? out + v : v;
     }
+  }
 }
 
 /// Rows [row_first, row_last) of a K-quant product for every token: one
