@@ -158,8 +158,10 @@ template <std::size_t ON>
 struct k_tile_scales {
   __m512i sc[ON];
   float d[ON];
-  __m256i min_words[ON];  ///< row b's minimum of each 16 values as int16 words (Q2_K, Q4_K, Q5_K)
-  float dmin[ON];         ///< row b's dmin (Q2_K, Q4_K, Q5_K)
+  __m256i min_words[ON];  ///< Q2_K: row b's 16 minimums as int16 words
+  float dmin[ON];         ///< Q2_K: row b's dmin
+  __m512i mins4;          ///< Q4_K / Q5_K: row b's 8 minimums as int16 words in 128-bit lane b
+  __m128 d4, dmin4;       ///< Q4_K / Q5_K: row b's d and dmin in lane b
 };
 
 /// K-quant register decoders: `scales<ON>(rows, i)` (super-block i of each
@@ -219,16 +221,11 @@ inline k_tile_scales<ON> k_affine_scales(const Block* const (&rows)[ON], std::si
   _mm512_store_ps(scale_f, scale);
 #pragma GCC unroll 4
   for (std::size_t b = 0; b < ON; ++b) out.d[b] = scale_f[2 * b];
-  // Row b's 8 mins (64-bit element b of the high half), each to two int16
-  // words: word 2s + e pairs with the activations' sum of values 16 (2s + e)..
-  alignas(32) std::uint64_t min_bytes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(min_bytes), _mm512_extracti64x4_epi64(by_kind, 1));
-#pragma GCC unroll 4
-  for (std::size_t b = 0; b < ON; ++b) {
-    const __m128i m = _mm_cvtsi64_si128(std::int64_t(min_bytes[b]));
-    out.min_words[b] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
-    out.dmin[b] = scale_f[2 * b + 1];
-  }
+  // Row b's 8 mins are 64-bit element b of the high half.
+  out.mins4 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(by_kind, 1));
+  const __m512 d_then_dmin = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 0, 0, 0, 0, 0, 0, 0, 0), scale);
+  out.d4 = _mm512_castps512_ps128(d_then_dmin);
+  out.dmin4 = _mm256_extractf128_ps(_mm512_castps512_ps256(d_then_dmin), 1);
   return out;
 }
 /// Words 0-15 (values 0-31) get sub-block 2g of row b, words 16-31 sub-block 2g + 1.
@@ -492,19 +489,27 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
         }
       }
       if constexpr (exact) {  // fma(float(I), d * d_x, y), then (Q4_K, Q5_K) fma(float(M), -(dmin * d_x), y)
-        alignas(16) float d_dk[4] = {}, dmin_dk[4] = {};
-#pragma GCC unroll 4
-        for (std::size_t b = 0; b < ON; ++b) d_dk[b] = sc.d[b] * dk;
-        __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(k_row_sums(iacc[a])), _mm_load_ps(d_dk), sums_f[a]);
+        __m128 d_dk;
         if constexpr (F::has_mins) {
-          const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
-          __m512i mins[ON];
+          d_dk = _mm_mul_ps(sc.d4, _mm_set1_ps(dk));
+        } else {
+          alignas(16) float d[4] = {};
 #pragma GCC unroll 4
-          for (std::size_t b = 0; b < ON; ++b) {
-            mins[b] = _mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16));
-            dmin_dk[b] = sc.dmin[b] * dk;
-          }
-          v = _mm_fnmadd_ps(_mm_cvtepi32_ps(k_row_sums(mins)), _mm_load_ps(dmin_dk), v);
+          for (std::size_t b = 0; b < ON; ++b) d[b] = sc.d[b] * dk;
+          d_dk = _mm_load_ps(d);
+        }
+        __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(k_row_sums(iacc[a])), d_dk, sums_f[a]);
+        if constexpr (F::has_mins) {
+          // The 8 sub-block sums (of 32) as words in every 128-bit lane, by row b's minimums in lane b.
+          const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+          const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+          const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(s32, s32), 0x08);
+          const __m512i m = _mm512_madd_epi16(sc.mins4, _mm512_broadcast_i32x4(_mm256_castsi256_si128(words)));
+          __m512i h = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_ENUM(0x4E)));
+          h = _mm512_add_epi32(h, _mm512_shuffle_epi32(h, _MM_PERM_ENUM(0xB1)));
+          const __m128i mins = _mm512_castsi512_si128(
+              _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), h));
+          v = _mm_fnmadd_ps(_mm_cvtepi32_ps(mins), _mm_mul_ps(sc.dmin4, _mm_set1_ps(dk)), v);
         }
         sums_f[a] = v;
         continue;
