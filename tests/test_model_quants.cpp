@@ -522,6 +522,64 @@ TEST_CASE("quants: IQ4_NL and MXFP4 int8 products at 1 to 9 blocks per row match
 }
 
 
+TEST_CASE("quants: Q4_K, Q5_K and Q6_K int8 products equal the f32-order oracle bit for bit, GEMM tiles and edges, threads") {
+  // Every VNNI kernel of these formats sums each super-block exactly in
+  // int32 and adds it with two f32 FMAs (gemm_kquants_vnni.hpp): the GEMM's
+  // 4-token x 32-row tiles and their edges (rows around 16 and 32, token
+  // counts around 4, one super-block), the register-decoding kernel under 4
+  // tokens, and two threads must all give reference::kquant_affine_product_f32
+  // (Q6_K: reference::q6_k_product_f32).
+  // Other arches run the strip kernel, held to the oracle's bound above.
+  std::mt19937 rng(53);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.0005f, 0.02f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  thread_pool pool(2);
+  serial_executor serial;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  constexpr bool exact = true;
+#else
+  constexpr bool exact = false;  // the strip kernel: its bound is checked by the tests above
+#endif
+  for (const ggml_type gt : {ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
+    const std::size_t block_bytes = ggml_block_bytes(gt);
+    for (const auto& [rows, cols] : std::vector<std::pair<std::size_t, std::size_t>>{
+             {1, 256}, {15, 512}, {16, 256}, {17, 768}, {33, 512}, {48, 256}, {70, 2048}, {130, 1024}}) {
+      // Random bytes: every 6-bit scale and minimum, every value; f16 scales in range.
+      std::vector<std::byte> w(rows * cols / 256 * block_bytes);
+      for (auto& b : w) b = std::byte(byte(rng));
+      for (std::size_t b = 0; b < w.size(); b += block_bytes)
+        for (std::size_t at : scale_offsets(gt)) put_f16(w, b + at, scale(rng));
+      const model::detail::block_weights bw{gt, w.data(), cols};
+      for (const std::size_t n : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 13u, 67u}) {
+        INFO(type_name(gt) << " rows " << rows << " cols " << cols << " n " << n);
+        std::vector<float> x(n * cols);
+        for (auto& v : x) v = normal(rng) * 2.0f;
+        std::fill_n(x.begin() + std::ptrdiff_t((n - 1) * cols), 256, 0.0f);  // a zero super-block
+        const std::vector<float> expected = gt == ggml_type::q6_k
+                                                ? reference::q6_k_product_f32(x, n, cols, w.data(), rows)
+                                                : reference::kquant_affine_product_f32(gt, x, n, cols, w.data(), rows);
+        const std::size_t stride = rows + 1;
+        std::vector<float> best(n * stride, 7.0f), threaded(n * stride, 7.0f), acc(n * stride, 0.25f);
+        model::detail::q8_activations xa;
+        model::detail::matmul_blocks_q8(serial, x.data(), n, bw, rows, best.data(), stride, false, xa);
+        model::detail::matmul_blocks_q8(pool, x.data(), n, bw, rows, threaded.data(), stride, false, xa);
+        model::detail::matmul_blocks_q8(serial, x.data(), n, bw, rows, acc.data(), stride, true, xa);
+        for (std::size_t t = 0; t < n; ++t) {
+          for (std::size_t o = 0; o < rows; ++o) {
+            const float e = expected[t * rows + o], got = best[t * stride + o];
+            REQUIRE(threaded[t * stride + o] == got);
+            REQUIRE(acc[t * stride + o] == 0.25f + got);
+            if (exact) REQUIRE(got == e);
+          }
+          REQUIRE(best[t * stride + rows] == 7.0f);  // the row padding untouched
+          REQUIRE(acc[t * stride + rows] == 0.25f);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("quants: every block format has an int8-activation product, Q8_0 blocks are refused by name") {
   for (const ggml_type t : quant_types)
     REQUIRE(model::detail::has_int8_product_for(t) == (t != ggml_type::q8_0));

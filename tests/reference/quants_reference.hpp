@@ -4,10 +4,12 @@
 // from the file's bytes at the offsets the ggml block layouts define (no
 // block structs), in the f32 arithmetic that defines each type's value.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include <llmkit/core/dtype.hpp>
 #include <llmkit/model/gguf.hpp>
@@ -127,6 +129,88 @@ inline float quant_value(model::ggml_type t, const std::byte* data, std::size_t 
     }
     default: return NAN;
   }
+}
+
+/// `[n, rows]` = Q4_K or Q5_K rows `[rows, cols]` (bytes at w) times the
+/// activations `[n, cols] x` rounded to int8 per 256 values (scale
+/// amax / 127, round half away from zero), in the f32 order every int8
+/// kernel of these formats follows: per super-block the exact integer sums
+/// I = sum_s sc_s * sum_{j in s} u_j q_j and M = sum_s m_s * sum_{j in s} q_j,
+/// then y = fma(float(I), d * d_x, y) and y = fma(float(M), -(dmin * d_x), y),
+/// super-blocks ascending.
+inline std::vector<float> kquant_affine_product_f32(model::ggml_type t, const std::vector<float>& x, std::size_t n,
+                                                    std::size_t cols, const std::byte* w, std::size_t rows) {
+  const bool q5 = t == model::ggml_type::q5_k;
+  const std::size_t block_bytes = q5 ? 176 : 144, units = cols / 256, qs_at = q5 ? 48 : 16;
+  std::vector<float> y(n * rows, 0.0f);
+  for (std::size_t tok = 0; tok < n; ++tok)
+    for (std::size_t i = 0; i < units; ++i) {
+      const float* xb = x.data() + tok * cols + 256 * i;
+      float amax = 0.0f;
+      for (std::size_t j = 0; j < 256; ++j) amax = std::max(amax, std::abs(xb[j]));
+      const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
+      long q[256];
+      for (std::size_t j = 0; j < 256; ++j) q[j] = long(std::round(xb[j] * inv));
+      for (std::size_t o = 0; o < rows; ++o) {
+        const std::byte* b = w + (o * units + i) * block_bytes;
+        long dot = 0, mins = 0;
+        for (std::size_t s = 0; s < 8; ++s) {
+          long sub = 0, sum = 0;
+          for (std::size_t l = 0; l < 32; ++l) {
+            const std::size_t j = 32 * s + l, c = s / 2;  // value j: byte l of chunk c, low nibble for even s
+            unsigned u = byte_at(b + qs_at, 32 * c + l);
+            u = s % 2 == 0 ? u & 15 : u >> 4;
+            if (q5) u |= ((byte_at(b + 16, l) >> s) & 1) << 4;
+            sub += long(u) * q[j];
+            sum += q[j];
+          }
+          dot += long(k_field(b + 4, s, 0)) * sub;
+          mins += long(k_field(b + 4, s, 1)) * sum;
+        }
+        float& out = y[tok * rows + o];
+        out = std::fma(float(dot), f16_at(b) * dx, out);
+        out = std::fma(float(mins), -(f16_at(b + 2) * dx), out);
+      }
+    }
+  return y;
+}
+
+/// `[n, rows]` = Q6_K rows `[rows, cols]` (bytes at w) times the activations
+/// `[n, cols] x` rounded to int8 per 256 values as above, in the f32 order
+/// of the int8 kernels: per super-block the exact integer sum
+/// I = sum_s sc_s * sum_{j in s} (u_j - 32) q_j over its 16 sub-blocks, then
+/// y = fma(float(I), d * d_x, y), super-blocks ascending.
+inline std::vector<float> q6_k_product_f32(const std::vector<float>& x, std::size_t n, std::size_t cols,
+                                           const std::byte* w, std::size_t rows) {
+  const std::size_t units = cols / 256;
+  std::vector<float> y(n * rows, 0.0f);
+  for (std::size_t tok = 0; tok < n; ++tok)
+    for (std::size_t i = 0; i < units; ++i) {
+      const float* xb = x.data() + tok * cols + 256 * i;
+      float amax = 0.0f;
+      for (std::size_t j = 0; j < 256; ++j) amax = std::max(amax, std::abs(xb[j]));
+      const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
+      long q[256];
+      for (std::size_t j = 0; j < 256; ++j) q[j] = long(std::round(xb[j] * inv));
+      for (std::size_t o = 0; o < rows; ++o) {
+        const std::byte* b = w + (o * units + i) * 210;
+        long dot = 0;
+        for (std::size_t s = 0; s < 16; ++s) {
+          long sub = 0;
+          for (std::size_t j = 16 * s; j < 16 * s + 16; ++j) {
+            const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
+            const unsigned low_byte = byte_at(b, 64 * h + l + 32 * (r % 2));
+            const unsigned low = r < 2 ? low_byte & 15 : low_byte >> 4;
+            const unsigned high = (byte_at(b + 128, 32 * h + l) >> (2 * r)) & 3;
+            sub += (long(low | (high << 4)) - 32) * q[j];
+          }
+          dot += long(static_cast<std::int8_t>(byte_at(b + 192, s))) * sub;
+        }
+        float& out = y[tok * rows + o];
+        out = std::fma(float(dot), f16_at(b + 208) * dx, out);
+      }
+    }
+  return y;
 }
 
 }  // namespace llmkit::reference

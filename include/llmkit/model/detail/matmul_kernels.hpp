@@ -22,6 +22,7 @@
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
 #include "llmkit/model/detail/matmul_blocks32_vnni.hpp"
 #include "llmkit/model/detail/matmul_blocks_avx2.hpp"
+#include "llmkit/model/detail/gemm_kquants_vnni.hpp"
 #include "llmkit/model/detail/matmul_kquants_vnni.hpp"
 #include "llmkit/model/detail/matmul_lookup4_vnni.hpp"
 #include "llmkit/model/detail/matmul_panels.hpp"
@@ -126,7 +127,8 @@ void matmul_kernels<Arch>::rows(const q8_activations& xa, const block_weights& w
     // Q8_0 weights take the overload above (matmul_q8.hpp); formats without
     // an integer form never reach here (matmul_blocks_q8 refuses them).
     if constexpr (has_int8_product<B>)
-      int8_block_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last, simd::kernel_arch<Arch>{});
+      if (!int8_gemm_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last, simd::kernel_arch<Arch>{}))
+        int8_block_rows<B>(xa, w, y, y_stride, accumulate, row_first, row_last, simd::kernel_arch<Arch>{});
   });
 }
 

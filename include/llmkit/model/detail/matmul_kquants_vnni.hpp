@@ -10,16 +10,20 @@
 /// multiplies the unsigned weights by the int8 activations into 16-bit pair
 /// sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies those
 /// by their sub-block scales into int32 lanes; per super-block one
-/// conversion and one FMA by d * d_x, plus the minimums
-/// (-dmin * m_s * d_x * sum q over sub-block s) or Q6_K's and Q3_K's offset
+/// conversion and one FMA by d * d_x, plus the minimums or Q6_K's and Q3_K's offset
 /// (-32 or -4 times sum_s sc_s * sum q, in int32); Q2_K's minimums are per
 /// 16 values, so -dmin * d_x * sum_s m_s * sum q in int32 too (VPMADDWD of
 /// its 4-bit mins by the activations' sums of 16). IQ4_XS's values are
 /// signed levels (-127..113): VPMADDUBSW takes their magnitudes and the
 /// activations with the levels' signs (at most 2 * 127 * 127, no
-/// saturation), then its 6-bit sub-block scales as Q4_K's. Each output is accumulated in the
-/// same order whatever the batch or tile, so the product is batch and
-/// thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
+/// saturation), then its 6-bit sub-block scales as Q4_K's. Q4_K's, Q5_K's
+/// and Q6_K's super-block sums (I = sum_s sc_s * sum u q, less Q6_K's
+/// offset; M = sum_s m_s * sum q) are reduced to exact int32 and added as
+/// fma(float(I), d * d_x, y), then fma(float(M), -(dmin * d_x), y): the
+/// arithmetic of their prefill GEMM (gemm_kquants_vnni.hpp), which runs
+/// them from 4 tokens on. Each output is
+/// accumulated in the same order whatever the batch or tile, so the product
+/// is batch and thread invariant. Without VNNI the strip kernel (matmul_blocks_q8.hpp)
 /// computes the same formula in scalar code.
 
 #include <bit>
@@ -149,14 +153,15 @@ inline __m512i k_crumbs(const std::uint8_t* qs, std::size_t g) noexcept {
 /// A super-block's scales for the ON rows of a tile: `sc` the sub-block
 /// scales as int16 words (Q6_K: row b's 16 in sc[b]; Q4_K / Q5_K: every
 /// row's 8 in sc[0], row b's from word 8b), `d[b]` row b's super-block
-/// scale, `mins[b]` its dmin * m_s (Q4_K / Q5_K).
+/// scale.
 template <std::size_t ON>
 struct k_tile_scales {
   __m512i sc[ON];
   float d[ON];
-  __m256 mins[ON];
   __m256i min_words[ON];  ///< Q2_K: row b's 16 minimums as int16 words
   float dmin[ON];         ///< Q2_K: row b's dmin
+  __m512i mins4;          ///< Q4_K / Q5_K: row b's 8 minimums as int16 words in 128-bit lane b
+  __m128 d4, dmin4;       ///< Q4_K / Q5_K: row b's d and dmin in lane b
 };
 
 /// K-quant register decoders: `scales<ON>(rows, i)` (super-block i of each
@@ -216,16 +221,11 @@ inline k_tile_scales<ON> k_affine_scales(const Block* const (&rows)[ON], std::si
   _mm512_store_ps(scale_f, scale);
 #pragma GCC unroll 4
   for (std::size_t b = 0; b < ON; ++b) out.d[b] = scale_f[2 * b];
-  const __m256i min_bytes = _mm512_extracti64x4_epi64(by_kind, 1);
-#pragma GCC unroll 2
-  for (std::size_t b = 0; b < ON; b += 2) {  // rows b and b + 1 in the low and high 8 lanes
-    const __m128i m = b == 0 ? _mm256_castsi256_si128(min_bytes) : _mm256_extracti128_si256(min_bytes, 1);
-    const __m512i pick = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m512 dmin = _mm512_permutexvar_ps(_mm512_add_epi32(pick, _mm512_set1_epi32(int(2 * b))), scale);
-    const __m512 mins = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
-    out.mins[b] = _mm512_castps512_ps256(mins);
-    if (b + 1 < ON) out.mins[b + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins), 1));
-  }
+  // Row b's 8 mins are 64-bit element b of the high half.
+  out.mins4 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(by_kind, 1));
+  const __m512 d_then_dmin = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 0, 0, 0, 0, 0, 0, 0, 0), scale);
+  out.d4 = _mm512_castps512_ps128(d_then_dmin);
+  out.dmin4 = _mm256_extractf128_ps(_mm512_castps512_ps256(d_then_dmin), 1);
   return out;
 }
 /// Words 0-15 (values 0-31) get sub-block 2g of row b, words 16-31 sub-block 2g + 1.
@@ -402,6 +402,21 @@ struct kquant_block<block_iq4_xs> {
   }
 };
 
+/// The exact int32 sums of ON (<= 4) vectors in lanes 0..ON-1, through one
+/// transposing tree for all (a fraction of ON separate reductions).
+template <std::size_t ON>
+inline __m128i k_row_sums(const __m512i (&v)[ON]) noexcept {
+  __m512i p[4];
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < 4; ++b) p[b] = b < ON ? v[b] : _mm512_setzero_si512();
+  // Per 128-bit lane: [p0 p1 p0 p1] and [p2 p3 p2 p3] partial sums, then [p0 p1 p2 p3].
+  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+  const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
 /// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant product over
 /// activations quantised by assign_k (with assign_sums for the minimums).
 template <class Block, std::size_t TN, std::size_t ON>
@@ -413,14 +428,17 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
 #pragma GCC unroll 16
   for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
   __m512 acc[TN][ON];
-  [[maybe_unused]] __m256 macc[TN][ON];
+  // Q4_K, Q5_K, Q6_K: each super-block's sums reduced to exact int32 and
+  // added in f32 as their GEMM does (gemm_kquants_vnni.hpp), so batches agree.
+  constexpr bool exact = F::has_mins || std::is_same_v<Block, block_q6_k>;
+  static_assert(!exact || ON <= 4, "kquant_tile: the exact sums of a token's rows share one 4-lane vector");
+  [[maybe_unused]] __m128 sums_f[TN];  // row b in lane b
 #pragma GCC unroll 16
-  for (std::size_t a = 0; a < TN; ++a)
+  for (std::size_t a = 0; a < TN; ++a) {
 #pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) {
-      acc[a][b] = _mm512_setzero_ps();
-      if constexpr (F::has_mins) macc[a][b] = _mm256_setzero_ps();
-    }
+    for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
+    if constexpr (exact) sums_f[a] = _mm_setzero_ps();
+  }
   // The tile's rows are contiguous: each step prefetches its share of the
   // bytes matmul_prefetch_bytes ahead, every cache line of them.
   const std::size_t step_bytes = ON * row_bytes / units;
@@ -470,6 +488,32 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
           iacc[a][b] = _mm512_sub_epi32(iacc[a][b], _mm512_zextsi256_si512(offset));
         }
       }
+      if constexpr (exact) {  // fma(float(I), d * d_x, y), then (Q4_K, Q5_K) fma(float(M), -(dmin * d_x), y)
+        __m128 d_dk;
+        if constexpr (F::has_mins) {
+          d_dk = _mm_mul_ps(sc.d4, _mm_set1_ps(dk));
+        } else {
+          alignas(16) float d[4] = {};
+#pragma GCC unroll 4
+          for (std::size_t b = 0; b < ON; ++b) d[b] = sc.d[b] * dk;
+          d_dk = _mm_load_ps(d);
+        }
+        __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(k_row_sums(iacc[a])), d_dk, sums_f[a]);
+        if constexpr (F::has_mins) {
+          // The 8 sub-block sums (of 32) as words in every 128-bit lane, by row b's minimums in lane b.
+          const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+          const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+          const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(s32, s32), 0x08);
+          const __m512i m = _mm512_madd_epi16(sc.mins4, _mm512_broadcast_i32x4(_mm256_castsi256_si128(words)));
+          __m512i h = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_ENUM(0x4E)));
+          h = _mm512_add_epi32(h, _mm512_shuffle_epi32(h, _MM_PERM_ENUM(0xB1)));
+          const __m128i mins = _mm512_castsi512_si128(
+              _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), h));
+          v = _mm_fnmadd_ps(_mm_cvtepi32_ps(mins), _mm_mul_ps(sc.dmin4, _mm_set1_ps(dk)), v);
+        }
+        sums_f[a] = v;
+        continue;
+      }
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b)
         acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[a][b]), _mm512_set1_ps(sc.d[b] * dk), acc[a][b]);
@@ -481,22 +525,20 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
           acc[a][b] = _mm512_fmadd_ps(m, _mm512_set1_ps(-(sc.dmin[b] * dk)), acc[a][b]);
         }
       }
-      if constexpr (F::has_mins) {
-        const __m256 xs = _mm256_loadu_ps(xa.block_sums.data() + t * stride / 32 + 8 * i);
-#pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b) macc[a][b] = _mm256_fmadd_ps(sc.mins[b], xs, macc[a][b]);
-      }
     }
   }
   float sums[TN][ON];
   reduce_tile16(acc, sums);
-  for (std::size_t a = 0; a < TN; ++a)
+  for (std::size_t a = 0; a < TN; ++a) {
+    alignas(16) float row_sums[4];
+    if constexpr (exact) _mm_store_ps(row_sums, sums_f[a]);
     for (std::size_t b = 0; b < ON; ++b) {
       float v = sums[a][b];
-      if constexpr (F::has_mins) v -= reduce8(macc[a][b]);
+      if constexpr (exact) v = row_sums[b];
       float& out = y[(t0 + a) * y_stride + o0 + b];
       out = accumulate ? out + v : v;
     }
+  }
 }
 
 /// Rows [row_first, row_last) of a K-quant product for every token: one
