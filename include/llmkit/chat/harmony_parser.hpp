@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "llmkit/chat/tools.hpp"
+#include "llmkit/model/harmony_stream.hpp"
 
 namespace llmkit::chat {
 
@@ -55,8 +56,8 @@ class harmony_call_stream {
   /// the answer, makes known.
   answer_delta feed(std::string_view text) {
     answer_delta d;
-    buffer_ += text;
-    run(d, false);
+    sink s{*this, d};
+    reader_.feed(text, s);
     return d;
   }
 
@@ -64,9 +65,8 @@ class harmony_call_stream {
   /// or an unfinished header of an answer without any message as content.
   answer_delta finish() {
     answer_delta d;
-    run(d, true);
-    if (state_ == state::header && !seen_message_) d.content += header_;
-    header_.clear();
+    sink s{*this, d};
+    reader_.finish(s);
     return d;
   }
 
@@ -74,22 +74,12 @@ class harmony_call_stream {
   const std::vector<tool_call>& calls() const noexcept { return calls_; }
 
  private:
-  enum class state : std::uint8_t { start, header, body, raw };
-  enum class sink : std::uint8_t { reasoning, content, call, none };
+  enum class target : std::uint8_t { reasoning, content, call, none };
 
-  static constexpr std::string_view message_ = "<|message|>";
   static constexpr std::string_view channel_marker_ = "<|channel|>";
   static constexpr std::string_view function_prefix_ = "functions.";
-  static constexpr std::string_view ends_[3] = {"<|end|>", "<|return|>", "<|call|>"};
 
   static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-  // The length of the longest suffix of `s` that is a proper prefix of `marker`.
-  static std::size_t partial_suffix(std::string_view s, std::string_view marker) {
-    for (std::size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
-      if (marker.starts_with(s.substr(s.size() - n))) return n;
-    return 0;
-  }
 
   // The word after `key` in a header: up to a space, a '<' or the end.
   static std::string_view word_after(std::string_view header, std::string_view key) {
@@ -103,31 +93,30 @@ class harmony_call_stream {
   void open_message(answer_delta& d, std::string_view header) {
     const std::string_view channel = word_after(header, channel_marker_);
     const std::string_view recipient = word_after(header, "to=");
-    seen_message_ = true;
     args_started_ = false;
     held_space_.clear();
     if (recipient.starts_with(function_prefix_) && recipient.size() > function_prefix_.size()) {
-      sink_ = sink::call;
+      target_ = target::call;
       calls_.push_back({make_tool_call_id(seed_, calls_.size()), std::string(recipient.substr(function_prefix_.size())), {}});
       d.calls.push_back({calls_.size() - 1, calls_.back().id, calls_.back().name, {}});
     } else if (!recipient.empty() && recipient != "assistant" && recipient != "user") {
-      sink_ = sink::none;  // a built-in tool's call
+      target_ = target::none;  // a built-in tool's call
     } else if (channel == "analysis") {
-      sink_ = sink::reasoning;
+      target_ = target::reasoning;
     } else if (channel == "final" || channel == "commentary") {
-      sink_ = sink::content;
+      target_ = target::content;
     } else {
-      sink_ = sink::none;
+      target_ = target::none;
     }
   }
 
   // Body text of the open message; `closing` when its end marker follows.
   void emit(answer_delta& d, std::string_view body, bool closing) {
-    switch (sink_) {
-      case sink::reasoning: d.reasoning += body; return;
-      case sink::content: d.content += body; return;
-      case sink::none: return;
-      case sink::call: break;
+    switch (target_) {
+      case target::reasoning: d.reasoning += body; return;
+      case target::content: d.content += body; return;
+      case target::none: return;
+      case target::call: break;
     }
     if (!args_started_) {
       while (!body.empty() && is_space(body.front())) body.remove_prefix(1);
@@ -148,66 +137,20 @@ class harmony_call_stream {
     if (closing) held_space_.clear();
   }
 
-  void run(answer_delta& d, bool at_end) {
-    for (;;) {
-      switch (state_) {
-        case state::start: {  // the answer's first bytes decide: a header, or plain text
-          const std::string_view b = buffer_;
-          bool header = false, maybe = false;
-          for (std::string_view open : {channel_marker_, std::string_view("<|start|>"), std::string_view(" to="),
-                                        std::string_view("to=")}) {
-            header = header || b.starts_with(open);
-            maybe = maybe || open.starts_with(b);
-          }
-          if (header) state_ = state::header;
-          else if (maybe && !at_end) return;  // too short to tell
-          else state_ = state::raw;
-          continue;
-        }
-        case state::raw:
-          d.content += buffer_;
-          buffer_.clear();
-          return;
-        case state::header: {
-          header_ += buffer_;
-          buffer_.clear();
-          const std::size_t at = header_.find(message_);
-          if (at == std::string::npos) return;
-          buffer_ = header_.substr(at + message_.size());
-          header_.resize(at);
-          open_message(d, header_);
-          header_.clear();
-          state_ = state::body;
-          continue;
-        }
-        case state::body: {
-          std::size_t end = std::string::npos, len = 0;
-          for (std::string_view m : ends_)
-            if (const std::size_t at = buffer_.find(m); at < end) end = at, len = m.size();
-          if (end != std::string::npos) {
-            emit(d, std::string_view(buffer_).substr(0, end), true);
-            buffer_.erase(0, end + len);
-            state_ = state::header;
-            continue;
-          }
-          std::size_t hold = 0;
-          if (!at_end)
-            for (std::string_view m : ends_) hold = std::max(hold, partial_suffix(buffer_, m));
-          emit(d, std::string_view(buffer_).substr(0, buffer_.size() - hold), at_end);
-          buffer_.erase(0, buffer_.size() - hold);
-          return;
-        }
-      }
-    }
-  }
+  // What the reader reports, routed (model::harmony_reader's sink).
+  struct sink {
+    harmony_call_stream& self;
+    answer_delta& d;
+    void open(std::string_view header) { self.open_message(d, header); }
+    void body(std::string_view text, bool closing) { self.emit(d, text, closing); }
+    void raw(std::string_view text) { d.content += text; }
+  };
 
   std::uint64_t seed_;
-  state state_ = state::start;
-  sink sink_ = sink::none;
-  std::string buffer_{}, header_{};
+  model::harmony_reader reader_{};
+  target target_ = target::none;
   std::string held_space_{};   // a call's trailing whitespace, sent if more arguments follow
   bool args_started_ = false;  // the open call's arguments have had text other than whitespace
-  bool seen_message_ = false;
   std::vector<tool_call> calls_{};
 };
 
