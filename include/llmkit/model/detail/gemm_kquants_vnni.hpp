@@ -307,21 +307,9 @@ template <class Block, std::size_t RV>
 inline void kquant_gemm_panels(const q8_activations& xa, const std::int32_t* pairs, std::size_t pairs_stride,
                                const std::uint8_t* panels, std::size_t panel_bytes, float* y, std::size_t y_stride,
                                bool accumulate, std::size_t o0, std::size_t valid) noexcept {
-  constexpr std::size_t TN = kquant_gemm_tile_tokens;
-  static_assert(TN == 6, "the tail cases below are written for 6-token tiles");
-  auto tile = [&]<std::size_t N>(std::size_t t) {
+  for_token_tiles<kquant_gemm_tile_tokens>(xa.n, [&]<std::size_t N>(std::size_t t) {
     kquant_gemm_tile<Block, N, RV>(xa, pairs, pairs_stride, panels, panel_bytes, t, y, y_stride, accumulate, o0, valid);
-  };
-  std::size_t t = 0;
-  for (; t + TN <= xa.n; t += TN) tile.template operator()<TN>(t);
-  switch (xa.n - t) {
-    case 5: tile.template operator()<5>(t); break;
-    case 4: tile.template operator()<4>(t); break;
-    case 3: tile.template operator()<3>(t); break;
-    case 2: tile.template operator()<2>(t); break;
-    case 1: tile.template operator()<1>(t); break;
-    default: break;
-  }
+  });
 }
 
 /// int8_gemm_rows on AVX-512 VNNI (avx512bw stands for it where the build

@@ -187,20 +187,16 @@ inline void q8_gemm_tile(const q8_activations& xa, const std::uint8_t* u, const 
   }
 }
 
-/// Every token of xa over the RV panels at u, s in tiles of
-/// q8_gemm_tile_tokens tokens (the last tile narrower).
-template <std::size_t RV>
-inline void q8_gemm_panels(const q8_activations& xa, const std::uint8_t* u, const float* s, std::size_t panel_bytes,
-                           std::size_t panel_scales, float* y, std::size_t y_stride, bool accumulate, std::size_t o0,
-                           std::size_t valid) noexcept {
-  constexpr std::size_t TN = q8_gemm_tile_tokens;
+/// Calls `tile.template operator()<N>(t)` over tokens [0, n) in tiles of
+/// TN tokens (N = TN), the last tile N = n % TN tokens wide: the
+/// GEMMs' tile sizes are template arguments, so their accumulators stay in
+/// registers.
+template <std::size_t TN, class Tile>
+inline void for_token_tiles(std::size_t n, Tile&& tile) {
   static_assert(TN == 6, "the tail cases below are written for 6-token tiles");
-  auto tile = [&]<std::size_t N>(std::size_t t) {
-    q8_gemm_tile<N, RV>(xa, u, s, panel_bytes, panel_scales, t, y, y_stride, accumulate, o0, valid);
-  };
   std::size_t t = 0;
-  for (; t + TN <= xa.n; t += TN) tile.template operator()<TN>(t);
-  switch (xa.n - t) {
+  for (; t + TN <= n; t += TN) tile.template operator()<TN>(t);
+  switch (n - t) {
     case 5: tile.template operator()<5>(t); break;
     case 4: tile.template operator()<4>(t); break;
     case 3: tile.template operator()<3>(t); break;
@@ -208,6 +204,17 @@ inline void q8_gemm_panels(const q8_activations& xa, const std::uint8_t* u, cons
     case 1: tile.template operator()<1>(t); break;
     default: break;
   }
+}
+
+/// Every token of xa over the RV panels at u, s in tiles of
+/// q8_gemm_tile_tokens tokens (the last tile narrower).
+template <std::size_t RV>
+inline void q8_gemm_panels(const q8_activations& xa, const std::uint8_t* u, const float* s, std::size_t panel_bytes,
+                           std::size_t panel_scales, float* y, std::size_t y_stride, bool accumulate, std::size_t o0,
+                           std::size_t valid) noexcept {
+  for_token_tiles<q8_gemm_tile_tokens>(xa.n, [&]<std::size_t N>(std::size_t t) {
+    q8_gemm_tile<N, RV>(xa, u, s, panel_bytes, panel_scales, t, y, y_stride, accumulate, o0, valid);
+  });
 }
 
 /// The 16 scales d_w[o + r][b0 + i] (i < 16, r < valid; 0 elsewhere), as
