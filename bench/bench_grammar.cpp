@@ -34,52 +34,21 @@
 #include <string>
 #include <vector>
 
+#include "grammar_cases.hpp"
+
 namespace {
 
 using namespace llmkit;
-
-const model::tokenizer& llama3() {
-  static const model::tokenizer t = model::tokenizer::from_gguf(
-      model::gguf_file::open(std::string(LLMKIT_SOURCE_DIR) + "/tests/data/llama3-bpe-vocab.gguf"));
-  return t;
-}
-const std::shared_ptr<const grammar::token_vocabulary>& vocab() {
-  static const auto v = grammar::token_vocabulary::from_tokenizer(llama3());
-  return v;
-}
+using llmkit_bench::bench_case;
+using llmkit_bench::grammar_cases;
+using llmkit_bench::llama3;
+using llmkit_bench::llama3_vocab;
 
 double thread_cpu_us() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
 }
-
-struct bench_case {
-  const char* name;
-  const char* schema;
-  const char* document;
-};
-const bench_case cases[] = {
-    {"person",
-     R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
-         "age": {"type": "integer", "minimum": 0, "maximum": 150}, "email": {"type": "string"},
-         "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
-         "required": ["name", "age"], "additionalProperties": false})",
-     R"({"name": "Ada Lovelace", "age": 36, "email": "ada@example.org", "tags": ["math", "engines", "poetry"]})"},
-    {"tool_call",
-     R"({"type": "object", "properties": {"name": {"enum": ["get_weather", "search", "send_email"]},
-         "arguments": {"type": "object", "properties": {"city": {"type": "string"},
-         "unit": {"enum": ["celsius", "fahrenheit"]}, "days": {"type": "integer", "minimum": 1, "maximum": 14}},
-         "required": ["city"]}}, "required": ["name", "arguments"]})",
-     R"({"name": "get_weather", "arguments": {"city": "Zürich, Switzerland", "unit": "celsius", "days": 3}})"},
-    {"tree",
-     R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {"label": {"type": "string"},
-         "weight": {"type": "number"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-         "required": ["label"]}}})",
-     R"({"label": "root", "weight": 1.5, "children": [{"label": "left", "children": []}, {"label": "right", "weight": -2e3, "children": [{"label": "leaf"}]}]})"},
-    {"json_object", R"({"type": "object"})",
-     R"({"id": 12345, "items": [{"sku": "A-1", "qty": 2, "price": 9.99}, {"sku": "B-7", "qty": 1, "price": 120.0}], "paid": true, "note": null})"},
-};
 
 void vocabulary(benchmark::State& state) {
   for (auto _ : state) {
@@ -89,7 +58,7 @@ void vocabulary(benchmark::State& state) {
 }
 
 void compile(benchmark::State& state, const bench_case& c) {
-  const auto& v = vocab();
+  const auto& v = llama3_vocab();
   std::size_t table_bytes = 0, elements = 0, walk_elements = 0, deferred = 0, states = 0;
   for (auto _ : state) {
     const std::string gbnf = grammar::schema_to_gbnf(std::string_view(c.schema));
@@ -110,7 +79,7 @@ void compile(benchmark::State& state, const bench_case& c) {
 
 void mask(benchmark::State& state, const bench_case& c) {
   const auto& tok = llama3();
-  const auto& v = vocab();
+  const auto& v = llama3_vocab();
   std::vector<token_id> doc = tok.encode(c.document);
   doc.push_back(tok.eos());
   const std::string gbnf = grammar::schema_to_gbnf(std::string_view(c.schema));
@@ -152,7 +121,7 @@ void row_copy(benchmark::State& state) {
 
 const bool registered = [] {
   benchmark::RegisterBenchmark("vocabulary/llama3", vocabulary)->Unit(benchmark::kMillisecond);
-  for (const auto& c : cases) {
+  for (const auto& c : grammar_cases) {
     benchmark::RegisterBenchmark((std::string("compile/") + c.name).c_str(), compile, c)->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("mask/") + c.name).c_str(), mask, c)->Unit(benchmark::kMillisecond);
   }
