@@ -6,7 +6,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -194,6 +197,52 @@ TEST_CASE("gguf: writer round trip of every value type, nested arrays and tensor
       REQUIRE(to_f32(b.scale) == 0.5f);
     }
   }
+}
+
+TEST_CASE("gguf: deferred tensors are filled in order, as eager ones would be, in memory and in a file") {
+  // Two writers of the same tensors, one eager and one with fills that
+  // share a counter (as the synthetic writer's random stream is shared).
+  std::vector<float> a(64), b(32);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(a.size() + i);
+  gguf_writer eager(3, 64);
+  eager.add("k", std::uint32_t{1});
+  eager.add_tensor("a", ggml_type::f32, {64}, std::as_bytes(std::span(a)));
+  eager.add_tensor("b", ggml_type::f32, {8, 4}, std::as_bytes(std::span(b)));
+
+  gguf_writer lazy(3, 64);
+  lazy.add("k", std::uint32_t{1});
+  int next = 0, calls = 0;
+  auto counting = [&](std::span<std::byte> out) {
+    ++calls;
+    for (std::size_t i = 0; i < out.size() / 4; ++i) {
+      const float v = static_cast<float>(next++);
+      std::memcpy(out.data() + 4 * i, &v, 4);
+    }
+  };
+  lazy.add_tensor("a", ggml_type::f32, std::vector<std::uint64_t>{64}, counting);
+  lazy.add_tensor("b", ggml_type::f32, std::vector<std::uint64_t>{8, 4}, counting);
+  REQUIRE(calls == 0);  // nothing is filled before the image is emitted
+  REQUIRE(lazy.bytes() == eager.bytes());
+  REQUIRE(calls == 2);
+
+  next = 0;
+  const std::string path = "test_model_gguf_deferred_tmp.gguf";
+  lazy.write(path);
+  REQUIRE(calls == 4);
+  std::ifstream f(path, std::ios::binary);
+  const std::vector<char> file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  const auto image = eager.bytes();
+  REQUIRE(file.size() == image.size());
+  REQUIRE(std::memcmp(file.data(), image.data(), image.size()) == 0);
+  const gguf_file g(as_span(image));
+  REQUIRE(g.tensor("b").dims[1] == 4);
+
+  REQUIRE_THROWS_WITH(lazy.add_tensor("c", ggml_type::f32, std::vector<std::uint64_t>{4}, gguf_writer::tensor_fill{}),
+                      Catch::Contains("'c'") && Catch::Contains("empty fill"));
+  REQUIRE_THROWS_WITH(lazy.add_tensor("d", ggml_type::q8_0, std::vector<std::uint64_t>{16}, counting),
+                      Catch::Contains("'d'") && Catch::Contains("block size"));
 }
 
 TEST_CASE("gguf: a file without tensors may end right after its metadata") {

@@ -15,6 +15,9 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <string_view>
@@ -100,10 +103,18 @@ TEST_CASE("synthetic: writes a loadable GGUF with metadata, tokenizer and weight
   o.seed = 8;
   REQUIRE(synthetic_llama(o).bytes() != image);
 
-  // Through a file and llama_model::load.
+  // Through a file (streamed, one tensor at a time: the same bytes) and
+  // llama_model::load.
   const std::string path = "test_model_synthetic_tmp.gguf";
   o.tied_output = true;
   write_synthetic_llama(path, o);
+  {
+    std::ifstream file(path, std::ios::binary);
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    const auto in_memory = synthetic_llama(o).bytes();
+    REQUIRE(bytes.size() == in_memory.size());
+    REQUIRE(std::memcmp(bytes.data(), in_memory.data(), bytes.size()) == 0);
+  }
   auto m = llama_model::load(path, exact);
   std::remove(path.c_str());
   REQUIRE(m.config().tied_output);

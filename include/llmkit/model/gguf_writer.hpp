@@ -14,10 +14,15 @@
 /// w.add_tensor("output_norm.weight", ggml_type::f32, {768}, std::as_bytes(std::span(norm)));
 /// w.write("model.gguf");
 /// ```
+///
+/// A tensor may also be added as a fill function, called when the image is
+/// emitted: `write` then holds one such tensor in memory at a time, so a
+/// file larger than memory can be written.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -80,10 +85,19 @@ class gguf_writer {
   void add_tensor(std::string_view name, ggml_type type, std::span<const std::uint64_t> dims,
                   std::span<const std::byte> data);
 
+  /// Writes a deferred tensor's bytes: `out` is exactly the tensor's size.
+  using tensor_fill = std::function<void(std::span<std::byte> out)>;
+  /// Adds a tensor whose bytes `fill` writes when the image is emitted (by
+  /// `bytes()` or `write()`, each calling every fill once, in the order the
+  /// tensors were added, so fills may share state such as a random stream).
+  void add_tensor(std::string_view name, ggml_type type, std::span<const std::uint64_t> dims, tensor_fill fill);
+
   /// The complete file image.
   std::vector<std::byte> bytes() const;
 
-  /// Writes the image to `path` (replacing it), streaming the tensor data.
+  /// Writes the image to `path` (replacing it), streaming the tensor data:
+  /// a deferred tensor is filled into a buffer of its own size, written, and
+  /// the buffer reused.
   void write(const std::string& path) const;
 
   /// Little-endian encoders, public so tests can build raw values.
@@ -120,6 +134,16 @@ class gguf_writer {
  private:
   // Header, metadata, tensor infos and the padding before the data section.
   std::vector<std::byte> head() const;
+  // Records a tensor's info at the next aligned offset of the data section.
+  void add_info(std::string_view name, ggml_type type, std::span<const std::uint64_t> dims, std::uint64_t bytes);
+
+  // One tensor of the data section: its bytes, or the fill that makes them.
+  struct tensor_data {
+    std::uint64_t offset;  ///< from the start of the data section
+    std::uint64_t size;
+    std::vector<std::byte> bytes;  ///< empty when deferred
+    tensor_fill fill;
+  };
 
   template <class T>
   static void put_scalar(std::vector<std::byte>& out, T v) {
@@ -143,7 +167,8 @@ class gguf_writer {
   std::uint64_t n_tensors_ = 0;
   std::vector<std::byte> meta_;
   std::vector<std::byte> infos_;
-  std::vector<std::byte> data_;
+  std::vector<tensor_data> tensors_;
+  std::uint64_t data_size_ = 0;  ///< the data section's size so far
 };
 
 }  // namespace llmkit::model

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <fstream>
 #include <span>
 #include <string>
@@ -36,8 +37,8 @@ LLMKIT_DECL void gguf_writer::add_raw(std::string_view key, std::uint32_t type_c
   ++n_kv_;
 }
 
-LLMKIT_DECL void gguf_writer::add_tensor(std::string_view name, ggml_type type, std::span<const std::uint64_t> dims,
-                                         std::span<const std::byte> data) {
+LLMKIT_DECL void gguf_writer::add_info(std::string_view name, ggml_type type, std::span<const std::uint64_t> dims,
+                                       std::uint64_t bytes) {
   LLMKIT_CHECK(!dims.empty() && dims.size() <= gguf_max_dims, "gguf_writer: tensor '", name, "' has ",
                dims.size(), " dims (must be 1..", gguf_max_dims, ")");
   std::uint64_t n = 1;
@@ -46,21 +47,42 @@ LLMKIT_DECL void gguf_writer::add_tensor(std::string_view name, ggml_type type, 
   LLMKIT_CHECK(dims[0] % block == 0, "gguf_writer: tensor '", name, "' row length ", dims[0],
                " is not a multiple of the block size ", block);
   const std::uint64_t expected = n / block * ggml_block_bytes(type);
-  LLMKIT_CHECK(data.size() == expected, "gguf_writer: tensor '", name, "' needs ", expected, " bytes, got ",
-               data.size());
-  while (data_.size() % alignment_) data_.push_back(std::byte{0});
+  LLMKIT_CHECK(bytes == expected, "gguf_writer: tensor '", name, "' needs ", expected, " bytes, got ", bytes);
+  data_size_ = (data_size_ + alignment_ - 1) / alignment_ * alignment_;
   put_string(infos_, name);
   put<std::uint32_t>(infos_, static_cast<std::uint32_t>(dims.size()));
   for (auto d : dims) put<std::uint64_t>(infos_, d);
   put<std::uint32_t>(infos_, std::uint32_t(type));
-  put<std::uint64_t>(infos_, data_.size());
-  data_.insert(data_.end(), data.begin(), data.end());
+  put<std::uint64_t>(infos_, data_size_);
+  tensors_.push_back({.offset = data_size_, .size = expected, .bytes = {}, .fill = {}});
+  data_size_ += expected;
   ++n_tensors_;
+}
+
+LLMKIT_DECL void gguf_writer::add_tensor(std::string_view name, ggml_type type, std::span<const std::uint64_t> dims,
+                                         std::span<const std::byte> data) {
+  add_info(name, type, dims, data.size());
+  tensors_.back().bytes.assign(data.begin(), data.end());
+}
+
+LLMKIT_DECL void gguf_writer::add_tensor(std::string_view name, ggml_type type, std::span<const std::uint64_t> dims,
+                                         tensor_fill fill) {
+  LLMKIT_CHECK(static_cast<bool>(fill), "gguf_writer: tensor '", name, "' has an empty fill function");
+  std::uint64_t n = 1;
+  for (auto d : dims) n *= d;
+  add_info(name, type, dims, n / ggml_block_elements(type) * ggml_block_bytes(type));
+  tensors_.back().fill = std::move(fill);
 }
 
 LLMKIT_DECL std::vector<std::byte> gguf_writer::bytes() const {
   std::vector<std::byte> out = head();
-  out.insert(out.end(), data_.begin(), data_.end());
+  const std::size_t data_start = out.size();
+  out.resize(data_start + data_size_);
+  for (const tensor_data& t : tensors_) {
+    const std::span<std::byte> dst(out.data() + data_start + t.offset, t.size);
+    if (t.fill) t.fill(dst);
+    else std::copy(t.bytes.begin(), t.bytes.end(), dst.begin());
+  }
   return out;
 }
 
@@ -69,7 +91,21 @@ LLMKIT_DECL void gguf_writer::write(const std::string& path) const {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   LLMKIT_CHECK(f.good(), "gguf_writer: cannot open '", path, "' for writing");
   f.write(reinterpret_cast<const char*>(h.data()), static_cast<std::streamsize>(h.size()));
-  f.write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(data_.size()));
+  std::uint64_t at = 0;
+  std::vector<std::byte> buffer;
+  const char zeros[64] = {};
+  for (const tensor_data& t : tensors_) {
+    for (; at < t.offset; at += std::min<std::uint64_t>(sizeof zeros, t.offset - at))
+      f.write(zeros, static_cast<std::streamsize>(std::min<std::uint64_t>(sizeof zeros, t.offset - at)));
+    const std::byte* src = t.bytes.data();
+    if (t.fill) {
+      buffer.resize(t.size);
+      t.fill(buffer);
+      src = buffer.data();
+    }
+    f.write(reinterpret_cast<const char*>(src), static_cast<std::streamsize>(t.size));
+    at += t.size;
+  }
   LLMKIT_CHECK(f.good(), "gguf_writer: writing '", path, "' failed");
 }
 

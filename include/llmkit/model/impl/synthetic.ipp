@@ -5,11 +5,14 @@
 /// The synthetic-model writer (model/synthetic.hpp): compiled inline by the
 /// header, or once by <llmkit/src.hpp> with LLMKIT_SEPARATE_COMPILATION.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <span>
@@ -44,13 +47,6 @@ LLMKIT_DECL tensor_type_rule q4_k_m_types(const synthetic_options& options) {
 }
 
 namespace detail {
-/// Encodes `[n] values` as `type` bytes.
-inline std::vector<std::byte> encode_weights(std::span<const float> values, ggml_type type) {
-  std::vector<std::byte> out(values.size() / ggml_block_elements(type) * ggml_block_bytes(type));
-  quantize_row(type, values.data(), out.data(), values.size());
-  return out;
-}
-
 /// `wanted` for a matrix `name` of rows `cols` long, or llama-quantize's
 /// fallback when the K-quants' 256-value blocks do not divide `cols`.
 /// @throws llmkit::error naming the tensor when neither fits.
@@ -85,7 +81,10 @@ inline std::string synthetic_piece(std::size_t i) {
 }
 }  // namespace detail
 
-LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
+namespace detail {
+/// The synthetic image, its tensors filled now or, when `deferred`, as the
+/// file is written (one tensor in memory at a time).
+inline gguf_writer synthetic_image(const synthetic_options& options, bool deferred) {
   llama_config c = options.config;
   c.tied_output = options.tied_output;
   if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
@@ -187,48 +186,62 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   w.add("tokenizer.ggml.bos_token_id", std::uint32_t{1});
   w.add("tokenizer.ggml.eos_token_id", std::uint32_t{2});
 
-  std::mt19937_64 rng(options.seed);
-  std::vector<float> buffer;
-  auto uniform = [&](std::size_t n, float center, float half_width) {
-    buffer.resize(n);
-    // 24 random bits per value: uniform in [center - half_width, center +
-    // half_width). The offset is exact and std::fma rounds once, so the bytes
-    // do not depend on whether the compiler contracts a multiply-add.
-    for (auto& v : buffer)
-      v = std::fma(half_width, static_cast<float>(rng() >> 40) * 0x1p-23f - 1.0f, center);
-    return std::span<const float>(buffer);
+  // Every value comes from one random stream in tensor order, so a tensor's
+  // bytes are the same whether it is filled when added or when written.
+  const auto rng = std::make_shared<std::mt19937_64>(options.seed);
+  // [n] values uniform in [center - half_width, center + half_width) as
+  // `type`, drawn a chunk at a time so a large tensor never exists as floats.
+  auto uniform = [rng](ggml_type type, std::size_t n, float center, float half_width) {
+    return [rng, type, n, center, half_width](std::span<std::byte> out) {
+      constexpr std::size_t chunk = std::size_t{1} << 20;  // a multiple of every block
+      std::vector<float> values;
+      const std::size_t block = ggml_block_elements(type), block_bytes = ggml_block_bytes(type);
+      for (std::size_t at = 0; at < n; at += chunk) {
+        values.resize(std::min(chunk, n - at));
+        // 24 random bits per value. The offset is exact and std::fma rounds
+        // once, so the bytes do not depend on whether the compiler contracts
+        // a multiply-add.
+        for (auto& v : values) v = std::fma(half_width, static_cast<float>((*rng)() >> 40) * 0x1p-23f - 1.0f, center);
+        quantize_row(type, values.data(), out.data() + at / block * block_bytes, values.size());
+      }
+    };
+  };
+  // Filled now (an image in memory) or when written (a file).
+  auto add = [&](const std::string& name, ggml_type type, std::initializer_list<std::uint64_t> dims,
+                 gguf_writer::tensor_fill fill) {
+    const std::span<const std::uint64_t> d(dims.begin(), dims.size());
+    if (deferred) return w.add_tensor(name, type, d, std::move(fill));
+    std::uint64_t n = 1;
+    for (auto x : dims) n *= x;
+    std::vector<std::byte> bytes(n / ggml_block_elements(type) * ggml_block_bytes(type));
+    fill(bytes);
+    w.add_tensor(name, type, d, bytes);
+  };
+  auto constant = [](std::span<const float> values) {
+    return [v = std::vector<float>(values.begin(), values.end())](std::span<std::byte> out) {
+      std::memcpy(out.data(), v.data(), out.size());
+    };
   };
   auto matrix = [&](const std::string& name, std::size_t rows, std::size_t cols, float half_width) {
     const ggml_type type =
         options.tensor_types ? detail::fitting_type(options.tensor_types(name), name, cols) : options.weight_type;
-    const auto values = uniform(rows * cols, 0.0f, half_width);
-    const auto bytes = detail::encode_weights(values, type);
-    w.add_tensor(name, type, {cols, rows}, bytes);
+    add(name, type, {cols, rows}, uniform(type, rows * cols, 0.0f, half_width));
   };
   // [n_expert, rows, cols] (dims {cols, rows, n_expert}), expert after expert.
   auto experts = [&](const std::string& name, std::size_t rows, std::size_t cols, float half_width) {
     const ggml_type type =
         options.tensor_types ? detail::fitting_type(options.tensor_types(name), name, cols) : options.weight_type;
-    std::vector<std::byte> bytes;
-    for (std::size_t e = 0; e < c.n_expert; ++e) {
-      const auto part = detail::encode_weights(uniform(rows * cols, 0.0f, half_width), type);
-      bytes.insert(bytes.end(), part.begin(), part.end());
-    }
-    w.add_tensor(name, type, {cols, rows, c.n_expert}, bytes);
+    add(name, type, {cols, rows, c.n_expert}, uniform(type, c.n_expert * rows * cols, 0.0f, half_width));
   };
   auto vector = [&](const std::string& name, std::size_t n, float center, float half_width) {
-    const auto values = uniform(n, center, half_width);
-    w.add_tensor(name, ggml_type::f32, {n}, std::as_bytes(values));
+    add(name, ggml_type::f32, {n}, uniform(ggml_type::f32, n, center, half_width));
   };
   auto norm = [&](const std::string& name, std::size_t n) { vector(name, n, 1.0f, 0.1f); };
   if (!c.rope.freq_factors.empty())
-    w.add_tensor("rope_freqs.weight", ggml_type::f32, {c.rope.freq_factors.size()},
-                 std::as_bytes(std::span<const float>(c.rope.freq_factors)));
+    add("rope_freqs.weight", ggml_type::f32, {c.rope.freq_factors.size()}, constant(c.rope.freq_factors));
   if (!c.rope_long_factors.empty()) {
-    w.add_tensor("rope_factors_long.weight", ggml_type::f32, {c.rope_long_factors.size()},
-                 std::as_bytes(std::span<const float>(c.rope_long_factors)));
-    w.add_tensor("rope_factors_short.weight", ggml_type::f32, {c.rope_short_factors.size()},
-                 std::as_bytes(std::span<const float>(c.rope_short_factors)));
+    add("rope_factors_long.weight", ggml_type::f32, {c.rope_long_factors.size()}, constant(c.rope_long_factors));
+    add("rope_factors_short.weight", ggml_type::f32, {c.rope_short_factors.size()}, constant(c.rope_short_factors));
   }
   const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const float in_dim = std::sqrt(3.0f / float(c.dim)), in_q = std::sqrt(3.0f / float(qd)),
@@ -260,8 +273,8 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
     norm(b + "attn_norm.weight", c.dim);
     if (c.has_experts()) {
       // The router stays F32, as llama-quantize leaves ffn_gate_inp.
-      const auto router = uniform(c.n_expert * c.dim, 0.0f, in_dim);
-      w.add_tensor(b + "ffn_gate_inp.weight", ggml_type::f32, {c.dim, c.n_expert}, std::as_bytes(router));
+      add(b + "ffn_gate_inp.weight", ggml_type::f32, {c.dim, c.n_expert},
+          uniform(ggml_type::f32, c.n_expert * c.dim, 0.0f, in_dim));
       const float in_expert = std::sqrt(3.0f / float(c.expert_ffn_dim));
       experts(b + "ffn_gate_exps.weight", c.expert_ffn_dim, c.dim, in_dim);
       experts(b + "ffn_down_exps.weight", c.dim, c.expert_ffn_dim, in_expert);
@@ -269,8 +282,7 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
       if (arch.expert_biases) {  // F32 [n_expert, rows] (dims {rows, n_expert})
         vector(b + "ffn_gate_inp.bias", c.n_expert, 0.0f, 0.5f);
         const auto bias = [&](const std::string& name, std::size_t rows) {
-          const auto values = uniform(c.n_expert * rows, 0.0f, 0.5f);
-          w.add_tensor(name, ggml_type::f32, {rows, c.n_expert}, std::as_bytes(values));
+          add(name, ggml_type::f32, {rows, c.n_expert}, uniform(ggml_type::f32, c.n_expert * rows, 0.0f, 0.5f));
         };
         bias(b + "ffn_gate_exps.bias", c.expert_ffn_dim);
         bias(b + "ffn_up_exps.bias", c.expert_ffn_dim);
@@ -289,9 +301,14 @@ LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
   }
   return w;
 }
+}  // namespace detail
+
+LLMKIT_DECL gguf_writer synthetic_llama(const synthetic_options& options) {
+  return detail::synthetic_image(options, false);
+}
 
 LLMKIT_DECL void write_synthetic_llama(const std::string& path, const synthetic_options& options) {
-  synthetic_llama(options).write(path);
+  detail::synthetic_image(options, true).write(path);
 }
 
 }  // namespace llmkit::model
