@@ -26,15 +26,22 @@
 //   routed_decode/gpt-oss-20b/mxfp4/threads:N, dense_decode/...
 //                                       the same on gpt-oss-20b's layer: 32
 //                                       MXFP4 experts of 2880 x 2880, 4 active.
-//   model_decode/<file>/threads:N       the whole qwen3moe model, one token per
-//                                       step after a 64-token prompt: tokens/s,
-//                                       routed_MB and weight_MB per token
+//   model_decode/<file>/threads:N       a whole model, one token per step after
+//                                       a 64-token prompt: tokens/s, routed_MB
+//                                       and weight_MB per token
 //                                       (llama_model::weight_bytes_per_step),
 //                                       frac_read_roof on the weight bytes.
+//                                       Files: qwen3-30b-a3b-q4_k_m (qwen3moe,
+//                                       Q4_K_M, 32/4 heads of 128, vocabulary
+//                                       151,936) and gpt-oss-20b-mxfp4 (gpt-oss,
+//                                       MXFP4 experts, Q8_0 elsewhere, 64/8
+//                                       heads of 64, window 128 on every other
+//                                       layer, vocabulary 201,088).
 //
-// The model is a synthetic Q4_K_M file with LLMKIT_BENCH_MOE_LAYERS layers
-// (default 4; 48 is the full 18 GB model), written once to
-// <source>/build/bench-moe-qwen3-30b-a3b-q4_k_m-L<layers>.gguf. Under
+// The models are synthetic files with LLMKIT_BENCH_MOE_LAYERS layers
+// (default 4; 48 is the full 18 GB Qwen3-30B-A3B, 24 the full gpt-oss-20b),
+// written once (one tensor in memory at a time) to
+// <source>/build/bench-moe-<file>-L<layers>.gguf. Under
 // LLMKIT_BENCH_SMOKE=1 every shape is small. Int8 activations throughout
 // (the model's default). One thread is timed by the thread's CPU time, two
 // by wall time.
@@ -302,32 +309,61 @@ std::size_t model_layers() {
   return 4;
 }
 
-model::llama_model& moe_model() {
-  static std::unique_ptr<model::llama_model> m;
-  if (m) return *m;
-  const moe_shape s = shape();
+/// The whole models measured: Qwen3-30B-A3B at Q4_K_M, and gpt-oss-20b with
+/// MXFP4 experts and Q8_0 elsewhere.
+struct moe_file {
+  const char* name;
+  shape_id layer;
+};
+const moe_file moe_files[] = {{"qwen3-30b-a3b-q4_k_m", shape_id::qwen3_30b_a3b},
+                              {"gpt-oss-20b-mxfp4", shape_id::gpt_oss_20b}};
+
+model::synthetic_options moe_options(const moe_file& f) {
+  const moe_shape s = shape(f.layer);
+  const bool oss = f.layer == shape_id::gpt_oss_20b;
   model::synthetic_options o;
   model::llama_config& c = o.config;
-  c.arch = model::architecture::qwen3moe;
-  c.n_vocab = smoke() ? 1000 : 151936;
   c.dim = s.dim;
   c.n_layers = model_layers();
-  c.n_heads = smoke() ? 4 : 32;
-  c.n_kv_heads = smoke() ? 2 : 4;
-  c.head_dim = smoke() ? 64 : 128;
-  c.rope.rotary_dim = c.head_dim;
-  c.rope.theta = 1000000.0f;
-  c.rms_eps = 1e-6f;
-  c.ffn_dim = smoke() ? 512 : 6144;
   c.n_expert = s.n_expert;
   c.n_expert_used = s.k;
   c.expert_ffn_dim = s.expert_ffn;
   c.context_length = 4096;
-  o.seed = 30;
-  o.tensor_types = model::q4_k_m_types(o);
-  const std::string path = build_dir() + (smoke() ? "bench-moe-smoke.gguf"
-                                                  : "bench-moe-qwen3-30b-a3b-q4_k_m-L" + std::to_string(c.n_layers) +
-                                                        ".gguf");
+  c.head_dim = smoke() || oss ? 64 : 128;
+  c.rope.rotary_dim = c.head_dim;
+  c.n_kv_heads = smoke() ? 2 : oss ? 8 : 4;
+  if (oss) {
+    c.arch = model::architecture::gpt_oss;
+    c.n_vocab = smoke() ? 1000 : 201088;
+    c.n_heads = smoke() ? 4 : 64;
+    c.ffn_dim = s.expert_ffn;
+    c.rope.theta = 150000.0f;
+    c.rms_eps = 1e-5f;
+    c.sliding_window = 128;
+    o.seed = 20;
+    o.tensor_types = [](std::string_view name) {
+      return name.ends_with("_exps.weight") ? model::ggml_type::mxfp4 : model::ggml_type::q8_0;
+    };
+  } else {
+    c.arch = model::architecture::qwen3moe;
+    c.n_vocab = smoke() ? 1000 : 151936;
+    c.n_heads = smoke() ? 4 : 32;
+    c.ffn_dim = smoke() ? 512 : 6144;
+    c.rope.theta = 1000000.0f;
+    c.rms_eps = 1e-6f;
+    o.seed = 30;
+    o.tensor_types = model::q4_k_m_types(o);
+  }
+  return o;
+}
+
+model::llama_model& moe_model(const moe_file& f) {
+  static std::map<std::string, std::unique_ptr<model::llama_model>> loaded;
+  auto& m = loaded[f.name];
+  if (m) return *m;
+  const model::synthetic_options o = moe_options(f);
+  const std::string path = build_dir() + "bench-moe-" + f.name + (smoke() ? "-smoke" : "") + "-L" +
+                           std::to_string(o.config.n_layers) + ".gguf";
   if (!std::filesystem::exists(path)) {
     // Through a temporary file, so an interrupted write leaves no truncated
     // model; a checkout configured elsewhere has no <source>/build yet.
@@ -340,8 +376,8 @@ model::llama_model& moe_model() {
   return *m;
 }
 
-void bm_model_decode(benchmark::State& state, std::size_t threads) {
-  auto& m = moe_model();
+void bm_model_decode(benchmark::State& state, const moe_file& f, std::size_t threads) {
+  auto& m = moe_model(f);
   const auto& c = m.config();
   thread_pool pool(threads);
   constexpr std::size_t prompt = 64;
@@ -369,18 +405,21 @@ void bm_model_decode(benchmark::State& state, std::size_t threads) {
   }
   const double seconds = clock.seconds();
   const double tokens = double(state.iterations());
-  const moe_shape s = shape();
-  // The router (F32) and k experts per layer: the Q4_K gate and up, and the
-  // down projection's own format in each layer (Q4_K or Q6_K).
+  // Per layer: the router (F32) and k experts' gate, up and down, each in
+  // its own format.
+  const moe_shape s = shape(f.layer);
+  const auto types = moe_options(f).tensor_types;
+  auto expert_bytes = [&](const std::string& name, std::size_t rows, std::size_t cols) {
+    const auto t = types(name);
+    return double(rows * cols / model::ggml_block_elements(t) * model::ggml_block_bytes(t));
+  };
   double routed = 0;
-  const auto types = model::q4_k_m_types({.config = c});
   for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const std::string bname = "blk." + std::to_string(l) + ".ffn_down_exps.weight";
-    const auto down = types(bname);
-    const auto q4k = model::ggml_type::q4_k;
+    const std::string b = "blk." + std::to_string(l) + ".";
     routed += double(s.n_expert * s.dim * sizeof(float)) +
-              double(s.k) * (2.0 * double(s.expert_ffn * s.dim / 256 * model::ggml_block_bytes(q4k)) +
-                             double(s.dim * s.expert_ffn / model::ggml_block_elements(down) * model::ggml_block_bytes(down)));
+              double(s.k) * (expert_bytes(b + "ffn_gate_exps.weight", s.expert_ffn, s.dim) +
+                             expert_bytes(b + "ffn_up_exps.weight", s.expert_ffn, s.dim) +
+                             expert_bytes(b + "ffn_down_exps.weight", s.dim, s.expert_ffn));
   }
   state.counters["tokens"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["routed_MB"] = routed * 1e-6;
@@ -433,10 +472,11 @@ int main(int argc, char** argv) {
                                         })
                ->Unit(benchmark::kMicrosecond),
            threads);
-    timing(benchmark::RegisterBenchmark(("model_decode/qwen3-30b-a3b-q4_k_m" + th).c_str(),
-                                        [=](benchmark::State& s) { bm_model_decode(s, threads); })
-               ->Unit(benchmark::kMillisecond),
-           threads);
+    for (const moe_file& f : moe_files)
+      timing(benchmark::RegisterBenchmark((std::string("model_decode/") + f.name + th).c_str(),
+                                          [=, &f](benchmark::State& s) { bm_model_decode(s, f, threads); })
+                 ->Unit(benchmark::kMillisecond),
+             threads);
   }
   llmkit_bench::add_roofline_context();
   benchmark::RunSpecifiedBenchmarks();

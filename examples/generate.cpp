@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   sampling_options so;
   std::uint64_t seed = 42;
   std::size_t threads = 0;  // 0: by the model's size (llmkit_examples::default_threads)
-  cli.add_option("--model", model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss)");
+  cli.add_option("--model", model_path, "GGUF model file (an architecture of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss, qwen2moe)");
   const auto prompt_option =
       cli.add_option("--prompt", prompt, "prompt text (BOS prepended when tokenizer.ggml.add_bos_token asks)");
   cli.add_option("--tokens", n_tokens, "tokens to generate at most").count_at_least(1, "nothing to generate");

@@ -236,3 +236,128 @@ TEST_CASE("qwen3moe: the fuzzer's qwen3moe seed is synthetic_llama's output, and
 
   test::require_fuzz_seed(o, expected, "tiny_qwen3moe.gguf");
 }
+
+namespace {
+
+// Qwen2-MoE: Qwen2's attention (Q/K/V biases) and a shared expert of its own
+// width; no expert_weights_norm key, so the routing weights are not
+// renormalised (the architecture's default).
+llama_config qwen2moe_config(std::size_t dim, std::size_t n_expert, std::size_t k, std::size_t expert_ffn,
+                             std::size_t shared_ffn) {
+  llama_config c = moe_config(dim, n_expert, k, expert_ffn, 300);
+  c.arch = architecture::qwen2moe;
+  c.expert_weights_norm = false;
+  c.shared_expert_ffn_dim = shared_ffn;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("qwen2moe: routed experts and the gated shared expert match the double-precision oracle") {
+  struct shape {
+    std::size_t dim, n_expert, k, expert_ffn, shared_ffn;
+    bool norm;
+  };
+  const std::vector<shape> shapes{{64, 4, 2, 32, 96, false}, {64, 6, 4, 64, 32, false}, {96, 5, 5, 32, 64, true}};
+  std::mt19937 rng(52);
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const shape sh = shapes[si];
+    synthetic_options o{.config = qwen2moe_config(sh.dim, sh.n_expert, sh.k, sh.expert_ffn, sh.shared_ffn),
+                        .seed = 700 + si,
+                        .tied_output = si == 1};
+    o.config.expert_weights_norm = sh.norm;
+    const auto image = synthetic_llama(o).bytes();
+    const gguf_file f(as_span(image));
+    REQUIRE((f.contains("qwen2moe.expert_weights_norm")) == sh.norm);  // written only when not the default
+    REQUIRE(f.tensor("blk.1.ffn_gate_inp_shexp.weight").n_dims == 1);
+    llama_model m(f, exact);
+    const llama_config& c = m.config();
+    REQUIRE(c.arch == architecture::qwen2moe);
+    REQUIRE(c.expert_weights_norm == sh.norm);
+    REQUIRE(c.shared_expert_ffn_dim == sh.shared_ffn);
+    REQUIRE(c.rope.layout == simd::rope_layout::half_split);
+    for (std::size_t n : {1u, 9u, 20u}) {
+      INFO("shape " << si << " n " << n);
+      REQUIRE(max_error(m, f, random_tokens(n, 300, rng)) <= 2e-5);
+    }
+  }
+  // Q8_0 matrices (the shared expert's too): the exact product matches the
+  // oracle, int8 activations stay close to it.
+  synthetic_options o{.config = qwen2moe_config(64, 4, 2, 32, 32), .weight_type = ggml_type::q8_0, .seed = 9};
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model int8(f), exact_model(f, exact);
+  const auto tokens = random_tokens(6, 300, rng);
+  REQUIRE(max_error(exact_model, f, tokens) <= 2e-5);
+  require_int8_close(all_logits(exact_model, tokens), all_logits(int8, tokens), 0.05);
+}
+
+TEST_CASE("qwen2moe: prefill equals decode, packed sequences equal sequences alone, and a step reads the shared expert") {
+  synthetic_options o{.config = qwen2moe_config(256, 8, 2, 256, 512), .weight_type = ggml_type::q4_k, .seed = 29};
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  llama_model m(f);
+  thread_pool pool(2);
+  check_prefill_equals_decode(m, {{5, 9, 200, 7, 7, 1}, {42}, {3, 299, 8, 100}}, {2, 0, 1}, &pool);
+
+  // Per layer: Q/K/V/O, norms and biases, the router and 2 experts, the
+  // shared expert's three matrices and its gate vector.
+  const std::size_t q4k_row = 256 / 256 * ggml_block_bytes(ggml_type::q4_k);
+  const std::size_t expert_bytes = (256 + 256 + 256) * q4k_row;
+  const std::size_t router_bytes = 64 * 256 * sizeof(float);  // 8 rows fill one 64-row panel
+  std::size_t dense = f.tensor("output.weight").n_bytes + 256 * sizeof(float);
+  for (std::size_t l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                          "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight"})
+      dense += f.tensor(b + t).n_bytes;
+    dense += (2 * 256 + 256 + 2 * 128 + 256) * sizeof(float);  // norms, Q/K/V biases, the shared gate
+  }
+  REQUIRE(m.weight_bytes_per_step() == dense + 2 * (router_bytes + 2 * expert_bytes));
+}
+
+TEST_CASE("qwen2moe: bad shared experts raise llmkit::error naming the key or tensor") {
+  synthetic_options o{.config = qwen2moe_config(64, 4, 2, 32, 48), .seed = 3};
+  {
+    llama_config c = o.config;
+    c.shared_expert_ffn_dim = 0;
+    REQUIRE_THROWS_WITH(c.validate(), Contains("shared_expert_ffn_dim = 0 must be in [1, "));
+    c = moe_config(64, 4, 2, 32, 300);
+    c.shared_expert_ffn_dim = 8;
+    REQUIRE_THROWS_WITH(c.validate(), Contains("shared_expert_ffn_dim = 8 for qwen3moe, which has no shared expert"));
+  }
+  const auto image = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(image));
+  auto without = [&](std::string_view tensor) {
+    gguf_writer w;
+    for (const auto& [key, value] : f.metadata())
+      std::visit(
+          [&](const auto& v) {
+            if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, gguf_array>) w.add(key, v);
+          },
+          value);
+    for (const gguf_tensor& t : f.tensors())
+      if (t.name != tensor)
+        w.add_tensor(t.name, t.type, std::span<const std::uint64_t>(t.dims.data(), t.n_dims),
+                     std::span<const std::byte>(t.data, static_cast<std::size_t>(t.n_bytes)));
+    return w.bytes();
+  };
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(without("")))));
+  for (const char* t : {"blk.0.ffn_gate_inp_shexp.weight", "blk.1.ffn_down_shexp.weight", "blk.1.ffn_up_shexp.weight"})
+    REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(without(t)))), Contains(std::string("missing tensor '") + t + "'"));
+}
+
+TEST_CASE("qwen2moe: the fuzzer's qwen2moe seed is synthetic_llama's output, and loads") {
+  synthetic_options o{.config = qwen2moe_config(32, 4, 2, 32, 32), .weight_type = ggml_type::f16, .seed = 49};
+  o.config.n_vocab = 40;
+  o.config.n_layers = 1;
+  o.config.n_heads = 2;
+  o.config.n_kv_heads = 1;
+  o.config.head_dim = 16;
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f, exact);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+
+  test::require_fuzz_seed(o, expected, "tiny_qwen2moe.gguf");
+}

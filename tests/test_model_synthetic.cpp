@@ -454,7 +454,7 @@ TEST_CASE("architectures: bad files raise llmkit::error naming the architecture,
   w.add("general.architecture", std::string_view("gpt2"));
   const auto unknown = w.bytes();
   REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(unknown))),
-                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss)");
+                      "model: unsupported general.architecture 'gpt2' (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss, qwen2moe)");
 
   synthetic_options o{.config = small_config(64, 4, 2, 96, 300), .seed = 3};
   o.config.arch = architecture::qwen2;

@@ -108,6 +108,10 @@ struct llama_reference {
   // n_used most probable (renormalised when norm_w), their SwiGLU FFNs.
   std::size_t n_expert = 0, n_used = 0, expert_ffn = 0;
   bool norm_w = true;
+  // qwen2moe: Qwen2's attention; no renormalisation unless the file says;
+  // a shared SwiGLU expert of width shared_ffn scaled by sigmoid(g . x).
+  bool qwen2moe = false;
+  std::size_t shared_ffn = 0;
   // gpt-oss: attn_output.bias, attn_sinks, the FFN norm named post_attention_norm,
   // a router bias and top-k then softmax, expert biases, the clamped SwiGLU.
   bool gpt_oss = false;
@@ -120,15 +124,19 @@ struct llama_reference {
     fused = arch == "phi3";
     neox = arch == "qwen2" || arch == "qwen3" || gemma || fused;
     gpt_oss = arch == "gpt-oss";
-    qkv_bias = arch == "qwen2" || gpt_oss;
+    qwen2moe = arch == "qwen2moe";
+    qkv_bias = arch == "qwen2" || gpt_oss || qwen2moe;
     qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe";
-    neox = neox || arch == "qwen3moe" || gpt_oss;
-    if (arch == "qwen3moe" || gpt_oss) {
+    neox = neox || arch == "qwen3moe" || gpt_oss || qwen2moe;
+    if (arch == "qwen3moe" || gpt_oss || qwen2moe) {
       n_expert = f.get<std::size_t>(p + "expert_count");
       n_used = f.get<std::size_t>(p + "expert_used_count");
       expert_ffn = f.get<std::size_t>(p + "expert_feed_forward_length");
-      norm_w = f.get_optional<bool>(p + "expert_weights_norm").value_or(true);
+      norm_w = f.get_optional<bool>(p + "expert_weights_norm").value_or(!qwen2moe);
     }
+    if (qwen2moe)
+      shared_ffn = f.get_optional<std::size_t>(p + "expert_shared_feed_forward_length")
+                       .value_or(f.get<std::size_t>(p + "feed_forward_length"));
     dim = f.get<std::size_t>(p + "embedding_length");
     n_layers = f.get<std::size_t>(p + "block_count");
     n_heads = f.get<std::size_t>(p + "attention.head_count");
@@ -283,7 +291,7 @@ struct llama_reference {
       const std::string b = "blk." + std::to_string(l) + ".";
       const auto an = load(b + "attn_norm.weight"), wo = load(b + "attn_output.weight"),
                  fn = load(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"));
-      std::vector<double> wq, wk, wv, wg, wu, wd, router;
+      std::vector<double> wq, wk, wv, wg, wu, wd, router, sg, sg_gate, sg_up, sg_down;  // sg*: qwen2moe's shared expert
       std::vector<double> bo(dim, 0.0), sinks, router_b, bg, bu, bd;  // gpt-oss's
       if (gpt_oss) {
         bo = load(b + "attn_output.bias");
@@ -298,6 +306,12 @@ struct llama_reference {
         wg = load(b + "ffn_gate_exps.weight");
         wu = load(b + "ffn_up_exps.weight");
         wd = load(b + "ffn_down_exps.weight");
+        if (qwen2moe) {
+          sg = load(b + "ffn_gate_inp_shexp.weight");
+          sg_gate = load(b + "ffn_gate_shexp.weight");
+          sg_up = load(b + "ffn_up_shexp.weight");
+          sg_down = load(b + "ffn_down_shexp.weight");
+        }
       } else {
         wd = load(b + "ffn_down.weight");
       }
@@ -413,6 +427,15 @@ struct llama_reference {
               for (std::size_t j = 0; j < f; ++j) y += wd[off + d * f + j] * h[j];
               x[t][d] += weight[std::size_t(e)] * y;
             }
+          }
+          if (qwen2moe) {  // the shared expert, gated by sigmoid(g . xn)
+            double g = 0;
+            for (std::size_t i = 0; i < dim; ++i) g += sg[i] * xn[i];
+            const auto gate = matvec(sg_gate, xn, shared_ffn), up = matvec(sg_up, xn, shared_ffn);
+            std::vector<double> h(shared_ffn);
+            for (std::size_t j = 0; j < shared_ffn; ++j) h[j] = gate[j] / (1.0 + std::exp(-gate[j])) * up[j];
+            const auto down = matvec(sg_down, h, dim);
+            for (std::size_t d = 0; d < dim; ++d) x[t][d] += down[d] / (1.0 + std::exp(-g));
           }
           continue;
         }

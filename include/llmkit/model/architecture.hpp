@@ -35,6 +35,7 @@ enum class architecture {
   phi3,   ///< Phi-3 / Phi-3.5-mini, Phi-4-mini (fused QKV and gate|up, LongRoPE)
   qwen3moe, ///< Qwen3-MoE (Qwen3's attention, a routed mixture of SwiGLU experts for the FFN)
   gpt_oss,  ///< gpt-oss (biases, attention sinks, alternating window, top-k-softmax router, clamped SwiGLU experts)
+  qwen2moe, ///< Qwen1.5-MoE / Qwen2-MoE (Qwen2's attention, routed experts without renormalisation, a gated shared expert)
 };
 
 /// How a mixture's router turns its logits into k experts and weights
@@ -106,6 +107,16 @@ struct architecture_traits {
   bool routed_experts = false;
   /// How the router chooses and weighs the experts.
   expert_router router = expert_router::softmax_top_k;
+  /// `expert_weights_norm` when the file does not say: whether the k
+  /// routing weights are renormalised to sum 1 (Qwen3-MoE: yes, Qwen2-MoE:
+  /// no).
+  bool expert_weights_norm = true;
+  /// Whether each layer also has a shared expert that every token uses:
+  /// SwiGLU `blk.N.ffn_gate_shexp.weight`, `ffn_up_shexp.weight`
+  /// ([shared_expert_ffn, dim]) and `ffn_down_shexp.weight` ([dim,
+  /// shared_expert_ffn]), its output scaled by sigmoid(g . x) with the F32
+  /// `ffn_gate_inp_shexp.weight` g ([dim]) and added to the routed experts'.
+  bool shared_expert = false;
   /// Whether the router and the experts have F32 biases:
   /// `blk.N.ffn_gate_inp.bias` ([n_expert]), `ffn_gate_exps.bias`,
   /// `ffn_up_exps.bias` ([n_expert, expert_ffn]) and `ffn_down_exps.bias`
@@ -123,7 +134,7 @@ struct architecture_traits {
 
 /// Every supported architecture, one row each; a field a row leaves out
 /// keeps its default, which is what Llama does.
-inline constexpr std::array<architecture_traits, 8> architectures{{
+inline constexpr std::array<architecture_traits, 9> architectures{{
     {.id = architecture::llama,
      .name = "llama"},
     {.id = architecture::qwen2,
@@ -175,6 +186,13 @@ inline constexpr std::array<architecture_traits, 8> architectures{{
      .output_bias = true,
      .attention_sinks = true,
      .ffn_norm_tensor = "post_attention_norm"},
+    {.id = architecture::qwen2moe,
+     .name = "qwen2moe",
+     .rope_layout = simd::rope_layout::half_split,
+     .qkv_bias = true,
+     .routed_experts = true,
+     .expert_weights_norm = false,
+     .shared_expert = true},
 }};
 
 /// The traits of `a`.
@@ -184,7 +202,7 @@ constexpr const architecture_traits& traits(architecture a) noexcept {
   return architectures[0];  // unreachable: every enumerator has a row
 }
 
-/// "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss": the supported names, for error messages.
+/// "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss, qwen2moe": the supported names, for error messages.
 inline std::string supported_architectures_text() {
   std::string s;
   for (const auto& t : architectures) {

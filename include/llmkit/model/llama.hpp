@@ -4,7 +4,7 @@
 /// @file llmkit/model/llama.hpp
 /// Reference Llama-family model driven by GGUF metadata (the architectures
 /// of model/architecture.hpp: llama, qwen2, qwen3, gemma2, gemma3, phi3,
-/// qwen3moe, gpt-oss): token
+/// qwen3moe, gpt-oss, qwen2moe): token
 /// embedding (times sqrt(dim) for Gemma), per
 /// layer RMSNorm -> Q/K/V projections (+ biases where the architecture has
 /// them; + a per-head RMSNorm of Q and K where it has those) -> RoPE (the architecture's pair layout) -> grouped-query
@@ -13,7 +13,8 @@
 /// (RMSNorm'd for Gemma) added to the residual, RMSNorm -> gated
 /// feed-forward (SwiGLU, or GELU-tanh for Gemma; RMSNorm'd for Gemma) added
 /// to the residual (for a mixture of experts, qwen3moe: the router's
-/// softmax top-k and the chosen experts' SwiGLU FFNs, moe/routed_ffn.hpp);
+/// softmax top-k and the chosen experts' SwiGLU FFNs, moe/routed_ffn.hpp;
+/// qwen2moe adds a shared expert, gated per token);
 /// final RMSNorm and the output projection (separate
 /// `output.weight`, or tied to the embedding when absent), soft-capped for
 /// Gemma 2.
@@ -142,14 +143,15 @@ class llama_model {
 
   /// Bytes of weights one forward pass of one token reads (every matrix
   /// once, plus one embedding row per token, not counted here; of a mixture
-  /// of experts, the router and n_expert_used experts' gate, up and down):
+  /// of experts, the router and n_expert_used experts' gate, up and down,
+  /// and the shared expert where there is one):
   /// the memory traffic of a decode step besides the KV cache.
   std::size_t weight_bytes_per_step() const noexcept {
     std::size_t bytes = (c_output().bytes()) + output_norm_.size() * sizeof(float);
     for (const layer& w : layers_)
       bytes += w.wqkv.bytes() + w.wo.bytes() + w.w_gate_up.bytes() + w.w_down.bytes() + routed_bytes_per_token(w) +
                (w.attn_norm.size() + w.ffn_norm.size() + w.bqkv.size() + w.q_norm.size() + w.k_norm.size() +
-                w.post_attn_norm.size() + w.post_ffn_norm.size()) *
+                w.post_attn_norm.size() + w.post_ffn_norm.size() + w.shared_gate.size()) *
                    sizeof(float);
     return bytes;
   }
@@ -219,8 +221,9 @@ class llama_model {
     aligned_vector<float> bqkv;                         // [qd + 2 kvd] Q|K|V biases; empty without
     aligned_vector<float> q_norm, k_norm;               // [head_dim] per-head norms; empty without
     aligned_vector<float> post_attn_norm, post_ffn_norm; // [dim] output norms; empty without
-    stacked_matrix wqkv, w_gate_up;                     // Q|K|V, gate|up (empty with experts)
-    weight_matrix wo, w_down;                           // attention output, down (empty with experts)
+    stacked_matrix wqkv, w_gate_up;                     // Q|K|V, gate|up (with experts: the shared expert's, or empty)
+    weight_matrix wo, w_down;                           // attention output, down (the same)
+    aligned_vector<float> shared_gate;                  // [dim] ffn_gate_inp_shexp; empty without a shared expert
     weight_matrix router;                               // [n_expert, dim] ffn_gate_inp; empty without experts
     moe::expert_tensor gate_exps, up_exps, down_exps;   // [n_expert, expert_ffn, dim] x 2, [n_expert, dim, expert_ffn]
     aligned_vector<float> bo;                           // [dim] attn_output bias; empty without

@@ -67,6 +67,10 @@ struct llama_config {
   std::size_t n_expert = 0, n_expert_used = 0, expert_ffn_dim = 0;
   /// `expert_weights_norm`: the k routing weights renormalised to sum 1 (Qwen3-MoE's norm_topk_prob).
   bool expert_weights_norm = true;
+  /// The shared expert's FFN width (architectures with a shared_expert; 0
+  /// elsewhere): `expert_shared_feed_forward_length`, else
+  /// `feed_forward_length`, as llama.cpp reads it.
+  std::size_t shared_expert_ffn_dim = 0;
 
   /// Whether the feed-forward is a routed mixture of experts.
   bool has_experts() const noexcept { return n_expert != 0; }

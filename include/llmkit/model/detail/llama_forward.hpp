@@ -7,6 +7,7 @@
 /// loader is in model/impl/llama.ipp).
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "llmkit/model/detail/matmul_kernels.hpp"
 #include "llmkit/model/llama.hpp"
 #include "llmkit/model/tuning.hpp"
+#include "llmkit/simd/dot.hpp"
 #include "llmkit/simd/exp.hpp"
 #include "llmkit/simd/rmsnorm.hpp"
 #include "llmkit/simd/rope.hpp"
@@ -252,13 +254,22 @@ matrix_view<const float> llama_model::forward(const batch& b, Cache& cache, Exec
                        .up_bias = bias(w.up_exps_bias, fe),
                        .down_bias = bias(w.down_exps_bias, dim)},
                       moe_ws_);
-      continue;
+      if (w.shared_gate.empty()) continue;
     }
-    const std::size_t f = c.ffn_dim;
+    // The dense FFN, or a mixture's shared expert, whose hidden row is
+    // scaled by its gate sigmoid(g . x) (the down product is linear).
+    const std::size_t f = c.has_experts() ? c.shared_expert_ffn_dim : c.ffn_dim;
     product(exec, xn, n, w.w_gate_up, ffn_.data(), 2 * f);
-    for (std::size_t i = 0; i < n; ++i)
-      detail::gated_activation(activation, ffn_.data() + i * 2 * f, ffn_.data() + i * 2 * f + f,
-                               hidden_.data() + i * f, f);
+    for (std::size_t i = 0; i < n; ++i) {
+      float* h = hidden_.data() + i * f;
+      detail::gated_activation(activation, ffn_.data() + i * 2 * f, ffn_.data() + i * 2 * f + f, h, f);
+      if (!w.shared_gate.empty()) {
+        const float g = simd::dot(std::span<const float>(w.shared_gate.data(), dim),
+                                  std::span<const float>(xn + i * dim, dim));
+        const float scale = 1.0f / (1.0f + std::exp(-g));
+        for (std::size_t j = 0; j < f; ++j) h[j] *= scale;
+      }
+    }
     add_to_residual(exec, hidden_.data(), n, w.w_down, w.post_ffn_norm);
   }
 

@@ -116,6 +116,13 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
         detail::check_tensor(file, b + "ffn_up_exps.bias", c.n_expert, c.expert_ffn_dim);
         detail::check_tensor(file, b + "ffn_down_exps.bias", c.n_expert, c.dim);
       }
+      if (arch.shared_expert) {
+        const std::size_t fs = c.shared_expert_ffn_dim;
+        detail::check_tensor(file, b + "ffn_gate_inp_shexp.weight", 1, c.dim);
+        detail::check_tensor(file, b + "ffn_gate_shexp.weight", fs, c.dim);
+        detail::check_tensor(file, b + "ffn_up_shexp.weight", fs, c.dim);
+        detail::check_tensor(file, b + "ffn_down_shexp.weight", c.dim, fs);
+      }
       continue;
     }
     if (!fused) detail::check_tensor(file, b + "ffn_gate.weight", c.ffn_dim, c.dim);
@@ -246,6 +253,11 @@ LLMKIT_DECL llama_model::llama_model(const gguf_file& file, const llama_options&
         w.up_exps_bias = load_rows(b + "ffn_up_exps.bias", c.n_expert, c.expert_ffn_dim);
         w.down_exps_bias = load_rows(b + "ffn_down_exps.bias", c.n_expert, c.dim);
       }
+      if (arch.shared_expert) {  // a dense SwiGLU FFN in the dense path's matrices, and its gate
+        w.shared_gate = load_vector({b + "ffn_gate_inp_shexp.weight"}, c.dim);
+        w.w_gate_up = load_stacked({b + "ffn_gate_shexp.weight", b + "ffn_up_shexp.weight"}, c.dim);
+        w.w_down = load_matrix(b + "ffn_down_shexp.weight", c.dim, c.shared_expert_ffn_dim);
+      }
       continue;
     }
     w.w_gate_up = fused ? load_stacked({b + "ffn_up.weight"}, c.dim)
@@ -277,9 +289,10 @@ LLMKIT_DECL void llama_model::reserve(std::size_t n, std::size_t n_out) {
     ensure(router_logits_, n * c.n_expert);
     ensure(route_weights_, n * c.n_expert_used);
     if (route_ids_.size() < n * c.n_expert_used) route_ids_.resize(n * c.n_expert_used);
-  } else {
-    ensure(ffn_, n * 2 * c.ffn_dim);
-    ensure(hidden_, n * c.ffn_dim);
+  }
+  if (const std::size_t f = c.has_experts() ? c.shared_expert_ffn_dim : c.ffn_dim; f != 0) {
+    ensure(ffn_, n * 2 * f);
+    ensure(hidden_, n * f);
   }
   ensure(logits_, n_out * c.n_vocab);
 }

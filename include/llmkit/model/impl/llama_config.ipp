@@ -38,12 +38,16 @@ LLMKIT_DECL llama_config llama_config::from_gguf(const gguf_file& file) {
     c.n_expert = file.get<std::size_t>(p + "expert_count");
     c.n_expert_used = file.get<std::size_t>(p + "expert_used_count");
     c.expert_ffn_dim = file.get<std::size_t>(p + "expert_feed_forward_length");
-    c.expert_weights_norm = file.get_optional<bool>(p + "expert_weights_norm").value_or(true);
+    c.expert_weights_norm =
+        file.get_optional<bool>(p + "expert_weights_norm").value_or(traits(c.arch).expert_weights_norm);
     LLMKIT_CHECK(c.n_expert >= 1, "llama_config: ", p, "expert_count = 0 (", arch_name, " has routed experts)");
   }
   // A mixture of experts has no dense feed-forward; its files may still carry the key.
   c.ffn_dim = c.has_experts() ? file.get_optional<std::size_t>(p + "feed_forward_length").value_or(c.expert_ffn_dim)
                               : file.get<std::size_t>(p + "feed_forward_length");
+  if (traits(c.arch).shared_expert)
+    c.shared_expert_ffn_dim = file.get_optional<std::size_t>(p + "expert_shared_feed_forward_length")
+                                  .value_or(file.get<std::size_t>(p + "feed_forward_length"));
   c.context_length = file.get_optional<std::size_t>(p + "context_length").value_or(2048);
   c.rms_eps = file.get_optional<float>(p + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
   LLMKIT_CHECK(c.n_heads > 0, "llama_config: ", p, "attention.head_count must be > 0");
@@ -160,6 +164,13 @@ LLMKIT_DECL void llama_config::validate() const {
     LLMKIT_CHECK(expert_ffn_dim > 0 && expert_ffn_dim <= max_extent, "llama_config: expert_ffn_dim = ",
                  expert_ffn_dim, " must be in [1, ", max_extent, "]");
   }
+  if (traits(arch).shared_expert)
+    LLMKIT_CHECK(shared_expert_ffn_dim > 0 && shared_expert_ffn_dim <= max_extent,
+                 "llama_config: shared_expert_ffn_dim = ", shared_expert_ffn_dim, " must be in [1, ", max_extent,
+                 "] for ", traits(arch).name);
+  else
+    LLMKIT_CHECK(shared_expert_ffn_dim == 0, "llama_config: shared_expert_ffn_dim = ", shared_expert_ffn_dim, " for ",
+                 traits(arch).name, ", which has no shared expert");
   if (sliding_window == 0) return;
   LLMKIT_CHECK(local_layers.size() == n_layers, "llama_config: local_layers has ", local_layers.size(),
                " entries for ", n_layers, " layers");

@@ -99,6 +99,7 @@ inline gguf_writer synthetic_image(const synthetic_options& options, bool deferr
     c.local_layers = arch.window_pattern != 0 ? local_layer_pattern(c.n_layers, arch.window_pattern)
                                               : std::vector<std::uint8_t>(c.n_layers, 1);
   if (c.sliding_window > 0) c.local_rope = c.rope;  // the reader derives it
+  if (arch.shared_expert && c.shared_expert_ffn_dim == 0) c.shared_expert_ffn_dim = c.ffn_dim;
   c.validate();
   LLMKIT_CHECK(c.n_vocab >= 3, "synthetic_llama: n_vocab must be >= 3 (control tokens), got ", c.n_vocab);
   if (!options.tensor_types) {
@@ -125,7 +126,8 @@ inline gguf_writer synthetic_image(const synthetic_options& options, bool deferr
     w.add(p + "expert_count", std::uint32_t(c.n_expert));
     w.add(p + "expert_used_count", std::uint32_t(c.n_expert_used));
     w.add(p + "expert_feed_forward_length", std::uint32_t(c.expert_ffn_dim));
-    if (!c.expert_weights_norm) w.add(p + "expert_weights_norm", false);
+    if (c.expert_weights_norm != arch.expert_weights_norm) w.add(p + "expert_weights_norm", c.expert_weights_norm);
+    if (arch.shared_expert) w.add(p + "expert_shared_feed_forward_length", std::uint32_t(c.shared_expert_ffn_dim));
   }
   if (c.head_dim != c.dim / c.n_heads) {  // Qwen3: heads wider than dim / n_heads
     w.add(p + "attention.key_length", std::uint32_t(c.head_dim));
@@ -287,6 +289,13 @@ inline gguf_writer synthetic_image(const synthetic_options& options, bool deferr
         bias(b + "ffn_gate_exps.bias", c.expert_ffn_dim);
         bias(b + "ffn_up_exps.bias", c.expert_ffn_dim);
         bias(b + "ffn_down_exps.bias", c.dim);
+      }
+      if (arch.shared_expert) {
+        const std::size_t fs = c.shared_expert_ffn_dim;
+        vector(b + "ffn_gate_inp_shexp.weight", c.dim, 0.0f, in_dim);
+        matrix(b + "ffn_gate_shexp.weight", fs, c.dim, in_dim);
+        matrix(b + "ffn_down_shexp.weight", c.dim, fs, std::sqrt(3.0f / float(fs)));
+        matrix(b + "ffn_up_shexp.weight", fs, c.dim, in_dim);
       }
     } else {
       if (!arch.fused_projections) matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, in_dim);
