@@ -6,7 +6,10 @@
 /// VNNI, the weights decoded in registers as they stream in, at every token
 /// count. The activations are quantised per 256-value super-block (ggml's
 /// Q8_K, q8_activations::assign_k): one activation scale per super-block
-/// lets the sub-block scales stay integers. Per 64 values, VPMADDUBSW
+/// lets the sub-block scales stay integers. Q4_K and Q5_K take VPDPBUSD per
+/// 64 values and one VPACKSSDW and VPDPWSSD (the scales) per 128, the fewest
+/// vector instructions of the one-token product, which is bound by them.
+/// The other formats, per 64 values: VPMADDUBSW
 /// multiplies the unsigned weights by the int8 activations into 16-bit pair
 /// sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies those
 /// by their sub-block scales into int32 lanes; per super-block one
@@ -165,9 +168,9 @@ struct k_tile_scales {
 };
 
 /// K-quant register decoders: `scales<ON>(rows, i)` (super-block i of each
-/// row), `values(p, g)` (group g's unsigned values in natural order) and
-/// `group_scales(sc, b, g)` (the scale of each of group g's 32 VPMADDUBSW
-/// pair sums of row b, as int16 words).
+/// row), `values(p, g)` (group g's unsigned values in natural order) and,
+/// but for Q4_K / Q5_K (k_affine_pair_scales), `group_scales(sc, b, g)` (the
+/// scale of each of group g's 32 VPMADDUBSW pair sums of row b, as int16 words).
 template <class Block>
 struct kquant_block;
 
@@ -228,12 +231,16 @@ inline k_tile_scales<ON> k_affine_scales(const Block* const (&rows)[ON], std::si
   out.dmin4 = _mm256_extractf128_ps(_mm512_castps512_ps256(d_then_dmin), 1);
   return out;
 }
-/// Words 0-15 (values 0-31) get sub-block 2g of row b, words 16-31 sub-block 2g + 1.
+
+/// The scales of a Q4_K / Q5_K row's sub-blocks 4h..4h + 3 for the VPACKSSDW
+/// of two groups' VPDPBUSD sums (groups 2h, 2h + 1): in 128-bit lanes 0-1,
+/// words 0-3 get sub-block 4h (group 2h's values 0-31), words 4-7 sub-block
+/// 4h + 2; in lanes 2-3, sub-blocks 4h + 1 and 4h + 3 (values 32-63).
 template <std::size_t ON>
-inline __m512i k_affine_group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
-  const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001,
-                                                         0x0001000100010001, 0, 0, 0, 0),
-                                        _mm512_set1_epi16(short(8 * b + 2 * g)));
+inline __m512i k_affine_pair_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t h) noexcept {
+  const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0003000300030003, 0x0001000100010001, 0x0003000300030003,
+                                                         0x0001000100010001, 0x0002000200020002, 0, 0x0002000200020002, 0),
+                                        _mm512_set1_epi16(short(8 * b + 4 * h)));
   return _mm512_permutexvar_epi16(pick, sc.sc[0]);
 }
 
@@ -261,10 +268,6 @@ struct kquant_block<Block> {
     } else {
       return k_nibbles(p->qs, g);
     }
-  }
-  template <std::size_t ON>
-  static __m512i group_scales(const k_tile_scales<ON>& sc, std::size_t b, std::size_t g) noexcept {
-    return k_affine_group_scales(sc, b, g);
   }
 };
 
@@ -451,27 +454,50 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
     for (std::size_t a = 0; a < TN; ++a)
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b) iacc[a][b] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (std::size_t g = 0; g < 4; ++g) {
-      __m512i u[ON], ws[ON];
-      [[maybe_unused]] __mmask64 negative[ON];
+    if constexpr (F::has_mins) {
+      // VPDPBUSD sums each 4 values of a group (at most 4 * 31 * 127, so
+      // two groups pack to int16 words exactly); one VPDPWSSD per two groups
+      // then applies the sub-block scales.
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < ON; ++b) {
-        if constexpr (F::signed_values)
-          u[b] = F::values(rows[b] + i, g, negative[b]);
-        else
-          u[b] = F::values(rows[b] + i, g);
-        ws[b] = F::group_scales(sc, b, g);
-      }
+        __m512i d[TN][4];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < 4; ++g) {
+          const __m512i u = F::values(rows[b] + i, g);
 #pragma GCC unroll 16
-      for (std::size_t a = 0; a < TN; ++a) {
-        const __m512i q = _mm512_load_si512(xa.row(t0 + a) + qk_k * i + 64 * g);
+          for (std::size_t a = 0; a < TN; ++a)
+            d[a][g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+                                          _mm512_load_si512(xa.row(t0 + a) + qk_k * i + 64 * g));
+        }
+        const __m512i s01 = k_affine_pair_scales(sc, b, 0), s23 = k_affine_pair_scales(sc, b, 1);
+#pragma GCC unroll 16
+        for (std::size_t a = 0; a < TN; ++a)
+          iacc[a][b] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(iacc[a][b], _mm512_packs_epi32(d[a][0], d[a][1]), s01),
+                                           _mm512_packs_epi32(d[a][2], d[a][3]), s23);
+      }
+    } else {
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < 4; ++g) {
+        __m512i u[ON], ws[ON];
+        [[maybe_unused]] __mmask64 negative[ON];
 #pragma GCC unroll 16
         for (std::size_t b = 0; b < ON; ++b) {
-          // Signed levels: |level| times q with the level's sign (q in [-127, 127], so exact).
-          __m512i qb = q;
-          if constexpr (F::signed_values) qb = _mm512_mask_sub_epi8(q, negative[b], _mm512_setzero_si512(), q);
-          iacc[a][b] = _mm512_dpwssd_epi32(iacc[a][b], _mm512_maddubs_epi16(u[b], qb), ws[b]);
+          if constexpr (F::signed_values)
+            u[b] = F::values(rows[b] + i, g, negative[b]);
+          else
+            u[b] = F::values(rows[b] + i, g);
+          ws[b] = F::group_scales(sc, b, g);
+        }
+#pragma GCC unroll 16
+        for (std::size_t a = 0; a < TN; ++a) {
+          const __m512i q = _mm512_load_si512(xa.row(t0 + a) + qk_k * i + 64 * g);
+#pragma GCC unroll 16
+          for (std::size_t b = 0; b < ON; ++b) {
+            // Signed levels: |level| times q with the level's sign (q in [-127, 127], so exact).
+            __m512i qb = q;
+            if constexpr (F::signed_values) qb = _mm512_mask_sub_epi8(q, negative[b], _mm512_setzero_si512(), q);
+            iacc[a][b] = _mm512_dpwssd_epi32(iacc[a][b], _mm512_maddubs_epi16(u[b], qb), ws[b]);
+          }
         }
       }
     }
