@@ -54,7 +54,7 @@ struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
   static constexpr bool bf16_dot = bf16_dot_on<T, D>(simd::kernel_arch<Arch>{});
 
   /// bf16 probabilities (`decode_params::bf16_probabilities`) and bf16
-  /// values: P.V in VDPBF16PS like accumulate_i16 in VPDPWSSD, two rows
+  /// values: P.V in VDPBF16PS like accumulate_int<std::int16_t> in VPDPWSSD, two rows
   /// interleaved per instruction (rows j and j + 1 per column) against the
   /// pair (p_j, p_j+1) of each head, so no value is converted to f32. The
   /// f32 sums are added to the output once per block.

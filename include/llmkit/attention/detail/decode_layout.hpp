@@ -95,7 +95,7 @@ struct decode_layout {
   /// AVX2 with a 256-bit VPDPWSSD: AVX-VNNI (VEX; Intel from Alder Lake,
   /// AMD from Zen 5) or, in an AVX-512 build, AVX-512 VL + VNNI. The AVX2
   /// int8 kernels then take one instruction per 16 products where VPMADDWD
-  /// + VPADDD take two (`scores_int`, `accumulate_i16`).
+  /// + VPADDD take two (`scores_int`, `accumulate_int<std::int16_t>`).
   static constexpr bool avx2_vnni =
 #if defined(__AVX2__) && (defined(__AVXVNNI__) || (defined(__AVX512VL__) && defined(__AVX512VNNI__)))
       avx2_int16;
@@ -151,8 +151,8 @@ struct decode_layout {
   /// The probabilities of rows j .. j + 4 / sizeof(P) - 1 of head g (j a
   /// multiple of that count) as one 32-bit group: broadcast to every lane,
   /// the operand of a pass over interleaved rows (16-bit pairs from the
-  /// lane layout: accumulate_i16, accumulate_bf16; 8-bit quads:
-  /// accumulate_u8, from the lane layout or, where `p8_quads`, the quad
+  /// lane layout: accumulate_int<std::int16_t>, accumulate_bf16; 8-bit quads:
+  /// accumulate_int<std::uint8_t>, from the lane layout or, where `p8_quads`, the quad
   /// layout).
   template <class P>
   static std::int32_t row_group_bits(const P* p, std::size_t j, std::size_t g) noexcept {
@@ -181,8 +181,8 @@ struct decode_layout {
   }
 
   /// dst[L x .. L x + L - 1] = alpha * dst[..] + p_scale * sums[x] for
-  /// x < N: one column pass of an integer P.V kernel (accumulate_i16 on
-  /// either arch, accumulate_u8: its sums converted to f32, in column
+  /// x < N: one column pass of an integer P.V kernel (accumulate_int<std::int16_t> on
+  /// either arch, accumulate_int<std::uint8_t>: its sums converted to f32, in column
   /// order) added to the f32 output.
   template <std::size_t N, class Reg>
   static void add_pass(float* dst, const Reg* sums, float alpha, float p_scale) noexcept {
