@@ -36,7 +36,7 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
   using layout = decode_layout<Arch, D, T, GB>;
   using layout::vnni_int16, layout::block, layout::passes, layout::width, layout::R, layout::row_bytes;
-  using layout::p_levels, layout::row_group, layout::in_column_order;
+  using layout::p_levels, layout::in_column_order;
 
   /// int8 queries (`decode_params::int8_queries`) against int8 keys: the
   /// same integer dot products in half the multiply-adds. VPDPBUSD
@@ -260,7 +260,8 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off 
   }
 
   /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j pq(g, j) * v[j] for g < GB,
-  /// in passes of 64 columns (GB x 4 int32 accumulators of 16 columns).
+  /// in passes of 64 columns (layout::pv_passes: GB x 4 int32 accumulators
+  /// of 16 columns).
   /// P = std::int16_t (`vnni512_values`): rows j, j + 1 sign-extended and
   /// interleaved per column, two rows per VPDPWSSD; P = std::uint8_t
   /// (`vnni512_u8_values`): rows j .. j + 3 interleaved as bytes, four rows
@@ -276,39 +277,25 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off 
             (std::is_same_v<P, std::uint8_t> && vnni512_u8_values)
   {
     constexpr std::size_t rows = 4 / sizeof(P);  // value rows per dot product
-    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
-      __m512i acc[GB][4];
+    layout::template pv_passes<rows, __m512i>(
+        pq,
+        [&](std::size_t j, std::size_t c0, __m512i* x) {
+          if (pf != nullptr)  // one line per row (D / 64 per row in all)
 #pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g)
-#pragma GCC unroll 4
-        for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-      for (std::size_t j = 0; j < block; j += rows) {
-        if (pf != nullptr)  // one line per row (D / 64 per row in all)
-#pragma GCC unroll 4
-          for (std::size_t r = 0; r < rows; ++r) prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j + r);
-        __m512i pw[GB];
-#pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) pw[g] = row_group(pq, j, g);
-        __m512i x[4];
-        interleave_rows<P>(v + j, c0, x);
-#pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g)
-#pragma GCC unroll 4
-          for (std::size_t k = 0; k < 4; ++k) acc[g][k] = vnni_dot<P>(acc[g][k], pw[g], x[k]);
-      }
-#pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g) {
-        __m512 sums[4];
-        if constexpr (rows == 2) {
-          in_column_order(_mm512_cvtepi32_ps(acc[g][0]), _mm512_cvtepi32_ps(acc[g][1]), sums);
-          in_column_order(_mm512_cvtepi32_ps(acc[g][2]), _mm512_cvtepi32_ps(acc[g][3]), sums + 2);
-        } else {
-          quad_column_order(acc[g], sums);
-        }
-        layout::template add_pass<4>(o[g] + c0, sums, alpha[g], p_scale[g]);
-      }
-    }
+            for (std::size_t r = 0; r < rows; ++r) prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j + r);
+          interleave_rows<P>(v + j, c0, x);
+        },
+        [](__m512i acc, __m512i p, __m512i x) { return vnni_dot<P>(acc, p, x); },
+        [&](std::size_t g, std::size_t c0, const __m512i* acc) {
+          __m512 sums[4];
+          if constexpr (rows == 2) {
+            in_column_order(_mm512_cvtepi32_ps(acc[0]), _mm512_cvtepi32_ps(acc[1]), sums);
+            in_column_order(_mm512_cvtepi32_ps(acc[2]), _mm512_cvtepi32_ps(acc[3]), sums + 2);
+          } else {
+            quad_column_order(acc, sums);
+          }
+          layout::template add_pass<4>(o[g] + c0, sums, alpha[g], p_scale[g]);
+        });
   }
 
   /// The 64 columns from c0 of value rows v[0 .. 4 / sizeof(P)), interleaved

@@ -209,6 +209,39 @@ struct decode_layout {
     cols[0] = _mm512_permutex2var_ps(lo, lo_idx, hi);
     cols[1] = _mm512_permutex2var_ps(lo, hi_idx, hi);
   }
+
+  /// The column passes of the AVX-512 P.V kernels on interleaved rows
+  /// (accumulate_int, accumulate_bf16): per 64 columns from c0, GB x 4
+  /// accumulators of type Acc from zero; per group of Rows rows from j,
+  /// `load(j, c0, x)` prefetches and writes the group's rows, interleaved per
+  /// column, as [4] registers x, and head g's accumulator k takes
+  /// `dot(acc, row_group(p, j, g), x[k])`; then `finish(g, c0, acc[g])` adds
+  /// head g's [4] sums to its output.
+  /// @param p [block * GB] probabilities, lane layout
+  template <std::size_t Rows, class Acc, class P, class Load, class Dot, class Finish>
+  static void pv_passes(const P* p, Load load, Dot dot, Finish finish) noexcept {
+    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
+      Acc acc[GB][4];
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < 4; ++k) acc[g][k] = Acc{};
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < block; j += Rows) {
+        __m512i pw[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) pw[g] = row_group(p, j, g);
+        __m512i x[4];
+        load(j, c0, x);
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 4
+          for (std::size_t k = 0; k < 4; ++k) acc[g][k] = dot(acc[g][k], pw[g], x[k]);
+      }
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) finish(g, c0, acc[g]);
+    }
+  }
 #endif
 
   /// Register b of pass p of a per-row array x ([block]) spread to the lane
