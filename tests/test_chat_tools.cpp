@@ -89,6 +89,45 @@ bool accepts(const std::string& gbnf, std::string_view text) {
   return lib;
 }
 
+/// `text` fed to a tool_call_stream of `syntax` (seed 42) in pieces of 1
+/// byte (`max_piece` 1) or 1 to max_piece bytes, the deltas reassembled;
+/// requires each call announced in order, once, before its arguments.
+parsed_answer streamed(tool_syntax syntax, std::string_view text, std::size_t max_piece, std::mt19937& rng) {
+  tool_call_stream s(syntax, 42);
+  parsed_answer out;
+  const auto take = [&](const answer_delta& d) {
+    out.reasoning += d.reasoning;
+    out.content += d.content;
+    for (const auto& c : d.calls) {
+      if (!c.name.empty()) {
+        REQUIRE(c.index == out.calls.size());  // announced in order, once
+        out.calls.push_back({c.id, c.name, {}});
+      }
+      REQUIRE(c.index < out.calls.size());  // no arguments before the name
+      out.calls[c.index].arguments += c.arguments;
+    }
+  };
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t n = max_piece == 1 ? 1 : 1 + rng() % max_piece;
+    take(s.feed(text.substr(at, n)));
+    at += n;
+  }
+  take(s.finish());
+  return out;
+}
+
+/// Checks that a streamed answer equals the whole parse.
+void check_same_answer(const parsed_answer& got, const parsed_answer& whole) {
+  CHECK(got.reasoning == whole.reasoning);
+  CHECK(got.content == whole.content);
+  REQUIRE(got.calls.size() == whole.calls.size());
+  for (std::size_t i = 0; i < got.calls.size(); ++i) {
+    CHECK(got.calls[i].id == whole.calls[i].id);
+    CHECK(got.calls[i].name == whole.calls[i].name);
+    CHECK(got.calls[i].arguments == whole.calls[i].arguments);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("tools: definitions and tool_choice are checked, bad input named") {
@@ -404,35 +443,8 @@ TEST_CASE("tools: the stream splits content and calls as the whole parse does, i
       CHECK(whole.calls[i].arguments == k.calls[i].second);
       CHECK(whole.calls[i].id == make_tool_call_id(42, i));
     }
-    for (int trial = 0; trial < 20; ++trial) {
-      tool_call_stream s(k.syntax, 42);
-      std::string content;
-      std::vector<tool_call> calls;
-      const auto take = [&](const answer_delta& d) {
-        content += d.content;
-        for (const auto& c : d.calls) {
-          if (!c.name.empty()) {
-            REQUIRE(c.index == calls.size());  // announced in order, once
-            calls.push_back({c.id, c.name, {}});
-          }
-          REQUIRE(c.index < calls.size());  // no arguments before the name
-          calls[c.index].arguments += c.arguments;
-        }
-      };
-      for (std::size_t at = 0; at < k.text.size();) {
-        const std::size_t n = trial == 0 ? 1 : 1 + rng() % 7;
-        take(s.feed(std::string_view(k.text).substr(at, n)));
-        at += n;
-      }
-      take(s.finish());
-      CHECK(content == whole.content);
-      REQUIRE(calls.size() == whole.calls.size());
-      for (std::size_t i = 0; i < calls.size(); ++i) {
-        CHECK(calls[i].id == whole.calls[i].id);
-        CHECK(calls[i].name == whole.calls[i].name);
-        CHECK(calls[i].arguments == whole.calls[i].arguments);
-      }
-    }
+    for (int trial = 0; trial < 20; ++trial)
+      check_same_answer(streamed(k.syntax, k.text, trial == 0 ? 1 : 7, rng), whole);
   }
   // Broken calls are all content in a whole parse.
   const auto cut = parse_tool_calls(tool_syntax::hermes, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\"");
@@ -602,37 +614,8 @@ TEST_CASE("tools: harmony answers split into reasoning, content and calls, whole
       CHECK(whole.calls[i].arguments == k.calls[i].second);
       CHECK(whole.calls[i].id == make_tool_call_id(42, i));
     }
-    for (int trial = 0; trial < 30; ++trial) {
-      tool_call_stream s(tool_syntax::harmony, 42);
-      std::string reasoning, content;
-      std::vector<tool_call> calls;
-      const auto take = [&](const answer_delta& d) {
-        reasoning += d.reasoning;
-        content += d.content;
-        for (const auto& c : d.calls) {
-          if (!c.name.empty()) {
-            REQUIRE(c.index == calls.size());  // announced in order, once
-            calls.push_back({c.id, c.name, {}});
-          }
-          REQUIRE(c.index < calls.size());  // no arguments before the name
-          calls[c.index].arguments += c.arguments;
-        }
-      };
-      for (std::size_t at = 0; at < k.text.size();) {
-        const std::size_t n = trial == 0 ? 1 : 1 + rng() % 9;
-        take(s.feed(std::string_view(k.text).substr(at, n)));
-        at += n;
-      }
-      take(s.finish());
-      CHECK(reasoning == whole.reasoning);
-      CHECK(content == whole.content);
-      REQUIRE(calls.size() == whole.calls.size());
-      for (std::size_t i = 0; i < calls.size(); ++i) {
-        CHECK(calls[i].id == whole.calls[i].id);
-        CHECK(calls[i].name == whole.calls[i].name);
-        CHECK(calls[i].arguments == whole.calls[i].arguments);
-      }
-    }
+    for (int trial = 0; trial < 30; ++trial)
+      check_same_answer(streamed(tool_syntax::harmony, k.text, trial == 0 ? 1 : 9, rng), whole);
   }
   // A call is announced once its header is complete, before its arguments end.
   harmony_call_stream s(1);

@@ -136,17 +136,28 @@ inline void format_hermes(const model::chat_template& t, std::span<const chat_tu
   }
 }
 
+/// The leading system message of a conversation (empty when its first turn
+/// is not one) and the index of the turn after it.
+struct leading_system {
+  std::string_view system;
+  std::size_t first = 0;
+};
+
+/// Writes the BOS when `o` asks for it and splits off `[n] m`'s leading
+/// system message, which llama3.1 and mistral-v3 place elsewhere.
+inline leading_system begin_conversation(const model::chat_template& t, std::span<const chat_turn> m,
+                                         const model::chat_format_options& o, model::formatted_chat& out) {
+  if (o.bos == model::leading_bos::write) markup(out, t.bos_text());
+  if (!m.empty() && m[0].role == "system") return {m[0].content, 1};
+  return {};
+}
+
 inline void format_llama3_1(const model::chat_template& t, std::span<const chat_turn> m,
                             std::span<const tool_definition> tools, const model::chat_format_options& o,
                             model::formatted_chat& out) {
   using model::detail::python_strip;
-  if (o.bos == model::leading_bos::write) markup(out, t.bos_text());
-  std::size_t first = 0;
-  std::string_view system;
-  if (!m.empty() && m[0].role == "system") {
-    system = python_strip(m[0].content);
-    first = 1;
-  }
+  auto [system, first] = begin_conversation(t, m, o, out);
+  system = python_strip(system);
   markup(out, "<|start_header_id|>system<|end_header_id|>\n\n");
   if (!tools.empty()) markup(out, "Environment: ipython\n");
   markup(out, "Cutting Knowledge Date: December 2023\nToday Date: " + std::string(o.date) + "\n\n");
@@ -201,13 +212,7 @@ inline void format_mistral_v3(const model::chat_template& t, std::span<const cha
                               std::span<const tool_definition> tools, const model::chat_format_options& o,
                               model::formatted_chat& out) {
   using model::detail::python_strip;
-  if (o.bos == model::leading_bos::write) markup(out, t.bos_text());
-  std::size_t first = 0;
-  std::string_view system;
-  if (!m.empty() && m[0].role == "system") {
-    system = m[0].content;
-    first = 1;
-  }
+  const auto [system, first] = begin_conversation(t, m, o, out);
   std::size_t last_user = m.size();
   for (std::size_t i = first; i < m.size(); ++i)
     if (m[i].role == "user") last_user = i;

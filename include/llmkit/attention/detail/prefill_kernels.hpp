@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "llmkit/attention/detail/kernel_simd.hpp"
 #include "llmkit/attention/detail/vec.hpp"
@@ -179,29 +180,44 @@ struct prefill_kernels {
   }
 
  private:
-  // A register tile of JR keys x RV row-registers; JR * RV accumulators.
-  template <std::size_t RV, std::size_t JR>
-  static void scores_block(const float* qt, std::size_t qld, const float* k, float* st) noexcept {
-    V acc[JR][RV];
+  // The register tile of both products: acc[b][c] = init(b, c) + sum_{i < n}
+  // bcast(i, b) * vload(row(i) + c * L) for b < NB, c < NC, then
+  // store(b, c, acc[b][c]). Scores: NB keys x NC row registers of qt, i
+  // over D; P.V: NB query rows x NC column registers of O, i over the keys.
+  // Fully unrolled so the NB x NC accumulators live in registers (GCC
+  // otherwise keeps the array in memory: a load and a store per FMA).
+  template <std::size_t NB, std::size_t NC, class N, class Init, class Row, class Bcast, class Store>
+  static void fma_tile(N n, Init init, Row row, Bcast bcast, Store store) noexcept {
+    V acc[NB][NC];
 #pragma GCC unroll 16
-    for (std::size_t j = 0; j < JR; ++j)
-#pragma GCC unroll 2
-      for (std::size_t r = 0; r < RV; ++r) acc[j][r] = V(0.0f);
-    for (std::size_t d = 0; d < D; ++d) {
-      V qv[RV];
-#pragma GCC unroll 2
-      for (std::size_t r = 0; r < RV; ++r) qv[r] = vload<Arch>(qt + d * qld + r * L);
+    for (std::size_t b = 0; b < NB; ++b)
+#pragma GCC unroll 8
+      for (std::size_t c = 0; c < NC; ++c) acc[b][c] = init(b, c);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* x = row(i);
+      V xv[NC];
+#pragma GCC unroll 8
+      for (std::size_t c = 0; c < NC; ++c) xv[c] = vload<Arch>(x + c * L);
 #pragma GCC unroll 16
-      for (std::size_t j = 0; j < JR; ++j) {
-        const V kb(k[j * D + d]);
-#pragma GCC unroll 2
-        for (std::size_t r = 0; r < RV; ++r) acc[j][r] = vfma<Arch>(kb, qv[r], acc[j][r]);
+      for (std::size_t b = 0; b < NB; ++b) {
+        const V s(bcast(i, b));
+#pragma GCC unroll 8
+        for (std::size_t c = 0; c < NC; ++c) acc[b][c] = vfma<Arch>(s, xv[c], acc[b][c]);
       }
     }
 #pragma GCC unroll 16
-    for (std::size_t j = 0; j < JR; ++j)
-#pragma GCC unroll 2
-      for (std::size_t r = 0; r < RV; ++r) vstore<Arch>(st + j * qld + r * L, acc[j][r]);
+    for (std::size_t b = 0; b < NB; ++b)
+#pragma GCC unroll 8
+      for (std::size_t c = 0; c < NC; ++c) store(b, c, acc[b][c]);
+  }
+
+  // A scores tile of JR keys x RV row registers (D a compile-time trip count).
+  template <std::size_t RV, std::size_t JR>
+  static void scores_block(const float* qt, std::size_t qld, const float* k, float* st) noexcept {
+    fma_tile<JR, RV>(
+        std::integral_constant<std::size_t, D>{}, [](std::size_t, std::size_t) { return V(0.0f); },
+        [=](std::size_t d) { return qt + d * qld; }, [=](std::size_t d, std::size_t j) { return k[j * D + d]; },
+        [=](std::size_t j, std::size_t r, V x) { vstore<Arch>(st + j * qld + r * L, x); });
   }
 
   // Keys per scores register tile: 12 keys x 2 row registers = 24
@@ -219,34 +235,15 @@ struct prefill_kernels {
     if (rv < n_rv && sees(rv)) scores_block<1, JR>(qt + rv * L, qld, k, st + rv * L);
   }
 
+  // A P.V tile of MR query rows x CB column registers of O from column c0.
   template <std::size_t MR, std::size_t CB>
   static void accumulate_block(float* o, const float* alpha, const float* pt, std::size_t qld,
                                const float* const* v, std::size_t n_keys, std::size_t c0) noexcept {
-    // Fully unrolled so the MR x CB accumulators live in registers (GCC
-    // otherwise keeps this array in memory: a load and a store per FMA).
-    V acc[MR][CB];
-#pragma GCC unroll 8
-    for (std::size_t r = 0; r < MR; ++r) {
-      const V a(alpha[r]);
-#pragma GCC unroll 8
-      for (std::size_t c = 0; c < CB; ++c) acc[r][c] = vload<Arch>(o + r * D + c0 + c * L) * a;
-    }
-    for (std::size_t j = 0; j < n_keys; ++j) {
-      const float* vj = v[j] + c0;
-      V vv[CB];
-#pragma GCC unroll 8
-      for (std::size_t c = 0; c < CB; ++c) vv[c] = vload<Arch>(vj + c * L);
-#pragma GCC unroll 8
-      for (std::size_t r = 0; r < MR; ++r) {
-        const V p(pt[j * qld + r]);
-#pragma GCC unroll 8
-        for (std::size_t c = 0; c < CB; ++c) acc[r][c] = vfma<Arch>(p, vv[c], acc[r][c]);
-      }
-    }
-#pragma GCC unroll 8
-    for (std::size_t r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-      for (std::size_t c = 0; c < CB; ++c) vstore<Arch>(o + r * D + c0 + c * L, acc[r][c]);
+    float* const oc = o + c0;
+    fma_tile<MR, CB>(
+        n_keys, [=](std::size_t r, std::size_t c) { return vload<Arch>(oc + r * D + c * L) * V(alpha[r]); },
+        [=](std::size_t j) { return v[j] + c0; }, [=](std::size_t j, std::size_t r) { return pt[j * qld + r]; },
+        [=](std::size_t r, std::size_t c, V x) { vstore<Arch>(oc + r * D + c * L, x); });
   }
 
   // P.V register tile: pv_rows query rows x pv_cols column registers of O,
