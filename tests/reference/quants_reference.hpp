@@ -131,6 +131,16 @@ inline float quant_value(model::ggml_type t, const std::byte* data, std::size_t 
   }
 }
 
+/// Rounds 256 activations to int8 q as assign_k does (scale amax / 127,
+/// round half away from zero); returns the scale.
+inline float round_k_activations(const float* xb, long (&q)[256]) {
+  float amax = 0.0f;
+  for (std::size_t j = 0; j < 256; ++j) amax = std::max(amax, std::abs(xb[j]));
+  const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
+  for (std::size_t j = 0; j < 256; ++j) q[j] = long(std::round(xb[j] * inv));
+  return dx;
+}
+
 /// `[n, rows]` = Q4_K or Q5_K rows `[rows, cols]` (bytes at w) times the
 /// activations `[n, cols] x` rounded to int8 per 256 values (scale
 /// amax / 127, round half away from zero), in the f32 order every int8
@@ -145,12 +155,8 @@ inline std::vector<float> kquant_affine_product_f32(model::ggml_type t, const st
   std::vector<float> y(n * rows, 0.0f);
   for (std::size_t tok = 0; tok < n; ++tok)
     for (std::size_t i = 0; i < units; ++i) {
-      const float* xb = x.data() + tok * cols + 256 * i;
-      float amax = 0.0f;
-      for (std::size_t j = 0; j < 256; ++j) amax = std::max(amax, std::abs(xb[j]));
-      const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
       long q[256];
-      for (std::size_t j = 0; j < 256; ++j) q[j] = long(std::round(xb[j] * inv));
+      const float dx = round_k_activations(x.data() + tok * cols + 256 * i, q);
       for (std::size_t o = 0; o < rows; ++o) {
         const std::byte* b = w + (o * units + i) * block_bytes;
         long dot = 0, mins = 0;
@@ -186,12 +192,8 @@ inline std::vector<float> q6_k_product_f32(const std::vector<float>& x, std::siz
   std::vector<float> y(n * rows, 0.0f);
   for (std::size_t tok = 0; tok < n; ++tok)
     for (std::size_t i = 0; i < units; ++i) {
-      const float* xb = x.data() + tok * cols + 256 * i;
-      float amax = 0.0f;
-      for (std::size_t j = 0; j < 256; ++j) amax = std::max(amax, std::abs(xb[j]));
-      const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
       long q[256];
-      for (std::size_t j = 0; j < 256; ++j) q[j] = long(std::round(xb[j] * inv));
+      const float dx = round_k_activations(x.data() + tok * cols + 256 * i, q);
       for (std::size_t o = 0; o < rows; ++o) {
         const std::byte* b = w + (o * units + i) * 210;
         long dot = 0;
@@ -208,6 +210,64 @@ inline std::vector<float> q6_k_product_f32(const std::vector<float>& x, std::siz
         }
         float& out = y[tok * rows + o];
         out = std::fma(float(dot), f16_at(b + 208) * dx, out);
+      }
+    }
+  return y;
+}
+
+/// `[n, rows]` = Q2_K, Q3_K or IQ4_XS rows `[rows, cols]` (bytes at w) times
+/// the activations rounded to int8 per 256 values as above, in the f32
+/// order of the int8 kernels: per super-block the exact integer sums
+/// I = sum_s sc_s * sum_{j in s} v_j q_j (v_j the signed value: Q2_K's crumb,
+/// Q3_K's crumb + 4 h - 4, IQ4_XS's level; sc_s the integer sub-block scale,
+/// Q3_K's and IQ4_XS's less 32) and Q2_K's M = sum_s m_s * sum_{j in s} q_j,
+/// then y = fma(float(I), d * d_x, y) and (Q2_K) y = fma(float(M), -(dmin * d_x), y),
+/// super-blocks ascending.
+inline std::vector<float> kquant_scaled_product_f32(model::ggml_type t, const std::vector<float>& x, std::size_t n,
+                                                    std::size_t cols, const std::byte* w, std::size_t rows) {
+  using model::ggml_type;
+  const std::size_t block_bytes = t == ggml_type::q2_k ? 84 : t == ggml_type::q3_k ? 110 : 136, units = cols / 256;
+  const std::size_t sub = t == ggml_type::iq4_xs ? 32 : 16;
+  std::vector<float> y(n * rows, 0.0f);
+  for (std::size_t tok = 0; tok < n; ++tok)
+    for (std::size_t i = 0; i < units; ++i) {
+      long q[256];
+      const float dx = round_k_activations(x.data() + tok * cols + 256 * i, q);
+      for (std::size_t o = 0; o < rows; ++o) {
+        const std::byte* b = w + (o * units + i) * block_bytes;
+        long dot = 0, mins = 0;
+        for (std::size_t s = 0; s < 256 / sub; ++s) {
+          long part = 0, sum = 0, scale = 0, min = 0;
+          for (std::size_t j = sub * s; j < sub * s + sub; ++j) {
+            const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
+            long v = 0;
+            if (t == ggml_type::iq4_xs) {
+              v = iq4nl_levels[nibble32(b + 8 + 16 * s, j % 32)];
+            } else {
+              v = (byte_at(b + (t == ggml_type::q3_k ? 32 : 16), 32 * h + l) >> (2 * r)) & 3;
+              if (t == ggml_type::q3_k) v += 4 * long((byte_at(b, l) >> (4 * h + r)) & 1) - 4;
+            }
+            part += v * q[j];
+            sum += q[j];
+          }
+          if (t == ggml_type::q2_k) {
+            scale = byte_at(b, s) & 15;
+            min = byte_at(b, s) >> 4;
+          } else if (t == ggml_type::q3_k) {
+            const unsigned low4 = s < 8 ? byte_at(b + 96, s) & 15 : byte_at(b + 96, s - 8) >> 4;
+            scale = long(low4 | (((byte_at(b + 96, 8 + s % 4) >> (2 * (s / 4))) & 3) << 4)) - 32;
+          } else {
+            const unsigned scales_h = byte_at(b, 2) | (byte_at(b, 3) << 8);
+            const unsigned low4 = (byte_at(b + 4, s / 2) >> (4 * (s % 2))) & 15;
+            scale = long(low4 | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
+          }
+          dot += scale * part;
+          mins += min * sum;
+        }
+        const float d = f16_at(b + (t == ggml_type::q2_k ? 80 : t == ggml_type::q3_k ? 108 : 0));
+        float& out = y[tok * rows + o];
+        out = std::fma(float(dot), d * dx, out);
+        if (t == ggml_type::q2_k) out = std::fma(float(mins), -(f16_at(b + 82) * dx), out);
       }
     }
   return y;
