@@ -528,8 +528,7 @@ TEST_CASE("quants: K-quant and IQ4_XS int8 products equal the f32-order oracle b
   // 6-token x 32-row tiles and their edges (rows around 16 and 32, token
   // counts 4-7 and beyond a tile, one super-block), the register-decoding
   // kernel under 4 tokens, and two threads must all give
-  // reference::kquant_affine_product_f32 (Q6_K: reference::q6_k_product_f32;
-  // Q2_K, Q3_K, IQ4_XS: reference::kquant_scaled_product_f32).
+  // reference::kquant_product_f32.
   // Other arches run the strip kernel, held to the oracle's bound above.
   std::mt19937 rng(53);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -558,11 +557,7 @@ TEST_CASE("quants: K-quant and IQ4_XS int8 products equal the f32-order oracle b
         std::vector<float> x(n * cols);
         for (auto& v : x) v = normal(rng) * 2.0f;
         std::fill_n(x.begin() + std::ptrdiff_t((n - 1) * cols), 256, 0.0f);  // a zero super-block
-        const std::vector<float> expected =
-            gt == ggml_type::q6_k ? reference::q6_k_product_f32(x, n, cols, w.data(), rows)
-            : gt == ggml_type::q4_k || gt == ggml_type::q5_k
-                ? reference::kquant_affine_product_f32(gt, x, n, cols, w.data(), rows)
-                : reference::kquant_scaled_product_f32(gt, x, n, cols, w.data(), rows);
+        const std::vector<float> expected = reference::kquant_product_f32(gt, x, n, cols, w.data(), rows);
         const std::size_t stride = rows + 1;
         std::vector<float> best(n * stride, 7.0f), threaded(n * stride, 7.0f), acc(n * stride, 0.25f);
         model::detail::q8_activations xa;
