@@ -421,6 +421,13 @@ inline __m128i k_row_sums(const __m512i (&v)[ON]) noexcept {
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+/// v[0..ON) in lanes 0..ON-1 of a vector, the others zero.
+template <std::size_t ON>
+inline __m128 k_lanes(const float (&v)[ON]) noexcept {
+  constexpr auto at = [](std::size_t b) { return b < ON ? b : ON - 1; };
+  return _mm_setr_ps(v[0], ON > 1 ? v[at(1)] : 0.0f, ON > 2 ? v[at(2)] : 0.0f, ON > 3 ? v[at(3)] : 0.0f);
+}
+
 /// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant product over
 /// activations quantised by assign_k (with assign_sums for the minimums).
 template <class Block, std::size_t TN, std::size_t ON>
@@ -445,6 +452,13 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
     __m512i iacc[TN][ON];
     prefetch_lines_l2(ahead + i * step_bytes, step_bytes);
     const k_tile_scales<ON> sc = F::scales(rows, i);
+    // Row b's d (and Q2_K's dmin) in lane b, once per super-block (Q4_K / Q5_K: sc.d4).
+    __m128 d4, dmin4 = _mm_setzero_ps();
+    if constexpr (F::has_mins)
+      d4 = sc.d4;
+    else
+      d4 = k_lanes(sc.d);
+    if constexpr (F::mins16) dmin4 = k_lanes(sc.dmin);
 #pragma GCC unroll 16
     for (std::size_t a = 0; a < TN; ++a)
 #pragma GCC unroll 16
@@ -487,15 +501,7 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
         }
       }
       {  // fma(float(I), d * d_x, y), then (Q2_K, Q4_K, Q5_K) fma(float(M), -(dmin * d_x), y)
-        __m128 d_dk;
-        if constexpr (F::has_mins) {
-          d_dk = _mm_mul_ps(sc.d4, _mm_set1_ps(dk));
-        } else {
-          alignas(16) float d[4] = {};
-#pragma GCC unroll 4
-          for (std::size_t b = 0; b < ON; ++b) d[b] = sc.d[b] * dk;
-          d_dk = _mm_load_ps(d);
-        }
+        const __m128 d_dk = _mm_mul_ps(d4, _mm_set1_ps(dk));
         __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(k_row_sums(iacc[a])), d_dk, sums_f[a]);
         if constexpr (F::has_mins) {
           // The 8 sub-block sums (of 32) as words in every 128-bit lane, by row b's minimums in lane b.
@@ -511,13 +517,9 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
         } else if constexpr (F::mins16) {  // M = sum_s m_s * sum q over Q2_K's 16 sub-blocks of 16
           const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
           __m512i m[ON];
-          alignas(16) float dmin[4] = {};
 #pragma GCC unroll 4
-          for (std::size_t b = 0; b < ON; ++b) {
-            m[b] = _mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16));
-            dmin[b] = sc.dmin[b] * dk;
-          }
-          v = _mm_fnmadd_ps(_mm_cvtepi32_ps(k_row_sums(m)), _mm_load_ps(dmin), v);
+          for (std::size_t b = 0; b < ON; ++b) m[b] = _mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16));
+          v = _mm_fnmadd_ps(_mm_cvtepi32_ps(k_row_sums(m)), _mm_mul_ps(dmin4, _mm_set1_ps(dk)), v);
         }
         sums_f[a] = v;
       }
