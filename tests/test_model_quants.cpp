@@ -522,13 +522,13 @@ TEST_CASE("quants: IQ4_NL and MXFP4 int8 products at 1 to 9 blocks per row match
 }
 
 
-TEST_CASE("quants: Q4_K, Q5_K and Q6_K int8 products equal the f32-order oracle bit for bit, GEMM tiles and edges, threads") {
+TEST_CASE("quants: K-quant and IQ4_XS int8 products equal the f32-order oracle bit for bit, GEMM tiles and edges, threads") {
   // Every VNNI kernel of these formats sums each super-block exactly in
   // int32 and adds it with two f32 FMAs (gemm_kquants_vnni.hpp): the GEMM's
-  // 4-token x 32-row tiles and their edges (rows around 16 and 32, token
-  // counts around 4, one super-block), the register-decoding kernel under 4
-  // tokens, and two threads must all give reference::kquant_affine_product_f32
-  // (Q6_K: reference::q6_k_product_f32).
+  // 6-token x 32-row tiles and their edges (rows around 16 and 32, token
+  // counts 4-7 and beyond a tile, one super-block), the register-decoding
+  // kernel under 4 tokens, and two threads must all give
+  // reference::kquant_product_f32.
   // Other arches run the strip kernel, held to the oracle's bound above.
   std::mt19937 rng(53);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -541,7 +541,8 @@ TEST_CASE("quants: Q4_K, Q5_K and Q6_K int8 products equal the f32-order oracle 
 #else
   constexpr bool exact = false;  // the strip kernel: its bound is checked by the tests above
 #endif
-  for (const ggml_type gt : {ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
+  for (const ggml_type gt :
+       {ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k, ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_xs}) {
     const std::size_t block_bytes = ggml_block_bytes(gt);
     for (const auto& [rows, cols] : std::vector<std::pair<std::size_t, std::size_t>>{
              {1, 256}, {15, 512}, {16, 256}, {17, 768}, {33, 512}, {48, 256}, {70, 2048}, {130, 1024}}) {
@@ -551,14 +552,12 @@ TEST_CASE("quants: Q4_K, Q5_K and Q6_K int8 products equal the f32-order oracle 
       for (std::size_t b = 0; b < w.size(); b += block_bytes)
         for (std::size_t at : scale_offsets(gt)) put_f16(w, b + at, scale(rng));
       const model::detail::block_weights bw{gt, w.data(), cols};
-      for (const std::size_t n : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 13u, 67u}) {
+      for (const std::size_t n : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 13u, 67u}) {
         INFO(type_name(gt) << " rows " << rows << " cols " << cols << " n " << n);
         std::vector<float> x(n * cols);
         for (auto& v : x) v = normal(rng) * 2.0f;
         std::fill_n(x.begin() + std::ptrdiff_t((n - 1) * cols), 256, 0.0f);  // a zero super-block
-        const std::vector<float> expected = gt == ggml_type::q6_k
-                                                ? reference::q6_k_product_f32(x, n, cols, w.data(), rows)
-                                                : reference::kquant_affine_product_f32(gt, x, n, cols, w.data(), rows);
+        const std::vector<float> expected = reference::kquant_product_f32(gt, x, n, cols, w.data(), rows);
         const std::size_t stride = rows + 1;
         std::vector<float> best(n * stride, 7.0f), threaded(n * stride, 7.0f), acc(n * stride, 0.25f);
         model::detail::q8_activations xa;

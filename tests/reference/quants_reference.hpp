@@ -131,83 +131,112 @@ inline float quant_value(model::ggml_type t, const std::byte* data, std::size_t 
   }
 }
 
-/// `[n, rows]` = Q4_K or Q5_K rows `[rows, cols]` (bytes at w) times the
-/// activations `[n, cols] x` rounded to int8 per 256 values (scale
-/// amax / 127, round half away from zero), in the f32 order every int8
-/// kernel of these formats follows: per super-block the exact integer sums
-/// I = sum_s sc_s * sum_{j in s} u_j q_j and M = sum_s m_s * sum_{j in s} q_j,
-/// then y = fma(float(I), d * d_x, y) and y = fma(float(M), -(dmin * d_x), y),
-/// super-blocks ascending.
-inline std::vector<float> kquant_affine_product_f32(model::ggml_type t, const std::vector<float>& x, std::size_t n,
-                                                    std::size_t cols, const std::byte* w, std::size_t rows) {
-  const bool q5 = t == model::ggml_type::q5_k;
-  const std::size_t block_bytes = q5 ? 176 : 144, units = cols / 256, qs_at = q5 ? 48 : 16;
-  std::vector<float> y(n * rows, 0.0f);
-  for (std::size_t tok = 0; tok < n; ++tok)
-    for (std::size_t i = 0; i < units; ++i) {
-      const float* xb = x.data() + tok * cols + 256 * i;
-      float amax = 0.0f;
-      for (std::size_t j = 0; j < 256; ++j) amax = std::max(amax, std::abs(xb[j]));
-      const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
-      long q[256];
-      for (std::size_t j = 0; j < 256; ++j) q[j] = long(std::round(xb[j] * inv));
-      for (std::size_t o = 0; o < rows; ++o) {
-        const std::byte* b = w + (o * units + i) * block_bytes;
-        long dot = 0, mins = 0;
-        for (std::size_t s = 0; s < 8; ++s) {
-          long sub = 0, sum = 0;
-          for (std::size_t l = 0; l < 32; ++l) {
-            const std::size_t j = 32 * s + l, c = s / 2;  // value j: byte l of chunk c, low nibble for even s
-            unsigned u = byte_at(b + qs_at, 32 * c + l);
-            u = s % 2 == 0 ? u & 15 : u >> 4;
-            if (q5) u |= ((byte_at(b + 16, l) >> s) & 1) << 4;
-            sub += long(u) * q[j];
-            sum += q[j];
-          }
-          dot += long(k_field(b + 4, s, 0)) * sub;
-          mins += long(k_field(b + 4, s, 1)) * sum;
-        }
-        float& out = y[tok * rows + o];
-        out = std::fma(float(dot), f16_at(b) * dx, out);
-        out = std::fma(float(mins), -(f16_at(b + 2) * dx), out);
-      }
-    }
-  return y;
+/// Rounds 256 activations to int8 q as assign_k does (scale amax / 127,
+/// round half away from zero); returns the scale.
+inline float round_k_activations(const float* xb, long (&q)[256]) {
+  float amax = 0.0f;
+  for (std::size_t j = 0; j < 256; ++j) amax = std::max(amax, std::abs(xb[j]));
+  const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
+  for (std::size_t j = 0; j < 256; ++j) q[j] = long(std::round(xb[j] * inv));
+  return dx;
 }
 
-/// `[n, rows]` = Q6_K rows `[rows, cols]` (bytes at w) times the activations
-/// `[n, cols] x` rounded to int8 per 256 values as above, in the f32 order
-/// of the int8 kernels: per super-block the exact integer sum
-/// I = sum_s sc_s * sum_{j in s} (u_j - 32) q_j over its 16 sub-blocks, then
-/// y = fma(float(I), d * d_x, y), super-blocks ascending.
-inline std::vector<float> q6_k_product_f32(const std::vector<float>& x, std::size_t n, std::size_t cols,
-                                           const std::byte* w, std::size_t rows) {
+/// Value j (0..255) of a K-quant or IQ4_XS super-block at b as the signed
+/// integer its sub-block scale multiplies (Q6_K: u - 32, Q3_K: crumb + 4 h - 4,
+/// IQ4_XS: the level; Q2_K, Q4_K, Q5_K: u, their minimums apart).
+inline long kquant_int_value(model::ggml_type t, const std::byte* b, std::size_t j) {
+  using model::ggml_type;
+  const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
+  switch (t) {
+    case ggml_type::q4_k:
+    case ggml_type::q5_k: {
+      const bool q5 = t == ggml_type::q5_k;
+      const std::size_t s = j / 32, c = s / 2;  // byte l of chunk c, low nibble for even s
+      unsigned u = byte_at(b + (q5 ? 48 : 16), 32 * c + l);
+      u = s % 2 == 0 ? u & 15 : u >> 4;
+      if (q5) u |= ((byte_at(b + 16, l) >> s) & 1) << 4;
+      return long(u);
+    }
+    case ggml_type::q6_k: {
+      const unsigned low_byte = byte_at(b, 64 * h + l + 32 * (r % 2));
+      const unsigned low = r < 2 ? low_byte & 15 : low_byte >> 4;
+      const unsigned high = (byte_at(b + 128, 32 * h + l) >> (2 * r)) & 3;
+      return long(low | (high << 4)) - 32;
+    }
+    case ggml_type::q2_k: return long((byte_at(b + 16, 32 * h + l) >> (2 * r)) & 3);
+    case ggml_type::q3_k:
+      return long((byte_at(b + 32, 32 * h + l) >> (2 * r)) & 3) + 4 * long((byte_at(b, l) >> (4 * h + r)) & 1) - 4;
+    default: return iq4nl_levels[nibble32(b + 8 + 16 * (j / 32), j % 32)];  // IQ4_XS
+  }
+}
+
+/// Sub-block s's integer scale (which = 0; Q3_K's and IQ4_XS's less 32) or
+/// minimum (which = 1; 0 for the formats without) of a super-block at b.
+inline long kquant_int_scale(model::ggml_type t, const std::byte* b, std::size_t s, int which) {
+  using model::ggml_type;
+  switch (t) {
+    case ggml_type::q4_k:
+    case ggml_type::q5_k: return long(k_field(b + 4, s, which));
+    case ggml_type::q6_k: return which == 0 ? long(static_cast<std::int8_t>(byte_at(b + 192, s))) : 0;
+    case ggml_type::q2_k: return which == 0 ? long(byte_at(b, s) & 15) : long(byte_at(b, s) >> 4);
+    case ggml_type::q3_k: {
+      if (which != 0) return 0;
+      const unsigned low4 = s < 8 ? byte_at(b + 96, s) & 15 : byte_at(b + 96, s - 8) >> 4;
+      return long(low4 | (((byte_at(b + 96, 8 + s % 4) >> (2 * (s / 4))) & 3) << 4)) - 32;
+    }
+    default: {  // IQ4_XS
+      if (which != 0) return 0;
+      const unsigned scales_h = byte_at(b, 2) | (byte_at(b, 3) << 8);
+      const unsigned low4 = (byte_at(b + 4, s / 2) >> (4 * (s % 2))) & 15;
+      return long(low4 | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
+    }
+  }
+}
+
+/// `[n, rows]` = K-quant (Q2_K ... Q6_K) or IQ4_XS rows `[rows, cols]` (bytes
+/// at w) times the activations `[n, cols] x` rounded to int8 per 256 values
+/// (round_k_activations), in the f32 order every int8 kernel of these
+/// formats follows: per super-block the exact integer sums
+/// I = sum_s sc_s * sum_{j in s} v_j q_j and M = sum_s m_s * sum_{j in s} q_j
+/// (kquant_int_value, kquant_int_scale), then y = fma(float(I), d * d_x, y)
+/// and, for the formats with minimums (Q2_K, Q4_K, Q5_K),
+/// y = fma(float(M), -(dmin * d_x), y), super-blocks ascending.
+inline std::vector<float> kquant_product_f32(model::ggml_type t, const std::vector<float>& x, std::size_t n,
+                                             std::size_t cols, const std::byte* w, std::size_t rows) {
+  using model::ggml_type;
+  const bool mins = t == ggml_type::q2_k || t == ggml_type::q4_k || t == ggml_type::q5_k;
+  const std::size_t sub = t == ggml_type::q4_k || t == ggml_type::q5_k || t == ggml_type::iq4_xs ? 32 : 16;
+  // Bytes per super-block and where d (dmin follows it) lies.
+  std::size_t block_bytes = 136, d_at = 0;
+  switch (t) {
+    case ggml_type::q2_k: block_bytes = 84, d_at = 80; break;
+    case ggml_type::q3_k: block_bytes = 110, d_at = 108; break;
+    case ggml_type::q4_k: block_bytes = 144; break;
+    case ggml_type::q5_k: block_bytes = 176; break;
+    case ggml_type::q6_k: block_bytes = 210, d_at = 208; break;
+    default: break;
+  }
   const std::size_t units = cols / 256;
   std::vector<float> y(n * rows, 0.0f);
   for (std::size_t tok = 0; tok < n; ++tok)
     for (std::size_t i = 0; i < units; ++i) {
-      const float* xb = x.data() + tok * cols + 256 * i;
-      float amax = 0.0f;
-      for (std::size_t j = 0; j < 256; ++j) amax = std::max(amax, std::abs(xb[j]));
-      const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
       long q[256];
-      for (std::size_t j = 0; j < 256; ++j) q[j] = long(std::round(xb[j] * inv));
+      const float dx = round_k_activations(x.data() + tok * cols + 256 * i, q);
       for (std::size_t o = 0; o < rows; ++o) {
-        const std::byte* b = w + (o * units + i) * 210;
-        long dot = 0;
-        for (std::size_t s = 0; s < 16; ++s) {
-          long sub = 0;
-          for (std::size_t j = 16 * s; j < 16 * s + 16; ++j) {
-            const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
-            const unsigned low_byte = byte_at(b, 64 * h + l + 32 * (r % 2));
-            const unsigned low = r < 2 ? low_byte & 15 : low_byte >> 4;
-            const unsigned high = (byte_at(b + 128, 32 * h + l) >> (2 * r)) & 3;
-            sub += (long(low | (high << 4)) - 32) * q[j];
+        const std::byte* b = w + (o * units + i) * block_bytes;
+        long dot = 0, msum = 0;
+        for (std::size_t s = 0; s < 256 / sub; ++s) {
+          long part = 0, sum = 0;
+          for (std::size_t j = sub * s; j < sub * s + sub; ++j) {
+            part += kquant_int_value(t, b, j) * q[j];
+            sum += q[j];
           }
-          dot += long(static_cast<std::int8_t>(byte_at(b + 192, s))) * sub;
+          dot += kquant_int_scale(t, b, s, 0) * part;
+          msum += kquant_int_scale(t, b, s, 1) * sum;
         }
         float& out = y[tok * rows + o];
-        out = std::fma(float(dot), f16_at(b + 208) * dx, out);
+        out = std::fma(float(dot), f16_at(b + d_at) * dx, out);
+        if (mins) out = std::fma(float(msum), -(f16_at(b + d_at + 2) * dx), out);
       }
     }
   return y;

@@ -2,29 +2,33 @@
 #pragma once
 
 /// @file llmkit/model/detail/gemm_kquants_vnni.hpp
-/// Prefill products of Q4_K, Q5_K and Q6_K weights with int8 activations
-/// (per 256 values, q8_activations::assign_k) as a register-blocked AVX-512
-/// VNNI GEMM: output rows in the vector lanes, as the Q8_0 GEMM
-/// (matmul_q8_vnni.hpp) does.
+/// Prefill products of the K-quants (Q2_K ... Q6_K) and IQ4_XS with int8
+/// activations (per 256 values, q8_activations::assign_k) as a
+/// register-blocked AVX-512 VNNI GEMM: output rows in the vector lanes, as
+/// the Q8_0 GEMM (matmul_q8_vnni.hpp) does.
 ///
 /// W's rows are decoded 16 at a time (a panel), once per strip of two
 /// panels, into a per-thread buffer of one record per super-block i
 /// (kquant_record):
 ///
 ///     u[G * 64 + 4 r + j]  = value 4 G + j of row r              (uint8, G < 64)
-///     sc[s * 16 + r]       = sub-block s's scale                  (int32; 8 of 32 values, Q6_K 16 of 16)
-///     pairs[k * 16 + r]    = m_{2k} | m_{2k + 1} << 16            (int16 pairs; Q6_K: sc_{2k}, sc_{2k + 1})
+///     sc[s * 16 + r]       = sub-block s's scale                  (int32; 8 of 32 values or 16 of 16)
+///     pairs[k * 16 + r]    = m_{2k} | m_{2k + 1} << 16            (int16 pairs; without minimums sc_{2k}, sc_{2k + 1})
 ///     d[r], dmin[r]        = the super-block's f32 scales
+///
+/// Q2_K, Q4_K and Q5_K have minimums; Q3_K, Q6_K and IQ4_XS store their
+/// values u offset by a power of two (4, 32; IQ4_XS its signed levels + 128,
+/// unsigned for VPDPBUSD), taken off as the offset times sum_s sc_s * sum q.
 ///
 /// A tile of TN tokens x RV panels then runs, per sub-block, VPDPBUSD (16
 /// rows x 4 values each) into int32 dot products started at zero, one
 /// VPMULLD by the sub-block scales and an add; per super-block, VPDPWSSD of
 /// the pairs by the activations' sums (of 32: kquant_pair_sums, computed
-/// once per product; Q6_K of 16: xa.sums16) gives the minimums' sum M, or
-/// Q6_K's sum_s sc_s * sum q for its offset 32. The super-block sums are
-/// exact in int32:
+/// once per product; of 16: xa.sums16) gives the minimums' sum M, or
+/// sum_s sc_s * sum q for the offset. The super-block sums are exact in
+/// int32 (at most 8 * 32 * 32 * 241 * 127, IQ4_XS's):
 ///
-///     I = sum_s sc_s * sum_{j in s} u_j q_j  (Q6_K: less 32 * sum_s sc_s * sum_{j in s} q_j)
+///     I = sum_s sc_s * sum_{j in s} u_j q_j  (less offset * sum_s sc_s * sum_{j in s} q_j)
 ///     M = sum_s m_s * sum_{j in s} q_j
 ///     y = fma(float(I), d * d_x, y);  y = fma(float(M), -(dmin * d_x), y)    super-blocks ascending
 ///
@@ -51,11 +55,9 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-/// The formats the K-quant GEMM covers: scale and minimum per 32 values
-/// (Q4_K, Q5_K) or a signed scale per 16 values and offset 32 (Q6_K).
+/// The formats the K-quant GEMM covers: every K-quant and IQ4_XS.
 template <class Block>
-inline constexpr bool has_kquant_gemm =
-    std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_q6_k>;
+inline constexpr bool has_kquant_gemm = is_kquant_block<Block>;
 
 /// Runs the GEMM for rows [row_first, row_last) where the arch and format
 /// have one and xa holds enough tokens to repay the decoding; false (and
@@ -79,13 +81,20 @@ inline constexpr std::size_t kquant_gemm_tile_panels = 2;
 inline constexpr std::size_t kquant_gemm_min_tokens = 4;
 
 /// One panel's record of one super-block (layout in the file comment):
-/// Q4_K / Q5_K have 8 sub-blocks and their minimums as int16 pairs, Q6_K
-/// 16 sub-blocks and its scales again as int16 pairs (for the offset).
+/// 8 sub-blocks (Q4_K, Q5_K, IQ4_XS) or 16, and the minimums as int16
+/// pairs, or without minimums the scales again (for the offset).
 template <class Block>
 struct kquant_record {
-  static constexpr bool has_mins = !std::is_same_v<Block, block_q6_k>;
-  static constexpr std::size_t sub_blocks = has_mins ? 8 : 16, groups = 64 / sub_blocks;  ///< groups of 4 per sub-block
-  static constexpr std::size_t u = 0, sc = 4096, pairs = sc + sub_blocks * 64, n_pairs = has_mins ? 4 : 8,
+  static constexpr bool has_mins =
+      std::is_same_v<Block, block_q2_k> || std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k>;
+  static constexpr std::size_t sub_blocks =
+      std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k> || std::is_same_v<Block, block_iq4_xs> ? 8
+                                                                                                                    : 16;
+  static constexpr std::size_t groups = 64 / sub_blocks;  ///< groups of 4 values per sub-block
+  /// Without minimums the values are u - 2^offset_shift.
+  static constexpr int offset_shift =
+      std::is_same_v<Block, block_q3_k> ? 2 : std::is_same_v<Block, block_q6_k> ? 5 : has_mins ? 0 : 7;
+  static constexpr std::size_t u = 0, sc = 4096, pairs = sc + sub_blocks * 64, n_pairs = sub_blocks / 2,
                                d = pairs + n_pairs * 64, dmin = d + 64, bytes = dmin + 64;
 };
 
@@ -166,11 +175,60 @@ inline void kquant_pack_q6_k_scales(const std::byte* base, __m512i offsets, __mm
   _mm512_store_ps(reinterpret_cast<float*>(rec + R::dmin), _mm512_setzero_ps());
 }
 
+/// Q2_K, Q3_K, IQ4_XS: the sub-block scales (and Q2_K's minimums) of 16
+/// rows' super-blocks at base (rows row_bytes apart, `valid` of them), as
+/// the register decoder's int16 words per row, transposed to rows in lanes.
+template <class Block>
+inline void kquant_pack_word_scales(const std::byte* base, std::size_t row_bytes, std::size_t valid,
+                                    std::uint8_t* rec) noexcept {
+  using R = kquant_record<Block>;
+  __m512i sc[16], pairs[16];  // row b's scales as int32, and its words (two a dword: the pairs)
+  alignas(64) float d[16] = {}, dmin[16] = {};
+#pragma GCC unroll 16
+  for (std::size_t b = 0; b < 16; ++b) {
+    sc[b] = pairs[b] = _mm512_setzero_si512();
+    if (b >= valid) continue;
+    const Block& p = *reinterpret_cast<const Block*>(base + b * row_bytes);
+    __m256i words, mins = _mm256_setzero_si256();
+    if constexpr (std::is_same_v<Block, block_q2_k>) {
+      q2_k_scale_words(p, words, mins);
+      dmin[b] = scale_f32(p.dmin);
+    } else if constexpr (std::is_same_v<Block, block_q3_k>) {
+      words = q3_k_scale_words(p.scales);
+    } else {
+      words = _mm256_zextsi128_si256(iq4_xs_scale_words(p));
+    }
+    d[b] = scale_f32(p.d);
+    sc[b] = _mm512_cvtepi16_epi32(words);
+    pairs[b] = _mm512_zextsi256_si512(R::has_mins ? mins : words);
+  }
+  transpose_16x16_epi32(sc);
+  transpose_16x16_epi32(pairs);
+#pragma GCC unroll 16
+  for (std::size_t s = 0; s < R::sub_blocks; ++s) _mm512_store_si512(rec + R::sc + s * 64, sc[s]);
+#pragma GCC unroll 8
+  for (std::size_t k = 0; k < R::n_pairs; ++k) _mm512_store_si512(rec + R::pairs + k * 64, pairs[k]);
+  _mm512_store_ps(reinterpret_cast<float*>(rec + R::d), _mm512_load_ps(d));
+  _mm512_store_ps(reinterpret_cast<float*>(rec + R::dmin), _mm512_load_ps(dmin));
+}
+
+/// Group g of a super-block's values as the record stores them: unsigned,
+/// IQ4_XS's levels + 128 (a level's byte with its top bit flipped).
+template <class Block>
+inline __m512i kquant_record_values(const Block* p, std::size_t g) noexcept {
+  if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+    const __m512i levels = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_iq4nl)));
+    const __m512i biased = _mm512_xor_si512(levels, _mm512_set1_epi8(char(0x80)));
+    return _mm512_shuffle_epi8(biased, kquant_block<Block>::indices(p, g));
+  } else {
+    return kquant_block<Block>::values(p, g);
+  }
+}
+
 /// Decodes W's rows [o, o + valid) (valid <= 16; the others zero) into a
 /// panel's records at dst.
 template <class Block>
 inline void kquant_pack_panel(const block_weights& w, std::size_t o, std::size_t valid, std::uint8_t* dst) noexcept {
-  using F = kquant_block<Block>;
   using R = kquant_record<Block>;
   const std::size_t units = w.in / qk_k, row_bytes = w.row_bytes();
   const __mmask16 live = __mmask16((1u << valid) - 1);
@@ -179,16 +237,18 @@ inline void kquant_pack_panel(const block_weights& w, std::size_t o, std::size_t
   for (std::size_t i = 0; i < units; ++i) {
     std::uint8_t* rec = dst + i * R::bytes;
     const std::byte* base = w.data + o * row_bytes + i * sizeof(Block);
-    if constexpr (R::has_mins)
+    if constexpr (std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k>)
       kquant_pack_affine_scales(base, offsets, live, rec);
-    else
+    else if constexpr (std::is_same_v<Block, block_q6_k>)
       kquant_pack_q6_k_scales(base, offsets, live, rec);
+    else
+      kquant_pack_word_scales<Block>(base, row_bytes, valid, rec);
     // The values, 64 per row at a time, transposed to dwords with rows in lanes.
     for (std::size_t g = 0; g < 4; ++g) {
       __m512i r[16];
 #pragma GCC unroll 16
       for (std::size_t b = 0; b < 16; ++b)
-        r[b] = b < valid ? F::values(reinterpret_cast<const Block*>(w.data + (o + b) * row_bytes) + i, g)
+        r[b] = b < valid ? kquant_record_values(reinterpret_cast<const Block*>(w.data + (o + b) * row_bytes) + i, g)
                          : _mm512_setzero_si512();
       transpose_16x16_epi32(r);
 #pragma GCC unroll 16
@@ -199,8 +259,8 @@ inline void kquant_pack_panel(const block_weights& w, std::size_t o, std::size_t
 
 /// One tile: tokens [t0, t0 + TN) x the RV panels at `panels` (stride
 /// panel_bytes), output rows [o0, o0 + valid). `pairs` holds each token's
-/// int16 pairs of activation sums the record's pairs multiply: Q4_K / Q5_K
-/// kquant_pair_sums (sub-blocks of 32), Q6_K xa.sums16 (of 16).
+/// int16 pairs of activation sums the record's pairs multiply:
+/// kquant_pair_sums for sub-blocks of 32, xa.sums16 for 16.
 template <class Block, std::size_t TN, std::size_t RV>
 inline void kquant_gemm_tile(const q8_activations& xa, const std::int32_t* pairs, std::size_t pairs_stride,
                              const std::uint8_t* panels, std::size_t panel_bytes, std::size_t t0, float* y,
@@ -250,7 +310,7 @@ inline void kquant_gemm_tile(const q8_activations& xa, const std::int32_t* pairs
         for (std::size_t t = 0; t < TN; ++t) isum[t][r] = _mm512_add_epi32(isum[t][r], _mm512_mullo_epi32(dot[t][r], sc));
       }
     }
-    // The minimums' sum M (Q4_K, Q5_K) or Q6_K's sum_s sc_s * sum q, in the dot registers.
+    // The minimums' sum M or the offset's sum_s sc_s * sum q, in the dot registers.
 #pragma GCC unroll 8
     for (std::size_t t = 0; t < TN; ++t)
 #pragma GCC unroll 4
@@ -280,8 +340,8 @@ inline void kquant_gemm_tile(const q8_activations& xa, const std::int32_t* pairs
           __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][r]), _mm512_mul_ps(d, dx), _mm512_load_ps(f[t][r]));
           v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(dot[t][r]), _mm512_mul_ps(dmin, dx), v);
           _mm512_store_ps(f[t][r], v);
-        } else {  // values u - 32
-          const __m512i sum = _mm512_sub_epi32(isum[t][r], _mm512_slli_epi32(dot[t][r], 5));
+        } else {  // values u - 2^offset_shift
+          const __m512i sum = _mm512_sub_epi32(isum[t][r], _mm512_slli_epi32(dot[t][r], R::offset_shift));
           _mm512_store_ps(f[t][r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, dx), _mm512_load_ps(f[t][r])));
         }
       }
@@ -329,7 +389,7 @@ inline bool int8_gemm_rows(const q8_activations& xa, const block_weights& w, flo
     if (buf.panels.size() < RV * panel_bytes) buf.panels.resize(RV * panel_bytes);
     const std::int32_t* pairs;
     std::size_t pairs_stride;
-    if constexpr (R::has_mins) {
+    if constexpr (R::sub_blocks == 8) {
       if (buf.pair_sums.size() < xa.n * units * 4) buf.pair_sums.resize(xa.n * units * 4);
       kquant_pair_sums(xa, buf.pair_sums.data());
       pairs = buf.pair_sums.data();

@@ -19,8 +19,8 @@
 /// its 4-bit mins by the activations' sums of 16). IQ4_XS's values are
 /// signed levels (-127..113): VPMADDUBSW takes their magnitudes and the
 /// activations with the levels' signs (at most 2 * 127 * 127, no
-/// saturation), then its 6-bit sub-block scales as Q4_K's. Q4_K's, Q5_K's
-/// and Q6_K's super-block sums (I = sum_s sc_s * sum u q, less Q6_K's
+/// saturation), then its 6-bit sub-block scales as Q4_K's. Every format's
+/// super-block sums (I = sum_s sc_s * sum u q, less Q3_K's and Q6_K's
 /// offset; M = sum_s m_s * sum q) are reduced to exact int32 and added as
 /// fma(float(I), d * d_x, y), then fma(float(M), -(dmin * d_x), y): the
 /// arithmetic of their prefill GEMM (gemm_kquants_vnni.hpp), which runs
@@ -386,11 +386,15 @@ struct kquant_block<block_iq4_xs> {
     }
     return out;
   }
-  static __m512i values(const block_iq4_xs* p, std::size_t g, __mmask64& negative) noexcept {
+  /// Group g's 4-bit level indices in natural order.
+  static __m512i indices(const block_iq4_xs* p, std::size_t g) noexcept {
     // Group g is sub-blocks 2g and 2g + 1: qs[32g..] and qs[32g + 16..], each
     // low nibbles then high; k_nibbles gives both low halves first.
     const __m512i split = k_nibbles(p->qs, g);
-    const __m512i index = _mm512_shuffle_i64x2(split, split, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm512_shuffle_i64x2(split, split, _MM_SHUFFLE(3, 1, 2, 0));
+  }
+  static __m512i values(const block_iq4_xs* p, std::size_t g, __mmask64& negative) noexcept {
+    const __m512i index = indices(p, g);
     negative = _mm512_cmplt_epu8_mask(index, _mm512_set1_epi8(8));
     const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4nl_magnitudes)));
     return _mm512_shuffle_epi8(table, index);
@@ -420,6 +424,13 @@ inline __m128i k_row_sums(const __m512i (&v)[ON]) noexcept {
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+/// v[0..ON) in lanes 0..ON-1 of a vector, the others zero.
+template <std::size_t ON>
+inline __m128 k_lanes(const float (&v)[ON]) noexcept {
+  constexpr auto at = [](std::size_t b) { return b < ON ? b : ON - 1; };
+  return _mm_setr_ps(v[0], ON > 1 ? v[at(1)] : 0.0f, ON > 2 ? v[at(2)] : 0.0f, ON > 3 ? v[at(3)] : 0.0f);
+}
+
 /// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant product over
 /// activations quantised by assign_k (with assign_sums for the minimums).
 template <class Block, std::size_t TN, std::size_t ON>
@@ -430,18 +441,12 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
   const Block* rows[ON];
 #pragma GCC unroll 16
   for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
-  __m512 acc[TN][ON];
-  // Q4_K, Q5_K, Q6_K: each super-block's sums reduced to exact int32 and
-  // added in f32 as their GEMM does (gemm_kquants_vnni.hpp), so batches agree.
-  constexpr bool exact = F::has_mins || std::is_same_v<Block, block_q6_k>;
-  static_assert(!exact || ON <= 4, "kquant_tile: the exact sums of a token's rows share one 4-lane vector");
-  [[maybe_unused]] __m128 sums_f[TN];  // row b in lane b
+  // Each super-block's sums reduced to exact int32 and added in f32 as the
+  // GEMM does (gemm_kquants_vnni.hpp), so batches agree.
+  static_assert(ON <= 4, "kquant_tile: the exact sums of a token's rows share one 4-lane vector");
+  __m128 sums_f[TN];  // row b in lane b
 #pragma GCC unroll 16
-  for (std::size_t a = 0; a < TN; ++a) {
-#pragma GCC unroll 16
-    for (std::size_t b = 0; b < ON; ++b) acc[a][b] = _mm512_setzero_ps();
-    if constexpr (exact) sums_f[a] = _mm_setzero_ps();
-  }
+  for (std::size_t a = 0; a < TN; ++a) sums_f[a] = _mm_setzero_ps();
   // The tile's rows are contiguous: each step prefetches its share of the
   // bytes matmul_prefetch_bytes ahead, every cache line of them.
   const std::size_t step_bytes = ON * row_bytes / units;
@@ -450,6 +455,13 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
     __m512i iacc[TN][ON];
     prefetch_lines_l2(ahead + i * step_bytes, step_bytes);
     const k_tile_scales<ON> sc = F::scales(rows, i);
+    // Row b's d (and Q2_K's dmin) in lane b, once per super-block (Q4_K / Q5_K: sc.d4).
+    __m128 d4, dmin4 = _mm_setzero_ps();
+    if constexpr (F::has_mins)
+      d4 = sc.d4;
+    else
+      d4 = k_lanes(sc.d);
+    if constexpr (F::mins16) dmin4 = k_lanes(sc.dmin);
 #pragma GCC unroll 16
     for (std::size_t a = 0; a < TN; ++a)
 #pragma GCC unroll 16
@@ -514,16 +526,8 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
           iacc[a][b] = _mm512_sub_epi32(iacc[a][b], _mm512_zextsi256_si512(offset));
         }
       }
-      if constexpr (exact) {  // fma(float(I), d * d_x, y), then (Q4_K, Q5_K) fma(float(M), -(dmin * d_x), y)
-        __m128 d_dk;
-        if constexpr (F::has_mins) {
-          d_dk = _mm_mul_ps(sc.d4, _mm_set1_ps(dk));
-        } else {
-          alignas(16) float d[4] = {};
-#pragma GCC unroll 4
-          for (std::size_t b = 0; b < ON; ++b) d[b] = sc.d[b] * dk;
-          d_dk = _mm_load_ps(d);
-        }
+      {  // fma(float(I), d * d_x, y), then (Q2_K, Q4_K, Q5_K) fma(float(M), -(dmin * d_x), y)
+        const __m128 d_dk = _mm_mul_ps(d4, _mm_set1_ps(dk));
         __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(k_row_sums(iacc[a])), d_dk, sums_f[a]);
         if constexpr (F::has_mins) {
           // The 8 sub-block sums (of 32) as words in every 128-bit lane, by row b's minimums in lane b.
@@ -536,31 +540,22 @@ inline void kquant_tile(const q8_activations& xa, const block_weights& w, float*
           const __m128i mins = _mm512_castsi512_si128(
               _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), h));
           v = _mm_fnmadd_ps(_mm_cvtepi32_ps(mins), _mm_mul_ps(sc.dmin4, _mm_set1_ps(dk)), v);
+        } else if constexpr (F::mins16) {  // M = sum_s m_s * sum q over Q2_K's 16 sub-blocks of 16
+          const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
+          __m512i m[ON];
+#pragma GCC unroll 4
+          for (std::size_t b = 0; b < ON; ++b) m[b] = _mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16));
+          v = _mm_fnmadd_ps(_mm_cvtepi32_ps(k_row_sums(m)), _mm_mul_ps(dmin4, _mm_set1_ps(dk)), v);
         }
         sums_f[a] = v;
-        continue;
-      }
-#pragma GCC unroll 16
-      for (std::size_t b = 0; b < ON; ++b)
-        acc[a][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[a][b]), _mm512_set1_ps(sc.d[b] * dk), acc[a][b]);
-      if constexpr (F::mins16) {  // - dmin * d_x * sum_s m_s * sum q (int32 in 8 lanes)
-        const __m256i s16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * stride + qk_k * i) / 16));
-#pragma GCC unroll 16
-        for (std::size_t b = 0; b < ON; ++b) {
-          const __m512 m = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(_mm256_madd_epi16(sc.min_words[b], s16)));
-          acc[a][b] = _mm512_fmadd_ps(m, _mm512_set1_ps(-(sc.dmin[b] * dk)), acc[a][b]);
-        }
       }
     }
   }
-  float sums[TN][ON];
-  reduce_tile16(acc, sums);
   for (std::size_t a = 0; a < TN; ++a) {
     alignas(16) float row_sums[4];
-    if constexpr (exact) _mm_store_ps(row_sums, sums_f[a]);
+    _mm_store_ps(row_sums, sums_f[a]);
     for (std::size_t b = 0; b < ON; ++b) {
-      float v = sums[a][b];
-      if constexpr (exact) v = row_sums[b];
+      const float v = row_sums[b];
       float& out = y[(t0 + a) * y_stride + o0 + b];
       out = accumulate ? out + v : v;
     }
