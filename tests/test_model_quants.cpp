@@ -596,7 +596,7 @@ TEST_CASE("quants: Q4_K and Q5_K int8 products at their largest values, scales a
       for (const std::size_t n : {1u, 2u, 3u, 6u}) {
         INFO(type_name(gt) << " sign " << sign << " n " << n);
         std::vector<float> x(n * cols, 3.0f * sign);  // equal values: each quantises to 127 * sign
-        const std::vector<float> expected = reference::kquant_affine_product_f32(gt, x, n, cols, w.data(), rows);
+        const std::vector<float> expected = reference::kquant_product_f32(gt, x, n, cols, w.data(), rows);
         std::vector<float> y(n * rows);
         model::detail::q8_activations xa;
         model::detail::matmul_blocks_q8(serial, x.data(), n, bw, rows, y.data(), rows, false, xa);
