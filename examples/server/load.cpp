@@ -5,7 +5,7 @@
 // streamed pieces (p50, p99).
 //
 //   llmkit-server-load [--host 127.0.0.1] [--port 8080] [--clients 8] [--requests 32]
-//                      [--prompt TEXT] [--max-tokens 64] [--temperature 0.8] [--api-key KEY] [--grammar GBNF] [--json]
+//                      [--prompt TEXT] [--distinct-prompts] [--max-tokens 64] [--temperature 0.8] [--api-key KEY] [--grammar GBNF] [--json]
 //   llmkit-server-load --in-process --model PATH [--threads N] [--max-batch N] [--max-queue N] [--ctx N]
 //                      [--kv-type T] [--kv-blocks N] [--kv-window ring|full]
 //                      [--draft ngram|self|DRAFT.gguf] [--draft-max N] [--draft-max-decodes N] ...
@@ -175,6 +175,9 @@ int main(int argc, char** argv) {
   cli.add_option("--temperature", temperature, "temperature of every request").in_range(0.0, 2.0);
   cli.add_option("--api-key", api_key, "bearer token");
   cli.add_option("--grammar", grammar, "GBNF grammar of every request (structured output); empty = none");
+  bool distinct_prompts = false;
+  cli.add_flag("--distinct-prompts", distinct_prompts,
+               "prefix request i's prompt with \"i: \", so that no two requests share a prefix (no prefix reuse)");
   cli.add_flag("--json", json_output, "one JSON line instead of text");
   cli.add_flag("--in-process", in_process,
                "no server: the same requests to llmkit-server's engine backend in this process (the options below)");
@@ -223,7 +226,8 @@ int main(int argc, char** argv) {
   for (std::size_t c = 0; c < clients; ++c)
     threads.emplace_back([&] {
       for (std::size_t i = next++; i < requests; i = next++) {
-        nlohmann::json body = {{"prompt", prompt},           {"max_tokens", max_tokens},
+        nlohmann::json body = {{"prompt", distinct_prompts ? std::to_string(i) + ": " + prompt : prompt},
+                               {"max_tokens", max_tokens},
                                {"temperature", temperature}, {"seed", i},
                                {"stream", true},             {"stream_options", {{"include_usage", true}}}};
         if (!grammar.empty()) body["grammar"] = grammar;

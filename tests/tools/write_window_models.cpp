@@ -55,19 +55,9 @@ llama_config window_config(architecture arch) {
 // Gemma 3 1B's layers, heads and window; the matrices much smaller, so that
 // long contexts run quickly while the KV is as large as the real model's.
 synthetic_options gemma3_1b_kv() {
-  llama_config c;
-  c.arch = architecture::gemma3;
-  c.n_vocab = 4096;
-  c.dim = 512;
-  c.n_layers = 26;
-  c.n_heads = 4;
-  c.n_kv_heads = 1;
-  c.head_dim = 256;
-  c.ffn_dim = 1024;
-  c.context_length = 32768;
-  c.sliding_window = 512;
-  c.rms_eps = 1e-6f;
-  c.rope.theta = 1000000.0f;
+  llama_config c = window_config(architecture::gemma3);  // 1 KV head
+  c.n_vocab = 4096, c.dim = 512, c.n_layers = 26, c.n_heads = 4, c.head_dim = 256, c.ffn_dim = 1024;
+  c.context_length = 32768, c.sliding_window = 512, c.rms_eps = 1e-6f, c.rope.theta = 1000000.0f;
   c.local_layers = local_layer_pattern(c.n_layers, 6);
   synthetic_options o{.config = c, .seed = 3, .tied_output = true};
   o.tensor_types = q4_k_m_types(o);
