@@ -5,8 +5,13 @@
 //   llmkit-generate [--model PATH] [--prompt TEXT] [--tokens N] [--temperature T]
 //                   [--top-k K] [--top-p P] [--seed S] [--threads N] [--sampling CHAIN]
 //                   [--weight-type native|f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q2_k|q3_k|iq4_nl|iq4_xs|mxfp4]
-//                   [--activations f32|q8_0]
+//                   [--activations f32|q8_0] [--kv-window ring|full]
 //                   [--chat MESSAGE [--system TEXT] [--chat-template NAME]]
+//
+// A model with local (sliding-window) layers (Gemma 2/3, gpt-oss, a phi3 or
+// llama file with a window) keeps those layers' KV in a ring of the window
+// (model/window_cache.hpp); --kv-window full keeps every position in every
+// layer instead. The tokens are the same.
 //
 // --chat formats a user message (and an optional system message) with the
 // model's chat template (model/chat_template.hpp) and generates the reply,
@@ -17,11 +22,13 @@
 // runs the vendored stories260K model greedily on a default prompt.
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/contiguous_cache.hpp>
+#include <llmkit/kv/sliding_window_cache.hpp>
 #include <llmkit/model/batch.hpp>
 #include <llmkit/model/chat_template.hpp>
 #include <llmkit/model/gguf.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/tokenizer.hpp>
+#include <llmkit/model/window_cache.hpp>
 #include <llmkit/sampling/candidates.hpp>
 #include <llmkit/sampling/chain.hpp>
 #include <llmkit/sampling/context.hpp>
@@ -29,6 +36,7 @@
 #include <llmkit/simd/arch.hpp>
 
 #include "example_cli.hpp"
+#include "kv_window.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -38,7 +46,9 @@
 #include <iostream>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -64,6 +74,83 @@ double cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Prompt tokens per forward() (and a ring's max_grow): a long prompt goes
+// in chunks of this size, on every cache alike.
+constexpr std::size_t prefill_chunk = 512;
+
+// What one generation needs besides the model, cache and threads.
+struct generation_run {
+  const llmkit::model::tokenizer& tok;
+  std::span<const llmkit::token_id> prompt_ids;
+  std::span<const llmkit::token_id> stop_ids;
+  std::size_t n_tokens = 0;  // tokens to generate at most
+  std::size_t capacity = 0;  // positions the sequence may reach
+  std::string chain;         // llmkit::sampling run-time chain
+  std::uint64_t seed = 0;
+};
+
+// Prefills the prompt into a new sequence of `cache`, then samples and
+// streams the continuation to stdout; the rates go to stderr.
+template <class Cache>
+int generate(llmkit::model::llama_model& model, Cache& cache, llmkit::thread_pool& pool, const generation_run& r) {
+  using clock = std::chrono::steady_clock;
+  const llmkit::kv::seq_id seq = *cache.add_sequence();
+  const auto chain = llmkit::sampling::runtime_chain::parse(r.chain);
+  llmkit::sampling::sampling_state state(r.seed, 0, r.prompt_ids);
+  llmkit::sampling::candidates cands;
+  auto sample = [&](llmkit::matrix_view<const float> logits) {
+    // The runtime chain is both the processors and the sampler.
+    const llmkit::token_id t = llmkit::sampling::sample_row(logits.row(0), state.context(), chain, chain, cands).token;
+    state.accept(t);
+    return t;
+  };
+
+  llmkit::model::batch_builder b;
+  const double c0 = cpu_seconds();
+  const auto t0 = clock::now();
+  llmkit::matrix_view<const float> logits;
+  for (std::size_t pos = 0; pos < r.prompt_ids.size(); pos += prefill_chunk) {
+    b.clear();
+    b.add(seq, r.prompt_ids.subspan(pos, std::min(prefill_chunk, r.prompt_ids.size() - pos)),
+          static_cast<std::int32_t>(pos));
+    logits = model.forward(b.view(), cache, pool);
+  }
+  const auto t1 = clock::now();
+  const double c1 = cpu_seconds();
+  llmkit::token_id token = sample(logits);
+
+  std::string piece;
+  std::size_t generated = 0;
+  const auto t2 = clock::now();
+  const double c2 = cpu_seconds();
+  while (true) {
+    if (std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end()) break;
+    piece.clear();
+    r.tok.decode_token(token, piece);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    ++generated;
+    if (generated >= r.n_tokens || cache.n_tokens(seq) >= r.capacity) break;
+    b.clear();
+    b.add(seq, {&token, 1}, static_cast<std::int32_t>(cache.n_tokens(seq)));
+    logits = model.forward(b.view(), cache, pool);
+    token = sample(logits);
+  }
+  const auto t3 = clock::now();
+  const double c3 = cpu_seconds();
+  std::fputc('\n', stdout);
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(t3 - t2).count();
+  const std::size_t decode_steps = generated > 0 ? generated - 1 : 0;  // forwards after the prefill
+  std::fprintf(stderr, "  prompt: %zu tokens, prefill %.0f tokens/s (%.3f ms wall, %.3f ms CPU)\n", r.prompt_ids.size(),
+               double(r.prompt_ids.size()) / prefill_s, prefill_s * 1e3, (c1 - c0) * 1e3);
+  std::fprintf(stderr, "  generated: %zu tokens, decode %.0f tokens/s (%.3f ms wall, %.3f ms CPU over %zu steps)\n",
+               generated, decode_steps > 0 ? double(decode_steps) / decode_s : 0.0, decode_s * 1e3, (c3 - c2) * 1e3,
+               decode_steps);
+  std::fprintf(stderr, "  KV cache: %.1f MB allocated\n", double(cache.usage().bytes_allocated) / 1e6);
+  return 0;
 }
 
 }  // namespace
@@ -102,6 +189,11 @@ int main(int argc, char** argv) {
                  "what quantised matrices multiply: q8_0 (int8-quantised activations, the faster integer product) or "
                  "f32 (exact)")
       .one_of({"f32", "q8_0"});
+  std::string kv_window_name = "ring";
+  cli.add_option("--kv-window", kv_window_name,
+                 "KV of a model's local (sliding-window) layers: ring (only the window, the default) or full (every "
+                 "position, as the global layers); the same tokens either way")
+      .one_of(std::span<const std::string_view>(llmkit_examples::kv_window_names));
   bool no_mmap = false, mlock = false;
   cli.add_flag("--no-mmap", no_mmap,
                "copy every weight into memory instead of reading the file's mapping in place (llama_options::weights_in_place)");
@@ -177,56 +269,34 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "  loaded in %.0f ms; %.1f MB of weights read in place from the file's mapping%s\n",
                  load_s * 1e3, double(model.weight_bytes_in_place()) / 1e6, mlock ? " (locked)" : "");
 
+    const generation_run run{.tok = tok,
+                             .prompt_ids = prompt_ids,
+                             .stop_ids = stop_ids,
+                             .n_tokens = n_tokens,
+                             .capacity = capacity,
+                             .chain = chain_text.empty() ? chain_config(so) : chain_text,
+                             .seed = seed};
     llmkit::thread_pool pool(threads);
-    llmkit::kv::contiguous_cache<float> cache(model.kv_shape(), {.max_sequences = 1, .max_tokens = capacity});
-    const llmkit::kv::seq_id seq = *cache.add_sequence();
-    const auto chain = llmkit::sampling::runtime_chain::parse(chain_text.empty() ? chain_config(so) : chain_text);
-    llmkit::sampling::sampling_state state(seed, 0, prompt_ids);
-    llmkit::sampling::candidates cands;
-    auto sample = [&](llmkit::matrix_view<const float> logits) {
-      // The runtime chain is both the processors and the sampler.
-      const llmkit::token_id t = llmkit::sampling::sample_row(logits.row(0), state.context(), chain, chain, cands).token;
-      state.accept(t);
-      return t;
-    };
-
-    llmkit::model::batch_builder b;
-    b.add(seq, prompt_ids, 0);
-    const double c0 = cpu_seconds();
-    const auto t0 = clock::now();
-    auto logits = model.forward(b.view(), cache, pool);
-    const auto t1 = clock::now();
-    const double c1 = cpu_seconds();
-    llmkit::token_id token = sample(logits);
-
-    std::string piece;
-    std::size_t generated = 0;
-    const auto t2 = clock::now();
-    const double c2 = cpu_seconds();
-    while (true) {
-      if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) break;
-      piece.clear();
-      tok.decode_token(token, piece);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      ++generated;
-      if (generated >= n_tokens || cache.n_tokens(seq) >= capacity) break;
-      b.clear();
-      b.add(seq, {&token, 1}, static_cast<std::int32_t>(cache.n_tokens(seq)));
-      logits = model.forward(b.view(), cache, pool);
-      token = sample(logits);
+    const auto layout = llmkit_examples::kv_layout_of(c, *llmkit_examples::kv_window_of(kv_window_name));
+    const char* layout_note[] = {"every position in every layer", "local layers in rings of ", "a ring of "};
+    std::cerr << "  KV: " << layout_note[static_cast<int>(layout)];
+    if (layout != llmkit_examples::kv_layout::full) std::cerr << c.sliding_window << " positions";
+    std::cerr << "\n";
+    switch (layout) {
+      case llmkit_examples::kv_layout::full: {
+        llmkit::kv::contiguous_cache<float> cache(model.kv_shape(), {.max_sequences = 1, .max_tokens = capacity});
+        return generate(model, cache, pool, run);
+      }
+      case llmkit_examples::kv_layout::hybrid: {
+        auto cache = llmkit::model::make_window_cache<float>(c, {.max_tokens = capacity, .max_grow = prefill_chunk});
+        return generate(model, cache, pool, run);
+      }
+      case llmkit_examples::kv_layout::all_local: {
+        llmkit::kv::sliding_window_cache<float> cache(model.kv_shape(),
+                                                      llmkit::model::local_ring_options(c, prefill_chunk, 1));
+        return generate(model, cache, pool, run);
+      }
     }
-    const auto t3 = clock::now();
-    const double c3 = cpu_seconds();
-    std::fputc('\n', stdout);
-    const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-    const double decode_s = std::chrono::duration<double>(t3 - t2).count();
-    const std::size_t decode_steps = generated > 0 ? generated - 1 : 0;  // forwards after the prefill
-    std::fprintf(stderr, "  prompt: %zu tokens, prefill %.0f tokens/s (%.3f ms wall, %.3f ms CPU)\n", prompt_ids.size(),
-                 double(prompt_ids.size()) / prefill_s, prefill_s * 1e3, (c1 - c0) * 1e3);
-    std::fprintf(stderr, "  generated: %zu tokens, decode %.0f tokens/s (%.3f ms wall, %.3f ms CPU over %zu steps)\n",
-                 generated, decode_steps > 0 ? double(decode_steps) / decode_s : 0.0, decode_s * 1e3, (c3 - c2) * 1e3,
-                 decode_steps);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -5,9 +5,12 @@
 // Gemma 3 and gpt-oss synthetic models give the same tokens as on a paged
 // cache of every layer, alone, in a batch, on 1 and 2 threads, for n
 // samples of a prompt (forks) and under preemption, with prompts longer
-// than the window; the KV memory in use is lower.
+// than the window; the KV memory in use is lower. A prompt sharing a cached
+// prefix gets the tokens it gets alone, whether the prefix is reused (a
+// prefix cache of every layer) or not (the window cache reuses none).
 #include <llmkit/core/executor.hpp>
 #include <llmkit/kv/paged_cache.hpp>
+#include <llmkit/kv/prefix_cache.hpp>
 #include <llmkit/model/llama.hpp>
 #include <llmkit/model/synthetic.hpp>
 #include <llmkit/model/window_cache.hpp>
@@ -20,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -181,4 +185,69 @@ TEST_CASE("engine on a window cache: n samples fork the rings, preemption recomp
   const outcome squeezed = run(m, tight, serial, ps, 3, 112);
   REQUIRE(squeezed.n_preemptions > 0);
   REQUIRE(squeezed.tokens == want.tokens);
+}
+
+namespace {
+
+struct second_request {
+  std::vector<token_id> tokens;
+  std::size_t n_prompt_tokens_reused = 0;
+};
+
+// Serves `first` to its end, then `second` on the same engine and cache.
+template <class Cache>
+second_request serve_after(model::llama_model& m, Cache& cache, const std::vector<token_id>& first,
+                           const std::vector<token_id>& second) {
+  serial_executor serial;
+  serve::engine eng(m, cache, serial,
+                    {.max_context = 256, .policy = {.max_batch_seqs = 8, .max_step_tokens = 16, .chunked_prefill = true}});
+  second_request out;
+  for (const auto* prompt : {&first, &second}) {
+    out = {};
+    serve::generation_request r{.prompt = *prompt,
+                                .stop = {.max_new_tokens = 40},
+                                .on_event = [&out](const serve::stream_event& e) {
+                                  if (e.type == serve::event_type::token) out.tokens.push_back(e.token);
+                                  else out.n_prompt_tokens_reused = e.usage.n_prompt_tokens_reused;
+                                }};
+    REQUIRE(eng.submit(std::move(r)).accepted());
+    eng.run_until_idle();
+  }
+  REQUIRE(cache.n_sequences() == 0);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engine on a window cache: a prompt that shares a served prompt's prefix gets the tokens it gets alone") {
+  for (const auto arch : {model::architecture::gemma3, model::architecture::gpt_oss}) {
+    INFO(model::traits(arch).name);
+    const auto image = model::synthetic_llama({.config = config(arch), .seed = 83}).bytes();
+    model::llama_model m(model::gguf_file{std::span<const std::byte>(image)});
+    // A prefix of 48 tokens (3 blocks, six windows), then different tails.
+    const auto parts = prompts(3, 9);
+    std::vector<token_id> prefix(parts[0].begin(), parts[0].end());
+    prefix.resize(48, 7);
+    std::vector<token_id> first = prefix, second = prefix;
+    first.insert(first.end(), parts[1].begin(), parts[1].begin() + 10);
+    second.insert(second.end(), parts[2].begin(), parts[2].begin() + 13);
+
+    serial_executor serial;
+    full_cache alone_cache(m.kv_shape(), {.n_blocks = 256});
+    const auto alone = run(m, alone_cache, serial, {second}).tokens[0];
+    REQUIRE(alone.size() == 40);
+    REQUIRE(std::set<token_id>(alone.begin(), alone.end()).size() > 4);  // tokens that a wrong context would change
+
+    // Every layer in a prefix cache: the 48 tokens' blocks are reused.
+    kv::prefix_cache<float, block> prefixes(m.kv_shape(), {.n_blocks = 256});
+    const second_request reused = serve_after(m, prefixes, first, second);
+    REQUIRE(reused.n_prompt_tokens_reused == 48);
+    REQUIRE(reused.tokens == alone);
+
+    // Local layers in rings: nothing is reused, the tokens are the same.
+    auto window = model::make_paged_window_cache<float, block>(m.config(), 256, 16, 16);
+    const second_request fresh = serve_after(m, window, first, second);
+    REQUIRE(fresh.n_prompt_tokens_reused == 0);
+    REQUIRE(fresh.tokens == alone);
+  }
 }

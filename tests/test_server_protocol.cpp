@@ -602,7 +602,7 @@ TEST_CASE("authorization: Bearer and the exact key, only when a key is set") {
 TEST_CASE("non-streamed completion and chat answers carry usage and finish_reason") {
   std::vector<choice_result> choices{{.text = "Once", .finish = serve::finish_kind::length},
                                      {.text = "Lily", .finish = serve::finish_kind::stop}};
-  const json c = json::parse(completion_response(api_kind::completions, header, choices, {5, 3}, false));
+  const json c = json::parse(completion_response(api_kind::completions, header, choices, {5, 3, 2}, false));
   CHECK(c.at("object") == "text_completion");
   CHECK(c.at("id") == "cmpl-7");
   CHECK(c.at("created") == 1700000000);
@@ -613,7 +613,10 @@ TEST_CASE("non-streamed completion and chat answers carry usage and finish_reaso
   CHECK(c.at("choices")[1].at("index") == 1);
   CHECK(c.at("choices")[1].at("finish_reason") == "stop");
   CHECK(c.at("choices")[0].at("logprobs").is_null());
-  CHECK(c.at("usage") == json{{"prompt_tokens", 5}, {"completion_tokens", 3}, {"total_tokens", 8}});
+  CHECK(c.at("usage") == json{{"prompt_tokens", 5},
+                              {"completion_tokens", 3},
+                              {"total_tokens", 8},
+                              {"prompt_tokens_details", {{"cached_tokens", 2}}}});
 
   const json chat = json::parse(completion_response(api_kind::chat_completions, header, {choices[1]}, {4, 1}, false));
   CHECK(chat.at("object") == "chat.completion");

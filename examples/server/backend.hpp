@@ -45,6 +45,9 @@ struct backend_stats {
   std::size_t n_running = 0;  ///< samples running
   std::size_t kv_blocks_used = 0;
   std::size_t kv_blocks_free = 0;
+  /// Most bytes the KV cache held allocated after any step (the pool, and
+  /// the rings of local layers); 0 when the backend does not count them.
+  std::size_t kv_bytes_peak = 0;
 };
 
 /// The model as the HTTP layer sees it.
@@ -53,6 +56,7 @@ struct backend_model_info {
   std::size_t n_ctx = 0;              ///< prompt + completion tokens per request
   std::size_t n_vocab = 0;
   std::vector<token_id> eos_tokens{}; ///< end every completion
+  std::string kv_layout{};            ///< how the KV is kept, for the startup line (empty: not said)
 };
 
 /// A chat rendered to prompt text, and the tokens that end the assistant's turn.

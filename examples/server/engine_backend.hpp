@@ -21,6 +21,7 @@
 #include <string_view>
 #include <utility>
 
+#include "../kv_window.hpp"
 #include "backend.hpp"
 
 namespace llmkit_server {
@@ -52,6 +53,11 @@ struct engine_backend_options {
   std::size_t max_batch = 8;     ///< samples running at once
   std::size_t kv_blocks = 0;     ///< 16-token KV blocks in the pool; 0 = max_batch full contexts
   kv_type kv = kv_type::f16;     ///< element type of the KV cache
+  /// Where a model's local (sliding-window) layers keep their KV
+  /// (`--kv-window`): ring = a ring of the window per sequence
+  /// (model::paged_window_cache; no prefix reuse), full = every position in
+  /// the prefix cache as the global layers.
+  llmkit_examples::kv_window window = llmkit_examples::kv_window::ring;
   std::string chat_template{};   ///< built-in template name; empty: the model's own, if any
   /// Special-token texts in prompts and message contents become control
   /// tokens (`--parse-special`; trusted callers only). Default: they stay text.
@@ -80,8 +86,10 @@ inline llmkit::serve::speculation speculation_of(const std::string& draft, std::
           .max_tokens = draft_max};
 }
 
-/// The engine backend on a `kv::prefix_cache<T, 16>`; defined for float,
-/// llmkit::f16, llmkit::bf16 and std::int8_t (one translation unit each).
+/// The engine backend on a `kv::prefix_cache<T, 16>`, or for a model with
+/// local and global layers under `kv_window::ring` on a
+/// `model::paged_window_cache<T, 16>`; defined for float, llmkit::f16,
+/// llmkit::bf16 and std::int8_t (one translation unit each).
 template <class T>
 std::unique_ptr<backend> make_engine_backend_of(const engine_backend_options& o);
 template <>

@@ -6,7 +6,7 @@ namespace llmkit_server {
 
 template <>
 std::unique_ptr<backend> make_engine_backend_of<llmkit::f16>(const engine_backend_options& o) {
-  return std::make_unique<engine_backend<llmkit::f16>>(o);
+  return make_engine_backend_for<llmkit::f16>(o);
 }
 
 }  // namespace llmkit_server

@@ -6,7 +6,7 @@ namespace llmkit_server {
 
 template <>
 std::unique_ptr<backend> make_engine_backend_of<float>(const engine_backend_options& o) {
-  return std::make_unique<engine_backend<float>>(o);
+  return make_engine_backend_for<float>(o);
 }
 
 }  // namespace llmkit_server

@@ -6,7 +6,7 @@ namespace llmkit_server {
 
 template <>
 std::unique_ptr<backend> make_engine_backend_of<std::int8_t>(const engine_backend_options& o) {
-  return std::make_unique<engine_backend<std::int8_t>>(o);
+  return make_engine_backend_for<std::int8_t>(o);
 }
 
 }  // namespace llmkit_server

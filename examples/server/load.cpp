@@ -5,8 +5,9 @@
 // streamed pieces (p50, p99).
 //
 //   llmkit-server-load [--host 127.0.0.1] [--port 8080] [--clients 8] [--requests 32]
-//                      [--prompt TEXT] [--max-tokens 64] [--temperature 0.8] [--api-key KEY] [--grammar GBNF] [--json]
+//                      [--prompt TEXT] [--distinct-prompts] [--max-tokens 64] [--temperature 0.8] [--api-key KEY] [--grammar GBNF] [--json]
 //   llmkit-server-load --in-process --model PATH [--threads N] [--max-batch N] [--max-queue N] [--ctx N]
+//                      [--kv-type T] [--kv-blocks N] [--kv-window ring|full]
 //                      [--draft ngram|self|DRAFT.gguf] [--draft-max N] [--draft-max-decodes N] ...
 //
 // Every request streams (SSE); each client sends its requests one after
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <cmath>
 #include <cstdio>
@@ -50,6 +52,15 @@ struct request_timing {
 };
 
 // The q-quantile (nearest rank) of `v`, sorted in place; 0 when empty.
+// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), or 0.
+std::size_t status_bytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  return 0;
+}
+
 double quantile(std::vector<double>& v, double q) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -164,6 +175,9 @@ int main(int argc, char** argv) {
   cli.add_option("--temperature", temperature, "temperature of every request").in_range(0.0, 2.0);
   cli.add_option("--api-key", api_key, "bearer token");
   cli.add_option("--grammar", grammar, "GBNF grammar of every request (structured output); empty = none");
+  bool distinct_prompts = false;
+  cli.add_flag("--distinct-prompts", distinct_prompts,
+               "prefix request i's prompt with \"i: \", so that no two requests share a prefix (no prefix reuse)");
   cli.add_flag("--json", json_output, "one JSON line instead of text");
   cli.add_flag("--in-process", in_process,
                "no server: the same requests to llmkit-server's engine backend in this process (the options below)");
@@ -177,6 +191,11 @@ int main(int argc, char** argv) {
   std::string kv_type_name{llmkit_server::kv_type_names[static_cast<std::size_t>(engine_options.kv)]};
   cli.add_option("--kv-type", kv_type_name, "--in-process: element type of the KV cache")
       .one_of(std::span<const std::string_view>(llmkit_server::kv_type_names));
+  cli.add_option("--kv-blocks", engine_options.kv_blocks,
+                 "--in-process: 16-token KV blocks in the pool; 0 = max-batch full contexts");
+  std::string kv_window_name = "ring";
+  cli.add_option("--kv-window", kv_window_name, "--in-process: KV of a model's local layers, as llmkit-server's --kv-window")
+      .one_of(std::span<const std::string_view>(llmkit_examples::kv_window_names));
   cli.add_option("--draft", engine_options.draft, "--in-process: speculative decoding, as llmkit-server's --draft");
   cli.add_option("--draft-max", engine_options.draft_max, "--in-process: guesses per request and step").in_range(1, 16);
   std::size_t draft_max_decodes = 0;
@@ -192,6 +211,7 @@ int main(int argc, char** argv) {
       engine_options.threads =
           forward_threads != 0 ? forward_threads : llmkit_examples::default_threads(std::filesystem::file_size(engine_options.model_path));
       engine_options.kv = *llmkit_server::kv_type_of(kv_type_name);
+      engine_options.window = *llmkit_examples::kv_window_of(kv_window_name);
       engine = llmkit_server::make_engine_backend(engine_options);
     } catch (const std::exception& e) {
       std::cerr << "error: " << e.what() << "\n";
@@ -206,7 +226,8 @@ int main(int argc, char** argv) {
   for (std::size_t c = 0; c < clients; ++c)
     threads.emplace_back([&] {
       for (std::size_t i = next++; i < requests; i = next++) {
-        nlohmann::json body = {{"prompt", prompt},           {"max_tokens", max_tokens},
+        nlohmann::json body = {{"prompt", distinct_prompts ? std::to_string(i) + ": " + prompt : prompt},
+                               {"max_tokens", max_tokens},
                                {"temperature", temperature}, {"seed", i},
                                {"stream", true},             {"stream_options", {{"include_usage", true}}}};
         if (!grammar.empty()) body["grammar"] = grammar;
@@ -232,18 +253,27 @@ int main(int argc, char** argv) {
   for (const double x : ttft) ttft_mean += x / static_cast<double>(ttft.size());
   const double ttft_p50 = quantile(ttft, 0.5), ttft_p99 = quantile(ttft, 0.99);
   const double gap_p50 = quantile(gaps, 0.5), gap_p99 = quantile(gaps, 0.99);
+  const std::size_t kv_bytes_peak = engine ? engine->stats().kv_bytes_peak : 0;
+  const std::size_t resident_peak = engine ? status_bytes("VmHWM") : 0;  // the model's mapping, the cache, ...
   if (json_output) {
-    const nlohmann::json j = {{"clients", clients},          {"requests", requests},     {"ok", n_ok},
+    nlohmann::json j = {{"clients", clients},          {"requests", requests},     {"ok", n_ok},
                               {"tokens", n_tokens},          {"wall_s", wall_s},         {"tokens_per_s", tokens_per_s},
                               {"in_process", in_process},    {"ttft_mean_s", ttft_mean},
                               {"ttft_p50_s", ttft_p50},      {"ttft_p99_s", ttft_p99},   {"inter_token_p50_s", gap_p50},
                               {"inter_token_p99_s", gap_p99}};
+    if (engine) {
+      j["kv_bytes_peak"] = kv_bytes_peak;
+      j["resident_peak_bytes"] = resident_peak;
+    }
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%zu clients, %zu requests (%zu ok), %zu tokens in %.3f s: %.0f tokens/s\n", clients, requests, n_ok,
                 n_tokens, wall_s, tokens_per_s);
     std::printf("time to first token: mean %.2f ms, p50 %.2f ms, p99 %.2f ms; between pieces: p50 %.3f ms, p99 %.3f ms\n",
                 ttft_mean * 1e3, ttft_p50 * 1e3, ttft_p99 * 1e3, gap_p50 * 1e3, gap_p99 * 1e3);
+    if (engine)
+      std::printf("KV cache: %.1f MB allocated at most; the process's peak resident memory (VmHWM) %.1f MB\n",
+                  double(kv_bytes_peak) / 1e6, double(resident_peak) / 1e6);
   }
   return n_ok == requests ? 0 : 1;
 }

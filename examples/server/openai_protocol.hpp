@@ -322,6 +322,9 @@ struct choice_result {
 struct usage_counts {
   std::size_t prompt_tokens = 0;
   std::size_t completion_tokens = 0;
+  /// Prompt tokens whose KV came from the prefix cache
+  /// (`prompt_tokens_details.cached_tokens`).
+  std::size_t cached_tokens = 0;
 };
 
 /// What every response of one request shares.

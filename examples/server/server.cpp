@@ -4,6 +4,7 @@
 //   llmkit-server [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--ctx N]
 //                 [--max-batch N] [--max-queue N] [--api-key KEY] [--chat-template NAME]
 //                 [--backend engine|serial] [--kv-blocks N] [--kv-type f32|f16|bf16|int8]
+//                 [--kv-window ring|full]
 //                 [--activations q8_0|f32] [--no-mmap] [--mlock]
 //                 [--draft ngram|self|DRAFT.gguf] [--draft-max N] [--draft-max-decodes N]
 //                 [--max-body-bytes N] [--drain-seconds S] [--grammar-max-* N]
@@ -140,6 +141,7 @@ struct generation {
   bool accepted = false;  // submit returned accepted: the answer may go out
   bool answered = false;
   std::size_t n_generated = 0;
+  std::size_t n_cached = 0;  // prompt tokens reused from the prefix cache (sample 0's)
   std::size_t n_finished = 0;
   // How the request failed, if it did: the first choice that ended with an
   // error or was cancelled (a drain deadline) decides the answer.
@@ -192,6 +194,7 @@ struct generation {
       if (stream && (reasoning || harmony)) flush_reasoning(index);
       if (stream && tool_syntax) emit_tool_delta(index, tool_streams[index].finish());
       choices[index].finish = e.finish;
+      if (index == 0) n_cached = e.usage.n_prompt_tokens_reused;
       state.metrics.record_finish(e.finish);
       if (e.finish == serve::finish_kind::error && !failure) failure = internal_error("generation failed: " + e.error);
       if (e.finish == serve::finish_kind::cancelled && !failure) failure = draining();
@@ -202,7 +205,7 @@ struct generation {
         if (failure)
           emit(sse_event(stream_error_chunk(*failure)));
         else if (include_usage)
-          emit(sse_event(usage_chunk(kind, header, {n_prompt, n_generated})));
+          emit(sse_event(usage_chunk(kind, header, {n_prompt, n_generated, n_cached})));
         emit(sse_done());
       }
     }
@@ -250,7 +253,7 @@ struct generation {
         c.reasoning = std::string(split.reasoning);
         c.text = std::string(split.content);
       }
-    ex->reply({.body = completion_response(kind, header, choices, {n_prompt, n_generated}, with_logprobs)});
+    ex->reply({.body = completion_response(kind, header, choices, {n_prompt, n_generated, n_cached}, with_logprobs)});
   }
 
   // After submit accepted the request: its handles, the stream's start and
@@ -465,6 +468,7 @@ int main(int argc, char** argv) {
   http::limits http_limits{};
   std::size_t kv_blocks = 0;
   std::string kv_type_name{kv_type_names[static_cast<std::size_t>(engine_backend_options{}.kv)]};
+  std::string kv_window_name = "ring";
   std::string backend_name = "engine";
   std::string draft;
   std::size_t draft_max = 4, draft_max_decodes = 0;
@@ -486,6 +490,10 @@ int main(int argc, char** argv) {
                  "element type of the engine's KV cache: f32, f16 or bf16 (half of f32's memory), int8 (about a "
                  "quarter)")
       .one_of(std::span<const std::string_view>(kv_type_names));
+  cli.add_option("--kv-window", kv_window_name,
+                 "KV of a model's local (sliding-window) layers (engine): ring (one ring of the window per request, "
+                 "no prefix reuse for such models) or full (every position, with prefix reuse); the same tokens")
+      .one_of(std::span<const std::string_view>(llmkit_examples::kv_window_names));
   cli.add_option("--draft", draft,
                  "speculative decoding (engine): ngram (prompt lookup), self (the model's weights as int8), or a GGUF "
                  "draft model of the same vocabulary; empty = off. A request opts out with \"speculative\": false");
@@ -591,6 +599,7 @@ int main(int argc, char** argv) {
                                        .max_batch = max_batch,
                                        .kv_blocks = kv_blocks,
                                        .kv = *kv_type_of(kv_type_name),
+                                       .window = *llmkit_examples::kv_window_of(kv_window_name),
                                        .chat_template = bo.chat_template,
                                        .parse_special = bo.parse_special,
                                        .model = bo.model,
@@ -631,6 +640,7 @@ int main(int argc, char** argv) {
               << threads << " thread(s), backend " << backend_name
               << (backend_name == "serial" ? " (1 request at a time)"
                                           : " (max batch " + std::to_string(max_batch) + ", KV " + kv_type_name +
+                                                (info.kv_layout.empty() ? "" : " " + info.kv_layout) +
                                                 (draft.empty() ? "" : ", draft " + draft + " k " + std::to_string(draft_max)) +
                                                 ")")
               << ", queue " << max_queue << "\n";
