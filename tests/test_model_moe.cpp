@@ -79,6 +79,22 @@ std::vector<std::byte> with_keys(const gguf_file& f, const std::vector<std::pair
   return w.bytes();
 }
 
+// The fuzzer's seed `name`: a one-layer mixture of config `c` (2 heads of
+// 16, 1 KV head, F16 matrices, the router F32), checked against the oracle
+// and against the committed file.
+void check_fuzz_seed(llama_config c, std::uint64_t seed, const std::string& name) {
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 16;
+  const synthetic_options o{.config = c, .weight_type = ggml_type::f16, .seed = seed};
+  const auto expected = synthetic_llama(o).bytes();
+  const gguf_file f(as_span(expected));
+  llama_model m(f, exact);
+  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
+  test::require_fuzz_seed(o, expected, name);
+}
+
 }  // namespace
 
 TEST_CASE("qwen3moe: routed experts match the double-precision oracle, k = 1 to all experts") {
@@ -223,18 +239,7 @@ TEST_CASE("qwen3moe: bad files raise llmkit::error naming the key or tensor") {
 }
 
 TEST_CASE("qwen3moe: the fuzzer's qwen3moe seed is synthetic_llama's output, and loads") {
-  // One layer, 4 experts of which 2 are used, F16 matrices (the router F32).
-  synthetic_options o{.config = moe_config(32, 4, 2, 32, 40), .weight_type = ggml_type::f16, .seed = 48};
-  o.config.n_layers = 1;
-  o.config.n_heads = 2;
-  o.config.n_kv_heads = 1;
-  o.config.head_dim = 16;
-  const auto expected = synthetic_llama(o).bytes();
-  const gguf_file f(as_span(expected));
-  llama_model m(f, exact);
-  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
-
-  test::require_fuzz_seed(o, expected, "tiny_qwen3moe.gguf");
+  check_fuzz_seed(moe_config(32, 4, 2, 32, 40), 48, "tiny_qwen3moe.gguf");  // 4 experts, 2 used
 }
 
 namespace {
@@ -328,36 +333,14 @@ TEST_CASE("qwen2moe: bad shared experts raise llmkit::error naming the key or te
   }
   const auto image = synthetic_llama(o).bytes();
   const gguf_file f(as_span(image));
-  auto without = [&](std::string_view tensor) {
-    gguf_writer w;
-    for (const auto& [key, value] : f.metadata())
-      std::visit(
-          [&](const auto& v) {
-            if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, gguf_array>) w.add(key, v);
-          },
-          value);
-    for (const gguf_tensor& t : f.tensors())
-      if (t.name != tensor)
-        w.add_tensor(t.name, t.type, std::span<const std::uint64_t>(t.dims.data(), t.n_dims),
-                     std::span<const std::byte>(t.data, static_cast<std::size_t>(t.n_bytes)));
-    return w.bytes();
-  };
-  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(without("")))));
+  REQUIRE_NOTHROW(llama_model(gguf_file(as_span(with_keys(f, {})))));
   for (const char* t : {"blk.0.ffn_gate_inp_shexp.weight", "blk.1.ffn_down_shexp.weight", "blk.1.ffn_up_shexp.weight"})
-    REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(without(t)))), Contains(std::string("missing tensor '") + t + "'"));
+    REQUIRE_THROWS_WITH(llama_model(gguf_file(as_span(with_keys(f, {}, t)))),
+                        Contains(std::string("missing tensor '") + t + "'"));
 }
 
 TEST_CASE("qwen2moe: the fuzzer's qwen2moe seed is synthetic_llama's output, and loads") {
-  synthetic_options o{.config = qwen2moe_config(32, 4, 2, 32, 32), .weight_type = ggml_type::f16, .seed = 49};
-  o.config.n_vocab = 40;
-  o.config.n_layers = 1;
-  o.config.n_heads = 2;
-  o.config.n_kv_heads = 1;
-  o.config.head_dim = 16;
-  const auto expected = synthetic_llama(o).bytes();
-  const gguf_file f(as_span(expected));
-  llama_model m(f, exact);
-  REQUIRE(max_error(m, f, {1, 7, 39, 3}) <= 2e-5);
-
-  test::require_fuzz_seed(o, expected, "tiny_qwen2moe.gguf");
+  llama_config c = qwen2moe_config(32, 4, 2, 32, 32);
+  c.n_vocab = 40;
+  check_fuzz_seed(c, 49, "tiny_qwen2moe.gguf");
 }
