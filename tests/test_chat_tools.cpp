@@ -579,6 +579,87 @@ TEST_CASE("tools: harmony writes every call of a turn, names results by call id,
         tmpl.format(std::vector<model::chat_message>{{"system", "S"}, {"user", "Hi"}}, dated));
 }
 
+TEST_CASE("tools: an answer's reasoning is kept where the qwen3 and gpt-oss templates keep it") {
+  const auto tools = parse_tools(weather_tools);
+  // qwen3: answers after the last user query keep a think block, from the turn's reasoning or its content.
+  const auto qwen3 = model::chat_template::by_name("qwen3");
+  const auto chat = weather_chat();
+  std::vector<chat_turn> given(chat.begin() + 1, chat.end()), inline_think = given;
+  given[1].reasoning = "\nCall the tool.\n";
+  inline_think[1].content = "<think>\nCall the tool.\n</think>\n\n";
+  const std::string call_turn =
+      "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<think>\nCall the tool.\n</think>\n\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\n<tool_response>\n{\"temp\": 21}\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+  CHECK_THAT(format_with_tools(qwen3, given, tools).text, Catch::EndsWith(call_turn));
+  CHECK_THAT(format_with_tools(qwen3, inline_think, tools).text, Catch::EndsWith(call_turn));
+  // With content too: a newline before the first call.
+  given[1].content = "Checking.";
+  CHECK_THAT(format_with_tools(qwen3, given, tools).text,
+             Catch::Contains("<think>\nCall the tool.\n</think>\n\nChecking.\n<tool_call>\n"));
+  // An answer before the last query loses its reasoning.
+  std::vector<chat_turn> earlier{{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Weather in Paris?"}};
+  earlier[1].reasoning = "Greet back.";
+  const std::string earlier_text = format_with_tools(qwen3, earlier, tools).text;
+  CHECK_THAT(earlier_text, Catch::Contains("<|im_start|>assistant\nHello!<|im_end|>\n"));
+  CHECK_THAT(earlier_text, !Catch::Contains("Greet back."));
+  // Without tools: the same text as the plain template given the reasoning inline.
+  std::vector<chat_turn> plain{{"user", "2 + 2?"}, {"assistant", "4"}};
+  plain[1].reasoning = "Add.";
+  const model::chat_format_options training{.prompt = model::generation_prompt::omit};
+  CHECK(format_with_tools(qwen3, plain, {}, training).text ==
+        "<|im_start|>user\n2 + 2?<|im_end|>\n<|im_start|>assistant\n<think>\nAdd.\n</think>\n\n4<|im_end|>\n");
+  CHECK(format_with_tools(qwen3, plain, {}, training).text ==
+        qwen3.format(std::vector<model::chat_message>{{"user", "2 + 2?"}, {"assistant", "<think>\nAdd.\n</think>\n\n4"}},
+                     training));
+
+  // harmony: a call's reasoning is its analysis message (as content alone is, which the Jinja oracle checks)
+  // until an answer without calls follows; only a last answer written for training keeps its reasoning.
+  const auto oss = model::chat_template::by_name("harmony");
+  const model::chat_format_options dated{.current_date = "2026-01-02"};
+  std::vector<chat_turn> thought = given, as_content = given;
+  thought[1].content.clear();
+  as_content[1].reasoning.clear();
+  as_content[1].content = "\nCall the tool.\n";
+  const std::string analysed = format_with_tools(oss, thought, tools, dated).text;
+  CHECK(analysed == format_with_tools(oss, as_content, tools, dated).text);
+  CHECK_THAT(analysed, Catch::Contains("<|start|>user<|message|>Weather in Paris?<|end|><|start|>assistant<|channel|>"
+                                       "analysis<|message|>\nCall the tool.\n<|end|><|start|>assistant to=functions."
+                                       "get_weather<|channel|>commentary json<|message|>"));
+  // Both (the template raises): the reasoning as analysis, the content as a commentary preamble.
+  CHECK_THAT(format_with_tools(oss, given, tools, dated).text,
+             Catch::Contains("<|channel|>analysis<|message|>\nCall the tool.\n<|end|><|start|>assistant<|channel|>"
+                             "commentary<|message|>Checking.<|end|><|start|>assistant to=functions.get_weather"));
+  // Answered later: the call's reasoning is dropped.
+  auto answered = thought;
+  answered.push_back({"assistant", "21 C."});
+  answered.push_back({"user", "Thanks"});
+  auto answered_bare = answered;
+  answered_bare[1].reasoning.clear();
+  CHECK(format_with_tools(oss, answered, tools, dated).text == format_with_tools(oss, answered_bare, tools, dated).text);
+  // A last answer without a generation prompt (training) keeps its reasoning; with one, answers lose it.
+  model::chat_format_options train = dated;
+  train.prompt = model::generation_prompt::omit;
+  CHECK_THAT(format_with_tools(oss, plain, {}, train).text,
+             Catch::EndsWith("<|start|>user<|message|>2 + 2?<|end|><|start|>assistant<|channel|>analysis<|message|>"
+                             "Add.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>"));
+  auto asked = plain;
+  asked.push_back({"user", "3 + 3?"});
+  auto asked_bare = asked;
+  asked_bare[1].reasoning.clear();
+  CHECK(format_with_tools(oss, asked, {}, dated).text ==
+        oss.format(std::vector<model::chat_message>{{"user", "2 + 2?"}, {"assistant", "4"}, {"user", "3 + 3?"}}, dated));
+  CHECK(format_with_tools(oss, asked, {}, dated).text == format_with_tools(oss, asked_bare, {}, dated).text);
+
+  // Other families drop it; only assistant turns carry it.
+  CHECK(format_with_tools(model::chat_template::by_name("qwen2.5"), plain, {}).text ==
+        format_with_tools(model::chat_template::by_name("qwen2.5"), std::vector<chat_turn>{{"user", "2 + 2?"}, {"assistant", "4"}}, {}).text);
+  std::vector<chat_turn> user_reasoning{{"user", "Hi"}};
+  user_reasoning[0].reasoning = "x";
+  CHECK_THAT(error_of([&] { format_with_tools(qwen3, user_reasoning, tools); }),
+             Catch::Contains("messages[0]: only assistant messages carry reasoning"));
+}
+
 TEST_CASE("tools: harmony answers split into reasoning, content and calls, whole and streamed in any chunking") {
   struct answer_case {
     std::string text;

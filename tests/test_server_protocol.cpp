@@ -1171,6 +1171,15 @@ TEST_CASE("tool calls: tools, tool_choice, the history's calls and results, answ
                                                      {"tool_calls", json::array({{{"function", {{"name", "f"},
                                                                                    {"arguments", "{x"}}}}})}}})}}),
               "messages", "not valid JSON");
+  // An earlier answer's reasoning_content: a string, on assistant messages only.
+  body["messages"][1]["reasoning_content"] = "Look it up.";
+  CHECK(ok(api_kind::chat_completions, body).messages[1].reasoning == "Look it up.");
+  body["messages"][1]["reasoning_content"] = nullptr;
+  CHECK(ok(api_kind::chat_completions, body).messages[1].reasoning.empty());
+  check_names(chat_error({{"messages", json::array({{{"role", "user"}, {"content", "x"}, {"reasoning_content", "r"}}})}}),
+              "messages[0].reasoning_content", "only for assistant messages");
+  check_names(chat_error({{"messages", json::array({{{"role", "assistant"}, {"content", "x"}, {"reasoning_content", 3}}})}}),
+              "messages[0].reasoning_content", "a string");
 
   // The answer: content null when there is none, tool_calls, finish_reason "tool_calls".
   const response_header h{.id = "chatcmpl-1", .created = 1, .model = "m"};
@@ -1403,6 +1412,11 @@ TEST_CASE("harmony: tools go into the developer message, calls are constrained a
                                    "{\"a\": 2}<|call|><|start|>functions.add to=assistant<|channel|>commentary"
                                    "<|message|>\"2\"<|end|><|start|>assistant"));
   }
+  // The call's answer sent back as the server returned it: its reasoning_content is the analysis before the call.
+  body["messages"][1]["reasoning_content"] = "Add it.";
+  CHECK_THAT(oss.decode(prompt_of(oss, api_kind::chat_completions, body)),
+             Catch::Contains("<|start|>user<|message|>Add 2<|end|><|start|>assistant<|channel|>analysis<|message|>"
+                             "Add it.<|end|><|start|>assistant to=functions.add<|channel|>commentary json"));
   // The answer: reasoning from the analysis channel, the call from the commentary channel.
   const auto parsed = llmkit::chat::parse_tool_calls(
       llmkit::chat::tool_syntax::harmony,

@@ -51,13 +51,9 @@ inline chat_prompt format_chat_prompt(const llmkit::model::tokenizer& tok, const
                                       const std::vector<chat_message>& messages, bool enable_thinking = true,
                                       std::span<const llmkit::chat::tool_definition> tools = {},
                                       std::string_view reasoning_effort = {}) {
-  std::vector<llmkit::chat::chat_turn> m;
-  m.reserve(messages.size());
-  for (const auto& x : messages)
-    m.push_back({.role = x.role, .content = x.content, .tool_calls = x.tool_calls, .tool_call_id = x.tool_call_id});
   llmkit::model::chat_format_options o{.enable_thinking = enable_thinking};
   if (!reasoning_effort.empty()) o.reasoning_effort = reasoning_effort;
-  llmkit::model::formatted_chat f = llmkit::chat::format_with_tools(t, m, tools, o);
+  llmkit::model::formatted_chat f = llmkit::chat::format_with_tools(t, messages, tools, o);
   chat_prompt p{.text = std::move(f.text), .contents = std::move(f.contents)};
   p.reasoning = t.has_reasoning() && enable_thinking;
   p.harmony = t.family() == llmkit::model::chat_family::harmony;

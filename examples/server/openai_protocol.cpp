@@ -285,6 +285,13 @@ void parse_messages(const json& body, generation_request& r) {
       reject(where + ".role", "'" + where + ".role' must be \"system\", \"user\", \"assistant\" or \"tool\", got " +
                                   quote(*role));
     chat_message message{.role = name, .content = message_content(m, where)};
+    // An earlier answer's reasoning, as this server returns it; the template decides whether it is kept.
+    if (const json* r = field(m, "reasoning_content"); r && !r->is_null()) {
+      if (name != "assistant")
+        reject(where + ".reasoning_content", "'" + where + ".reasoning_content' is only for assistant messages");
+      if (!r->is_string()) wrong_type(where + ".reasoning_content", "a string", *r);
+      message.reasoning = r->get<std::string>();
+    }
     try {
       auto extra = parse_message_tool_fields(m, name, where);
       message.tool_calls = std::move(extra.tool_calls);

@@ -76,12 +76,7 @@ enum class api_kind : std::uint8_t {
 };
 
 /// One chat message (role "system", "user", "assistant" or "tool").
-struct chat_message {
-  std::string role;
-  std::string content;
-  std::vector<llmkit::chat::tool_call> tool_calls{};  ///< assistant: the calls it made
-  std::string tool_call_id{};                         ///< tool: the call it answers
-};
+using chat_message = llmkit::chat::chat_turn;
 
 /// What the server knows about its model when it checks a request.
 struct model_limits {

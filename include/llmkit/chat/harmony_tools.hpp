@@ -16,13 +16,19 @@
 ///   parameter's JSON Schema as the template derives them;
 /// - an assistant call as `<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>`
 ///   (ARGS as Python's json.dumps writes the arguments object), after its
-///   content as an analysis message unless a later assistant answer
+///   content or its reasoning (`chat_turn::reasoning`, the template's
+///   `thinking`) as an analysis message unless a later assistant answer
 ///   without calls follows (the template keeps a call's reasoning only
 ///   until the answer it led to);
+/// - an answer on the final channel, its reasoning dropped, except a last
+///   answer written for training (no generation prompt), whose reasoning
+///   precedes it as an analysis message;
 /// - a result as `<|start|>functions.NAME to=assistant<|channel|>commentary<|message|>"R"<|end|>`
 ///   (R as a JSON string, the template's `tojson`).
 ///
-/// Where the template is lossy or refuses, llmkit is defined instead: each
+/// Where the template is lossy or refuses, llmkit is defined instead: a
+/// call turn with both content and reasoning (the template raises) writes
+/// the reasoning as analysis and the content as a commentary preamble; each
 /// call of an assistant turn with several is written as its own message
 /// (the template writes only the first); a result names the call its
 /// `tool_call_id` answers (the template: the latest call); a tool without
@@ -179,6 +185,13 @@ inline std::string harmony_tool_namespace(std::span<const tool_definition> tools
 
 namespace detail {
 
+/// An assistant message of `channel` holding `text`.
+inline void harmony_message(model::formatted_chat& out, std::string_view channel, std::string_view text) {
+  markup(out, "<|start|>assistant<|channel|>" + std::string(channel) + "<|message|>");
+  content(out, text);
+  markup(out, "<|end|>");
+}
+
 /// The harmony rendering of `[n] m` with `[k] tools` (see the file comment).
 inline void format_harmony_tools(std::span<const chat_turn> m, std::span<const tool_definition> tools,
                                  const model::chat_format_options& o, model::formatted_chat& out) {
@@ -214,10 +227,11 @@ inline void format_harmony_tools(std::span<const chat_turn> m, std::span<const t
       const bool answered_later = std::any_of(m.begin() + static_cast<std::ptrdiff_t>(i) + 1, m.end(), [](const chat_turn& t) {
         return t.role == "assistant" && t.tool_calls.empty();
       });
-      if (!msg.content.empty() && !answered_later) {
-        markup(out, "<|start|>assistant<|channel|>analysis<|message|>");
-        content(out, msg.content);
-        markup(out, "<|end|>");
+      if (!answered_later) {
+        // The template's analysis message before a call: the content, or the reasoning.
+        if (!msg.reasoning.empty()) harmony_message(out, "analysis", msg.reasoning);
+        if (!msg.content.empty())
+          harmony_message(out, msg.reasoning.empty() ? "analysis" : "commentary", msg.content);
       }
       for (std::size_t k = 0; k < msg.tool_calls.size(); ++k) {
         const tool_call& c = msg.tool_calls[k];
@@ -230,10 +244,12 @@ inline void format_harmony_tools(std::span<const chat_turn> m, std::span<const t
         last_call = &c;
       }
     } else if (msg.role == "assistant") {
+      // <|return|> ends generation; only a last answer written for training ends with it (and keeps its reasoning).
+      const bool training = i + 1 == m.size() && o.prompt == model::generation_prompt::omit;
+      if (training && !msg.reasoning.empty()) harmony_message(out, "analysis", msg.reasoning);
       markup(out, "<|start|>assistant<|channel|>final<|message|>");
       content(out, msg.content);
-      // <|return|> ends generation; only a last answer written for training ends with it.
-      markup(out, i + 1 == m.size() && o.prompt == model::generation_prompt::omit ? "<|return|>" : "<|end|>");
+      markup(out, training ? "<|return|>" : "<|end|>");
       last_call = nullptr;
     } else if (msg.role == "tool") {
       const auto it = std::find_if(calls.rbegin(), calls.rend(), [&](const tool_call* c) {

@@ -14,8 +14,10 @@
 ///   content as `\n<tool_call>\n{"name": N, "arguments": A}\n</tool_call>`
 ///   (qwen3: no newline before the first call when the content is empty);
 ///   consecutive tool results share one `user` turn as
-///   `\n<tool_response>\nR\n</tool_response>`. Qwen3 assistant turns are
-///   written without their reasoning.
+///   `\n<tool_response>\nR\n</tool_response>`. Qwen3 answers after the
+///   last user query open with `<think>\nR\n</think>\n\n` (R: the turn's
+///   reasoning, or its text before `</think>`; the last answer always),
+///   earlier ones lose their reasoning, as the template writes them.
 /// - llama3.1: "Environment: ipython" in the system block, the tools (JSON
 ///   indented by 4) in the first user message after Meta's instruction; a
 ///   call as `{"name": N, "parameters": A}` (one per turn, as the template
@@ -61,7 +63,29 @@ inline void check_roles(std::span<const chat_turn> turns) {
                  r.substr(0, 32), "' is not system, user, assistant or tool");
     LLMKIT_CHECK(r == "assistant" || turns[i].tool_calls.empty(), "messages[", i,
                  "]: only assistant messages carry tool_calls");
+    LLMKIT_CHECK(r == "assistant" || turns[i].reasoning.empty(), "messages[", i,
+                 "]: only assistant messages carry reasoning");
   }
+}
+
+/// Index of qwen3's last user query: the last user turn that is not a
+/// wrapped tool response (the template's `ns.last_query_index`), or the
+/// last turn when there is none. Answers after it keep their reasoning.
+inline std::size_t qwen3_last_query(std::span<const chat_turn> m) {
+  for (std::size_t i = m.size(); i-- > 0;)
+    if (m[i].role == "user" &&
+        !(m[i].content.starts_with("<tool_response>") && m[i].content.ends_with("</tool_response>")))
+      return i;
+  return m.empty() ? 0 : m.size() - 1;
+}
+
+/// A qwen3 answer's reasoning and content as its template takes them: the
+/// turn's reasoning when given (the content then unsplit), else the
+/// content split at `</think>` when it has one.
+inline model::reasoning_split qwen3_answer(const chat_turn& msg) {
+  if (!msg.reasoning.empty()) return {.reasoning = msg.reasoning, .content = msg.content};
+  if (msg.content.find("</think>") == std::string::npos) return {.reasoning = {}, .content = msg.content};
+  return model::split_reasoning(msg.content);
 }
 
 inline void format_hermes(const model::chat_template& t, std::span<const chat_turn> m,
@@ -69,6 +93,7 @@ inline void format_hermes(const model::chat_template& t, std::span<const chat_tu
                           model::formatted_chat& out) {
   using model::chat_family;
   const bool qwen3 = t.family() == chat_family::qwen3;
+  const std::size_t last_query = qwen3 ? qwen3_last_query(m) : 0;
   std::size_t first = 0;
   std::string_view default_system;
   if (t.family() == chat_family::qwen2_5) default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
@@ -107,19 +132,34 @@ inline void format_hermes(const model::chat_template& t, std::span<const chat_tu
       if (i + 1 == m.size() || m[i + 1].role != "tool") markup(out, "<|im_end|>\n");
       continue;
     }
-    std::string_view text = msg.content;
-    if (qwen3 && msg.role == "assistant") text = model::split_reasoning(text).content;
-    if (msg.role != "assistant" || msg.tool_calls.empty()) {
+    std::string_view text = msg.content, shown = msg.content;  // shown: what is written of the text
+    if (qwen3 && msg.role == "assistant") {
+      const model::reasoning_split a = qwen3_answer(msg);
+      text = shown = a.content;
+      markup(out, "<|im_start|>assistant\n");
+      // The template's think block: the current turn's answers (after the last query) keep their reasoning.
+      if (i > last_query && (i + 1 == m.size() || !a.reasoning.empty())) {
+        std::string_view r = a.reasoning;
+        while (!r.empty() && r.front() == '\n') r.remove_prefix(1);
+        while (!r.empty() && r.back() == '\n') r.remove_suffix(1);
+        while (!shown.empty() && shown.front() == '\n') shown.remove_prefix(1);
+        markup(out, "<think>\n");
+        content(out, r);
+        markup(out, "\n</think>\n\n");
+      }
+    } else if (msg.role != "assistant" || msg.tool_calls.empty()) {
       markup(out, "<|im_start|>" + msg.role + "\n");
-      content(out, text);
+    } else {
+      markup(out, "<|im_start|>assistant");
+    }
+    if (msg.role != "assistant" || msg.tool_calls.empty()) {
+      content(out, shown);
       markup(out, "<|im_end|>\n");
       continue;
     }
-    markup(out, "<|im_start|>assistant");
-    if (qwen3) markup(out, "\n");
     if (!text.empty()) {
       if (!qwen3) markup(out, "\n");
-      content(out, text);
+      content(out, shown);
     }
     for (std::size_t k = 0; k < msg.tool_calls.size(); ++k) {
       const tool_call& c = msg.tool_calls[k];
@@ -291,8 +331,12 @@ inline model::formatted_chat format_with_tools(const model::chat_template& tmpl,
                                                std::span<const tool_definition> tools,
                                                const model::chat_format_options& options = {}) {
   detail::check_roles(turns);
+  // qwen3 and harmony may keep an answer's reasoning, which the plain templates' messages do not carry.
+  const bool keeps_reasoning =
+      tmpl.family() == model::chat_family::qwen3 || tmpl.family() == model::chat_family::harmony;
   bool plain = tools.empty();
-  for (const auto& t : turns) plain = plain && t.role != "tool" && t.tool_calls.empty();
+  for (const auto& t : turns)
+    plain = plain && t.role != "tool" && t.tool_calls.empty() && (t.reasoning.empty() || !keeps_reasoning);
   if (plain) {
     std::vector<model::chat_message> messages;
     for (const auto& t : turns) messages.push_back({t.role, t.content});

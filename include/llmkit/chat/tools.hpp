@@ -99,6 +99,11 @@ struct chat_turn {
   std::string content{};
   std::vector<tool_call> tool_calls{};  ///< assistant turns: the calls it made
   std::string tool_call_id{};           ///< tool turns: the call answered
+  /// Assistant turns: the reasoning that preceded the content (OpenAI-style
+  /// servers' `reasoning_content`, gpt-oss's template's `thinking`); empty
+  /// when not given. Only qwen3 and harmony write it, where their templates
+  /// keep it (tool_template.hpp); other families drop it.
+  std::string reasoning{};
 };
 
 /// How a family's models write calls.
