@@ -305,7 +305,7 @@ rounding_errors check_rounding(std::initializer_list<bool decode_case::*> option
       const auto case_seed = static_cast<std::uint32_t>(rng());
       const sliding_window_mask window(300, 2);
       // The AVX2 kernels too where the CPU has them (an AVX-512 build runs
-      // both; with VNNI, int8 takes accumulate_i16's AVX2 overload).
+      // both; with VNNI, int8 takes accumulate_int<std::int16_t>'s AVX2 overload).
       auto avx2_run = [&](const decode_case& x) {
 #if XSIMD_WITH_AVX2 && XSIMD_WITH_FMA3_AVX2
         if (xsimd::available_architectures().fma3_avx2 != 0)
@@ -378,7 +378,7 @@ TEST_CASE("decode: bf16_probabilities multiplies the values by bf16 probabilitie
 }
 
 TEST_CASE("decode: int8_probabilities multiplies the values by 8-bit probabilities, on every path") {
-  // Paths: the VPDPBUSD kernel (accumulate_u8: AVX-512 VNNI, head_dim 64 /
+  // Paths: the VPDPBUSD kernel (accumulate_int<std::uint8_t>: AVX-512 VNNI, head_dim 64 /
   // 128 / 256; its AVX2 overload on the AVX2 arch with VNNI, every head_dim
   // here, the probabilities by row quads at GQA 3 to 8), the f32 kernel given
   // the rounded values (80, 96 on AVX-512, AVX2 without VNNI, the scalar

@@ -54,14 +54,14 @@ struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
   static constexpr bool bf16_dot = bf16_dot_on<T, D>(simd::kernel_arch<Arch>{});
 
   /// bf16 probabilities (`decode_params::bf16_probabilities`) and bf16
-  /// values: P.V in VDPBF16PS like accumulate_i16 in VPDPWSSD, two rows
+  /// values: P.V in VDPBF16PS like accumulate_int<std::int16_t> in VPDPWSSD, two rows
   /// interleaved per instruction (rows j and j + 1 per column) against the
   /// pair (p_j, p_j+1) of each head, so no value is converted to f32. The
   /// f32 sums are added to the output once per block.
   static constexpr bool bf16_pv = bf16_dot && D % 64 == 0 && block % 2 == 0;
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
-  using layout::row_group, layout::in_column_order;
+  using layout::in_column_order;
 
   /// s (lane layout) = q[g] . k[j] for g < GB, j < block, like scores().
   /// @param q [GB] pointers to [D] bf16 query rows
@@ -101,46 +101,33 @@ struct decode_bf16_kernels : decode_layout<Arch, D, T, GB> {
                               const T* const* pf) noexcept
     requires bf16_pv
   {
-    // Columns in passes of 64 (GB x 4 accumulators of 16 columns).
-    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
-      __m512 acc[GB][4];
-#pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g)
-#pragma GCC unroll 4
-        for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_ps();
+    // Columns in passes of 64 (GB x 4 f32 accumulators of 16 columns).
+    layout::template pv_passes<2, __m512>(
+        pb,
+        [&](std::size_t j, std::size_t c0, __m512i* x) {
+          if (pf != nullptr)  // four lines per row pair (D / 32 per row in all)
+            for (std::size_t t = 0; t < 4; ++t) prefetch_slot<D / 32, 64>(pf, (c0 / 64) * block * 2 + 2 * j + t);
 #pragma GCC unroll 2
-      for (std::size_t j = 0; j < block; j += 2) {
-        if (pf != nullptr)  // four lines per row pair (D / 32 per row in all)
-          for (std::size_t t = 0; t < 4; ++t) prefetch_slot<D / 32, 64>(pf, (c0 / 64) * block * 2 + 2 * j + t);
-        __m512bh pw[GB];
-#pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) pw[g] = (__m512bh)row_group(pb, j, g);
-#pragma GCC unroll 2
-        for (std::size_t h = 0; h < 2; ++h) {
-          const __m512i a = _mm512_loadu_si512(v[j] + c0 + h * 32);
-          const __m512i b = _mm512_loadu_si512(v[j + 1] + c0 + h * 32);
-          const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a, b), hi = (__m512bh)_mm512_unpackhi_epi16(a, b);
-#pragma GCC unroll 4
-          for (std::size_t g = 0; g < GB; ++g) {
-            acc[g][2 * h] = _mm512_dpbf16_ps(acc[g][2 * h], lo, pw[g]);
-            acc[g][2 * h + 1] = _mm512_dpbf16_ps(acc[g][2 * h + 1], hi, pw[g]);
+          for (std::size_t h = 0; h < 2; ++h) {
+            const __m512i a = _mm512_loadu_si512(v[j] + c0 + h * 32);
+            const __m512i b = _mm512_loadu_si512(v[j + 1] + c0 + h * 32);
+            x[2 * h] = _mm512_unpacklo_epi16(a, b);
+            x[2 * h + 1] = _mm512_unpackhi_epi16(a, b);
           }
-        }
-      }
-#pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g) {
-        const __m512 a = _mm512_set1_ps(alpha[g]);
+        },
+        [](__m512 acc, __m512i p, __m512i x) { return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)p); },
+        [&](std::size_t g, std::size_t c0, const __m512* acc) {
+          const __m512 a = _mm512_set1_ps(alpha[g]);
 #pragma GCC unroll 2
-        for (std::size_t h = 0; h < 2; ++h) {
-          float* dst = o[g] + c0 + h * 32;
-          __m512 sums[2];
-          in_column_order(acc[g][2 * h], acc[g][2 * h + 1], sums);
+          for (std::size_t h = 0; h < 2; ++h) {
+            float* dst = o[g] + c0 + h * 32;
+            __m512 sums[2];
+            in_column_order(acc[2 * h], acc[2 * h + 1], sums);
 #pragma GCC unroll 2
-          for (std::size_t x = 0; x < 2; ++x)
-            _mm512_storeu_ps(dst + 16 * x, _mm512_fmadd_ps(_mm512_loadu_ps(dst + 16 * x), a, sums[x]));
-        }
-      }
-    }
+            for (std::size_t x = 0; x < 2; ++x)
+              _mm512_storeu_ps(dst + 16 * x, _mm512_fmadd_ps(_mm512_loadu_ps(dst + 16 * x), a, sums[x]));
+          }
+        });
   }
 #endif
 };

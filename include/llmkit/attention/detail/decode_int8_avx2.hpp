@@ -6,8 +6,8 @@
 /// (VPMADDWD + VPADDD, or one 256-bit VPDPWSSD with AVX-VNNI,
 /// `scores_int<std::int16_t>`) or, opt-in with VNNI, int8 ones (VPDPBUSD,
 /// `scores_int<std::int8_t>`); with VNNI, P.V on int16 probabilities
-/// (`quantize_p`, `accumulate_i16`) or, opt-in, uint8 ones (`quantize_p_u8`,
-/// `accumulate_u8`), as decode_int8_avx512.hpp does in 512-bit registers.
+/// (`quantize_p`, `accumulate_int<std::int16_t>`) or, opt-in, uint8 ones (`quantize_p_u8`,
+/// `accumulate_int<std::uint8_t>`), as decode_int8_avx512.hpp does in 512-bit registers.
 /// AVX-VNNI is Intel's from Alder Lake and AMD's from Zen 5; an AVX-512
 /// build with VL + VNNI uses the EVEX form. Without AVX2 every flag here is
 /// false.
@@ -86,13 +86,13 @@ struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off {
           if constexpr (bytes) {
             const __m256i kv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)), flip);
 #pragma GCC unroll 4
-            for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = dpbusd(acc[g * R + r], kv, qv[g]);
+            for (std::size_t g = 0; g < GB; ++g) acc[g * R + r] = vnni_dot<std::uint8_t>(acc[g * R + r], kv, qv[g]);
           } else {
             const __m256i kv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
 #pragma GCC unroll 4
             for (std::size_t g = 0; g < GB; ++g) {
               if constexpr (avx2_vnni)
-                acc[g * R + r] = dpwssd(acc[g * R + r], kv, qv[g]);
+                acc[g * R + r] = vnni_dot<std::int16_t>(acc[g * R + r], kv, qv[g]);
               else
                 acc[g * R + r] = _mm256_add_epi32(acc[g * R + r], _mm256_madd_epi16(kv, qv[g]));
             }
@@ -105,50 +105,38 @@ struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off {
     }
   }
 
-  /// acc + VPDPWSSD(a, b) on 256-bit registers (`avx2_vnni`), in acc's
-  /// register (as the AVX-512 dpwssd). Without AVX-512 VL the instruction
-  /// must take its VEX encoding (AVX-VNNI; the assembler's default for
-  /// these operands is the EVEX one) and registers 0-15.
-  static __m256i dpwssd(__m256i acc, __m256i a, __m256i b) noexcept
+  /// acc + VPDPWSSD(a, b) (A = std::int16_t: int16 pairs) or VPDPBUSD(a, b)
+  /// (A = std::uint8_t: a unsigned bytes, b signed) on 256-bit registers
+  /// (`avx2_vnni`), in acc's register (as the AVX-512 vnni_dot). Without
+  /// AVX-512 VL the instruction must take its VEX encoding (AVX-VNNI; the
+  /// assembler's default for these operands is the EVEX one) and registers
+  /// 0-15.
+  template <class A>
+  static __m256i vnni_dot(__m256i acc, __m256i a, __m256i b) noexcept
     requires avx2_vnni
   {
+    static_assert(std::is_same_v<A, std::int16_t> || std::is_same_v<A, std::uint8_t>);
+    constexpr bool words = sizeof(A) == 2;
 #if defined(__GNUC__) && !defined(__clang__)
 #if defined(__AVX512VL__) && defined(__AVX512VNNI__)
-    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    if constexpr (words) asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    else asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
 #else
-    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+    if constexpr (words) asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+    else asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
 #endif
     return acc;
 #elif defined(__AVX512VL__) && defined(__AVX512VNNI__)
-    return _mm256_dpwssd_epi32(acc, a, b);
+    return words ? _mm256_dpwssd_epi32(acc, a, b) : _mm256_dpbusd_epi32(acc, a, b);
 #else
-    return _mm256_dpwssd_avx_epi32(acc, a, b);
-#endif
-  }
-
-  /// acc + VPDPBUSD(a, b) (a unsigned bytes, b signed) on 256-bit
-  /// registers, as dpwssd above.
-  static __m256i dpbusd(__m256i acc, __m256i a, __m256i b) noexcept
-    requires avx2_vnni
-  {
-#if defined(__GNUC__) && !defined(__clang__)
-#if defined(__AVX512VL__) && defined(__AVX512VNNI__)
-    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-#else
-    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
-#endif
-    return acc;
-#elif defined(__AVX512VL__) && defined(__AVX512VNNI__)
-    return _mm256_dpbusd_epi32(acc, a, b);
-#else
-    return _mm256_dpbusd_avx_epi32(acc, a, b);
+    return words ? _mm256_dpwssd_avx_epi32(acc, a, b) : _mm256_dpbusd_avx_epi32(acc, a, b);
 #endif
   }
 
   /// The int8 P.V in integers on AVX2 with VNNI (`avx2_vnni`), as on
   /// AVX-512 (`vnni512_values`): the probabilities rounded to int16 per
   /// head and block (`quantize_p`), two value rows interleaved per 256-bit
-  /// VPDPWSSD (`accumulate_i16`). The f32 path (`accumulate`) spends two
+  /// VPDPWSSD (`accumulate_int<std::int16_t>`). The f32 path (`accumulate`) spends two
   /// conversions per 8 values and an FMA per 8 values and head.
   static constexpr bool avx2_values = avx2_vnni && block % 2 == 0;
 
@@ -171,48 +159,9 @@ struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off {
     }
   }
 
-  /// accumulate_i16 on AVX2: o[g] = alpha[g] * o[g] + p_scale[g] * sum_j
-  /// p16(g, j) * v[j], in passes of 16 columns (GB x 2 accumulators; each
-  /// head's probability pair broadcast where it is used, so the 16
-  /// registers hold the accumulators, a row pair and one pair of
-  /// probabilities).
-  static void accumulate_i16(float* const* o, const float* alpha, const std::int16_t* p16, const float* p_scale,
-                             const T* const* v, const T* const* pf) noexcept
-    requires avx2_values
-  {
-    for (std::size_t c0 = 0; c0 < D; c0 += 16) {
-      __m256i acc[GB][2];
-#pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-      for (std::size_t j = 0; j < block; j += 2) {
-        if (pf != nullptr) {  // a 16-byte step of each row: a line in four
-          prefetch_slot<D / 16, 16>(pf, (c0 / 16) * block + j);
-          prefetch_slot<D / 16, 16>(pf, (c0 / 16) * block + j + 1);
-        }
-        const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v[j] + c0)));
-        const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v[j + 1] + c0)));
-        // Per 128-bit half H: lo holds columns 8H .. 8H + 3, hi 8H + 4 .. 8H + 7 (as (row j, row j + 1) pairs).
-        const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
-#pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) {
-          const __m256i pw = _mm256_set1_epi32(row_group_bits(p16, j, g));
-          acc[g][0] = dpwssd(acc[g][0], lo, pw);
-          acc[g][1] = dpwssd(acc[g][1], hi, pw);
-        }
-      }
-#pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g) {
-        const __m256 lo = _mm256_cvtepi32_ps(acc[g][0]), hi = _mm256_cvtepi32_ps(acc[g][1]);
-        const __m256 cols[2] = {_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31)};
-        layout::template add_pass<2>(o[g] + c0, cols, alpha[g], p_scale[g]);
-      }
-    }
-  }
-
   /// int8_probabilities on AVX2 with VNNI (as `vnni512_u8_values`): the
   /// probabilities rounded to uint8 and four value rows interleaved per
-  /// 256-bit VPDPBUSD, where `accumulate_i16` takes two per VPDPWSSD on the
+  /// 256-bit VPDPBUSD, where `accumulate_int<std::int16_t>` takes two per VPDPWSSD on the
   /// same 255 levels (the int32 sums, hence the results, are equal).
   static constexpr bool avx2_u8_values = avx2_values && block % 4 == 0;
 
@@ -245,43 +194,67 @@ struct decode_int8_avx2 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off {
     }
   }
 
-  /// accumulate_u8 on AVX2: o[g] = alpha[g] * o[g] + p_scale[g] * sum_j
-  /// p8(g, j) * v[j], in passes of 16 columns: four rows' 16 bytes
-  /// interleaved by 128-bit unpacks into two registers of 8 columns (in
-  /// column order), GB x 2 accumulators.
-  static void accumulate_u8(float* const* o, const float* alpha, const std::uint8_t* p8, const float* p_scale,
-                            const T* const* v, const T* const* pf) noexcept
-    requires avx2_u8_values
+  /// accumulate_int on AVX2: o[g] = alpha[g] * o[g] + p_scale[g] * sum_j
+  /// pq(g, j) * v[j], in passes of 16 columns (GB x 2 int32 accumulators of
+  /// 8 columns; each head's probability group broadcast where it is used,
+  /// so the 16 registers hold the accumulators, the interleaved rows and
+  /// one group). P = std::int16_t (`avx2_values`): two rows per VPDPWSSD;
+  /// P = std::uint8_t (`avx2_u8_values`): four rows per VPDPBUSD.
+  template <class P>
+  static void accumulate_int(float* const* o, const float* alpha, const P* pq, const float* p_scale,
+                             const T* const* v, const T* const* pf) noexcept
+    requires(std::is_same_v<P, std::int16_t> && avx2_values) || (std::is_same_v<P, std::uint8_t> && avx2_u8_values)
   {
+    constexpr std::size_t rows = 4 / sizeof(P);  // value rows per dot product
     for (std::size_t c0 = 0; c0 < D; c0 += 16) {
       __m256i acc[GB][2];
 #pragma GCC unroll 4
       for (std::size_t g = 0; g < GB; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-      for (std::size_t j = 0; j < block; j += 4) {
-        __m128i r[4];
+      for (std::size_t j = 0; j < block; j += rows) {
+        if (pf != nullptr)  // a 16-byte step of each row: a line in four
 #pragma GCC unroll 4
-        for (std::size_t x = 0; x < 4; ++x) {
-          if (pf != nullptr) prefetch_slot<D / 16, 16>(pf, (c0 / 16) * block + j + x);  // a line in four
-          r[x] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[j + x] + c0));
-        }
-        const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
-        const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
-        // x[0]: columns c0 .. c0 + 7, x[1]: c0 + 8 .. c0 + 15, each as the bytes of rows j .. j + 3.
-        const __m256i x[2] = {_mm256_set_m128i(_mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(lo01, lo23)),
-                              _mm256_set_m128i(_mm_unpackhi_epi16(hi01, hi23), _mm_unpacklo_epi16(hi01, hi23))};
+          for (std::size_t r = 0; r < rows; ++r) prefetch_slot<D / 16, 16>(pf, (c0 / 16) * block + j + r);
+        __m256i x[2];
+        interleave_rows<P>(v + j, c0, x);
 #pragma GCC unroll 4
         for (std::size_t g = 0; g < GB; ++g) {
-          const __m256i pq = _mm256_set1_epi32(row_group_bits(p8, j, g));
-          acc[g][0] = dpbusd(acc[g][0], pq, x[0]);
-          acc[g][1] = dpbusd(acc[g][1], pq, x[1]);
+          const __m256i pw = _mm256_set1_epi32(row_group_bits(pq, j, g));
+          acc[g][0] = vnni_dot<P>(acc[g][0], pw, x[0]);
+          acc[g][1] = vnni_dot<P>(acc[g][1], pw, x[1]);
         }
       }
 #pragma GCC unroll 4
       for (std::size_t g = 0; g < GB; ++g) {
-        const __m256 cols[2] = {_mm256_cvtepi32_ps(acc[g][0]), _mm256_cvtepi32_ps(acc[g][1])};
+        const __m256 lo = _mm256_cvtepi32_ps(acc[g][0]), hi = _mm256_cvtepi32_ps(acc[g][1]);
+        // int16 pairs: each 128-bit half holds 4 columns of lo and the next 4 of hi.
+        const __m256 cols[2] = {rows == 2 ? _mm256_permute2f128_ps(lo, hi, 0x20) : lo,
+                                rows == 2 ? _mm256_permute2f128_ps(lo, hi, 0x31) : hi};
         layout::template add_pass<2>(o[g] + c0, cols, alpha[g], p_scale[g]);
       }
+    }
+  }
+
+  /// The 16 columns from c0 of value rows v[0 .. 4 / sizeof(P)), interleaved
+  /// for accumulate_int. P = std::int16_t: per 128-bit half H, x[0] holds
+  /// columns 8H .. 8H + 3 and x[1] 8H + 4 .. 8H + 7, as (row 0, row 1)
+  /// int16 pairs; P = std::uint8_t: x[0] holds columns 0 .. 7 and x[1]
+  /// 8 .. 15, each as the bytes of rows 0 .. 3 (by 128-bit unpacks).
+  template <class P>
+  static void interleave_rows(const T* const* v, std::size_t c0, __m256i* x) noexcept {
+    if constexpr (sizeof(P) == 2) {
+      const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v[0] + c0)));
+      const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v[1] + c0)));
+      x[0] = _mm256_unpacklo_epi16(a, b);
+      x[1] = _mm256_unpackhi_epi16(a, b);
+    } else {
+      __m128i r[4];
+#pragma GCC unroll 4
+      for (std::size_t k = 0; k < 4; ++k) r[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[k] + c0));
+      const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+      const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+      x[0] = _mm256_set_m128i(_mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(lo01, lo23));
+      x[1] = _mm256_set_m128i(_mm_unpackhi_epi16(hi01, hi23), _mm_unpacklo_epi16(hi01, hi23));
     }
   }
 

@@ -6,8 +6,8 @@
 /// queries (VPDPWSSD, `scores_int<std::int16_t>`) or, opt-in, int8 ones
 /// (VPDPBUSD, `scores_int<std::int8_t>`); on AMX the same scores by tiles
 /// (`scores_amx`); P.V on int16 probabilities, two value rows per VPDPWSSD
-/// (`quantize_p`, `accumulate_i16`), or, opt-in, on uint8 ones, four rows
-/// per VPDPBUSD (`quantize_p_u8`, `accumulate_u8`). Without AVX-512 VNNI
+/// (`quantize_p`, `accumulate_int<std::int16_t>`), or, opt-in, on uint8 ones, four rows
+/// per VPDPBUSD (`quantize_p_u8`, `accumulate_int<std::uint8_t>`). Without AVX-512 VNNI
 /// every flag here is false. decode_int8_avx2.hpp has the same kernels in
 /// 256-bit registers.
 
@@ -36,7 +36,7 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
   using layout = decode_layout<Arch, D, T, GB>;
   using layout::vnni_int16, layout::block, layout::passes, layout::width, layout::R, layout::row_bytes;
-  using layout::p_levels, layout::row_group, layout::in_column_order;
+  using layout::p_levels, layout::in_column_order;
 
   /// int8 queries (`decode_params::int8_queries`) against int8 keys: the
   /// same integer dot products in half the multiply-adds. VPDPBUSD
@@ -201,17 +201,23 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off 
   /// once per block (rescaled by alpha like accumulate()).
   static constexpr bool vnni512_values = vnni_int16 && D % 64 == 0 && block % 2 == 0;
 
-  /// acc + VPDPWSSD(a, b), computed in acc's register. GCC 12 compiles the
-  /// intrinsic in accumulate_i16's loop as a copy of each accumulator to a
-  /// new register before the instruction and back after it (two moves per
-  /// dot product, and accumulators spilled to the stack); the asm names the
-  /// accumulator as both input and output, so it stays where it is.
-  static __m512i dpwssd(__m512i acc, __m512i a, __m512i b) noexcept {
+  /// acc + VPDPWSSD(a, b) (A = std::int16_t: int16 pairs) or VPDPBUSD(a, b)
+  /// (A = std::uint8_t: a unsigned bytes, b signed), computed in acc's
+  /// register. GCC 12 compiles the intrinsics in accumulate_int's loop as a
+  /// copy of each accumulator to a new register before the instruction and
+  /// back after it (two moves per dot product, and accumulators spilled to
+  /// the stack); the asm names the accumulator as both input and output, so
+  /// it stays where it is.
+  template <class A>
+  static __m512i vnni_dot(__m512i acc, __m512i a, __m512i b) noexcept {
+    static_assert(std::is_same_v<A, std::int16_t> || std::is_same_v<A, std::uint8_t>);
 #if defined(__GNUC__) && !defined(__clang__)
-    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    if constexpr (sizeof(A) == 2) asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    else asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
     return acc;
 #else
-    return _mm512_dpwssd_epi32(acc, a, b);
+    if constexpr (sizeof(A) == 2) return _mm512_dpwssd_epi32(acc, a, b);
+    else return _mm512_dpbusd_epi32(acc, a, b);
 #endif
   }
 
@@ -229,59 +235,11 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off 
     }
   }
 
-  /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j p16(g, j) * v[j] for g < GB.
-  /// @param p16 [block * GB] int16 probabilities, lane layout (quantize_p)
-  /// @param pf [block] rows to prefetch meanwhile, or null
-  static void accumulate_i16(float* const* o, const float* alpha, const std::int16_t* p16, const float* p_scale,
-                             const T* const* v, const T* const* pf) noexcept
-    requires vnni512_values
-  {
-    // Columns in passes of 64 (GB x 4 int32 accumulators of 16 columns).
-    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
-      __m512i acc[GB][4];
-#pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g)
-#pragma GCC unroll 4
-        for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-      for (std::size_t j = 0; j < block; j += 2) {
-        if (pf != nullptr) {  // two lines per row pair (D / 64 per row in all)
-          prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j);
-          prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j + 1);
-        }
-        __m512i pw[GB];
-#pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) pw[g] = row_group(p16, j, g);
-#pragma GCC unroll 2
-        for (std::size_t h = 0; h < 2; ++h) {
-          const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[j] + c0 + h * 32)));
-          const __m512i b =
-              _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[j + 1] + c0 + h * 32)));
-          // Per 128-bit lane L: lo holds columns 8L .. 8L + 3, hi 8L + 4 .. 8L + 7 (as (row j, row j + 1) pairs).
-          const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-#pragma GCC unroll 4
-          for (std::size_t g = 0; g < GB; ++g) {
-            acc[g][2 * h] = dpwssd(acc[g][2 * h], lo, pw[g]);
-            acc[g][2 * h + 1] = dpwssd(acc[g][2 * h + 1], hi, pw[g]);
-          }
-        }
-      }
-#pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g) {
-        __m512 sums[4];
-#pragma GCC unroll 2
-        for (std::size_t h = 0; h < 2; ++h)
-          in_column_order(_mm512_cvtepi32_ps(acc[g][2 * h]), _mm512_cvtepi32_ps(acc[g][2 * h + 1]), sums + 2 * h);
-        layout::template add_pass<4>(o[g] + c0, sums, alpha[g], p_scale[g]);
-      }
-    }
-  }
-
   /// int8 values with 8-bit probabilities (`decode_params::int8_probabilities`):
   /// VPDPBUSD multiplies four rows at once (rows j .. j + 3 interleaved per
   /// column) with each head's unsigned 8-bit probabilities (p_j .. p_j+3),
   /// 64 products per instruction: half the multiply-adds of
-  /// accumulate_i16, and no sign extension of the rows (VPDPBUSD takes
+  /// accumulate_int<std::int16_t>, and no sign extension of the rows (VPDPBUSD takes
   /// them as signed bytes). The four probabilities of a row quad are
   /// adjacent in the lane layout (`row_group`).
   static constexpr bool vnni512_u8_values = vnni512_values && block % 4 == 0;
@@ -301,65 +259,77 @@ struct decode_int8_avx512 : decode_bf16_kernels<Arch, D, T, GB>, int8_paths_off 
     }
   }
 
-  /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j p8(g, j) * v[j] for g < GB.
-  /// @param p8 [block * GB] uint8 probabilities, lane layout (quantize_p_u8)
+  /// o[g] = alpha[g] * o[g] + p_scale[g] * sum_j pq(g, j) * v[j] for g < GB,
+  /// in passes of 64 columns (layout::pv_passes: GB x 4 int32 accumulators
+  /// of 16 columns).
+  /// P = std::int16_t (`vnni512_values`): rows j, j + 1 sign-extended and
+  /// interleaved per column, two rows per VPDPWSSD; P = std::uint8_t
+  /// (`vnni512_u8_values`): rows j .. j + 3 interleaved as bytes, four rows
+  /// per VPDPBUSD.
+  /// @param pq [block * GB] probabilities, lane layout (quantize_p or quantize_p_u8)
   /// @param p_scale [GB] their steps
-  /// @param v [block] pointers to [D] int8 rows (unscaled: the row scales are in p8)
+  /// @param v [block] pointers to [D] int8 rows (unscaled: the row scales are in pq)
   /// @param pf [block] rows to prefetch meanwhile, or null
-  static void accumulate_u8(float* const* o, const float* alpha, const std::uint8_t* p8, const float* p_scale,
-                            const T* const* v, const T* const* pf) noexcept
-    requires vnni512_u8_values
+  template <class P>
+  static void accumulate_int(float* const* o, const float* alpha, const P* pq, const float* p_scale,
+                             const T* const* v, const T* const* pf) noexcept
+    requires(std::is_same_v<P, std::int16_t> && vnni512_values) ||
+            (std::is_same_v<P, std::uint8_t> && vnni512_u8_values)
   {
-    // Columns in passes of 64 (GB x 4 int32 accumulators of 16 columns).
-    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
-      __m512i acc[GB][4];
+    constexpr std::size_t rows = 4 / sizeof(P);  // value rows per dot product
+    layout::template pv_passes<rows, __m512i>(
+        pq,
+        [&](std::size_t j, std::size_t c0, __m512i* x) {
+          if (pf != nullptr)  // one line per row (D / 64 per row in all)
 #pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g)
-#pragma GCC unroll 4
-        for (std::size_t x = 0; x < 4; ++x) acc[g][x] = _mm512_setzero_si512();
+            for (std::size_t r = 0; r < rows; ++r) prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j + r);
+          interleave_rows<P>(v + j, c0, x);
+        },
+        [](__m512i acc, __m512i p, __m512i x) { return vnni_dot<P>(acc, p, x); },
+        [&](std::size_t g, std::size_t c0, const __m512i* acc) {
+          __m512 sums[4];
+          if constexpr (rows == 2) {
+            in_column_order(_mm512_cvtepi32_ps(acc[0]), _mm512_cvtepi32_ps(acc[1]), sums);
+            in_column_order(_mm512_cvtepi32_ps(acc[2]), _mm512_cvtepi32_ps(acc[3]), sums + 2);
+          } else {
+            quad_column_order(acc, sums);
+          }
+          layout::template add_pass<4>(o[g] + c0, sums, alpha[g], p_scale[g]);
+        });
+  }
+
+  /// The 64 columns from c0 of value rows v[0 .. 4 / sizeof(P)), interleaved
+  /// for accumulate_int. P = std::int16_t: per 32-column half h and 128-bit
+  /// lane L, x[2h] holds columns 32h + 8L .. 32h + 8L + 3 and x[2h + 1]
+  /// 32h + 8L + 4 .. 32h + 8L + 7, as (row 0, row 1) int16 pairs;
+  /// P = std::uint8_t: x[k] holds columns 16L + 4k .. 16L + 4k + 3, each as
+  /// the bytes of rows 0 .. 3.
+  template <class P>
+  static void interleave_rows(const T* const* v, std::size_t c0, __m512i* x) noexcept {
+    if constexpr (sizeof(P) == 2) {
 #pragma GCC unroll 2
-      for (std::size_t j = 0; j < block; j += 4) {
-        if (pf != nullptr)  // one line per row (D / 64 per row in all)
-#pragma GCC unroll 4
-          for (std::size_t r = 0; r < 4; ++r) prefetch_slot<D / 64, 64>(pf, (c0 / 64) * block + j + r);
-        __m512i pq[GB];
-#pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g) pq[g] = row_group(p8, j, g);
-        __m512i r[4];
-#pragma GCC unroll 4
-        for (std::size_t x = 0; x < 4; ++x) r[x] = _mm512_loadu_si512(v[j + x] + c0);
-        // Per 128-bit lane L: x[k] holds columns 16L + 4k .. 16L + 4k + 3,
-        // each as the bytes of rows j .. j + 3.
-        const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
-        const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
-        const __m512i x[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
-                              _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
-#pragma GCC unroll 4
-        for (std::size_t g = 0; g < GB; ++g)
-#pragma GCC unroll 4
-          for (std::size_t k = 0; k < 4; ++k) acc[g][k] = dpbusd(acc[g][k], pq[g], x[k]);
+      for (std::size_t h = 0; h < 2; ++h) {
+        const auto widened = [&](std::size_t i) {
+          return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[i] + c0 + h * 32)));
+        };
+        const __m512i a = widened(0), b = widened(1);
+        x[2 * h] = _mm512_unpacklo_epi16(a, b);
+        x[2 * h + 1] = _mm512_unpackhi_epi16(a, b);
       }
+    } else {
+      __m512i r[4];
 #pragma GCC unroll 4
-      for (std::size_t g = 0; g < GB; ++g) {
-        __m512 sums[4];
-        quad_column_order(acc[g], sums);
-        layout::template add_pass<4>(o[g] + c0, sums, alpha[g], p_scale[g]);
-      }
+      for (std::size_t k = 0; k < 4; ++k) r[k] = _mm512_loadu_si512(v[k] + c0);
+      const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
+      const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
+      x[0] = _mm512_unpacklo_epi16(lo01, lo23);
+      x[1] = _mm512_unpackhi_epi16(lo01, lo23);
+      x[2] = _mm512_unpacklo_epi16(hi01, hi23);
+      x[3] = _mm512_unpackhi_epi16(hi01, hi23);
     }
   }
 
-  /// acc + VPDPBUSD(a, b) (a unsigned bytes, b signed), in acc's register
-  /// (as dpwssd).
-  static __m512i dpbusd(__m512i acc, __m512i a, __m512i b) noexcept {
-#if defined(__GNUC__) && !defined(__clang__)
-    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-    return acc;
-#else
-    return _mm512_dpbusd_epi32(acc, a, b);
-#endif
-  }
-
-  /// The int32 sums of accumulate_u8's four registers as f32 in column
+  /// The int32 sums of accumulate_int<std::uint8_t>'s four registers as f32 in column
   /// order: register k holds, per 128-bit lane L, columns 16L + 4k ..
   /// 16L + 4k + 3 (a 4 x 4 transpose of 128-bit blocks).
   /// @param cols [4] register x: columns 16x .. 16x + 15

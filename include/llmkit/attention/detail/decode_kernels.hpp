@@ -24,9 +24,9 @@
 /// - the value kernel streams the block's rows through GB x H output
 ///   registers, the GB probabilities of a row held in registers (int8
 ///   values with VNNI: the probabilities rounded to int16 per block and
-///   head, two rows multiplied per VPDPWSSD, `accumulate_i16`; with
+///   head, two rows multiplied per VPDPWSSD, `accumulate_int<std::int16_t>`; with
 ///   `int8_probabilities` rounded to uint8, four rows per VPDPBUSD,
-///   `accumulate_u8`; bf16 values with bf16 probabilities: two rows per
+///   `accumulate_int<std::uint8_t>`; bf16 values with bf16 probabilities: two rows per
 ///   VDPBF16PS, `accumulate_bf16`).
 ///
 /// The kernels are one class per idea, each deriving from the one before,
@@ -136,9 +136,9 @@ struct decode_kernels : decode_int8_kernels<Arch, D, T, GB> {
   /// (times the int8 value scales when `v_scale` is set) and writes the
   /// factor each head's output must be rescaled by to `alpha` ([GB]).
   /// With `p16` set (int8 values with VNNI) the probabilities go to
-  /// accumulate_i16 rounded to `p16_levels` levels in int16 (`quantize_p`)
+  /// accumulate_int<std::int16_t> rounded to `p16_levels` levels in int16 (`quantize_p`)
   /// instead of back to `s`; with `p8` set (and u8_values), to
-  /// accumulate_u8 rounded to uint8 (`quantize_p_u8`).
+  /// accumulate_int<std::uint8_t> rounded to uint8 (`quantize_p_u8`).
   /// @param bias [block] 0 or -inf per row, or null when every row counts
   /// @param k_scale, v_scale [block] int8 row scales, or null
   /// @param p16, p_scale [block * GB] int16 probabilities and [GB] their

@@ -95,7 +95,7 @@ struct decode_layout {
   /// AVX2 with a 256-bit VPDPWSSD: AVX-VNNI (VEX; Intel from Alder Lake,
   /// AMD from Zen 5) or, in an AVX-512 build, AVX-512 VL + VNNI. The AVX2
   /// int8 kernels then take one instruction per 16 products where VPMADDWD
-  /// + VPADDD take two (`scores_int`, `accumulate_i16`).
+  /// + VPADDD take two (`scores_int`, `accumulate_int<std::int16_t>`).
   static constexpr bool avx2_vnni =
 #if defined(__AVX2__) && (defined(__AVXVNNI__) || (defined(__AVX512VL__) && defined(__AVX512VNNI__)))
       avx2_int16;
@@ -151,8 +151,8 @@ struct decode_layout {
   /// The probabilities of rows j .. j + 4 / sizeof(P) - 1 of head g (j a
   /// multiple of that count) as one 32-bit group: broadcast to every lane,
   /// the operand of a pass over interleaved rows (16-bit pairs from the
-  /// lane layout: accumulate_i16, accumulate_bf16; 8-bit quads:
-  /// accumulate_u8, from the lane layout or, where `p8_quads`, the quad
+  /// lane layout: accumulate_int<std::int16_t>, accumulate_bf16; 8-bit quads:
+  /// accumulate_int<std::uint8_t>, from the lane layout or, where `p8_quads`, the quad
   /// layout).
   template <class P>
   static std::int32_t row_group_bits(const P* p, std::size_t j, std::size_t g) noexcept {
@@ -181,8 +181,8 @@ struct decode_layout {
   }
 
   /// dst[L x .. L x + L - 1] = alpha * dst[..] + p_scale * sums[x] for
-  /// x < N: one column pass of an integer P.V kernel (accumulate_i16 on
-  /// either arch, accumulate_u8: its sums converted to f32, in column
+  /// x < N: one column pass of an integer P.V kernel (accumulate_int<std::int16_t> on
+  /// either arch, accumulate_int<std::uint8_t>: its sums converted to f32, in column
   /// order) added to the f32 output.
   template <std::size_t N, class Reg>
   static void add_pass(float* dst, const Reg* sums, float alpha, float p_scale) noexcept {
@@ -208,6 +208,39 @@ struct decode_layout {
     const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     cols[0] = _mm512_permutex2var_ps(lo, lo_idx, hi);
     cols[1] = _mm512_permutex2var_ps(lo, hi_idx, hi);
+  }
+
+  /// The column passes of the AVX-512 P.V kernels on interleaved rows
+  /// (accumulate_int, accumulate_bf16): per 64 columns from c0, GB x 4
+  /// accumulators of type Acc from zero; per group of Rows rows from j,
+  /// `load(j, c0, x)` prefetches and writes the group's rows, interleaved per
+  /// column, as [4] registers x, and head g's accumulator k takes
+  /// `dot(acc, row_group(p, j, g), x[k])`; then `finish(g, c0, acc[g])` adds
+  /// head g's [4] sums to its output.
+  /// @param p [block * GB] probabilities, lane layout
+  template <std::size_t Rows, class Acc, class P, class Load, class Dot, class Finish>
+  static void pv_passes(const P* p, Load load, Dot dot, Finish finish) noexcept {
+    for (std::size_t c0 = 0; c0 < D; c0 += 64) {
+      Acc acc[GB][4];
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < 4; ++k) acc[g][k] = Acc{};
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < block; j += Rows) {
+        __m512i pw[GB];
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g) pw[g] = row_group(p, j, g);
+        __m512i x[4];
+        load(j, c0, x);
+#pragma GCC unroll 4
+        for (std::size_t g = 0; g < GB; ++g)
+#pragma GCC unroll 4
+          for (std::size_t k = 0; k < 4; ++k) acc[g][k] = dot(acc[g][k], pw[g], x[k]);
+      }
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < GB; ++g) finish(g, c0, acc[g]);
+    }
   }
 #endif
 

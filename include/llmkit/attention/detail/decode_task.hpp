@@ -192,13 +192,13 @@ void decode_task(const decode_job<T>& job, std::size_t task) {
             alignas(64) std::uint8_t p8[BT * GB];
             K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, nullptr, p_scale,
                        p8);
-            K::accumulate_u8(og, alpha + b * GB, p8, p_scale, rt.v, bv);
+            K::accumulate_int(og, alpha + b * GB, p8, p_scale, rt.v, bv);
           }
         } else {  // int16 probabilities
           alignas(64) std::int16_t p16[BT * GB];
           K::softmax(sb, states[b], row_bias, rt.k_scale, rt.v_scale, p.softcap, alpha + b * GB, p16, p_scale,
                      nullptr, round_p_to_u8 ? 255.0f : 32767.0f);
-          K::accumulate_i16(og, alpha + b * GB, p16, p_scale, rt.v, bv);
+          K::accumulate_int(og, alpha + b * GB, p16, p_scale, rt.v, bv);
         }
       } else {
         K::softmax(sb, states[b], row_bias, scaled ? rt.k_scale : nullptr, scaled ? rt.v_scale : nullptr, p.softcap,

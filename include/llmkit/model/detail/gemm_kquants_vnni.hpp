@@ -257,6 +257,26 @@ inline void kquant_pack_panel(const block_weights& w, std::size_t o, std::size_t
   }
 }
 
+/// dot[t][r] = vnni(dot[t][r], w_r, x_t) for tokens t < TN and panels
+/// r < RV, where w_r is the 64 bytes at w + r * panel_bytes and x_t the 4
+/// bytes at x[t] + at broadcast to every lane: one column group of a tile
+/// (VPDPBUSD of values, or VPDPWSSD of minimum pairs).
+template <std::size_t TN, std::size_t RV, class X, class Vnni>
+[[gnu::always_inline]] inline void kquant_tile_dots(__m512i (&dot)[TN][RV], const std::uint8_t* w, std::size_t panel_bytes,
+                                                   const X* const (&x)[TN], std::size_t at, Vnni vnni) noexcept {
+  __m512i wv[RV];
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < RV; ++r) wv[r] = _mm512_load_si512(w + r * panel_bytes);
+#pragma GCC unroll 8
+  for (std::size_t t = 0; t < TN; ++t) {
+    std::int32_t x4;
+    std::memcpy(&x4, x[t] + at, 4);
+    const __m512i xv = _mm512_set1_epi32(x4);
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RV; ++r) dot[t][r] = vnni(dot[t][r], wv[r], xv);
+  }
+}
+
 /// One tile: tokens [t0, t0 + TN) x the RV panels at `panels` (stride
 /// panel_bytes), output rows [o0, o0 + valid). `pairs` holds each token's
 /// int16 pairs of activation sums the record's pairs multiply:
@@ -290,19 +310,9 @@ inline void kquant_gemm_tile(const q8_activations& xa, const std::int32_t* pairs
 #pragma GCC unroll 4
         for (std::size_t r = 0; r < RV; ++r) dot[t][r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (std::size_t g = R::groups * s; g < R::groups * (s + 1); ++g) {
-        __m512i wv[RV];
-#pragma GCC unroll 4
-        for (std::size_t r = 0; r < RV; ++r) wv[r] = _mm512_load_si512(rec + r * panel_bytes + R::u + g * 64);
-#pragma GCC unroll 8
-        for (std::size_t t = 0; t < TN; ++t) {
-          std::int32_t x4;
-          std::memcpy(&x4, x[t] + qk_k * i + 4 * g, 4);
-          const __m512i xv = _mm512_set1_epi32(x4);
-#pragma GCC unroll 4
-          for (std::size_t r = 0; r < RV; ++r) dot[t][r] = _mm512_dpbusd_epi32(dot[t][r], wv[r], xv);
-        }
-      }
+      for (std::size_t g = R::groups * s; g < R::groups * (s + 1); ++g)
+        kquant_tile_dots(dot, rec + R::u + g * 64, panel_bytes, x, qk_k * i + 4 * g,
+                         [](__m512i acc, __m512i u, __m512i q) { return _mm512_dpbusd_epi32(acc, u, q); });
 #pragma GCC unroll 4
       for (std::size_t r = 0; r < RV; ++r) {
         const __m512i sc = _mm512_load_si512(rec + r * panel_bytes + R::sc + s * 64);
@@ -316,19 +326,9 @@ inline void kquant_gemm_tile(const q8_activations& xa, const std::int32_t* pairs
 #pragma GCC unroll 4
       for (std::size_t r = 0; r < RV; ++r) dot[t][r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (std::size_t k = 0; k < R::n_pairs; ++k) {
-      __m512i mv[RV];
-#pragma GCC unroll 4
-      for (std::size_t r = 0; r < RV; ++r) mv[r] = _mm512_load_si512(rec + r * panel_bytes + R::pairs + k * 64);
-#pragma GCC unroll 8
-      for (std::size_t t = 0; t < TN; ++t) {
-        std::int32_t pair;
-        std::memcpy(&pair, ps[t] + R::n_pairs * i + k, 4);
-        const __m512i xs = _mm512_set1_epi32(pair);
-#pragma GCC unroll 4
-        for (std::size_t r = 0; r < RV; ++r) dot[t][r] = _mm512_dpwssd_epi32(dot[t][r], mv[r], xs);
-      }
-    }
+    for (std::size_t k = 0; k < R::n_pairs; ++k)
+      kquant_tile_dots(dot, rec + R::pairs + k * 64, panel_bytes, ps, R::n_pairs * i + k,
+                       [](__m512i acc, __m512i m, __m512i sums) { return _mm512_dpwssd_epi32(acc, m, sums); });
 #pragma GCC unroll 8
     for (std::size_t t = 0; t < TN; ++t) {
       const __m512 dx = _mm512_set1_ps(xa.k_scale(t0 + t, i));

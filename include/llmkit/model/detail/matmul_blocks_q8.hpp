@@ -146,13 +146,19 @@ struct int8_form<block_q5_k> {
   }
 };
 
+/// s[4 i .. 4 i + 3] = d * sub_scale(i) for i < 16: a super-block's 16
+/// sub-blocks of 16 values (Q6_K, Q3_K), one scale per 4 values in s.
+template <class SubScale>
+inline void fill_scales16(float* __restrict s, float d, SubScale sub_scale) noexcept {
+  for (std::size_t i = 0; i < 16; ++i) std::fill_n(s + 4 * i, 4, d * float(sub_scale(i)));
+}
+
 template <>
 struct int8_form<block_q6_k> {
   static constexpr int offset = 32;
   static constexpr bool has_mins = false;
   static void decode(const block_q6_k& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
-    const float d = scale_f32(b.d);
-    for (std::size_t i = 0; i < 16; ++i) std::fill_n(s + 4 * i, 4, d * float(b.scales[i]));
+    fill_scales16(s, scale_f32(b.d), [&](std::size_t i) { return b.scales[i]; });
     for (std::size_t h = 0; h < 2; ++h) {
       const std::uint8_t* ql = b.ql + 64 * h;
       const std::uint8_t* qh = b.qh + 32 * h;
@@ -171,8 +177,7 @@ struct int8_form<block_q3_k> {
   static constexpr int offset = 4;
   static constexpr bool has_mins = false;
   static void decode(const block_q3_k& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
-    const float d = scale_f32(b.d);
-    for (std::size_t i = 0; i < 16; ++i) std::fill_n(s + 4 * i, 4, d * float(int(q3_k_scale(b.scales, i)) - 32));
+    fill_scales16(s, scale_f32(b.d), [&](std::size_t i) { return int(q3_k_scale(b.scales, i)) - 32; });
     for (std::size_t j = 0; j < qk_k; ++j) {
       const std::size_t h = j / 128, r = (j % 128) / 32, l = j % 32;
       u[j] = static_cast<std::uint8_t>(((b.qs[32 * h + l] >> (2 * r)) & 3) | (((b.hmask[l] >> (4 * h + r)) & 1) << 2));
@@ -184,34 +189,31 @@ struct int8_form<block_q3_k> {
 inline constexpr std::uint8_t iq4nl_biased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
 static_assert(iq4nl_biased[0] == kvalues_iq4nl[0] + 128 && iq4nl_biased[15] == kvalues_iq4nl[15] + 128);
 
-/// IQ4_NL: u = level + 128, offset 128, the block's scale d.
-template <>
-struct int8_form<block_iq4_nl> {
+/// A 32-value block of 4-bit indices into a 16-level table and one scale d
+/// (IQ4_NL, MXFP4): u = `biased`[index] (the level + 128), offset 128.
+template <class Block, const std::uint8_t (&biased)[16]>
+struct int8_table4_form {
   static constexpr int offset = 128;
   static constexpr bool has_mins = false;
-  static void decode(const block_iq4_nl& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
-    for (std::size_t j = 0; j < 16; ++j) u[j] = iq4nl_biased[b.qs[j] & 0xF];
-    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = iq4nl_biased[b.qs[j] >> 4];
+  static void decode(const Block& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
+    for (std::size_t j = 0; j < 16; ++j) u[j] = biased[b.qs[j] & 0xF];
+    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = biased[b.qs[j] >> 4];
     std::fill_n(s, 8, scale_f32(b.d));
   }
 };
+
+/// IQ4_NL: u = level + 128, the block's scale d.
+template <>
+struct int8_form<block_iq4_nl> : int8_table4_form<block_iq4_nl, iq4nl_biased> {};
 
 /// kvalues_mxfp4 + 128 (116..140): MXFP4's values as unsigned bytes with offset 128.
 inline constexpr std::uint8_t mxfp4_biased[16] = {128, 129, 130, 131, 132, 134, 136, 140,
                                                   128, 127, 126, 125, 124, 122, 120, 116};
 static_assert(mxfp4_biased[7] == kvalues_mxfp4[7] + 128 && mxfp4_biased[15] == kvalues_mxfp4[15] + 128);
 
-/// MXFP4: u = level + 128, offset 128, the block's scale 2^(e - 128).
+/// MXFP4: u = level + 128, the block's scale 2^(e - 128).
 template <>
-struct int8_form<block_mxfp4> {
-  static constexpr int offset = 128;
-  static constexpr bool has_mins = false;
-  static void decode(const block_mxfp4& b, std::uint8_t* __restrict u, float* __restrict s, float*) noexcept {
-    for (std::size_t j = 0; j < 16; ++j) u[j] = mxfp4_biased[b.qs[j] & 0xF];
-    for (std::size_t j = 0; j < 16; ++j) u[j + 16] = mxfp4_biased[b.qs[j] >> 4];
-    std::fill_n(s, 8, scale_f32(b.d));
-  }
-};
+struct int8_form<block_mxfp4> : int8_table4_form<block_mxfp4, mxfp4_biased> {};
 
 /// IQ4_XS: u = level + 128, offset 128, scale d * (ls - 32) per 32 values.
 template <>
