@@ -9,7 +9,10 @@
 /// lets the sub-block scales stay integers. Q4_K and Q5_K take VPDPBUSD per
 /// 64 values and one VPACKSSDW and VPDPWSSD (the scales) per 128, the fewest
 /// vector instructions of the one-token product, which is bound by them.
-/// The other formats, per 64 values: VPMADDUBSW
+/// With VBMI and GFNI, Q2_K, Q3_K and IQ4_XS have one-token decoders of
+/// their own (k_super_block_sums: GF2P8AFFINE crumbs, Q2_K's VPSHUFB table
+/// of crumb * scale, VPERMB magnitudes for IQ4_XS) with the same int32 sums.
+/// Q6_K (and without VBMI / GFNI the rest), per 64 values: VPMADDUBSW
 /// multiplies the unsigned weights by the int8 activations into 16-bit pair
 /// sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies those
 /// by their sub-block scales into int32 lanes; per super-block one
@@ -490,7 +493,7 @@ inline __m256i k_sums16(const q8_activations& xa, std::size_t t, std::size_t i) 
 /// values: per row and super-block 4 x (GF2P8AFFINE, VPSHUFB, VPDPBUSD) and
 /// the table (VPERMB, VPMULLW); the 4 rows' minimums in 2 VPMADDWD and one tree.
 template <std::size_t TN, std::size_t ON>
-inline k_super_sums<TN> q2_k_super_sums(const block_q2_k* const (&rows)[ON], std::size_t i, const q8_activations& xa,
+[[gnu::always_inline]] inline k_super_sums<TN> q2_k_super_sums(const block_q2_k* const (&rows)[ON], std::size_t i, const q8_activations& xa,
                                         std::size_t t0) noexcept {
   const __m512i head = k_row_heads(rows, i, offsetof(block_q2_k, scales));
   const __m512i sc = _mm512_and_si512(head, _mm512_set1_epi8(0x0F));
@@ -556,7 +559,7 @@ inline k_super_sums<TN> q2_k_super_sums(const block_q2_k* const (&rows)[ON], std
 /// VPDPWSSD for the offset (-4 * sum_s sc_s * sum q); the 4 rows' 6-bit
 /// scales unpacked together.
 template <std::size_t TN, std::size_t ON>
-inline k_super_sums<TN> q3_k_super_sums(const block_q3_k* const (&rows)[ON], std::size_t i, const q8_activations& xa,
+[[gnu::always_inline]] inline k_super_sums<TN> q3_k_super_sums(const block_q3_k* const (&rows)[ON], std::size_t i, const q8_activations& xa,
                                         std::size_t t0) noexcept {
   static_assert(offsetof(block_q3_k, scales) + 14 == sizeof(block_q3_k), "q3_k_super_sums: the 16 bytes end at d");
   // Lane b: row b's last 16 bytes (2 of qs, the 12 scale bytes, d).
@@ -654,7 +657,7 @@ alignas(64) inline constexpr std::uint8_t iq4_xs_magnitude_high[64] = {
 /// scales (128-bit lane L is sub-block 4h + L in both halves of the bytes);
 /// the activations reordered once per token to match.
 template <std::size_t TN, std::size_t ON>
-inline k_super_sums<TN> iq4_xs_super_sums(const block_iq4_xs* const (&rows)[ON], std::size_t i,
+[[gnu::always_inline]] inline k_super_sums<TN> iq4_xs_super_sums(const block_iq4_xs* const (&rows)[ON], std::size_t i,
                                           const q8_activations& xa, std::size_t t0) noexcept {
   static_assert(offsetof(block_iq4_xs, qs) == 8, "iq4_xs_super_sums: d, scales_h, scales_l in one qword");
   std::uint64_t head[4] = {};
@@ -728,7 +731,7 @@ inline constexpr bool has_k_super_sums =
     std::is_same_v<Block, block_q2_k> || std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_iq4_xs>;
 
 template <std::size_t TN, std::size_t ON, class Block>
-inline k_super_sums<TN> k_super_block_sums(const Block* const (&rows)[ON], std::size_t i, const q8_activations& xa,
+[[gnu::always_inline]] inline k_super_sums<TN> k_super_block_sums(const Block* const (&rows)[ON], std::size_t i, const q8_activations& xa,
                                            std::size_t t0) noexcept {
   if constexpr (std::is_same_v<Block, block_q2_k>)
     return q2_k_super_sums<TN>(rows, i, xa, t0);
