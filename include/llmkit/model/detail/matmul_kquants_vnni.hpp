@@ -9,7 +9,10 @@
 /// lets the sub-block scales stay integers. Q4_K and Q5_K take VPDPBUSD per
 /// 64 values and one VPACKSSDW and VPDPWSSD (the scales) per 128, the fewest
 /// vector instructions of the one-token product, which is bound by them.
-/// The other formats, per 64 values: VPMADDUBSW
+/// With VBMI and GFNI, Q2_K, Q3_K and IQ4_XS have one-token decoders of
+/// their own (k_super_block_sums: GF2P8AFFINE crumbs, Q2_K's VPSHUFB table
+/// of crumb * scale, VPERMB magnitudes for IQ4_XS) with the same int32 sums.
+/// Q6_K (and without VBMI / GFNI the rest), per 64 values: VPMADDUBSW
 /// multiplies the unsigned weights by the int8 activations into 16-bit pair
 /// sums (at most 2 * 63 * 127, no saturation) and VPDPWSSD multiplies those
 /// by their sub-block scales into int32 lanes; per super-block one
@@ -34,6 +37,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
 
@@ -431,11 +435,363 @@ inline __m128 k_lanes(const float (&v)[ON]) noexcept {
   return _mm_setr_ps(v[0], ON > 1 ? v[at(1)] : 0.0f, ON > 2 ? v[at(2)] : 0.0f, ON > 3 ? v[at(3)] : 0.0f);
 }
 
+#if defined(__AVX512VBMI__) && defined(__GFNI__)
+/// The exact int32 super-block sums of ON (<= 4) rows for TN tokens, row b
+/// in lane b: `sum` I (less Q3_K's offset), `mins` Q2_K's M; the rows' d
+/// and dmin as f32 in the same lanes.
+template <std::size_t TN>
+struct k_super_sums {
+  __m128i sum[TN];
+  __m128i mins[TN];
+  __m128 d, dmin;
+};
+
+/// f(integral_constant<0>) ... f(integral_constant<N - 1>): group indices that
+/// must be immediates (GF2P8AFFINE's constant).
+template <std::size_t N, class Fn>
+inline void k_for_groups(Fn&& fn) {
+  [&]<std::size_t... G>(std::index_sequence<G...>) {
+    (fn(std::integral_constant<std::size_t, G>{}), ...);
+  }(std::make_index_sequence<N>{});
+}
+
+/// A VGF2P8AFFINEQB bit matrix (one qword) moving input bit `from` to output bit `to`.
+constexpr long long k_gf2_bit(int from, int to) noexcept {
+  return static_cast<long long>(std::uint64_t(1u << from) << (8 * (7 - to)));
+}
+
+/// The matrices of group g's crumbs from a broadcast half of qs (k_crumbs'
+/// layout): bits 2r, 2r + 1 (r = 2 (g % 2)) to bits 0-1 in the low 256 bits,
+/// bits 2r + 2, 2r + 3 in the high.
+inline __m512i k_crumb_matrix(std::size_t g) noexcept {
+  const int r = 2 * int(g % 2);
+  const long long lo = k_gf2_bit(2 * r, 0) | k_gf2_bit(2 * r + 1, 1);
+  const long long hi = k_gf2_bit(2 * r + 2, 0) | k_gf2_bit(2 * r + 3, 1);
+  return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
+}
+
+/// Lanes 0..ON-1 of four rows' 16-byte loads at byte `at` of super-block i, in 128-bit lane b.
+template <std::size_t ON, class Block>
+inline __m512i k_row_heads(const Block* const (&rows)[ON], std::size_t i, std::size_t at) noexcept {
+  __m512i head = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < ON; ++b)
+    head = _mm512_mask_broadcast_i32x4(
+        head, __mmask16(0xFu << (4 * b)),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const std::uint8_t*>(rows[b] + i) + at)));
+  return head;
+}
+
+/// The 16 activation sums of 16 of token t's super-block i.
+inline __m256i k_sums16(const q8_activations& xa, std::size_t t, std::size_t i) noexcept {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(xa.sums16.data() + (t * xa.stride + qk_k * i) / 16));
+}
+
+/// Q2_K, one to three tokens: VPSHUFB of a crumb (made crumb + 4g by
+/// GF2P8AFFINE's constant) in a per-row table of crumb * scale (<= 45, as
+/// 128-bit lane L of group g is sub-block 4g + L) feeds VPDPBUSD the scaled
+/// values: per row and super-block 4 x (GF2P8AFFINE, VPSHUFB, VPDPBUSD) and
+/// the table (VPERMB, VPMULLW); the 4 rows' minimums in 2 VPMADDWD and one tree.
+template <std::size_t TN, std::size_t ON>
+[[gnu::always_inline]] inline k_super_sums<TN> q2_k_super_sums(const block_q2_k* const (&rows)[ON], std::size_t i, const q8_activations& xa,
+                                        std::size_t t0) noexcept {
+  const __m512i head = k_row_heads(rows, i, offsetof(block_q2_k, scales));
+  const __m512i sc = _mm512_and_si512(head, _mm512_set1_epi8(0x0F));
+  const __m512i mins = _mm512_gf2p8affine_epi64_epi8(head, _mm512_set1_epi64(k_gf2_shift_right_4), 0);
+  k_super_sums<TN> out;
+  {  // d_b, dmin_b as halves 2b, 2b + 1
+    std::uint32_t dd[4] = {};
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) std::memcpy(&dd[b], &rows[b][i].d, 4);
+    const __m256 f = _mm256_cvtph_ps(_mm_setr_epi32(int(dd[0]), int(dd[1]), int(dd[2]), int(dd[3])));
+    const __m256 split = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7), f);
+    out.d = _mm256_castps256_ps128(split);
+    out.dmin = _mm256_extractf128_ps(split, 1);
+  }
+  __m512i iacc[TN][ON];
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < ON; ++b) {
+    // Lane L, byte 4g + c of row b's table: c * scale 4g + L, from words (s, s) * (0x0100, 0x0302).
+    const __m512i pick = _mm512_add_epi8(
+        _mm512_set_epi32(0x0F0F0F0F, 0x0B0B0B0B, 0x07070707, 0x03030303, 0x0E0E0E0E, 0x0A0A0A0A, 0x06060606, 0x02020202,
+                         0x0D0D0D0D, 0x09090909, 0x05050505, 0x01010101, 0x0C0C0C0C, 0x08080808, 0x04040404, 0),
+        _mm512_set1_epi8(char(16 * b)));
+    const __m512i table = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(__mmask64(0x5555555555555555ull), pick, sc),
+                                             _mm512_set1_epi32(0x03020100));
+    const std::uint8_t* qs = rows[b][i].qs;
+    const __m512i q[2] = {_mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs))),
+                          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32)))};
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < TN; ++a) iacc[a][b] = _mm512_setzero_si512();
+    k_for_groups<4>([&](auto group) {
+      constexpr std::size_t g = decltype(group)::value;
+      const __m512i index = _mm512_gf2p8affine_epi64_epi8(q[g / 2], k_crumb_matrix(g), int(4 * g));
+      const __m512i u = _mm512_shuffle_epi8(table, index);
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < TN; ++a)
+        iacc[a][b] = _mm512_dpbusd_epi32(iacc[a][b], u, _mm512_load_si512(xa.row(t0 + a) + qk_k * i + 64 * g));
+    });
+  }
+  // M: rows 0-1's minimums as words times the sums of 16 (broadcast), rows 2-3's,
+  // then one tree: row b's 8 dwords to lane b.
+  const __m512i m01 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(mins));
+  const __m512i m23 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mins, 1));
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < TN; ++a) {
+    out.sum[a] = k_row_sums(iacc[a]);
+    const __m512i s16 = _mm512_broadcast_i64x4(k_sums16(xa, t0 + a, i));
+    const __m512i p01 = _mm512_madd_epi16(m01, s16);
+    const __m512i p23 = ON > 2 ? _mm512_madd_epi16(m23, s16) : _mm512_setzero_si512();
+    // Per 128-bit lane: [p01, p23, p01, p23] partial sums, then the lane's totals in dwords 0-1.
+    __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi32(p01, p23), _mm512_unpackhi_epi32(p01, p23));
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_ENUM(0x4E)));
+    // Lanes 0-1 are rows 0 (dword 0) and 2 (dword 1), lanes 2-3 rows 1 and 3.
+    s = _mm512_add_epi32(s, _mm512_shuffle_i64x2(s, s, _MM_SHUFFLE(2, 3, 0, 1)));
+    out.mins[a] = _mm512_castsi512_si128(
+        _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
+  }
+  return out;
+}
+
+/// Q3_K, one to three tokens: per row and super-block 4 x (GF2P8AFFINE of
+/// the crumbs, of the high bits, VPOR, VPDPBUSD) (sums of 4 at most
+/// 4 * 7 * 127), 2 x (VPACKSSDW, VPERMW, VPDPWSSD) for the scales and one
+/// VPDPWSSD for the offset (-4 * sum_s sc_s * sum q); the 4 rows' 6-bit
+/// scales unpacked together.
+template <std::size_t TN, std::size_t ON>
+[[gnu::always_inline]] inline k_super_sums<TN> q3_k_super_sums(const block_q3_k* const (&rows)[ON], std::size_t i, const q8_activations& xa,
+                                        std::size_t t0) noexcept {
+  static_assert(offsetof(block_q3_k, scales) + 14 == sizeof(block_q3_k), "q3_k_super_sums: the 16 bytes end at d");
+  // Lane b: row b's last 16 bytes (2 of qs, the 12 scale bytes, d).
+  const __m512i head = k_row_heads(rows, i, offsetof(block_q3_k, scales) - 2);
+  // Low 4 bits: bytes 0-7 scales[0..7] & 0x0F (s 0-7), 8-15 scales[0..7] >> 4 (s 8-15).
+  const __m512i low8 = _mm512_shuffle_epi8(
+      head, _mm512_broadcast_i32x4(_mm_setr_epi8(2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9)));
+  const __m512i low = _mm512_gf2p8affine_epi64_epi8(
+      low8,
+      _mm512_set_epi64(k_gf2_shift_right_4, k_gf2_low_4, k_gf2_shift_right_4, k_gf2_low_4, k_gf2_shift_right_4,
+                       k_gf2_low_4, k_gf2_shift_right_4, k_gf2_low_4),
+      0);
+  // High 2 bits of s: bits 2 (s / 4).. of scales[8 + s % 4], each qword holding
+  // scales[8..11]; one VPMULTISHIFTQB puts them at bits 4-5.
+  const __m512i high8 = _mm512_shuffle_epi8(
+      head, _mm512_broadcast_i32x4(_mm_setr_epi8(10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13)));
+  const __m512i at = _mm512_broadcast_i32x4(_mm_setr_epi8(60, 4, 12, 20, 62, 6, 14, 22, 0, 8, 16, 24, 2, 10, 18, 26));
+  const __m512i high = _mm512_multishift_epi64_epi8(at, high8);
+  const __m512i sc = _mm512_sub_epi8(_mm512_ternarylogic_epi32(low, high, _mm512_set1_epi8(0x30), 0xF8),
+                                     _mm512_set1_epi8(32));
+  const __m512i words[2] = {_mm512_cvtepi8_epi16(_mm512_castsi512_si256(sc)),  // rows 0-1, row 1 from word 16
+                            _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(sc, 1))};
+  k_super_sums<TN> out;
+  out.d = _mm_cvtph_ps(_mm512_castsi512_si128(
+      _mm512_permutexvar_epi16(_mm512_zextsi128_si512(_mm_setr_epi16(7, 15, 23, 31, 0, 0, 0, 0)), head)));
+  out.dmin = _mm_setzero_ps();
+  // The offset's -4 * sums of 16 as words, against row 0's scale words (low 256 bits) or row 1's (high).
+  __m512i offset_sums[TN][2];
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < TN; ++a) {
+    const __m256i s = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(k_sums16(xa, t0 + a, i), 2));
+    offset_sums[a][0] = _mm512_zextsi256_si512(s);
+    offset_sums[a][1] = _mm512_inserti64x4(_mm512_setzero_si512(), s, 1);
+  }
+  __m512i iacc[TN][ON];
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < ON; ++b) {
+    const block_q3_k& p = rows[b][i];
+    const __m512i q[2] = {_mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs))),
+                          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs + 32)))};
+    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.hmask)));
+    __m512i d[TN][4];
+    k_for_groups<4>([&](auto group) {
+      constexpr std::size_t g = decltype(group)::value;
+      // Values 0-31 of group g take bit 4h + r of hmask[l], 32-63 bit 4h + r + 1, as 4 (bit 2).
+      constexpr int h = int(g / 2), r = 2 * int(g % 2);
+      const __m512i to_bit2 = _mm512_set_epi64(k_gf2_bit(4 * h + r + 1, 2), k_gf2_bit(4 * h + r + 1, 2),
+                                               k_gf2_bit(4 * h + r + 1, 2), k_gf2_bit(4 * h + r + 1, 2),
+                                               k_gf2_bit(4 * h + r, 2), k_gf2_bit(4 * h + r, 2),
+                                               k_gf2_bit(4 * h + r, 2), k_gf2_bit(4 * h + r, 2));
+      const __m512i u = _mm512_or_si512(_mm512_gf2p8affine_epi64_epi8(q[h], k_crumb_matrix(g), 0),
+                                        _mm512_gf2p8affine_epi64_epi8(hm, to_bit2, 0));
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < TN; ++a)
+        d[a][g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(xa.row(t0 + a) + qk_k * i + 64 * g));
+    });
+    // Lane L of group g is sub-block 4g + L: VPACKSSDW of groups 2k, 2k + 1
+    // puts sub-blocks 8k + L (words 0-3) and 8k + 4 + L (words 4-7) in lane L.
+    const __m512i base = _mm512_add_epi16(_mm512_set_epi64(0x0007000700070007, 0x0003000300030003, 0x0006000600060006,
+                                                            0x0002000200020002, 0x0005000500050005, 0x0001000100010001,
+                                                            0x0004000400040004, 0),
+                                           _mm512_set1_epi16(short(16 * (b % 2))));
+    const __m512i s01 = _mm512_permutexvar_epi16(base, words[b / 2]);
+    const __m512i s23 = _mm512_permutexvar_epi16(_mm512_add_epi16(base, _mm512_set1_epi16(8)), words[b / 2]);
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < TN; ++a) {
+      __m512i v = _mm512_dpwssd_epi32(_mm512_setzero_si512(), words[b / 2], offset_sums[a][b % 2]);
+      v = _mm512_dpwssd_epi32(v, _mm512_packs_epi32(d[a][0], d[a][1]), s01);
+      iacc[a][b] = _mm512_dpwssd_epi32(v, _mm512_packs_epi32(d[a][2], d[a][3]), s23);
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < TN; ++a) {
+    out.sum[a] = k_row_sums(iacc[a]);
+    out.mins[a] = _mm_setzero_si128();
+  }
+  return out;
+}
+
+/// IQ4_XS's level magnitudes by VPERMB index: a byte's low nibble (bits 4-5
+/// ignored), and bits 2-7 of a byte shifted right by 2 (its high nibble).
+alignas(64) inline constexpr std::uint8_t iq4_xs_magnitude_low[64] = {
+    127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113, 127, 104, 83, 65, 49, 35,
+    22,  10,  1,  13, 25, 38, 53, 69, 89, 113, 127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38,
+    53,  69,  89, 113, 127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113};
+alignas(64) inline constexpr std::uint8_t iq4_xs_magnitude_high[64] = {
+    127, 127, 127, 127, 104, 104, 104, 104, 83, 83, 83, 83, 65, 65, 65, 65, 49, 49, 49, 49, 35, 35,
+    35,  35,  22,  22,  22,  22,  10,  10,  10,  10,  1,  1,  1,  1,  13, 13, 13, 13, 25, 25, 25, 25,
+    38,  38,  38,  38,  53,  53,  53,  53,  69,  69,  69,  69, 89, 89, 89, 89, 113, 113, 113, 113};
+
+/// IQ4_XS, one to three tokens: per 128 values of a row, one 64-byte load of
+/// qs and VPERMB (2) of the levels' magnitudes with the bytes as indices,
+/// their signs as masks (VPTESTMB, VPMOVB2M) choosing q or -q (2 VPBLENDMB
+/// per token), then VPMADDUBSW and VPDPWSSD (2 each) by one VPERMW of the
+/// scales (128-bit lane L is sub-block 4h + L in both halves of the bytes);
+/// the activations reordered once per token to match.
+template <std::size_t TN, std::size_t ON>
+[[gnu::always_inline]] inline k_super_sums<TN> iq4_xs_super_sums(const block_iq4_xs* const (&rows)[ON], std::size_t i,
+                                          const q8_activations& xa, std::size_t t0) noexcept {
+  static_assert(offsetof(block_iq4_xs, qs) == 8, "iq4_xs_super_sums: d, scales_h, scales_l in one qword");
+  std::uint64_t head[4] = {};
+#pragma GCC unroll 4
+  for (std::size_t b = 0; b < ON; ++b) std::memcpy(&head[b], &rows[b][i], 8);
+  const __m256i h = _mm256_setr_epi64x(std::int64_t(head[0]), std::int64_t(head[1]), std::int64_t(head[2]),
+                                       std::int64_t(head[3]));
+  // Scale s: nibble s of scales_l (bits 32 + 4s) and bits 16 + 2s of scales_h to bits 4-5.
+  const __m256i low = _mm256_multishift_epi64_epi8(
+_mm256_set1_epi64x(0x3C3834302C282420), h);
+  const __m256i top = _mm256_and_si256(_mm256_multishift_epi64_epi8(_mm256_set1_epi64x(0x1A18161412100E0C), h),
+                                       _mm256_set1_epi8(0x30));
+  const __m256i ls = _mm256_ternarylogic_epi32(low, top, _mm256_set1_epi8(0x0F), 0xEC);
+  const __m512i words = _mm512_cvtepi8_epi16(_mm256_sub_epi8(ls, _mm256_set1_epi8(32)));  // row b from word 8b
+  k_super_sums<TN> out;
+  out.d = _mm_cvtph_ps(_mm256_cvtepi64_epi16(h));
+  out.dmin = _mm_setzero_ps();
+  const __m512i mag_low = _mm512_load_si512(iq4_xs_magnitude_low), mag_high = _mm512_load_si512(iq4_xs_magnitude_high);
+  __m512i iacc[TN][ON];
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < TN; ++a)
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) iacc[a][b] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+  for (std::size_t half = 0; half < 2; ++half) {
+    // Lane L of the low nibbles: values 128 half + 32L + 0..15; of the high: + 16..31.
+    __m512i x_low[TN], x_high[TN], neg_low[TN], neg_high[TN];
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < TN; ++a) {
+      const std::int8_t* x = xa.row(t0 + a) + qk_k * i + 128 * half;
+      const __m512i x0 = _mm512_load_si512(x), x1 = _mm512_load_si512(x + 64);
+      x_low[a] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+      x_high[a] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+      neg_low[a] = _mm512_sub_epi8(_mm512_setzero_si512(), x_low[a]);
+      neg_high[a] = _mm512_sub_epi8(_mm512_setzero_si512(), x_high[a]);
+    }
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < ON; ++b) {
+      const __m512i q = _mm512_loadu_si512(rows[b][i].qs + 64 * half);
+      const __m512i m_low = _mm512_permutexvar_epi8(q, mag_low);
+      const __m512i m_high = _mm512_permutexvar_epi8(_mm512_srli_epi16(q, 2), mag_high);
+      // A level is non-negative where its nibble's bit 3 is set.
+      const __mmask64 pos_low = _mm512_test_epi8_mask(q, _mm512_set1_epi8(0x08));
+      const __mmask64 pos_high = _mm512_movepi8_mask(q);
+      // Every word of lane L: scale 4 half + L of row b.
+      const __m512i pick = _mm512_add_epi16(_mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
+                                                             0x0002000200020002, 0x0001000100010001, 0x0001000100010001,
+                                                             0, 0),
+                                            _mm512_set1_epi16(short(8 * b + 4 * half)));
+      const __m512i sw = _mm512_permutexvar_epi16(pick, words);
+#pragma GCC unroll 16
+      for (std::size_t a = 0; a < TN; ++a) {
+        iacc[a][b] = _mm512_dpwssd_epi32(
+            iacc[a][b], _mm512_maddubs_epi16(m_low, _mm512_mask_blend_epi8(pos_low, neg_low[a], x_low[a])), sw);
+        iacc[a][b] = _mm512_dpwssd_epi32(
+            iacc[a][b], _mm512_maddubs_epi16(m_high, _mm512_mask_blend_epi8(pos_high, neg_high[a], x_high[a])), sw);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < TN; ++a) {
+    out.sum[a] = k_row_sums(iacc[a]);
+    out.mins[a] = _mm_setzero_si128();
+  }
+  return out;
+}
+
+/// The formats with a one-to-three-token decoder above.
+template <class Block>
+inline constexpr bool has_k_super_sums =
+    std::is_same_v<Block, block_q2_k> || std::is_same_v<Block, block_q3_k> || std::is_same_v<Block, block_iq4_xs>;
+
+template <std::size_t TN, std::size_t ON, class Block>
+[[gnu::always_inline]] inline k_super_sums<TN> k_super_block_sums(const Block* const (&rows)[ON], std::size_t i, const q8_activations& xa,
+                                           std::size_t t0) noexcept {
+  if constexpr (std::is_same_v<Block, block_q2_k>)
+    return q2_k_super_sums<TN>(rows, i, xa, t0);
+  else if constexpr (std::is_same_v<Block, block_q3_k>)
+    return q3_k_super_sums<TN>(rows, i, xa, t0);
+  else
+    return iq4_xs_super_sums<TN>(rows, i, xa, t0);
+}
+#else
+template <class Block>
+inline constexpr bool has_k_super_sums = false;
+#endif
+
+#if defined(__AVX512VBMI__) && defined(__GFNI__)
+/// kquant_tile for the formats of k_super_block_sums: each super-block's
+/// sums of the ON rows, then fma(float(I), d * d_x, y) and Q2_K's
+/// fma(float(M), -(dmin * d_x), y), the GEMM's order.
+template <class Block, std::size_t TN, std::size_t ON>
+inline void kquant_tile_super_sums(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                                   bool accumulate, std::size_t t0, std::size_t o0) noexcept {
+  static_assert(ON <= 4, "kquant_tile: the exact sums of a token's rows share one 4-lane vector");
+  const std::size_t row_bytes = w.row_bytes(), units = w.in / qk_k;
+  const Block* rows[ON];
+#pragma GCC unroll 16
+  for (std::size_t b = 0; b < ON; ++b) rows[b] = reinterpret_cast<const Block*>(w.data + (o0 + b) * row_bytes);
+  __m128 sums_f[TN];  // row b in lane b
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < TN; ++a) sums_f[a] = _mm_setzero_ps();
+  const std::size_t step_bytes = ON * row_bytes / units;
+  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(rows[0]) + matmul_prefetch_bytes;
+  for (std::size_t i = 0; i < units; ++i) {
+    prefetch_lines_l2(ahead + i * step_bytes, step_bytes);
+    const k_super_sums<TN> s = k_super_block_sums<TN>(rows, i, xa, t0);
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < TN; ++a) {
+      const __m128 dk = _mm_set1_ps(xa.k_scale(t0 + a, i));
+      __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(s.sum[a]), _mm_mul_ps(s.d, dk), sums_f[a]);
+      if constexpr (std::is_same_v<Block, block_q2_k>) v = _mm_fnmadd_ps(_mm_cvtepi32_ps(s.mins[a]), _mm_mul_ps(s.dmin, dk), v);
+      sums_f[a] = v;
+    }
+  }
+  for (std::size_t a = 0; a < TN; ++a) {
+    alignas(16) float row_sums[4];
+    _mm_store_ps(row_sums, sums_f[a]);
+    for (std::size_t b = 0; b < ON; ++b) {
+      float& out = y[(t0 + a) * y_stride + o0 + b];
+      out = accumulate ? out + row_sums[b] : row_sums[b];
+    }
+  }
+}
+#endif
+
 /// Tokens [t0, t0 + TN) x rows [o0, o0 + ON) of a K-quant product over
 /// activations quantised by assign_k (with assign_sums for the minimums).
 template <class Block, std::size_t TN, std::size_t ON>
 inline void kquant_tile(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
                         bool accumulate, std::size_t t0, std::size_t o0) noexcept {
+#if defined(__AVX512VBMI__) && defined(__GFNI__)
+  if constexpr (has_k_super_sums<Block>) return kquant_tile_super_sums<Block, TN, ON>(xa, w, y, y_stride, accumulate, t0, o0);
+#endif
   using F = kquant_block<Block>;
   const std::size_t stride = xa.stride, row_bytes = w.row_bytes(), units = w.in / qk_k;
   const Block* rows[ON];
