@@ -83,28 +83,35 @@ struct block32_scales {
     dst = _mm512_ternarylogic_epi32(dst, a, b, 0xFE);
   }
 
-  /// dw[k] lane r: d_w of block k of row r.
-  void get(__m512 (&dw)[4]) const noexcept {
+  /// ws[k] lane r: block k's scale of row r as combined() takes it: the f16
+  /// scale as f32, MXFP4's exponent e - 128 as f32.
+  void get(__m512 (&ws)[4]) const noexcept {
     if constexpr (e8m0) {
-      auto block = [&]<int K>() {
-        // scale_f32(e8m0): 2^(e - 128), e < 2 subnormal.
-        const __m512i x = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(slots[0], K));
-        const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(x, _mm512_set1_epi32(1)), 23);
-        const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), x);
-        dw[K] = _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(2)), normal, sub));
-      };
-      block.template operator()<0>();
-      block.template operator()<1>();
-      block.template operator()<2>();
-      block.template operator()<3>();
+#pragma GCC unroll 4
+      for (std::size_t k = 0; k < 4; ++k) {
+        // Byte r of lane k (byte 16 k + r) to dword r.
+        const __m512i spread = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                _mm512_set1_epi32(int(16 * k)));
+        const __m512i e = _mm512_maskz_permutexvar_epi8(__mmask64(0x1111111111111111ull), spread, slots[0]);
+        ws[k] = _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(128)));
+      }
     } else {
 #pragma GCC unroll 4
       for (std::size_t k = 0; k < 4; ++k) {
         const long long q = 2 * static_cast<long long>(k);
         const __m512i pick = _mm512_setr_epi64(q, q + 1, 8 + q, 9 + q, 0, 0, 0, 0);
-        dw[k] = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi64(slots[0], pick, slots[1])));
+        ws[k] = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi64(slots[0], pick, slots[1])));
       }
     }
+  }
+
+  /// d_x * d_w (MXFP4: d_x * 2^(e - 128) by VSCALEFPS, which rounds as the
+  /// multiply by the exact scale_f32 does).
+  static __m512 combined(__m512 dx, __m512 ws) noexcept {
+    if constexpr (e8m0)
+      return _mm512_scalef_ps(dx, ws);
+    else
+      return _mm512_mul_ps(dx, ws);
   }
 };
 
@@ -118,17 +125,26 @@ inline __m512i block32_levels() noexcept {
     return lookup4_levels<Block>();
 }
 
-/// Decodes group g (blocks [4g, 4g + NB)) of W's row o + r, or level 0's
-/// and zero scale bytes for a row past `valid`.
-template <class Block, std::size_t NB>
-inline lookup4_group block32_load_row(const block_weights& w, std::size_t o, std::size_t r, std::size_t valid,
-                                      std::size_t g, __m512i levels) noexcept {
-  if (r >= valid) return {levels, levels, _mm512_setzero_si512()};
-  const std::size_t row_bytes = w.row_bytes();
-  const auto* p = reinterpret_cast<const Block*>(w.data + (o + r) * row_bytes) + 4 * g;
-  prefetch_l2(p, q8_panel_rows * row_bytes);  // the same row of the next panel
-  return lookup4_group::load<Block, NB>(p, levels);
-}
+/// The 16 rows of a panel from W's row o; with `Full` false, rows past
+/// `valid` repeat row o (decoded and multiplied like the others, their
+/// outputs never stored). A full panel addresses row r as o + r, so no
+/// table of row pointers takes registers.
+template <class Block, bool Full>
+struct block32_panel {
+  const std::byte* base;
+  std::size_t row_bytes, valid;
+
+  block32_panel(const block_weights& w, std::size_t o, std::size_t valid_rows) noexcept
+      : base(w.data + o * w.row_bytes()), row_bytes(w.row_bytes()), valid(valid_rows) {}
+
+  /// Row r's group g (blocks [4g, 4g + NB)) decoded.
+  template <std::size_t NB>
+  lookup4_group load(std::size_t r, std::size_t g, __m512i levels) const noexcept {
+    const auto* p = reinterpret_cast<const Block*>(base + (Full || r < valid ? r : 0) * row_bytes) + 4 * g;
+    prefetch_l2(p, q8_panel_rows * row_bytes);  // the same row of the next panel
+    return lookup4_group::load<Block, NB>(p, levels);
+  }
+};
 
 /// Decodes W's rows [o, o + valid) (valid <= 16) into the Q8_0 panel layout
 /// at u, s (q8_pack_panel's): u[(b * 8 + j) * 64 + 4 r + i] = value 4 j + i
@@ -138,21 +154,22 @@ inline void block32_pack_panel(const block_weights& w, std::size_t o, std::size_
                                float* s) noexcept {
   const std::size_t blocks = w.in / 32;
   const __m512i levels = block32_levels<Block>();
+  const block32_panel<Block, false> panel(w, o, valid);
   auto group = [&]<std::size_t NB>(std::size_t g) {
     __m512i lo[16], hi[16];
     block32_scales<Block> scales;
 #pragma GCC unroll 8
     for (std::size_t r = 0; r < 16; r += 2) {
-      const lookup4_group r0 = block32_load_row<Block, NB>(w, o, r, valid, g, levels);
-      const lookup4_group r1 = block32_load_row<Block, NB>(w, o, r + 1, valid, g, levels);
+      const lookup4_group r0 = panel.template load<NB>(r, g, levels);
+      const lookup4_group r1 = panel.template load<NB>(r + 1, g, levels);
       lo[r] = r0.lo, hi[r] = r0.hi, lo[r + 1] = r1.lo, hi[r + 1] = r1.hi;
       scales.add_pair(r, r0.scale_bytes, r1.scale_bytes);
     }
     // Dword 4k + j of lo (hi) is values 4j..4j+3 (16 + 4j..) of block k.
     transpose_16x16_epi32(lo);
     transpose_16x16_epi32(hi);
-    __m512 dw[4];
-    scales.get(dw);
+    __m512 ws[4];
+    scales.get(ws);
 #pragma GCC unroll 4
     for (std::size_t k = 0; k < NB; ++k) {
       std::uint8_t* dst = u + (4 * g + k) * 8 * 64;
@@ -161,7 +178,7 @@ inline void block32_pack_panel(const block_weights& w, std::size_t o, std::size_
         _mm512_store_si512(dst + j * 64, lo[4 * k + j]);
         _mm512_store_si512(dst + (4 + j) * 64, hi[4 * k + j]);
       }
-      _mm512_store_ps(s + (4 * g + k) * 16, dw[k]);
+      _mm512_store_ps(s + (4 * g + k) * 16, block32_scales<Block>::combined(_mm512_set1_ps(1.0f), ws[k]));
     }
   };
   std::size_t g = 0;
@@ -179,11 +196,12 @@ inline void block32_pack_panel(const block_weights& w, std::size_t o, std::size_
 /// VPDPBUSD per token against the lookup kernel's permuted activations,
 /// then the 16 rows' dot vectors are reduced to one vector per block (row r
 /// in lane r) and each block's FMA is the GEMM tiles'.
-template <class Block, std::size_t TN>
+template <class Block, std::size_t TN, bool Full>
 inline void block32_rows_direct(const q8_activations& xa, const block_weights& w, std::size_t o, std::size_t valid,
                                 float* y, std::size_t y_stride, bool accumulate) noexcept {
   const std::size_t blocks = w.in / 32;
   const __m512i levels = block32_levels<Block>();
+  const block32_panel<Block, Full> panel(w, o, valid);
   __m512 f[TN];
 #pragma GCC unroll 4
   for (std::size_t t = 0; t < TN; ++t) f[t] = _mm512_setzero_ps();
@@ -200,8 +218,8 @@ inline void block32_rows_direct(const q8_activations& xa, const block_weights& w
 #pragma GCC unroll 2
       for (std::size_t i = 0; i < 2; ++i) {
         const std::size_t r = 4 * j + 2 * i;
-        const lookup4_group r0 = block32_load_row<Block, NB>(w, o, r, valid, g, levels);
-        const lookup4_group r1 = block32_load_row<Block, NB>(w, o, r + 1, valid, g, levels);
+        const lookup4_group r0 = panel.template load<NB>(r, g, levels);
+        const lookup4_group r1 = panel.template load<NB>(r + 1, g, levels);
         scales.add_pair(r, r0.scale_bytes, r1.scale_bytes);
 #pragma GCC unroll 4
         for (std::size_t t = 0; t < TN; ++t) {
@@ -214,8 +232,8 @@ inline void block32_rows_direct(const q8_activations& xa, const block_weights& w
       for (std::size_t t = 0; t < TN; ++t)
         c[t][j] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[t][0], a[t][1]), _mm512_unpackhi_epi64(a[t][0], a[t][1]));
     }
-    __m512 dw[4];
-    scales.get(dw);
+    __m512 ws[4];
+    scales.get(ws);
 #pragma GCC unroll 4
     for (std::size_t t = 0; t < TN; ++t) {
       // A 4 x 4 transposition of 128-bit lanes: d[k] holds block k, row r in lane r.
@@ -225,8 +243,8 @@ inline void block32_rows_direct(const q8_activations& xa, const block_weights& w
                             _mm512_shuffle_i32x4(v1, v3, 0x88), _mm512_shuffle_i32x4(v1, v3, 0xDD)};
 #pragma GCC unroll 4
       for (std::size_t k = 0; k < NB; ++k)
-        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[k]), _mm512_mul_ps(_mm512_set1_ps(xa.scale(t, 4 * g + k)), dw[k]),
-                               f[t]);
+        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[k]),
+                               block32_scales<Block>::combined(_mm512_set1_ps(xa.scale(t, 4 * g + k)), ws[k]), f[t]);
     }
   };
   std::size_t g = 0;
@@ -257,10 +275,16 @@ inline bool int8_gemm_rows(const q8_activations& xa, const block_weights& w, flo
   if (xa.n < q8_gemm_min_tokens) {
     for (std::size_t o = row_first; o < row_last; o += q8_panel_rows) {
       const std::size_t valid = std::min(q8_panel_rows, row_last - o);
+      auto direct = [&]<std::size_t TN>() {
+        if (valid == q8_panel_rows)
+          block32_rows_direct<Block, TN, true>(xa, w, o, valid, y, y_stride, accumulate);
+        else
+          block32_rows_direct<Block, TN, false>(xa, w, o, valid, y, y_stride, accumulate);
+      };
       switch (xa.n) {
-        case 1: block32_rows_direct<Block, 1>(xa, w, o, valid, y, y_stride, accumulate); break;
-        case 2: block32_rows_direct<Block, 2>(xa, w, o, valid, y, y_stride, accumulate); break;
-        case 3: block32_rows_direct<Block, 3>(xa, w, o, valid, y, y_stride, accumulate); break;
+        case 1: direct.template operator()<1>(); break;
+        case 2: direct.template operator()<2>(); break;
+        case 3: direct.template operator()<3>(); break;
         default: break;
       }
     }
