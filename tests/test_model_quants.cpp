@@ -10,6 +10,7 @@
 #include <llmkit/model/gguf_writer.hpp>
 #include <llmkit/model/quants.hpp>
 #include <llmkit/model/weights.hpp>
+#include <llmkit/model/detail/gemm_blocks32_vnni.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -23,6 +24,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -580,10 +582,10 @@ TEST_CASE("quants: K-quant and IQ4_XS int8 products equal the f32-order oracle b
   }
 }
 
-TEST_CASE("quants: Q4_0, IQ4_NL and MXFP4 int8 products equal the f32-order oracle bit for bit, GEMM tiles and edges, threads") {
-  // On AVX-512 VNNI these formats run the Q8_0 GEMM from decoded panels (4
-  // tokens and more) and a register-decoding kernel under 4 tokens
-  // (gemm_blocks32_vnni.hpp); both must give reference::block32_product_f32:
+TEST_CASE("quants: the Q4_0, IQ4_NL and MXFP4 panel-source GEMM and direct kernel equal the f32-order oracle bit for bit, GEMM tiles and edges, row splits") {
+  // On AVX-512 VNNI these formats' panel source of the Q8_0 GEMM (4 tokens
+  // and more) and register-decoding kernel under 4 tokens
+  // (gemm_blocks32_vnni.hpp) must give reference::block32_product_f32:
   // rows around the 16-row panels and 32-row strips, block counts around
   // the 4-block groups, token counts around the 6-token tiles, two threads,
   // accumulation, and each token alone equal to its place in the batch.
@@ -630,12 +632,31 @@ TEST_CASE("quants: Q4_0, IQ4_NL and MXFP4 int8 products equal the f32-order orac
         const std::size_t stride = rows + 1;
         std::vector<float> best(n * stride, 7.0f), threaded(n * stride, 7.0f), acc(n * stride, 0.25f);
         model::detail::q8_activations xa;
-        model::detail::matmul_blocks_q8(serial, x.data(), n, bw, rows, best.data(), stride, false, xa);
-        model::detail::matmul_blocks_q8(pool, x.data(), n, bw, rows, threaded.data(), stride, false, xa);
-        model::detail::matmul_blocks_q8(serial, x.data(), n, bw, rows, acc.data(), stride, true, xa);
+        // The products do not route these formats here (has_block32_gemm),
+        // so the kernels are called directly, rows split in two as two
+        // threads would split them.
+        auto product = [&](auto& exec, const float* xs, std::size_t tokens, float* out, std::size_t out_stride,
+                           bool accumulate) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+          xa.assign<xsimd::avx512bw>(xs, tokens, cols);
+          model::visit_block(gt, [&](auto block) {
+            using B = decltype(block);
+            if constexpr (model::detail::is_block32_panel_source<B>) {
+              const std::size_t half = std::is_same_v<std::decay_t<decltype(exec)>, thread_pool> ? rows / 2 : 0;
+              model::detail::block32_gemm_rows<B>(xa, bw, out, out_stride, accumulate, 0, half);
+              model::detail::block32_gemm_rows<B>(xa, bw, out, out_stride, accumulate, half, rows);
+            }
+          });
+#else
+          model::detail::matmul_blocks_q8(exec, xs, tokens, bw, rows, out, out_stride, accumulate, xa);
+#endif
+        };
+        product(serial, x.data(), n, best.data(), stride, false);
+        product(pool, x.data(), n, threaded.data(), stride, false);
+        product(serial, x.data(), n, acc.data(), stride, true);
         for (std::size_t t = 0; t < n; ++t) {
           std::vector<float> one(rows);
-          model::detail::matmul_blocks_q8(serial, x.data() + t * cols, 1, bw, rows, one.data(), rows, false, xa);
+          product(serial, x.data() + t * cols, 1, one.data(), rows, false);
           for (std::size_t o = 0; o < rows; ++o) {
             const float e = expected[t * rows + o], got = best[t * stride + o];
             REQUIRE(same(threaded[t * stride + o], got));

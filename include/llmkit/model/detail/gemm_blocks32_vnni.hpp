@@ -42,10 +42,18 @@ LLMKIT_SIMD_DIAGNOSTICS_BEGIN
 
 namespace llmkit::model::detail {
 
-/// The formats this GEMM covers.
+/// The formats these kernels can multiply.
 template <class Block>
-inline constexpr bool has_block32_gemm =
+inline constexpr bool is_block32_panel_source =
     std::is_same_v<Block, block_q4_0> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_mxfp4>;
+
+/// The formats whose products take them (int8_gemm_rows): none yet. Their
+/// one-token decode from DRAM (block32_rows_direct) measured slower than
+/// the lane kernels' (matmul_blocks32_vnni.hpp, matmul_lookup4_vnni.hpp),
+/// which keep every token count so that a token's bits never depend on its
+/// batch; a format listed here takes the GEMM and the direct kernel for all.
+template <class Block>
+inline constexpr bool has_block32_gemm = false;
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
@@ -264,14 +272,12 @@ inline void block32_rows_direct(const q8_activations& xa, const block_weights& w
   }
 }
 
-/// int8_gemm_rows for Q4_0, IQ4_NL and MXFP4 on AVX-512 VNNI (avx512bw stands
-/// for VNNI where the build enables it): every token count, so a token's
-/// bits never depend on its batch.
+/// Rows [row_first, row_last) of W times every token of xa: the GEMM from 4
+/// tokens on, block32_rows_direct under, in the same f32 order.
 template <class Block>
-  requires has_block32_gemm<Block>
-inline bool int8_gemm_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
-                           bool accumulate, std::size_t row_first, std::size_t row_last,
-                           simd::requires_arch<xsimd::avx512bw>) noexcept {
+  requires is_block32_panel_source<Block>
+inline void block32_gemm_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                              bool accumulate, std::size_t row_first, std::size_t row_last) {
   if (xa.n < q8_gemm_min_tokens) {
     for (std::size_t o = row_first; o < row_last; o += q8_panel_rows) {
       const std::size_t valid = std::min(q8_panel_rows, row_last - o);
@@ -288,12 +294,23 @@ inline bool int8_gemm_rows(const q8_activations& xa, const block_weights& w, flo
         default: break;
       }
     }
-    return true;
+    return;
   }
   q8_gemm_rows(xa, y, y_stride, accumulate, row_first, row_last,
                [&](std::size_t o, std::size_t valid, std::uint8_t* u, float* s) {
                  block32_pack_panel<Block>(w, o, valid, u, s);
                });
+}
+
+/// int8_gemm_rows for the has_block32_gemm formats on AVX-512 VNNI
+/// (avx512bw stands for VNNI where the build enables it): every token
+/// count, so a token's bits never depend on its batch.
+template <class Block>
+  requires has_block32_gemm<Block>
+inline bool int8_gemm_rows(const q8_activations& xa, const block_weights& w, float* y, std::size_t y_stride,
+                           bool accumulate, std::size_t row_first, std::size_t row_last,
+                           simd::requires_arch<xsimd::avx512bw>) noexcept {
+  block32_gemm_rows<Block>(xa, w, y, y_stride, accumulate, row_first, row_last);
   return true;
 }
 #endif
