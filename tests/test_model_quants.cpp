@@ -10,9 +10,11 @@
 #include <llmkit/model/gguf_writer.hpp>
 #include <llmkit/model/quants.hpp>
 #include <llmkit/model/weights.hpp>
+#include <llmkit/model/detail/gemm_blocks32_vnni.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -22,6 +24,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -570,6 +573,96 @@ TEST_CASE("quants: K-quant and IQ4_XS int8 products equal the f32-order oracle b
             REQUIRE(threaded[t * stride + o] == got);
             REQUIRE(acc[t * stride + o] == 0.25f + got);
             if (exact) REQUIRE(got == e);
+          }
+          REQUIRE(best[t * stride + rows] == 7.0f);  // the row padding untouched
+          REQUIRE(acc[t * stride + rows] == 0.25f);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("quants: the Q4_0, IQ4_NL and MXFP4 panel-source GEMM and direct kernel equal the f32-order oracle bit for bit, GEMM tiles and edges, row splits") {
+  // On AVX-512 VNNI these formats' panel source of the Q8_0 GEMM (4 tokens
+  // and more) and register-decoding kernel under 4 tokens
+  // (gemm_blocks32_vnni.hpp) must give reference::block32_product_f32:
+  // rows around the 16-row panels and 32-row strips, block counts around
+  // the 4-block groups, token counts around the 6-token tiles, two threads,
+  // accumulation, and each token alone equal to its place in the batch.
+  std::mt19937 rng(59);
+  std::uniform_int_distribution<int> byte(0, 255), wobble(-3, 3);
+  std::uniform_real_distribution<float> scale(0.0005f, 0.02f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  thread_pool pool(2);
+  serial_executor serial;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  constexpr bool exact = true;
+#else
+  constexpr bool exact = false;  // the strip kernel: its bound is checked by the tests above
+#endif
+  // Infinities from MXFP4's largest exponents may meet and make NaN.
+  auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+  for (const ggml_type gt : {ggml_type::q4_0, ggml_type::iq4_nl, ggml_type::mxfp4}) {
+    const std::size_t block_bytes = ggml_block_bytes(gt);
+    for (const auto& [rows, cols] : std::vector<std::pair<std::size_t, std::size_t>>{
+             {1, 32}, {15, 64}, {16, 96}, {17, 160}, {33, 224}, {48, 128}, {70, 2048}, {130, 416}}) {
+      // Random bytes: every nibble; f16 scales in range, MXFP4 exponents
+      // around a centre that moves with the row (0 and 254 included), the
+      // last row every exponent in turn.
+      std::vector<std::byte> w(rows * cols / 32 * block_bytes);
+      for (auto& b : w) b = std::byte(byte(rng));
+      for (std::size_t b = 0; b < w.size(); b += block_bytes) {
+        const std::size_t row = b / block_bytes / (cols / 32), block = b / block_bytes % (cols / 32);
+        if (gt != ggml_type::mxfp4) {
+          put_f16(w, b, scale(rng));
+        } else if (row + 1 == rows && rows > 1) {
+          w[b] = std::byte(block * 7 % 255);
+        } else {
+          const int centre = row % 3 == 0 ? 0 : row % 3 == 1 ? 254 : int(row * 37 % 255);
+          w[b] = std::byte(std::clamp(centre + wobble(rng), 0, 254));
+        }
+      }
+      const model::detail::block_weights bw{gt, w.data(), cols};
+      for (const std::size_t n : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 13u, 67u}) {
+        INFO(type_name(gt) << " rows " << rows << " cols " << cols << " n " << n);
+        std::vector<float> x(n * cols);
+        for (auto& v : x) v = normal(rng) * 2.0f;
+        std::fill_n(x.begin() + std::ptrdiff_t((n - 1) * cols), 32, 0.0f);  // a zero block
+        const std::vector<float> expected = reference::block32_product_f32(gt, x, n, cols, w.data(), rows);
+        const std::size_t stride = rows + 1;
+        std::vector<float> best(n * stride, 7.0f), threaded(n * stride, 7.0f), acc(n * stride, 0.25f);
+        model::detail::q8_activations xa;
+        // The products do not route these formats here (has_block32_gemm),
+        // so the kernels are called directly, rows split in two as two
+        // threads would split them.
+        auto product = [&](auto& exec, const float* xs, std::size_t tokens, float* out, std::size_t out_stride,
+                           bool accumulate) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+          xa.assign<xsimd::avx512bw>(xs, tokens, cols);
+          model::visit_block(gt, [&](auto block) {
+            using B = decltype(block);
+            if constexpr (model::detail::is_block32_panel_source<B>) {
+              const std::size_t half = std::is_same_v<std::decay_t<decltype(exec)>, thread_pool> ? rows / 2 : 0;
+              model::detail::block32_gemm_rows<B>(xa, bw, out, out_stride, accumulate, 0, half);
+              model::detail::block32_gemm_rows<B>(xa, bw, out, out_stride, accumulate, half, rows);
+            }
+          });
+#else
+          model::detail::matmul_blocks_q8(exec, xs, tokens, bw, rows, out, out_stride, accumulate, xa);
+#endif
+        };
+        product(serial, x.data(), n, best.data(), stride, false);
+        product(pool, x.data(), n, threaded.data(), stride, false);
+        product(serial, x.data(), n, acc.data(), stride, true);
+        for (std::size_t t = 0; t < n; ++t) {
+          std::vector<float> one(rows);
+          product(serial, x.data() + t * cols, 1, one.data(), rows, false);
+          for (std::size_t o = 0; o < rows; ++o) {
+            const float e = expected[t * rows + o], got = best[t * stride + o];
+            REQUIRE(same(threaded[t * stride + o], got));
+            REQUIRE(same(acc[t * stride + o], 0.25f + got));
+            REQUIRE(same(one[o], got));  // batch invariance
+            if (exact) REQUIRE(same(got, e));
           }
           REQUIRE(best[t * stride + rows] == 7.0f);  // the row padding untouched
           REQUIRE(acc[t * stride + rows] == 0.25f);

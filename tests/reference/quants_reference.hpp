@@ -242,4 +242,45 @@ inline std::vector<float> kquant_product_f32(model::ggml_type t, const std::vect
   return y;
 }
 
+/// `[n, rows]` = Q4_0, IQ4_NL or MXFP4 rows `[rows, cols]` (bytes at w) times
+/// the activations `[n, cols] x` rounded to int8 per 32 values (scale
+/// amax / 127, round half away from zero), in the f32 order of these
+/// formats' VNNI kernels: per block the exact integer dot of the levels
+/// (Q4_0: nibble - 8; IQ4_NL: iq4nl_levels; MXFP4: twice the E2M1 value)
+/// and q, then y = fma(float(dot), d_w * d_x, y), blocks ascending, with
+/// d_w the f16 scale or MXFP4's 2^(e - 128).
+inline std::vector<float> block32_product_f32(model::ggml_type t, const std::vector<float>& x, std::size_t n,
+                                              std::size_t cols, const std::byte* w, std::size_t rows) {
+  using model::ggml_type;
+  const bool mxfp4 = t == ggml_type::mxfp4;
+  const std::size_t block_bytes = mxfp4 ? 17 : 18, scale_bytes = mxfp4 ? 1 : 2, blocks = cols / 32;
+  auto level = [&](const std::byte* b, std::size_t j) -> long {
+    const unsigned q = nibble32(b + scale_bytes, j);
+    if (t == ggml_type::q4_0) return long(q) - 8;
+    if (t == ggml_type::iq4_nl) return iq4nl_levels[q];
+    const unsigned exponent = (q >> 1) & 3, mantissa = q & 1;
+    const long twice = exponent == 0 ? long(mantissa) : long(2 + mantissa) << (exponent - 1);
+    return q & 8 ? -twice : twice;
+  };
+  std::vector<float> y(n * rows, 0.0f);
+  for (std::size_t tok = 0; tok < n; ++tok)
+    for (std::size_t i = 0; i < blocks; ++i) {
+      const float* xb = x.data() + tok * cols + 32 * i;
+      float amax = 0.0f;
+      for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(xb[j]));
+      const float dx = amax / 127.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
+      long q[32];
+      for (std::size_t j = 0; j < 32; ++j) q[j] = long(std::round(xb[j] * inv));
+      for (std::size_t o = 0; o < rows; ++o) {
+        const std::byte* b = w + (o * blocks + i) * block_bytes;
+        long dot = 0;
+        for (std::size_t j = 0; j < 32; ++j) dot += level(b, j) * q[j];
+        const float dw = mxfp4 ? float(std::ldexp(1.0, int(byte_at(b, 0)) - 128)) : f16_at(b);
+        float& out = y[tok * rows + o];
+        out = std::fma(float(dot), dw * dx, out);
+      }
+    }
+  return y;
+}
+
 }  // namespace llmkit::reference

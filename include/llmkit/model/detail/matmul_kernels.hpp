@@ -22,6 +22,7 @@
 #include "llmkit/model/detail/matmul_blocks_q8.hpp"
 #include "llmkit/model/detail/matmul_blocks32_vnni.hpp"
 #include "llmkit/model/detail/matmul_blocks_avx2.hpp"
+#include "llmkit/model/detail/gemm_blocks32_vnni.hpp"
 #include "llmkit/model/detail/gemm_kquants_vnni.hpp"
 #include "llmkit/model/detail/matmul_kquants_vnni.hpp"
 #include "llmkit/model/detail/matmul_lookup4_vnni.hpp"

@@ -305,6 +305,35 @@ inline void q8_rows_direct(const q8_activations& xa, const q8_weights& w, std::s
   }
 }
 
+/// The GEMM over rows [row_first, row_last) for every token of xa, from the
+/// panels `pack(o, valid, u, s)` writes: W's rows [o, o + valid) (valid <=
+/// 16) in q8_pack_panel's layout at u, s. Any format whose blocks of 32
+/// decode to int8 levels with one f32 scale is a panel source.
+template <class Pack>
+inline void q8_gemm_rows(const q8_activations& xa, float* y, std::size_t y_stride, bool accumulate,
+                         std::size_t row_first, std::size_t row_last, Pack&& pack) {
+  constexpr std::size_t RV = q8_gemm_tile_panels;
+  const std::size_t in = xa.in, panel_bytes = in * 16, panel_scales = in / q8_block_size * 16;
+  thread_local q8_panel_buffer buf;
+  if (buf.u.size() < RV * panel_bytes) buf.u.resize(RV * panel_bytes);
+  if (buf.s.size() < RV * panel_scales) buf.s.resize(RV * panel_scales);
+  for (std::size_t o = row_first; o < row_last; o += RV * q8_panel_rows) {
+    const std::size_t rows = std::min(RV * q8_panel_rows, row_last - o);
+    const std::size_t panels = (rows + q8_panel_rows - 1) / q8_panel_rows;
+    for (std::size_t p = 0; p < panels; ++p)
+      pack(o + p * q8_panel_rows, std::min(q8_panel_rows, rows - p * q8_panel_rows), buf.u.data() + p * panel_bytes,
+           buf.s.data() + p * panel_scales);
+    if (panels == RV) {
+      q8_gemm_panels<RV>(xa, buf.u.data(), buf.s.data(), panel_bytes, panel_scales, y, y_stride, accumulate, o, rows);
+    } else {
+      for (std::size_t p = 0; p < panels; ++p)
+        q8_gemm_panels<1>(xa, buf.u.data() + p * panel_bytes, buf.s.data() + p * panel_scales, panel_bytes,
+                          panel_scales, y, y_stride, accumulate, o + p * q8_panel_rows,
+                          std::min(q8_panel_rows, rows - p * q8_panel_rows));
+    }
+  }
+}
+
 /// matmul_q8_rows on AVX-512 VNNI (xsimd has no VNNI tag: avx512bw stands
 /// for it where the build enables VNNI; without, it takes the fallback).
 inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float* y, std::size_t y_stride,
@@ -322,26 +351,8 @@ inline void matmul_q8_rows(const q8_activations& xa, const q8_weights& w, float*
     }
     return;
   }
-  constexpr std::size_t RV = q8_gemm_tile_panels;
-  const std::size_t in = xa.in, panel_bytes = in * 16, panel_scales = in / q8_block_size * 16;
-  thread_local q8_panel_buffer buf;
-  if (buf.u.size() < RV * panel_bytes) buf.u.resize(RV * panel_bytes);
-  if (buf.s.size() < RV * panel_scales) buf.s.resize(RV * panel_scales);
-  for (std::size_t o = row_first; o < row_last; o += RV * q8_panel_rows) {
-    const std::size_t rows = std::min(RV * q8_panel_rows, row_last - o);
-    const std::size_t panels = (rows + q8_panel_rows - 1) / q8_panel_rows;
-    for (std::size_t p = 0; p < panels; ++p)
-      q8_pack_panel(w, o + p * q8_panel_rows, std::min(q8_panel_rows, rows - p * q8_panel_rows),
-                    buf.u.data() + p * panel_bytes, buf.s.data() + p * panel_scales);
-    if (panels == RV) {
-      q8_gemm_panels<RV>(xa, buf.u.data(), buf.s.data(), panel_bytes, panel_scales, y, y_stride, accumulate, o, rows);
-    } else {
-      for (std::size_t p = 0; p < panels; ++p)
-        q8_gemm_panels<1>(xa, buf.u.data() + p * panel_bytes, buf.s.data() + p * panel_scales, panel_bytes,
-                          panel_scales, y, y_stride, accumulate, o + p * q8_panel_rows,
-                          std::min(q8_panel_rows, rows - p * q8_panel_rows));
-    }
-  }
+  q8_gemm_rows(xa, y, y_stride, accumulate, row_first, row_last,
+               [&](std::size_t o, std::size_t valid, std::uint8_t* u, float* s) { q8_pack_panel(w, o, valid, u, s); });
 }
 #endif
 
