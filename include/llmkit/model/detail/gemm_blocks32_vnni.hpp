@@ -47,13 +47,14 @@ template <class Block>
 inline constexpr bool is_block32_panel_source =
     std::is_same_v<Block, block_q4_0> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_mxfp4>;
 
-/// The formats whose products take them (int8_gemm_rows): none yet. Their
-/// one-token decode from DRAM (block32_rows_direct) measured slower than
-/// the lane kernels' (matmul_blocks32_vnni.hpp, matmul_lookup4_vnni.hpp),
-/// which keep every token count so that a token's bits never depend on its
-/// batch; a format listed here takes the GEMM and the direct kernel for all.
+/// The formats whose products take them (int8_gemm_rows) at every token
+/// count, so that a token's bits never depend on its batch: Q4_0, whose
+/// prefill runs 3x the lane kernel's (matmul_blocks32_vnni.hpp) for a
+/// one-token decode 4% slower. IQ4_NL's and MXFP4's decode from DRAM
+/// measured 18% and 8% below their lane kernels' (matmul_lookup4_vnni.hpp),
+/// so they keep those (docs/model.md).
 template <class Block>
-inline constexpr bool has_block32_gemm = false;
+inline constexpr bool has_block32_gemm = std::is_same_v<Block, block_q4_0>;
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
