@@ -190,14 +190,7 @@ inline void block32_pack_panel(const block_weights& w, std::size_t o, std::size_
       _mm512_store_ps(s + (4 * g + k) * 16, block32_scales<Block>::combined(_mm512_set1_ps(1.0f), ws[k]));
     }
   };
-  std::size_t g = 0;
-  for (; g < blocks / 4; ++g) group.template operator()<4>(g);
-  switch (blocks % 4) {
-    case 3: group.template operator()<3>(g); break;
-    case 2: group.template operator()<2>(g); break;
-    case 1: group.template operator()<1>(g); break;
-    default: break;
-  }
+  for_block_groups4(blocks, group);
 }
 
 /// Tokens [0, TN) x W's rows [o, o + valid) (valid <= 16) decoded in
@@ -256,14 +249,7 @@ inline void block32_rows_direct(const q8_activations& xa, const block_weights& w
                                block32_scales<Block>::combined(_mm512_set1_ps(xa.scale(t, 4 * g + k)), ws[k]), f[t]);
     }
   };
-  std::size_t g = 0;
-  for (; g < blocks / 4; ++g) group.template operator()<4>(g);
-  switch (blocks % 4) {
-    case 3: group.template operator()<3>(g); break;
-    case 2: group.template operator()<2>(g); break;
-    case 1: group.template operator()<1>(g); break;
-    default: break;
-  }
+  for_block_groups4(blocks, group);
   const __mmask16 m = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
   for (std::size_t t = 0; t < TN; ++t) {
     float* out = y + t * y_stride + o;

@@ -43,6 +43,21 @@ namespace llmkit::model::detail {
 template <class Block>
 inline constexpr bool is_lookup4_block = std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_mxfp4>;
 
+/// step.template operator()<4>(g) for each whole group g of four blocks,
+/// then operator()<blocks % 4> on the rest: the group size is a template
+/// argument, so a step's per-block registers stay registers.
+template <class Step>
+inline void for_block_groups4(std::size_t blocks, Step&& step) {
+  std::size_t g = 0;
+  for (; g < blocks / 4; ++g) step.template operator()<4>(g);
+  switch (blocks % 4) {
+    case 3: step.template operator()<3>(g); break;
+    case 2: step.template operator()<2>(g); break;
+    case 1: step.template operator()<1>(g); break;
+    default: break;
+  }
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
 /// A format's levels + 128 (VPDPBUSD's unsigned operand), repeated in each
@@ -194,14 +209,7 @@ inline void lookup4_tile(const q8_activations& xa, const block_weights& w, float
       }
     }
   };
-  std::size_t g = 0;
-  for (; g < blocks / 4; ++g) step.template operator()<4>(g);
-  switch (blocks % 4) {
-    case 3: step.template operator()<3>(g); break;
-    case 2: step.template operator()<2>(g); break;
-    case 1: step.template operator()<1>(g); break;
-    default: break;
-  }
+  for_block_groups4(blocks, step);
   float sums[TN][ON];
   reduce_tile16(acc, sums);
   for (std::size_t a = 0; a < TN; ++a)
