@@ -98,10 +98,12 @@ struct block32_scales {
     if constexpr (e8m0) {
 #pragma GCC unroll 4
       for (std::size_t k = 0; k < 4; ++k) {
-        // Byte r of lane k (byte 16 k + r) to dword r.
-        const __m512i spread = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                _mm512_set1_epi32(int(16 * k)));
-        const __m512i e = _mm512_maskz_permutexvar_epi8(__mmask64(0x1111111111111111ull), spread, slots[0]);
+        // Byte r of lane k (byte 16 k + r) to dword r: lane k to lane 0, then widened (no VBMI needed).
+        const __m512i lane = _mm512_permutexvar_epi32(
+            _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3),
+                             _mm512_set1_epi32(int(4 * k))),
+            slots[0]);
+        const __m512i e = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(lane));
         ws[k] = _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(128)));
       }
     } else {
