@@ -672,31 +672,38 @@ TEST_CASE("quants: the Q4_0, IQ4_NL and MXFP4 panel-source GEMM and direct kerne
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// Every byte of a 9 x 768 `gt` matrix set to `fill` (the f16 scales 0.01),
+// every activation at +-127 (equal values quantise to 127 * sign): the int8
+// product of 1, 2, 3 and 6 tokens equals the f32-order oracle bit for bit.
+static void check_extreme_blocks(ggml_type gt, std::byte fill) {
+  serial_executor serial;
+  constexpr std::size_t rows = 9, cols = 768;
+  const std::size_t block_bytes = ggml_block_bytes(gt);
+  std::vector<std::byte> w(rows * cols / 256 * block_bytes, fill);
+  for (std::size_t b = 0; b < w.size(); b += block_bytes)
+    for (std::size_t at : scale_offsets(gt)) put_f16(w, b + at, 0.01f);
+  const model::detail::block_weights bw{gt, w.data(), cols};
+  for (const float sign : {1.0f, -1.0f}) {
+    for (const std::size_t n : {1u, 2u, 3u, 6u}) {
+      INFO(type_name(gt) << " fill " << int(fill) << " sign " << sign << " n " << n);
+      std::vector<float> x(n * cols, 3.0f * sign);
+      const std::vector<float> expected = reference::kquant_product_f32(gt, x, n, cols, w.data(), rows);
+      std::vector<float> y(n * rows);
+      model::detail::q8_activations xa;
+      model::detail::matmul_blocks_q8(serial, x.data(), n, bw, rows, y.data(), rows, false, xa);
+      for (std::size_t i = 0; i < n * rows; ++i) REQUIRE(y[i] == expected[i]);
+    }
+  }
+}
+#endif
+
 TEST_CASE("quants: Q4_K and Q5_K int8 products at their largest values, scales and activations equal the f32-order oracle bit for bit") {
   // Every value, scale and minimum at its maximum (all bits set) and every
   // activation at +-127: the one-token kernel's int16 packing of its sums of
   // 4 (at most 4 * 31 * 127) and the GEMM must still give the oracle's bits.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  serial_executor serial;
-  for (const ggml_type gt : {ggml_type::q4_k, ggml_type::q5_k}) {
-    constexpr std::size_t rows = 9, cols = 768;
-    const std::size_t block_bytes = ggml_block_bytes(gt);
-    std::vector<std::byte> w(rows * cols / 256 * block_bytes, std::byte{0xFF});
-    for (std::size_t b = 0; b < w.size(); b += block_bytes)
-      for (std::size_t at : scale_offsets(gt)) put_f16(w, b + at, 0.01f);
-    const model::detail::block_weights bw{gt, w.data(), cols};
-    for (const float sign : {1.0f, -1.0f}) {
-      for (const std::size_t n : {1u, 2u, 3u, 6u}) {
-        INFO(type_name(gt) << " sign " << sign << " n " << n);
-        std::vector<float> x(n * cols, 3.0f * sign);  // equal values: each quantises to 127 * sign
-        const std::vector<float> expected = reference::kquant_product_f32(gt, x, n, cols, w.data(), rows);
-        std::vector<float> y(n * rows);
-        model::detail::q8_activations xa;
-        model::detail::matmul_blocks_q8(serial, x.data(), n, bw, rows, y.data(), rows, false, xa);
-        for (std::size_t i = 0; i < n * rows; ++i) REQUIRE(y[i] == expected[i]);
-      }
-    }
-  }
+  for (const ggml_type gt : {ggml_type::q4_k, ggml_type::q5_k}) check_extreme_blocks(gt, std::byte{0xFF});
 #endif
 }
 
@@ -707,28 +714,8 @@ TEST_CASE("quants: Q2_K, Q3_K and IQ4_XS int8 products at their extreme values, 
   // -127 by scale -32), activations at +-127: the one-token decoders and
   // the GEMM must still give the oracle's bits.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  serial_executor serial;
-  for (const ggml_type gt : {ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_xs}) {
-    constexpr std::size_t rows = 9, cols = 768;
-    const std::size_t block_bytes = ggml_block_bytes(gt);
-    for (const std::byte fill : {std::byte{0xFF}, std::byte{0x00}}) {
-      std::vector<std::byte> w(rows * cols / 256 * block_bytes, fill);
-      for (std::size_t b = 0; b < w.size(); b += block_bytes)
-        for (std::size_t at : scale_offsets(gt)) put_f16(w, b + at, 0.01f);
-      const model::detail::block_weights bw{gt, w.data(), cols};
-      for (const float sign : {1.0f, -1.0f}) {
-        for (const std::size_t n : {1u, 2u, 3u, 6u}) {
-          INFO(type_name(gt) << " fill " << int(fill) << " sign " << sign << " n " << n);
-          std::vector<float> x(n * cols, 3.0f * sign);  // equal values: each quantises to 127 * sign
-          const std::vector<float> expected = reference::kquant_product_f32(gt, x, n, cols, w.data(), rows);
-          std::vector<float> y(n * rows);
-          model::detail::q8_activations xa;
-          model::detail::matmul_blocks_q8(serial, x.data(), n, bw, rows, y.data(), rows, false, xa);
-          for (std::size_t i = 0; i < n * rows; ++i) REQUIRE(y[i] == expected[i]);
-        }
-      }
-    }
-  }
+  for (const ggml_type gt : {ggml_type::q2_k, ggml_type::q3_k, ggml_type::iq4_xs})
+    for (const std::byte fill : {std::byte{0xFF}, std::byte{0x00}}) check_extreme_blocks(gt, fill);
 #endif
 }
 
